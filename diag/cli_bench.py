@@ -1,0 +1,54 @@
+"""`diag bench`: each fix's before/after measurement on the local device."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import click
+
+from diag.cli_common import guarded, log
+
+
+@click.command()
+@click.argument("fix_ids", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.option("--quick", is_flag=True, help="Fewer repeats (a smoke run, not a measurement).")
+@click.option("--sglang", "sglang", metavar="PATH|VERSION",
+              help="The SGLang release whose real code a bench runs (default: as diagnose).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Bench parameter (e.g. layers=12, hidden=1024, batch=8).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON here.")
+@guarded
+def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | None,
+          params: tuple[str, ...], out: str | None) -> None:
+    """Measure each fix before and after (all fixes with a bench, or FIX_IDS)."""
+    import fixes
+    from diag.bench import render
+
+    ids = list(fix_ids) or [f for f in fixes.all_ids() if getattr(fixes.get(f), "bench", None)]
+    unknown = [f for f in ids if f not in fixes.REGISTRY]
+    if unknown:
+        raise click.UsageError(f"unknown fix {unknown[0]!r} (known: {', '.join(fixes.REGISTRY)})")
+    kv: dict[str, object] = {"quick": quick, "sglang": sglang}
+    for p in params:
+        if "=" not in p:
+            raise click.UsageError(f"--param {p!r}: expected KEY=VALUE")
+        k, v = p.split("=", 1)
+        kv[k] = int(v) if v.lstrip("-").isdigit() else v
+    results = []
+    for fid in ids:
+        path = getattr(fixes.get(fid), "bench", None)
+        if not path:
+            log(f"{fid}: no bench")
+            continue
+        module, attr = path.split(":")
+        log(f"bench {fid} ...")
+        results.append(getattr(importlib.import_module(module), attr)(dict(kv), log))
+    doc = {"schema_version": 1, "benches": [r.to_dict() for r in results]}
+    if out:
+        with open(out, "w") as fh:
+            json.dump(doc, fh, indent=2)
+    click.echo(json.dumps(doc, indent=2) if as_json else render(results))
+    sys.exit(0)

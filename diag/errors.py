@@ -1,0 +1,36 @@
+"""Exit codes and the one error type the CLI turns into a one-line message."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_OPERATIONAL = 3
+EXIT_FIX_FAILED = 4
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70  # a bug in diag itself (EX_SOFTWARE); the message says to re-run with -v
+
+
+class DiagError(Exception):
+    """An expected failure: printed as one line on stderr, exits with `exit_code`."""
+
+    exit_code = EXIT_OPERATIONAL
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class TargetError(DiagError):
+    """The SGLang under diagnosis could not be found, fetched or recognised."""
+
+
+class ServerError(DiagError):
+    """A live SGLang server could not be reached or answered nonsense."""
+
+
+class FixError(DiagError):
+    """A fix could not be applied, reverted or verified."""
+
+    exit_code = EXIT_FIX_FAILED

@@ -1,0 +1,107 @@
+"""The finding model: what every probe returns and every renderer reads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+
+# `error` ranks with `fail`: a CI gate must not pass when a check crashed.
+SEVERITY = {Status.OK: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 2}
+
+
+@dataclass
+class Evidence:
+    """One typed piece of evidence: a metric, a source location, or a table row."""
+
+    kind: str  # "metric" | "location" | "row" | "note"
+    metric: str | None = None
+    value: Any = None
+    unit: str | None = None
+    threshold: Any = None
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    detail: str | None = None
+    data: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def short(self) -> str:
+        if self.kind == "metric":
+            unit = f" {self.unit}" if self.unit else ""
+            thr = f" (threshold {self.threshold})" if self.threshold is not None else ""
+            text = f"{self.metric} = {self.value}{unit}{thr}"
+        elif self.kind == "location":
+            loc = f"{self.file}:{self.line}" if self.line else f"{self.file}"
+            text = f"{loc} {self.function or ''}".rstrip()
+        elif self.kind == "row" and self.data:
+            text = "  ".join(f"{k}={v}" for k, v in self.data.items())
+        else:
+            text = ""
+        if self.detail:
+            text = f"{text}: {self.detail}" if text else self.detail
+        return text
+
+
+def metric(name: str, value: Any, unit: str | None = None, threshold: Any = None,
+           detail: str | None = None) -> Evidence:
+    return Evidence("metric", metric=name, value=value, unit=unit, threshold=threshold,
+                    detail=detail)
+
+
+def location(file: str, line: int | None, function: str | None = None,
+             detail: str | None = None) -> Evidence:
+    return Evidence("location", file=file, line=line, function=function, detail=detail)
+
+
+def row(detail: str | None = None, **data: Any) -> Evidence:
+    return Evidence("row", data=data, detail=detail)
+
+
+def note(text: str) -> Evidence:
+    return Evidence("note", detail=text)
+
+
+@dataclass
+class Finding:
+    probe: str
+    status: Status
+    title: str
+    summary: str
+    evidence: list[Evidence] = field(default_factory=list)
+    hint: str | None = None
+    fixes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probe": self.probe,
+            "status": self.status.value,
+            "title": self.title,
+            "summary": self.summary,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "hint": self.hint,
+            "fixes": list(self.fixes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(
+            probe=d["probe"], status=Status(d["status"]), title=d["title"],
+            summary=d["summary"], evidence=[Evidence(**e) for e in d.get("evidence", [])],
+            hint=d.get("hint"), fixes=list(d.get("fixes", [])),
+        )
+
+
+def worst(findings: list[Finding]) -> int:
+    return max((SEVERITY[f.status] for f in findings), default=0)

@@ -1,0 +1,50 @@
+"""A tiny in-process event bus: hooks emit, sinks (the agent's files, Prometheus) record.
+
+Emitting with no sink installed costs one attribute check. Sinks never raise into the caller:
+this runs inside the user's engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+Sink = Callable[[dict[str, Any]], None]
+
+_sinks: list[Sink] = []
+_lock = threading.Lock()
+_log = logging.getLogger("diag.telemetry")
+
+# Event kinds (the `kind` field): "syncs" (builder, count, seconds), "draft_extend" (mode:
+# graph|eager, seconds, batch), "profiler_stop" (seconds, collected, path), "fix" (fix, state,
+# reason), "control_ack", "error" (where, message), "start".
+
+
+def add_sink(sink: Sink) -> None:
+    with _lock:
+        if sink not in _sinks:
+            _sinks.append(sink)
+
+
+def remove_sink(sink: Sink) -> None:
+    with _lock:
+        if sink in _sinks:
+            _sinks.remove(sink)
+
+
+def active() -> bool:
+    return bool(_sinks)
+
+
+def emit(kind: str, **fields: Any) -> None:
+    if not _sinks:
+        return
+    event = {"ts": time.time(), "kind": kind, **fields}
+    for sink in list(_sinks):
+        try:
+            sink(event)
+        except Exception:  # a broken sink must not break the engine
+            _log.debug("telemetry sink failed", exc_info=True)

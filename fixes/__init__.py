@@ -1,0 +1,31 @@
+"""Fix registry: one line per fix, `id -> "module:Class"`, imported only when used."""
+
+from __future__ import annotations
+
+import importlib
+
+from fixes.base import Fix
+
+REGISTRY: dict[str, str] = {
+    "draft-extend-allowlist": "fixes.draft_extend_allowlist:DraftExtendAllowlistFix",
+    "repeat-interleave-output-size": "fixes.repeat_interleave_output_size:RepeatInterleaveOutputSizeFix",
+    "profiler-controlled-teardown": "fixes.profiler_controlled_teardown:ProfilerControlledTeardownFix",
+}
+
+_instances: dict[str, Fix] = {}
+
+
+def get(fix_id: str) -> Fix:
+    """The process-wide instance of a fix (its applied state lives on it)."""
+    if fix_id not in _instances:
+        try:
+            path = REGISTRY[fix_id]
+        except KeyError:
+            raise KeyError(f"unknown fix {fix_id!r} (known: {', '.join(REGISTRY)})") from None
+        module, cls = path.split(":")
+        _instances[fix_id] = getattr(importlib.import_module(module), cls)()
+    return _instances[fix_id]
+
+
+def all_ids() -> list[str]:
+    return list(REGISTRY)

@@ -1,0 +1,42 @@
+"""The probe contract and the runner that turns a crashing probe into an `error` finding."""
+
+from __future__ import annotations
+
+import traceback
+from typing import ClassVar
+
+from diag.context import Context
+from diag.findings import Finding, Status
+
+
+class Probe:
+    """A check. `run` returns one finding or several; it must not print or exit."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    fixes: ClassVar[tuple[str, ...]] = ()
+
+    def run(self, ctx: Context) -> Finding | list[Finding]:
+        raise NotImplementedError
+
+    def finding(self, status: Status, summary: str, **kw) -> Finding:
+        kw.setdefault("fixes", list(self.fixes))
+        return Finding(probe=self.id, status=status, title=self.title, summary=summary, **kw)
+
+
+def run_probe(probe: Probe, ctx: Context, verbose: bool = False) -> list[Finding]:
+    try:
+        out = probe.run(ctx)
+        return out if isinstance(out, list) else [out]
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # a crashed probe is reported as such; the run goes on
+        detail = traceback.format_exc() if verbose else None
+        summary = f"probe crashed: {type(e).__name__}: {e}"
+        f = Finding(probe=probe.id, status=Status.ERROR, title=probe.title, summary=summary,
+                    hint="re-run with -v for the traceback and report it")
+        if detail:
+            from diag.findings import note
+
+            f.evidence.append(note(detail))
+        return [f]
