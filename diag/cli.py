@@ -55,12 +55,20 @@ def main(verbose: bool) -> None:
 
 
 def _run_probes(ctx, ids: list[str], verbose: bool):
+    from diag.findings import Finding, Status
     from probes import get
     from probes.base import run_probe
 
     findings = []
     for pid in ids:
-        findings.extend(run_probe(get(pid), ctx, verbose=verbose))
+        try:
+            probe = get(pid)
+        except Exception as e:  # a probe that cannot load is reported like one that crashed
+            findings.append(Finding(probe=pid, status=Status.ERROR, title=pid,
+                                    summary=f"probe cannot load: {type(e).__name__}: {e}",
+                                    hint="re-run with -v for the traceback and report it"))
+            continue
+        findings.extend(run_probe(probe, ctx, verbose=verbose))
     return findings
 
 

@@ -96,5 +96,10 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     cfg = SpecConfig(attention_backend=attention_backend,
                      speculative_num_steps=speculative_num_steps,
                      speculative_algorithm=speculative_algorithm)
-    return Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
-                   run_dir=run_dir, execute=execute, full=full, log=log)
+    ctx = Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
+                  run_dir=run_dir, execute=execute, full=full, log=log)
+    if server_url:  # read once for every probe; unreachable → ServerError (exit 3)
+        from diag import server
+
+        server.attach(ctx)
+    return ctx

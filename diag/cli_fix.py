@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -40,3 +41,227 @@ def list_(as_json: bool, **target_kw) -> None:
     click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
     for r in rows:
         click.echo(f"{r['id']:<32} {r['status']:<11} {r['reason']}")
+
+
+# ----------------------------------------------------------------------------- apply / revert
+# (issue 6: in this process, or in a running engine through its run directory)
+
+
+def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: float,
+             as_json: bool) -> None:
+    from diag import rundir
+    from diag.errors import EXIT_FIX_FAILED, DiagError
+
+    d = rundir.check_run_dir(run_dir)
+    live = [p.pid for p in rundir.read_state(d).live]
+    if pid is not None and pid not in live:
+        raise DiagError(f"no live diag agent with pid {pid} in {d} (live: "
+                        f"{', '.join(map(str, live)) or 'none'})")
+    if not live:
+        raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
+    rid = rundir.request(d, fix_id, action, pid)
+    acks = rundir.wait_ack(d, rid, pid=pid, timeout=timeout)
+    rows = [{"pid": p, "acknowledged": ev is not None, "ok": bool(ev and ev.get("ok")),
+             "state": ev.get("state") if ev else None,
+             "reason": (ev.get("reason") if ev else f"no acknowledgement within {timeout:g} s")}
+            for p, ev in sorted(acks.items())]
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "run_dir": str(d), "request": rid,
+                               "fix": fix_id, "action": action, "processes": rows}, indent=2))
+    else:
+        for r in rows:
+            mark = "ok" if r["ok"] else ("refused" if r["acknowledged"] else "no ack")
+            click.echo(f"pid {r['pid']:<8} {action} {fix_id}: {mark:<8} {r['state'] or '-'}"
+                       + (f"  ({r['reason']})" if r["reason"] else ""))
+    if not rows or not all(r["ok"] for r in rows):
+        sys.exit(EXIT_FIX_FAILED)
+
+
+def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
+    import fixes
+    from diag.errors import EXIT_FIX_FAILED
+    from fixes.base import APPLICABLE, UPSTREAM
+
+    fix = fixes.get(fix_id)
+    if action == "apply":
+        ctx = build_context(**target_kw, execute=False)
+        a = fix.applies_to(ctx.target, ctx.platform)
+        state, reason, ok = a.status, a.reason, a.status in (APPLICABLE, UPSTREAM)
+        if a.status == APPLICABLE:
+            try:
+                fix.apply()
+                state = "applied" if fix.is_applied() else "pending"
+                reason = "in this diag process only; use --run-dir for a running engine, or " \
+                         "`diag run --fix` to start one with it"
+            except Exception as e:
+                state, reason, ok = "failed", f"{type(e).__name__}: {e}", False
+    else:
+        if not fix.revertible:
+            state, reason, ok = "applied", f"{fix_id} cannot be reverted", False
+        else:
+            fix.revert()
+            state, reason, ok = "reverted", "in this diag process only", True
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "fix": fix_id, "action": action,
+                               "ok": ok, "state": state, "reason": reason}, indent=2))
+    else:
+        click.echo(f"{fix_id}: {state}" + (f"  ({reason})" if reason else ""))
+    if not ok:
+        sys.exit(EXIT_FIX_FAILED)
+
+
+def _check_id(fix_id: str) -> str:
+    import fixes
+
+    if fix_id not in fixes.all_ids():
+        raise click.UsageError(f"unknown fix {fix_id!r} (known: {', '.join(fixes.all_ids())})")
+    return fix_id
+
+
+def _control_command(action: str):
+    @fix.command(action, help=f"{action.capitalize()} fix ID in a running engine (--run-dir DIR: "
+                 "every process acknowledges; exit 4 when one refuses or does not answer), or "
+                 "in this diag process.")
+    @click.argument("fix_id", metavar="ID")
+    @click.option("--pid", type=int, default=None,
+                  help="Only this process of the run (default: every live process).")
+    @click.option("--timeout", type=float, default=30.0, show_default=True,
+                  help="Seconds to wait for every process to acknowledge.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @target_options
+    @guarded
+    def command(fix_id: str, pid: int | None, timeout: float, as_json: bool, run_dir: str | None,
+                **target_kw) -> None:
+        if run_dir:  # the engine's own registry decides (it refuses unknown ids: exit 4)
+            _control(fix_id, action, run_dir, pid, timeout, as_json)
+        else:
+            _check_id(fix_id)
+            _here(fix_id, action, as_json, target_kw)
+
+    return command
+
+
+apply_cmd = _control_command("apply")
+revert_cmd = _control_command("revert")
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def _fmt_counters(c: dict) -> list[str]:
+    out = []
+    for b, v in sorted(c.get("syncs", {}).items()):
+        out.append(f"syncs {b}: {v['syncs']} in {v['calls']} calls, {v['seconds'] * 1e3:.2f} ms")
+    for m, v in sorted(c.get("draft_extend", {}).items()):
+        out.append(f"draft-extend {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms")
+    p = c.get("profiler_stop", {})
+    if p.get("stops"):
+        out.append(f"profiler stops: {p['stops']}, {p['seconds']:.3f} s, "
+                   f"{p['collected']} objects collected")
+    if c.get("errors"):
+        out.append(f"agent errors: {c['errors']}")
+    return out
+
+
+@fix.command("status")
+@click.option("--run-dir", type=click.Path(), metavar="DIR",
+              help="The run directory (default: every live run found on this machine).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {schema_version, runs: [{run_dir, meta, processes}]}.")
+@guarded
+def status(run_dir: str | None, as_json: bool) -> None:
+    """Per engine process: fixes, runtime counters, last events (from the run directory)."""
+    from diag import rundir
+    from diag.cli_common import log
+
+    dirs = [run_dir] if run_dir else [str(p) for p in rundir.discover()]
+    states = [rundir.read_state(d) for d in dirs]
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "runs": [s.to_dict() for s in states]},
+                              indent=2, default=str))
+        return
+    if not states:
+        log("no running engine started under `diag run` found (pass --run-dir DIR)")
+        return
+    for s in states:
+        cmd = " ".join(s.meta.get("cmd") or [])
+        click.echo(click.style(f"{s.run_dir}", bold=True) + (f"  {cmd}" if cmd else ""))
+        if not s.processes:
+            click.echo("  no process has written events yet")
+        for p in s.processes.values():
+            argv = " ".join(p.argv)[:60]
+            click.echo(f"  pid {p.pid} (parent {p.ppid}) {'live' if p.alive else 'exited'}"
+                       f"  control at {p.control}  {argv}")
+            for fid, st in sorted(p.fixes.items()):
+                reason = f"  ({st.get('reason')})" if st.get("reason") else ""
+                click.echo(f"    fix {fid:<30} {st.get('state')}{reason}")
+            for pid_, st in sorted(p.probes.items()):
+                reason = f"  ({st.get('reason')})" if st.get("reason") else ""
+                click.echo(f"    counter {pid_:<26} {st.get('state')}{reason}")
+            for line in _fmt_counters(p.counters):
+                click.echo(f"    {line}")
+            if p.last_events:
+                kinds = ", ".join(str(e.get("kind")) for e in p.last_events[-5:])
+                click.echo(f"    last events: {kinds}")
+
+
+# ----------------------------------------------------------------------------- check (CI)
+
+
+@fix.command("check")
+@click.option("--require", "required", multiple=True, metavar="ID|all",
+              help="Fixes that must be applicable or upstream (repeatable; default: all).")
+@click.option("--dry/--no-dry", default=True, show_default=True,
+              help="Also apply each applicable fix in a child interpreter with the release's "
+                   "code loaded (skipped when SGLang's requirements are not installed there).")
+@click.option("--python", "python", metavar="PATH",
+              help="Interpreter for the dry application (one with SGLang's requirements).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, fixes: [...]}.")
+@target_options
+@guarded
+def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: bool,
+          **target_kw) -> None:
+    """For CI: exit 0 only when every required fix is `applicable` or `upstream` for the target
+    and platform and, where the release's code loads here, its dry application fits; else 4."""
+    import fixes
+    from diag.agent import _split
+    from diag.errors import EXIT_FIX_FAILED
+    from diag.fix_check import dry_apply
+    from fixes.base import APPLICABLE, UPSTREAM
+
+    req = _split(",".join(required) or "all", fixes.all_ids())
+    for r in req:
+        _check_id(r)
+    ctx = build_context(**target_kw, execute=False)
+    rows = []
+    for fid in fixes.all_ids():
+        try:
+            a = fixes.get(fid).applies_to(ctx.target, ctx.platform)
+            st, reason = a.status, a.reason
+        except Exception as e:
+            st, reason = "refused", f"applicability check crashed: {type(e).__name__}: {e}"
+        rows.append({"id": fid, "required": fid in req, "status": st, "reason": reason,
+                     "dry": None})
+    todo = [r["id"] for r in rows if r["status"] == APPLICABLE]
+    if dry and todo:
+        res = dry_apply(str(ctx.target.root), todo, ctx.platform, python=python)
+        for r in rows:
+            if r["id"] in res:
+                r["dry"] = res[r["id"]]
+    for r in rows:
+        r["ok"] = r["status"] in (APPLICABLE, UPSTREAM) and \
+            (r["dry"] is None or r["dry"].get("status") != "does-not-fit")
+    ok = all(r["ok"] for r in rows if r["required"])
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "target": ctx.target.to_dict(),
+                               "platform": ctx.platform, "ok": ok, "fixes": rows}, indent=2))
+    else:
+        click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
+        for r in rows:
+            mark = ("ok  " if r["ok"] else "FAIL") if r["required"] else "-   "
+            click.echo(f"{mark} {r['id']:<32} {r['status']:<11} {r['reason']}")
+            if r["dry"]:
+                click.echo(f"     dry application: {r['dry']['status']}: {r['dry']['reason']}")
+        click.echo(f"{'all required fixes fit' if ok else 'a required fix does not fit'}")
+    if not ok:
+        sys.exit(EXIT_FIX_FAILED)

@@ -1,0 +1,76 @@
+"""`diag diagnose --sglang 0.5.23` vs `python -m torch.utils.collect_env`, side by side.
+
+The issue's speed bar: diagnosing a release takes no longer than torch's own environment
+report on the same machine. Both run as fresh subprocesses of the same interpreter, interleaved
+(A, B, A, B, ...) so that load changes hit both alike; one warm-up run of each first (pip
+caches, the release download, page cache). Prints the medians and the ratio diag/collect_env.
+
+    python benchmarks/diagnose_speed.py [--repeats 5] [--sglang 0.5.23] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _diag_cmd(sglang: str, extra: list[str]) -> list[str]:
+    exe = Path(sys.executable).with_name("diag")
+    base = [str(exe)] if exe.exists() else [shutil.which("diag") or "diag"]
+    return base + ["diagnose", "--sglang", sglang, *extra]
+
+
+def _time(cmd: list[str]) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0, proc.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sglang", default="0.5.23")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("diag_args", nargs="*", help="extra arguments for diag diagnose")
+    a = ap.parse_args(argv)
+    cmds = {
+        "diag diagnose": _diag_cmd(a.sglang, a.diag_args),
+        "collect_env": [sys.executable, "-m", "torch.utils.collect_env"],
+    }
+    samples: dict[str, list[float]] = {k: [] for k in cmds}
+    codes: dict[str, set[int]] = {k: set() for k in cmds}
+    for cmd in cmds.values():  # warm-up, not counted
+        _time(cmd)
+    for _ in range(a.repeats):
+        for name, cmd in cmds.items():
+            s, rc = _time(cmd)
+            samples[name].append(s)
+            codes[name].add(rc)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    ratio = med["diag diagnose"] / med["collect_env"]
+    doc = {"repeats": a.repeats, "sglang": a.sglang, "python": sys.executable,
+           "commands": {k: " ".join(v) for k, v in cmds.items()},
+           "median_s": med, "min_s": {k: min(v) for k, v in samples.items()},
+           "max_s": {k: max(v) for k, v in samples.items()},
+           "exit_codes": {k: sorted(v) for k, v in codes.items()},
+           "ratio_diag_over_collect_env": ratio}
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        for k in cmds:
+            v = samples[k]
+            print(f"{k:<14} median {med[k]:6.2f} s  min {min(v):6.2f}  max {max(v):6.2f}  "
+                  f"(n={len(v)}, exit {sorted(codes[k])})")
+        print(f"ratio diag/collect_env = {ratio:.2f} "
+              f"({'within' if ratio <= 1 else 'OVER'} the bar of 1.0)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

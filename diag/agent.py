@@ -1,0 +1,590 @@
+"""The in-engine agent: applies requested fixes, runs the runtime counters, writes events, obeys
+control requests — inside every process of an engine, without ever taking the engine down.
+
+It is started by the bootstrap `sitecustomize` (`diag run`), by the SGLang plugin entry point, or
+by `diag.api`. Configuration comes from the environment (names in `diag.rundir`): `DIAG_RUN_DIR`,
+`DIAG_FIXES` (ids or `all`), `DIAG_PROBES` (runtime counters: probe ids or `all`),
+`DIAG_CONTROL_POLL`, `DIAG_EVENTS_MAX_BYTES`, `DIAG_BATCH_HOOK`, `DIAG_PLATFORM`.
+
+Nothing here imports sglang. Fixes and counters are set up when the `sglang` package is first
+imported (a post-import hook) — or at once when it already is — and the patcher patches each
+target module when it is imported.
+
+Control requests (`diag fix apply|revert --run-dir`) are read by a poll thread. Where they are
+applied (the safe point):
+- in an SGLang scheduler, at the next call of `Scheduler.run_batch` or
+  `Scheduler.process_input_requests` — i.e. at the top of an event-loop iteration or just before a
+  batch is launched, never while a batch is being built or run (an idle scheduler still reaches
+  `process_input_requests` every iteration). `DIAG_BATCH_HOOK` can name other methods
+  (`module:Class.method,...`), e.g. a stand-in scheduler in tests;
+- in any other process (no scheduler module imported), on the poll thread itself: the attribute
+  swap is atomic, a call already running finishes with the code it started with, calls started
+  afterwards see the new state. Programs with their own loop can call `diag.api.safe_point()` to
+  apply pending requests at a point of their choosing instead (set `DIAG_CONTROL=manual`).
+
+Every failure is logged (logger `diag.agent`), recorded as an `error` event, and leaves that
+part of the engine unpatched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+from diag import rundir, telemetry
+
+log = logging.getLogger("diag.agent")
+
+ENV_BATCH_HOOK = "DIAG_BATCH_HOOK"
+ENV_PLATFORM = "DIAG_PLATFORM"
+ENV_CONTROL = "DIAG_CONTROL"  # "auto" (default) | "manual": only diag.api.safe_point() applies
+DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
+                      "sglang.srt.managers.scheduler:Scheduler.process_input_requests")
+
+# Runtime counters: probe id -> (module, function) returning a fixes.patcher.Patch that emits
+# telemetry. Written by the probes' and fixes' own modules; missing ones are "unavailable".
+RUNTIME_COUNTERS: dict[str, tuple[str, str]] = {
+    "metadata-syncs": ("probes.sync_counter", "runtime_patch"),
+    "draft-extend-graph": ("probes.draft_extend_runtime", "runtime_patch"),
+    "profiler-teardown": ("fixes.profiler_controlled_teardown", "runtime_patch"),
+}
+
+# Metadata builders counted by "metadata-syncs" (SGLANG.md); only those present in the running
+# release's source are wrapped (checked by AST, so a missing one is not an error).
+SYNC_BUILDERS: tuple[tuple[str, str], ...] = (
+    ("sglang.srt.layers.attention.deepseek_v4_backend_hip_radix",
+     "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta"),
+    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend.init_forward_metadata"),
+    ("sglang.srt.layers.attention.qwen_sparse_attn_backend",
+     "QwenSparseAttnBackend._metadata_from_forward_batch"),
+    ("sglang.srt.layers.attention.minimax_sparse_backend",
+     "MiniMaxSparseAttnBackend._build_prefill_meta"),
+    ("sglang.srt.layers.attention.deepseek_v4_backend",
+     "DeepseekV4AttnBackend._build_late_layer_tail_metadata"),
+)
+
+_agent: Agent | None = None
+_start_lock = threading.Lock()
+
+
+def _split(value: str | None, known: list[str]) -> list[str]:
+    items = [x.strip() for x in (value or "").split(",") if x.strip()]
+    if "all" in items:
+        return list(known)
+    return list(dict.fromkeys(items))
+
+
+def wanted(env: dict[str, str] | os._Environ | None = None) -> bool:
+    """Whether the environment asks for the agent (any DIAG_RUN_DIR/FIXES/PROBES, or DIAG_AGENT=1)."""
+    env = os.environ if env is None else env
+    if env.get(rundir.ENV_AGENT) == "0":
+        return False
+    return bool(env.get(rundir.ENV_AGENT) == "1" or env.get(rundir.ENV_RUN_DIR)
+                or env.get(rundir.ENV_FIXES) or env.get(rundir.ENV_PROBES))
+
+
+def start(source: str = "api") -> Agent | None:
+    """Start the agent of this process once (idempotent). Never raises; None when it could not."""
+    global _agent
+    try:
+        with _start_lock:
+            if _agent is None:
+                a = Agent(source)
+                a.start()
+                _agent = a
+            return _agent
+    except Exception as e:
+        log.warning("diag agent could not start: %s: %s", type(e).__name__, e)
+        return None
+
+
+def current() -> Agent | None:
+    return _agent
+
+
+def _platform() -> str:
+    """hip | cuda without importing torch: DIAG_PLATFORM, the loaded torch, or torch/version.py."""
+    p = os.environ.get(ENV_PLATFORM)
+    if p in ("hip", "cuda"):
+        return p
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "version", None) is not None:
+        return "cuda" if getattr(torch.version, "cuda", None) and \
+            not getattr(torch.version, "hip", None) else "hip"
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec and spec.submodule_search_locations:
+            path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+            ns: dict[str, Any] = {}
+            with open(path, encoding="utf-8") as fh:
+                src = fh.read()
+            for line in src.splitlines():
+                if line.startswith(("hip", "cuda")) and "=" in line:
+                    name, _, value = line.partition("=")
+                    ns[name.split(":")[0].strip()] = value.strip()
+            if ns.get("hip", "None") != "None":
+                return "hip"
+            if ns.get("cuda", "None") != "None":
+                return "cuda"
+    except Exception:
+        pass
+    return "hip"
+
+
+class Agent:
+    """One per process (re-created in a forked child)."""
+
+    def __init__(self, source: str = "api") -> None:
+        import fixes
+
+        self.source = source
+        self.run_dir = os.environ.get(rundir.ENV_RUN_DIR) or None
+        self.fix_ids = _split(os.environ.get(rundir.ENV_FIXES), fixes.all_ids())
+        self.probe_ids = _split(os.environ.get(rundir.ENV_PROBES), list(RUNTIME_COUNTERS))
+        try:
+            self.poll_s = max(0.02, float(os.environ.get(rundir.ENV_POLL, "0.2")))
+        except ValueError:
+            self.poll_s = 0.2
+        self.manual = os.environ.get(ENV_CONTROL) == "manual"
+        self.pid = os.getpid()
+        self.writer: rundir.EventWriter | None = None
+        self.fixes: dict[str, dict[str, Any]] = {}  # id -> {state, reason}
+        self.probes: dict[str, dict[str, Any]] = {}
+        self.probe_patches: dict[str, Any] = {}
+        self.sglang: str | None = None
+        self.sglang_seen = False
+        self.batch_patch = None
+        self.control_mode = "poll"
+        self._seen: set[str] = set()
+        self.desired: dict[str, bool] = {}  # fix id -> applied, as the last control request said
+        self._queue: deque[dict[str, Any]] = deque()
+        self.pending = False  # the one flag the per-batch hook reads
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ start-up
+
+    def start(self) -> None:
+        if self.run_dir:
+            try:
+                d = rundir.check_run_dir(self.run_dir)
+                self.writer = rundir.EventWriter(d)
+                telemetry.add_sink(self.writer)
+            except Exception as e:  # unsafe or missing dir: no events, no control
+                log.warning("diag agent: run directory not used: %s", e)
+                self.writer = None
+        self._install_metrics()
+        for fid in self.fix_ids:
+            self.fixes[fid] = {"state": "pending", "reason": "applied when sglang is imported"}
+        for pid in self.probe_ids:
+            self.probes[pid] = {"state": "pending", "reason": "switched on when sglang is imported"}
+        if "sglang" in sys.modules:
+            self._on_sglang(sys.modules["sglang"], emit=False)
+        elif self.fix_ids or self.probe_ids or self.run_dir:
+            self._register_sglang_hook()
+        self._emit_start()
+        self._install_batch_hook()  # patches the scheduler when (if ever) it is imported
+        if self.writer is not None and not self.manual:
+            self._thread = threading.Thread(target=self._poll_loop, name="diag-agent-control",
+                                            daemon=True)
+            self._thread.start()
+        with contextlib.suppress(Exception):
+            os.register_at_fork(after_in_child=_after_fork)
+
+    def _install_metrics(self) -> None:
+        try:
+            import importlib.util
+
+            if importlib.util.find_spec("diag.metrics") is not None:
+                from diag import metrics
+
+                metrics.install()
+        except Exception as e:
+            self.error("metrics.install", e)
+
+    def _register_sglang_hook(self) -> None:
+        try:
+            import wrapt
+
+            wrapt.register_post_import_hook(self._on_sglang_hook, "sglang")
+        except Exception as e:
+            self.error("register sglang import hook", e)
+
+    def _on_sglang_hook(self, module: Any) -> None:
+        self._on_sglang(module, emit=True)
+
+    def _emit_start(self) -> None:
+        import platform as _pf
+
+        telemetry.emit("start", ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
+                       executable=sys.executable, started=time.time(), source=self.source,
+                       sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
+                       fixes=dict(self.fixes), probes_state=dict(self.probes),
+                       control=self.control_mode)
+
+    def _on_sglang(self, module: Any, emit: bool) -> None:
+        """sglang was imported: evaluate and apply the requested fixes, switch counters on."""
+        try:
+            with self._lock:
+                if self.sglang_seen:
+                    return
+                self.sglang_seen = True
+                target = None
+                try:
+                    from diag.target import find_importable
+
+                    target = find_importable()
+                    self.sglang = target.version if target else None
+                except Exception as e:
+                    self.error("locate sglang", e)
+                ids = self.fix_ids + [f for f, on in self.desired.items()
+                                      if on and f not in self.fix_ids]
+                for fid in ids:
+                    if self.desired.get(fid, True):
+                        self._set_fix(fid, *self._apply(fid, target), emit=emit)
+                    else:
+                        self._set_fix(fid, "reverted", "reverted by a control request", emit=emit)
+                for pid in self.probe_ids:
+                    self._start_probe(pid, emit=emit)
+        except Exception as e:
+            self.error("sglang import hook", e)
+
+    # ------------------------------------------------------------------ fixes
+
+    def _set_fix(self, fid: str, state: str, reason: str, emit: bool = True) -> None:
+        old = self.fixes.get(fid)
+        self.fixes[fid] = {"state": state, "reason": reason}
+        if emit and old != self.fixes[fid]:
+            telemetry.emit("fix", fix=fid, state=state, reason=reason)
+
+    def _apply(self, fid: str, target: Any = None, check: bool = True) -> tuple[str, str]:
+        """Apply one fix; (state, reason). Never raises."""
+        import fixes
+        from fixes.base import APPLICABLE
+
+        try:
+            fix = fixes.get(fid)
+        except KeyError as e:
+            return "refused", str(e.args[0])
+        try:
+            if check:
+                if target is None:
+                    from diag.target import find_importable
+
+                    target = find_importable()
+                if target is None:
+                    return "not-applicable", "no SGLang importable in this process"
+                a = fix.applies_to(target, _platform())
+                if a.status != APPLICABLE:
+                    return a.status, a.reason
+            for dep in fix.depends_on:
+                if self.fixes.get(dep, {}).get("state") not in ("applied", "pending", "upstream"):
+                    state, reason = self._apply(dep, target, check)
+                    self._set_fix(dep, state, reason)
+            fix.apply()
+            return self._fix_state(fid)
+        except Exception as e:
+            self.error(f"apply {fid}", e)
+            with contextlib.suppress(Exception):
+                fix.revert()  # leave it unpatched
+            return "failed", f"{type(e).__name__}: {e}"
+
+    def _fix_state(self, fid: str) -> tuple[str, str]:
+        import fixes
+
+        fix = fixes.get(fid)
+        errs = self._patch_errors(fix)
+        if errs:
+            return "failed", "; ".join(errs)
+        if not fix.is_applied():
+            return "pending", "waiting for the import of the code it patches"
+        if any(getattr(p, "pending", None) for p in self._patches(fix)):
+            return "pending", "waiting for the import of the code it patches"
+        return "applied", ""
+
+    @staticmethod
+    def _patches(fix: Any) -> list[Any]:
+        out: list[Any] = []
+        for name in ("patch", "_patch", "patches", "_patches"):
+            p = getattr(fix, name, None)
+            out.extend(x for x in (p if isinstance(p, (list, tuple)) else [p]) if x is not None)
+        return out
+
+    @classmethod
+    def _patch_errors(cls, fix: Any) -> list[str]:
+        errs = getattr(fix, "errors", None)
+        out: list[str] = list(errs) if isinstance(errs, (list, tuple)) else []
+        for patch in cls._patches(fix):
+            out.extend(e for e in getattr(patch, "errors", None) or [] if e not in out)
+        return out
+
+    def _revert(self, fid: str) -> tuple[bool, str, str]:
+        import fixes
+
+        try:
+            fix = fixes.get(fid)
+        except KeyError as e:
+            return False, "refused", str(e.args[0])
+        if not fix.revertible:
+            return False, self.fixes.get(fid, {}).get("state", "applied"), \
+                f"{fid} cannot be reverted in a running process"
+        try:
+            fix.revert()
+            return True, "reverted", ""
+        except Exception as e:
+            self.error(f"revert {fid}", e)
+            return False, "failed", f"{type(e).__name__}: {e}"
+
+    def refresh(self) -> None:
+        """Pending fixes whose modules got imported since: emit their new state."""
+        for fid, st in list(self.fixes.items()):
+            if st.get("state") == "pending" and self.sglang_seen:
+                with contextlib.suppress(Exception):
+                    self._set_fix(fid, *self._fix_state(fid))
+        for pid, patch in list(self.probe_patches.items()):
+            if self.probes.get(pid, {}).get("state") == "pending":
+                self._probe_state(pid, patch)
+
+    # ------------------------------------------------------------------ runtime counters
+
+    def _start_probe(self, pid: str, emit: bool = True) -> None:
+        import importlib
+        import importlib.util
+
+        def set_state(state: str, reason: str = "") -> None:
+            self.probes[pid] = {"state": state, "reason": reason}
+            if emit:
+                telemetry.emit("probe", probe=pid, state=state, reason=reason)
+
+        if pid not in RUNTIME_COUNTERS:
+            set_state("unavailable", f"no runtime counter for {pid!r} "
+                                     f"(known: {', '.join(RUNTIME_COUNTERS)})")
+            return
+        mod_name, fn_name = RUNTIME_COUNTERS[pid]
+        try:
+            if importlib.util.find_spec(mod_name) is None:
+                set_state("unavailable", f"{mod_name} is not installed")
+                return
+            fn = getattr(importlib.import_module(mod_name), fn_name, None)
+            if fn is None:
+                set_state("unavailable", f"{mod_name} has no {fn_name}()")
+                return
+            params = [p.name for p in inspect.signature(fn).parameters.values()
+                      if p.default is inspect.Parameter.empty
+                      and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            if params and params[0] == "builders":
+                builders = self._sync_builders()
+                if not builders:
+                    set_state("unavailable", f"no known metadata builder in SGLang {self.sglang}")
+                    return
+                patch = fn(builders)
+            else:
+                patch = fn(self.sglang) if params else fn()
+            if patch is None:
+                set_state("unavailable", f"{mod_name}.{fn_name} has nothing to count in "
+                                         f"SGLang {self.sglang}")
+                return
+            patch.apply()
+            self.probe_patches[pid] = patch
+            self.probes[pid] = {"state": None, "reason": ""}
+            self._probe_state(pid, patch, emit)
+        except Exception as e:
+            self.error(f"runtime counter {pid}", e)
+            set_state("failed", f"{type(e).__name__}: {e}")
+
+    def _sync_builders(self) -> list[tuple[str, str]]:
+        """The SYNC_BUILDERS present in the running release's source (by AST; never imported)."""
+        import ast
+
+        from diag.target import find_importable
+        from fixes.patcher import PatchError, find_def
+
+        target = find_importable()
+        if target is None:
+            return []
+        out = []
+        for module, qualname in SYNC_BUILDERS:
+            rel = module.split(".", 1)[1].replace(".", "/") + ".py"
+            src = target.source(rel)
+            if not src:
+                continue
+            with contextlib.suppress(PatchError, SyntaxError):
+                find_def(ast.parse(src), qualname)
+                out.append((module, qualname))
+        return out
+
+    def _probe_state(self, pid: str, patch: Any, emit: bool = True) -> None:
+        errs = list(getattr(patch, "errors", None) or [])
+        if errs:
+            state, reason = "failed", "; ".join(errs)
+        elif getattr(patch, "applied", False):
+            state, reason = "on", ""
+        else:
+            state, reason = "pending", "waiting for the import of the code it counts"
+        if self.probes.get(pid) != {"state": state, "reason": reason}:
+            self.probes[pid] = {"state": state, "reason": reason}
+            if emit:
+                telemetry.emit("probe", probe=pid, state=state, reason=reason)
+
+    # ------------------------------------------------------------------ control
+
+    def _install_batch_hook(self) -> None:
+        """Wrap the scheduler's per-batch methods: pending control requests run there."""
+        if self.writer is None or self.manual:
+            return
+        try:
+            from fixes.patcher import Patch
+
+            spec = os.environ.get(ENV_BATCH_HOOK, DEFAULT_BATCH_HOOK)
+            patch = Patch("diag-agent-batch-hook")
+            for item in (s.strip() for s in spec.split(",") if s.strip()):
+                module, _, qualname = item.partition(":")
+                patch.add(module, qualname, self._make_batch_wrapper)
+            patch.on_applied.append(self._on_batch_hook)
+            patch.apply()
+            self.batch_patch = patch
+            if patch.applied:
+                self._on_batch_hook("")
+        except Exception as e:
+            self.error("install per-batch hook", e)
+
+    def _on_batch_hook(self, _module: str) -> None:
+        if self.control_mode != "batch":
+            self.control_mode = "batch"
+            telemetry.emit("control", mode="batch")
+
+    def _make_batch_wrapper(self, original: Any) -> Any:
+        agent = self
+
+        def diag_batch_boundary(*args: Any, **kwargs: Any) -> Any:
+            if agent.pending:
+                try:
+                    agent.safe_point()
+                except Exception as e:  # never into the engine; no retry until a new request
+                    agent.pending = False
+                    with contextlib.suppress(Exception):
+                        agent.error("per-batch hook", e)
+            return original(*args, **kwargs)
+
+        diag_batch_boundary.__wrapped__ = original
+        diag_batch_boundary.__name__ = getattr(original, "__name__", "diag_batch_boundary")
+        diag_batch_boundary.__qualname__ = getattr(original, "__qualname__",
+                                                   diag_batch_boundary.__name__)
+        return diag_batch_boundary
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception as e:
+                self.error("control poll", e)
+
+    def poll(self) -> None:
+        """Read new control requests; apply them here unless a per-batch hook is in."""
+        self.refresh()
+        if self.writer is None:
+            return
+        new = []
+        for req in rundir.read_requests(self.writer.run_dir):
+            rid = str(req.get("id"))
+            if rid in self._seen:
+                continue
+            self._seen.add(rid)
+            if req.get("pid") not in (None, self.pid):
+                continue
+            new.append(req)
+        if new:
+            with self._lock:
+                self._queue.extend(new)
+                self.pending = True
+        if self.pending and self.control_mode != "batch":
+            self.safe_point()
+
+    def safe_point(self) -> None:
+        """Apply every queued control request now and acknowledge each."""
+        with self._lock:
+            self.pending = False
+            while self._queue:
+                req = self._queue.popleft()
+                try:
+                    self._handle(req)
+                except Exception as e:
+                    self.error(f"control request {req.get('id')}", e)
+                    telemetry.emit("control_ack", request=req.get("id"), fix=req.get("fix"),
+                                   action=req.get("action"), ok=False, state="failed",
+                                   reason=f"{type(e).__name__}: {e}")
+
+    def _handle(self, req: dict[str, Any]) -> None:
+        fid, action = str(req.get("fix")), req.get("action")
+        if action in ("apply", "revert"):
+            self.desired[fid] = action == "apply"
+        if action == "apply":
+            state, reason = self._apply(fid, check=self.sglang_seen)
+            ok = state in ("applied", "pending")
+            if not self.sglang_seen and state == "pending":
+                reason = reason or "waiting for the import of the code it patches"
+        elif action == "revert":
+            ok, state, reason = self._revert(fid)
+        else:
+            ok, state, reason = False, self.fixes.get(fid, {}).get("state", "unknown"), \
+                f"unknown action {action!r}"
+        self.fixes[fid] = {"state": state, "reason": reason}
+        telemetry.emit("control_ack", request=req.get("id"), fix=fid, action=action, ok=ok,
+                       state=state, reason=reason)
+
+    # ------------------------------------------------------------------ errors, fork
+
+    def error(self, where: str, exc: BaseException) -> None:
+        try:
+            log.warning("diag agent: %s failed: %s: %s", where, type(exc).__name__, exc)
+            log.debug("%s", "".join(traceback.format_exception(exc)))
+            telemetry.emit("error", where=where, message=f"{type(exc).__name__}: {exc}")
+        except Exception:
+            pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _after_fork() -> None:
+    """A forked child inherits the patches but not the thread or the file: start its own."""
+    global _agent
+    try:
+        old = _agent
+        if old is None:
+            return
+        if old.writer is not None:
+            telemetry.remove_sink(old.writer)
+        a = Agent.__new__(Agent)
+        a.__dict__.update(old.__dict__)
+        a.pid = os.getpid()
+        a._lock = threading.RLock()
+        a._stop = threading.Event()
+        a._queue = deque()
+        a._seen = set(old._seen)
+        a.desired = dict(old.desired)
+        a.pending = False
+        a.writer = None
+        a._thread = None
+        if old.writer is not None:
+            a.writer = rundir.EventWriter(old.writer.run_dir)
+            telemetry.add_sink(a.writer)
+        _agent = a
+        a._emit_start()
+        if a.writer is not None and not a.manual:
+            a._thread = threading.Thread(target=a._poll_loop, name="diag-agent-control",
+                                         daemon=True)
+            a._thread.start()
+    except Exception as e:
+        log.warning("diag agent: after fork: %s", e)

@@ -1,0 +1,1 @@
+"""The bootstrap directory `diag run` puts first on PYTHONPATH (holds only `sitecustomize`)."""

@@ -1,0 +1,85 @@
+"""`diag run -- CMD...`: run a command with the diag agent in every Python process it starts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from diag.cli_common import guarded
+from diag.errors import EXIT_USAGE, DiagError
+
+
+def bootstrap_dir() -> Path:
+    return Path(__file__).resolve().parent / "bootstrap"
+
+
+def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
+              base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment CMD runs in: bootstrap first on PYTHONPATH, the agent's DIAG_* settings."""
+    from diag import rundir
+
+    env = dict(os.environ if base is None else base)
+    boot = str(bootstrap_dir())
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
+    env["PYTHONPATH"] = os.pathsep.join([boot, *parts])
+    env[rundir.ENV_RUN_DIR] = str(run_dir)
+    env["DIAG_HOME"] = str(Path(__file__).resolve().parent.parent)  # where `diag` is importable
+    env[rundir.ENV_AGENT] = "1"
+    if fix_ids:
+        env[rundir.ENV_FIXES] = ",".join(fix_ids)
+    else:
+        env.pop(rundir.ENV_FIXES, None)
+    if probe_ids:
+        env[rundir.ENV_PROBES] = ",".join(probe_ids)
+    else:
+        env.pop(rundir.ENV_PROBES, None)
+    return env
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--fix", "fix_ids", multiple=True, metavar="ID|all",
+              help="Apply this fix in every engine process (repeatable; `all` for every fix).")
+@click.option("--probe", "probe_ids", multiple=True, metavar="ID|all",
+              help="Switch on this runtime counter (metadata-syncs, draft-extend-graph, "
+                   "profiler-teardown; repeatable; `all`).")
+@click.option("--run-dir", type=click.Path(), metavar="DIR",
+              help="Where the agents write events (created mode 0700). Default: a new directory "
+                   "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
+@guarded
+def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | None,
+        cmd: tuple[str, ...]) -> None:
+    """Run CMD (after `--`) with the diag agent loaded in every Python process it starts.
+
+    The process becomes CMD (exec): its exit code and signals are CMD's own. The run directory
+    is printed on stderr; read it with `diag fix status --run-dir DIR`.
+    """
+    import fixes
+    from diag import agent, rundir
+
+    known_fixes = fixes.all_ids()
+    fx = agent._split(",".join(fix_ids), known_fixes)
+    bad = [f for f in fx if f not in known_fixes]
+    if bad:
+        raise DiagError(f"unknown fix {bad[0]!r} (known: {', '.join(known_fixes)}, all)",
+                        exit_code=EXIT_USAGE)
+    pr = agent._split(",".join(probe_ids), list(agent.RUNTIME_COUNTERS))
+    bad = [p for p in pr if p not in agent.RUNTIME_COUNTERS]
+    if bad:
+        raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
+                        f"{', '.join(agent.RUNTIME_COUNTERS)}, all)", exit_code=EXIT_USAGE)
+    d = rundir.create_run_dir(run_dir)
+    rundir.write_meta(d, cmd=list(cmd), fixes=fx, probes=pr, launcher_pid=os.getpid())
+    rundir.register(d)
+    env = build_env(d, fx, pr)
+    click.echo(f"diag: run directory {d}", err=True)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    try:
+        os.execvpe(cmd[0], list(cmd), env)
+    except OSError as e:
+        raise DiagError(f"cannot run {cmd[0]!r}: {e.strerror}",
+                        exit_code=127 if isinstance(e, FileNotFoundError) else 126) from None

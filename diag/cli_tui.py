@@ -1,0 +1,95 @@
+"""`diag tui`: the live view. Textual is imported inside the command, never by `diag --help`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from diag.cli_common import guarded
+from diag.errors import EXIT_USAGE
+
+
+@click.command()
+@click.option("--sglang", "sglang", metavar="PATH|VERSION",
+              help="SGLang to diagnose: a directory holding the sglang package, or a release "
+                   "version. Default: the importable sglang, else the pinned default release.")
+@click.option("--platform", type=click.Choice(["hip", "cuda"]), default=None,
+              help="Evaluate for this platform. Default: the local torch's; hip without a GPU.")
+@click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(),
+              help="Watch a run directory written by the in-engine agent (diag run); a/u then "
+                   "apply/revert fixes in that engine.")
+@click.option("--server", "server_url", metavar="URL",
+              help="Poll a live SGLang server's /metrics (inter-token latency, time per output "
+                   "token, accept length, draft-extend capture time).")
+@click.option("--execute/--no-execute", default=True, show_default=True,
+              help="Let probes run real SGLang builders and cheap runtime checks on local torch.")
+@click.option("--poll", "poll_interval", type=click.FloatRange(min=0.25), default=1.0,
+              show_default=True, help="Seconds between reads of the run dir / server.")
+@click.option("--export", "export_path", default="diag-tui.json", show_default=True,
+              metavar="FILE", help="Where `e` writes the JSON export.")
+@click.option("--once", is_flag=True,
+              help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
+@click.option("--width", type=click.IntRange(min=60), default=140, show_default=True,
+              help="Width of the --once frame.")
+@guarded
+def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_url: str | None,
+        execute: bool, poll_interval: float, export_path: str, once: bool, width: int) -> None:
+    """Live view: findings, fixes (apply/revert), before/after timings and sync counts.
+
+    Keys: r rerun, a apply, u revert, b bench, e export JSON, q quit, ? help.
+    """
+    if run_dir and server_url:
+        raise click.UsageError("give --run-dir or --server, not both", )
+    if once:
+        from tui.once import render_once
+
+        click.echo(render_once(sglang=sglang, platform=platform, run_dir=run_dir,
+                               server_url=server_url, execute=execute, width=width), nl=False)
+        return
+    if not sys.stdout.isatty() or not sys.stdin.isatty():
+        click.echo("diag: error: `diag tui` needs a terminal (use --once for a text frame)",
+                   err=True)
+        sys.exit(EXIT_USAGE)
+    from tui.app import make_app
+
+    app = make_app(sglang, platform, run_dir, server_url, execute=execute,
+                   poll_interval=poll_interval, export_path=export_path)
+    log_path = Path(os.environ.get("DIAG_CACHE_DIR") or Path.home() / ".cache" / "diag")
+    with stray_output_to(log_path / "tui-stderr.log") as log_file:
+        app.run()
+    if log_file and log_file.stat().st_size:
+        click.echo(f"diag: output that libraries wrote during the session: {log_file}", err=True)
+
+
+@contextlib.contextmanager
+def stray_output_to(path: Path) -> Iterator[Path | None]:
+    """Send fd 2 to a log while the app draws on the terminal through a duplicate of it.
+
+    Textual draws on `sys.__stderr__`; C/C++ libraries (the profiler's Kineto, ROCm) and child
+    processes write to fd 2 directly and would scribble over the screen.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        sys.stderr.flush()
+        tty_fd = os.dup(2)
+    except OSError:
+        yield None  # no log possible: run as is
+        return
+    tty = os.fdopen(tty_fd, "w", encoding=getattr(sys.__stderr__, "encoding", None) or "utf-8")
+    saved_dunder = sys.__stderr__
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    sys.__stderr__ = tty  # type: ignore[misc]
+    try:
+        yield path
+    finally:
+        sys.__stderr__ = saved_dunder  # type: ignore[misc]
+        tty.flush()
+        os.dup2(tty_fd, 2)
+        tty.close()

@@ -1,0 +1,117 @@
+"""`diag fix check`: can each fix go into a given SGLang release on a given platform?
+
+Two levels: `applies_to` (from the release's source, no import), and — where the release's code
+can be loaded here — a dry application in a child interpreter (`python -m diag.fix_check`): the
+release's tree first on `PYTHONPATH`, each fix applied, every module it patches imported, the
+patch checked in place, then reverted and checked restored. A child that cannot import the
+release (SGLang's requirements missing) says so; that is `skipped`, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DRY_TIMEOUT_S = 300.0
+
+
+def dry_apply(target_root: str, fix_ids: list[str], platform: str,
+              python: str | None = None, timeout: float = DRY_TIMEOUT_S) -> dict[str, dict]:
+    """{fix id: {status: fits|does-not-fit|skipped, reason}} from a child interpreter."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([target_root, *[p for p in env.get(
+        "PYTHONPATH", "").split(os.pathsep) if p]])
+    env["DIAG_PLATFORM"] = platform
+    for k in ("DIAG_RUN_DIR", "DIAG_FIXES", "DIAG_PROBES"):
+        env.pop(k, None)
+    env["DIAG_AGENT"] = "0"
+    cmd = [python or sys.executable, "-m", "diag.fix_check", target_root, platform, *fix_ids]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {f: {"status": "skipped", "reason": f"dry application timed out after "
+                                                   f"{timeout:.0f} s"} for f in fix_ids}
+    except OSError as e:
+        return {f: {"status": "skipped", "reason": f"cannot run {cmd[0]}: {e.strerror}"}
+                for f in fix_ids}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {f: {"status": "skipped", "reason": f"dry application child failed: {tail}"}
+            for f in fix_ids}
+
+
+def _patches(fix: Any) -> list[Any]:
+    from diag.agent import Agent
+
+    return Agent._patches(fix)
+
+
+def _one(fid: str, target: Any, platform: str) -> dict[str, str]:
+    import importlib
+
+    import fixes
+    from fixes.base import APPLICABLE
+
+    fix = fixes.get(fid)
+    a = fix.applies_to(target, platform)
+    if a.status != APPLICABLE:
+        return {"status": "skipped", "reason": f"{a.status}: nothing to apply"}
+    try:
+        fix.apply()
+    except Exception as e:
+        return {"status": "does-not-fit", "reason": f"apply: {type(e).__name__}: {e}"}
+    try:
+        patches = _patches(fix)
+        modules = sorted({m for p in patches for m in getattr(p, "modules", [])})
+        for m in modules:
+            try:
+                importlib.import_module(m)
+            except Exception as e:
+                return {"status": "skipped",
+                        "reason": f"release code cannot be loaded here: import {m}: "
+                                  f"{type(e).__name__}: {e}"}
+        errors = [e for p in patches for e in getattr(p, "errors", [])]
+        if errors:
+            return {"status": "does-not-fit", "reason": "; ".join(errors)}
+        if not fix.is_applied() or (patches and not all(p.applied for p in patches)):
+            return {"status": "does-not-fit", "reason": "applied, but nothing was patched"}
+        done = [(d.owner, d.name, d.original) for p in patches for d in p.done]
+        fix.revert()
+        moved = [f"{getattr(o, '__name__', o)}.{n}" for o, n, orig in done
+                 if vars(o).get(n) is not orig]
+        if moved:
+            return {"status": "does-not-fit", "reason": f"revert left {', '.join(moved)} changed"}
+        return {"status": "fits", "reason": f"patched and reverted {', '.join(modules)}"}
+    finally:
+        try:
+            fix.revert()
+        except Exception:
+            pass
+
+
+def main(argv: list[str]) -> int:
+    from diag.target import from_path
+
+    root, platform, *ids = argv
+    target = from_path(Path(root))
+    out: dict[str, dict[str, str]] = {}
+    for fid in ids:
+        try:
+            out[fid] = _one(fid, target, platform)
+        except Exception as e:
+            out[fid] = {"status": "does-not-fit", "reason": f"{type(e).__name__}: {e}"}
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

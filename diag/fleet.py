@@ -1,0 +1,372 @@
+"""The fleet view: per-instance diag state read from a Prometheus server's HTTP API.
+
+Every SGLang server's `/metrics` carries the `diag_*` series its engine processes record
+(`diag.metrics`). Prometheus scrapes them with the `instance` and `job` labels; this module asks
+Prometheus (`/api/v1/query`, `/api/v1/query_range`, stdlib urllib with a timeout) for, per
+instance: which fixes are on, syncs per step, the draft-extend eager share, SGLang's own latency
+and acceptance series, and a before/after split wherever a fix changed state in the window.
+Headless (no click, no textual) so the TUI can use it as one more source.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from diag.errors import DiagError, ServerError
+
+SCHEMA_VERSION = 1
+BY = "job, instance"
+Key = tuple[str, str]  # (job, instance)
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_window(text: str) -> int:
+    """'15m' → 900; Prometheus-style durations (s, m, h, d, w), one unit or several ('1h30m')."""
+    parts = re.fullmatch(r"(?:\d+[smhdw])+", text.strip())
+    if not parts:
+        raise ValueError(f"{text!r} is not a duration like 30s, 15m, 1h or 1h30m")
+    seconds = sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text))
+    if seconds < 10:
+        raise ValueError(f"{text!r} is too short: give at least 10s (a few scrapes)")
+    return seconds
+
+
+class Prometheus:
+    """A thin client of the Prometheus HTTP API (instant and range queries)."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        url = url.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise DiagError(f"--prometheus {url!r} is not an http(s) URL", exit_code=2)
+        self.url = url
+        self.timeout = timeout
+
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(full, timeout=self.timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as e:
+            body = e.read()
+            try:
+                err = json.loads(body).get("error")
+            except (ValueError, AttributeError):
+                err = None
+            raise ServerError(f"Prometheus at {self.url} answered HTTP {e.code}"
+                              + (f": {err}" if err else "")) from None
+        except (urllib.error.URLError, OSError, TimeoutError) as e:
+            reason = getattr(e, "reason", e)
+            raise ServerError(f"Prometheus at {self.url} is unreachable: {reason}") from None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise ServerError(f"{self.url} did not answer like a Prometheus API "
+                              f"({path} returned no JSON)") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            err = doc.get("error") if isinstance(doc, dict) else None
+            raise ServerError(f"Prometheus at {self.url}: query failed: {err or 'bad answer'}")
+        return doc.get("data") or {}
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return self._get("/api/v1/query", params).get("result") or []
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                  "step": f"{step:g}"}
+        return self._get("/api/v1/query_range", params).get("result") or []
+
+
+def _value(raw: Any) -> float | None:
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+def _key(metric: dict[str, str]) -> Key:
+    return (metric.get("job", ""), metric.get("instance", ""))
+
+
+def _by_key(result: list[dict], extra: str | None = None) -> dict:
+    """Vector result → {key: value} or {key: {extra_label: value}}."""
+    out: dict = {}
+    for item in result:
+        v = _value((item.get("value") or [None, None])[1])
+        k = _key(item.get("metric") or {})
+        if extra is None:
+            out[k] = v
+        else:
+            out.setdefault(k, {})[(item.get("metric") or {}).get(extra, "")] = v
+    return out
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or not den:
+        return None
+    return num / den
+
+
+def _sglang(name: str, suffix: str = "", matchers: str = "") -> str:
+    """A selector for SGLang's series `sglang:NAME`, also matching `sglang_NAME`.
+
+    prometheus_client 0.26 writes sample names with `:` turned into `_` in its OpenMetrics
+    output (its HELP/TYPE lines keep the colon), and Prometheus asks for OpenMetrics first, so a
+    scraped SGLang server may store either spelling.
+    """
+    extra = f", {matchers}" if matchers else ""
+    return f'{{__name__=~"sglang[:_]{re.escape(name + suffix)}"{extra}}}'
+
+
+def _mean_expr(hist: str, rng: str, extra: str = "") -> str:
+    """Mean of a histogram over the range: increase of _sum over increase of _count."""
+    by = f"{BY}, {extra}" if extra else BY
+    if hist.startswith("sglang:"):
+        s, c = (_sglang(hist[len("sglang:"):], suffix) for suffix in ("_sum", "_count"))
+    else:
+        s, c = f"{hist}_sum", f"{hist}_count"
+    return (f"sum by ({by}) (increase({s}[{rng}])) / "
+            f"sum by ({by}) (increase({c}[{rng}]))")
+
+
+def window_stats(prom: Prometheus, seconds: int, at: float) -> dict[Key, dict[str, Any]]:
+    """The rates and means over [at - seconds, at], per instance (None where no data)."""
+    rng = f"{max(1, int(seconds))}s"
+    q = prom.query
+    syncs = _by_key(q(f"sum by ({BY}) (increase(diag_metadata_syncs_total[{rng}]))", at))
+    builds = _by_key(q(f"sum by ({BY}) (increase(diag_metadata_builds_total[{rng}]))", at))
+    per_builder_syncs = _by_key(q(
+        f"sum by ({BY}, builder) (increase(diag_metadata_syncs_total[{rng}]))", at), "builder")
+    per_builder_builds = _by_key(q(
+        f"sum by ({BY}, builder) (increase(diag_metadata_builds_total[{rng}]))", at), "builder")
+    passes = _by_key(q(
+        f"sum by ({BY}, mode) (increase(diag_draft_extend_passes_total[{rng}]))", at), "mode")
+    de_mean = _by_key(q(_mean_expr("diag_draft_extend_seconds", rng, "mode"), at), "mode")
+    stops = _by_key(q(f"sum by ({BY}) (increase(diag_profiler_stops_total[{rng}]))", at))
+    stop_mean = _by_key(q(_mean_expr("diag_profiler_stop_seconds", rng), at))
+    itl = _by_key(q(_mean_expr("sglang:inter_token_latency_seconds", rng), at))
+    tpot = _by_key(q(_mean_expr("sglang:request_time_per_output_token_seconds", rng), at))
+    accept = _by_key(q(
+        f"avg by ({BY}) (avg_over_time({_sglang('spec_accept_length')}[{rng}]))", at))
+
+    keys = (set(syncs) | set(builds) | set(passes) | set(stops) | set(itl) | set(tpot)
+            | set(accept))
+    out: dict[Key, dict[str, Any]] = {}
+    for k in keys:
+        p = {m: v for m, v in (passes.get(k) or {}).items() if v is not None}
+        total = sum(p.values()) if p else None
+        builders = {}
+        for b, n in (per_builder_builds.get(k) or {}).items():
+            s = (per_builder_syncs.get(k) or {}).get(b)
+            builders[b] = {"calls": n, "syncs": s, "syncs_per_call": _ratio(s, n)}
+        out[k] = {
+            "metadata_builds": builds.get(k),
+            "syncs": syncs.get(k),
+            "syncs_per_step": _ratio(syncs.get(k), builds.get(k)),
+            "builders": builders,
+            "draft_extend_passes": p,
+            "draft_extend_eager_share": _ratio(p.get("eager"), total),
+            "draft_extend_mean_s": {m: v for m, v in (de_mean.get(k) or {}).items()
+                                    if v is not None},
+            "profiler_stops": stops.get(k),
+            "profiler_stop_mean_s": stop_mean.get(k),
+            "inter_token_latency_mean_s": itl.get(k),
+            "time_per_output_token_mean_s": tpot.get(k),
+            "spec_accept_length": accept.get(k),
+        }
+    return out
+
+
+@dataclass
+class Change:
+    """A fix whose number of processes in state `applied` changed inside the window."""
+
+    fix: str
+    at: float  # first sample with the new value
+    before_until: float  # last sample with the old value
+    applied_before: float
+    applied_after: float
+
+    @property
+    def direction(self) -> str:
+        return "applied" if self.applied_after > self.applied_before else "reverted"
+
+
+def find_changes(prom: Prometheus, start: float, end: float, step: float
+                 ) -> dict[Key, list[Change]]:
+    """Points in the window where a fix's `applied` count changed, per instance."""
+    result = prom.query_range(
+        f'sum by ({BY}, fix) (diag_fix_state{{state="applied"}})', start, end, step)
+    out: dict[Key, list[Change]] = {}
+    for series in result:
+        metric = series.get("metric") or {}
+        points = [(float(t), _value(v)) for t, v in series.get("values") or []]
+        points = [(t, v) for t, v in points if v is not None]
+        if not points:
+            continue
+        prev_t, prev_v = points[0]
+        if prev_t > start + 2 * step and prev_v > 0:
+            # The series appeared inside the window already applied: it was absent (0) before.
+            out.setdefault(_key(metric), []).append(
+                Change(metric.get("fix", ""), prev_t, prev_t - step, 0.0, prev_v))
+        found = out.setdefault(_key(metric), [])
+        for t, v in points[1:]:
+            if v != prev_v:
+                last = found[-1] if found else None
+                if last and last.fix == metric.get("fix", "") and prev_t - last.at <= step \
+                        and (v > prev_v) == (last.applied_after > last.applied_before):
+                    # One roll-out seen across adjacent steps (rank 1 flipped a scrape before
+                    # rank 2): one change, from the first old value to the last new one.
+                    last.at, last.applied_after = t, v
+                else:
+                    found.append(Change(metric.get("fix", ""), t, prev_t, prev_v, v))
+            prev_t, prev_v = t, v
+    return {k: v for k, v in out.items() if v}
+
+
+@dataclass
+class FleetReport:
+    prometheus: str
+    window_s: int
+    end: float
+    instances: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "prometheus": self.prometheus,
+                "window_s": self.window_s, "end": self.end, "instances": self.instances}
+
+
+def _fix_summary(states: dict[str, float | None]) -> dict[str, Any]:
+    counts = {s: int(v) for s, v in states.items() if v}
+    applied = counts.get("applied", 0)
+    others = sum(n for s, n in counts.items() if s != "applied")
+    if applied and not others:
+        summary = "on"
+    elif applied:
+        summary = f"partial ({applied} of {applied + others} processes)"
+    elif counts:
+        summary = max(counts, key=lambda s: counts[s])
+    else:
+        summary = "unknown"
+    return {"state": summary, "processes": counts}
+
+
+def collect(url: str, window_s: int = 900, timeout: float = 5.0,
+            end: float | None = None, prom: Prometheus | None = None) -> FleetReport:
+    """Query Prometheus once and build the per-instance report."""
+    prom = prom or Prometheus(url, timeout=timeout)
+    end = time.time() if end is None else end
+    start = end - window_s
+    instances = _by_key(prom.query(
+        f'group by ({BY}) ({{__name__=~"diag_.+|sglang[:_].+"}})', end))
+    processes = _by_key(prom.query(f"sum by ({BY}) (diag_agent_processes)", end))
+    fix_states: dict[Key, dict[str, dict[str, float | None]]] = {}
+    for item in prom.query(f"sum by ({BY}, fix, state) (diag_fix_state)", end):
+        m = item.get("metric") or {}
+        fix_states.setdefault(_key(m), {}).setdefault(m.get("fix", ""), {})[
+            m.get("state", "")] = _value((item.get("value") or [None, None])[1])
+    capture_sel = _sglang("startup_cuda_graph_time_seconds", matchers='phase="draft_extend"')
+    capture = _by_key(prom.query(f"max by ({BY}) ({capture_sel})", end))
+
+    whole = window_stats(prom, window_s, end)
+    step = max(1.0, window_s / 500)
+    changes = find_changes(prom, start, end, step)
+
+    report = FleetReport(prometheus=prom.url, window_s=window_s, end=end)
+    keys = sorted(set(instances) | set(processes) | set(fix_states) | set(whole))
+    cache: dict[tuple[int, float], dict[Key, dict[str, Any]]] = {}
+
+    def stats(seconds: float, at: float) -> dict[Key, dict[str, Any]]:
+        ck = (int(seconds), round(at, 3))
+        if ck not in cache:
+            cache[ck] = window_stats(prom, int(seconds), at) if seconds >= 1 else {}
+        return cache[ck]
+
+    for k in keys:
+        fixes = {f: _fix_summary(s)
+                 for f, s in sorted((fix_states.get(k) or {}).items())}
+        row: dict[str, Any] = {
+            "job": k[0], "instance": k[1],
+            "processes": int(processes[k]) if processes.get(k) is not None else None,
+            "fixes": fixes,
+            "fixes_on": [f for f, s in fixes.items() if s["state"] == "on"],
+            **(whole.get(k) or {"syncs_per_step": None, "draft_extend_eager_share": None}),
+            "draft_extend_capture_s": capture.get(k),
+            "changes": [],
+        }
+        for ch in changes.get(k, []):
+            before = stats(ch.before_until - start, ch.before_until).get(k)
+            after = stats(end - ch.at, end).get(k)
+            row["changes"].append({
+                "fix": ch.fix, "direction": ch.direction, "at": ch.at,
+                "applied_processes": [ch.applied_before, ch.applied_after],
+                "before": before, "after": after,
+            })
+        report.instances.append(row)
+    return report
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "NA"
+    if unit == "s":
+        return f"{v * 1e3:.3g} ms"
+    if unit == "%":
+        return f"{v * 100:.1f} %"
+    return f"{v:.3g}"
+
+
+_COMPARED = (("syncs_per_step", "syncs/step", ""),
+             ("draft_extend_eager_share", "draft-extend eager", "%"),
+             ("inter_token_latency_mean_s", "ITL mean", "s"),
+             ("time_per_output_token_mean_s", "TPOT mean", "s"),
+             ("spec_accept_length", "accept length", ""))
+
+
+def render(report: FleetReport) -> str:
+    """Human text (not a stable format: use --json for scripts)."""
+    mins = report.window_s / 60
+    lines = [f"diag fleet: {len(report.instances)} instance(s) in {report.prometheus}, "
+             f"window {mins:g} min"]
+    for r in report.instances:
+        procs = "NA" if r["processes"] is None else str(r["processes"])
+        lines.append(f"\n{r['instance']} (job {r['job'] or '-'}): {procs} process(es) with diag")
+        if r["fixes"]:
+            lines.append("  fixes: " + ", ".join(f"{f} {s['state']}" for f, s in r["fixes"].items()))
+        else:
+            lines.append("  fixes: none reported (no diag agent, or no PROMETHEUS_MULTIPROC_DIR)")
+        lines.append("  " + "   ".join(f"{label} {_fmt(r.get(name), unit)}"
+                                       for name, label, unit in _COMPARED))
+        de = r.get("draft_extend_mean_s") or {}
+        if de:
+            lines.append("  draft-extend pass mean: " + ", ".join(
+                f"{m} {_fmt(v, 's')}" for m, v in sorted(de.items())))
+        cap = r.get("draft_extend_capture_s")
+        if cap is not None:
+            lines.append(f"  draft-extend graph capture: {cap:.3g} s"
+                         + ("  (0: not captured, runs eager)" if cap == 0 else ""))
+        for ch in r["changes"]:
+            when = time.strftime("%H:%M:%S", time.localtime(ch["at"]))
+            lines.append(f"  {ch['fix']} {ch['direction']} at {when}:")
+            for name, label, unit in _COMPARED:
+                b = (ch["before"] or {}).get(name)
+                a = (ch["after"] or {}).get(name)
+                if b is None and a is None:
+                    continue
+                ratio = f"  ({a / b:.3g}x)" if a is not None and b else ""
+                lines.append(f"    {label:<20} {_fmt(b, unit):>10} -> {_fmt(a, unit):>10}{ratio}")
+    if not report.instances:
+        lines.append("no instance has diag_* or sglang:* series in this Prometheus")
+    return "\n".join(lines)

@@ -1,0 +1,341 @@
+"""`diag_*` Prometheus series recorded inside engine processes, read by SGLang's own `/metrics`.
+
+SGLang runs `prometheus_client` in multiprocess mode: the launcher sets `PROMETHEUS_MULTIPROC_DIR`
+(`set_prometheus_multiproc_dir` in `sglang/srt/utils/common.py`) before it spawns the schedulers,
+and its `/metrics` merges every `.db` file in that directory (`MultiProcessCollector`). Values
+recorded here in any engine process therefore show up on the server's own `/metrics`.
+
+`prometheus_client` chooses its value class once, at import: imported before that variable is
+set, every value stays in process memory and nothing reaches the directory (SGLang's own metrics
+would break the same way). So this module never imports `prometheus_client` until the variable
+is present in this process. `install()` adds a telemetry sink that costs a dict lookup while the
+variable is absent (the launcher process, where the agent starts before SGLang sets it), keeps
+the latest fix states and a bounded backlog, and creates the metrics on the first event (or
+`poll()`) after the variable appears. Nothing here raises into the engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import threading
+from collections import deque
+from typing import Any
+
+from diag import telemetry
+
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+PREFIX = "diag_"
+
+# Label values are kept to small, known sets; anything else is folded into "other".
+MODES = ("graph", "eager")
+# The states the agent reports (diag.agent; fixes.base applicability statuses).
+FIX_STATES = ("applied", "pending", "reverted", "refused", "failed", "upstream", "not-needed",
+              "not-applicable")
+MAX_BUILDERS = 32
+MAX_FIXES = 16
+MAX_LABEL_CHARS = 80
+BACKLOG = 1024
+
+DRAFT_EXTEND_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                        0.25, 1.0)
+PROFILER_STOP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# name (without prefix) → (type, labels, unit, help); the README documents the same table.
+SERIES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
+    "metadata_builds": ("counter", ("builder",), "calls",
+                        "Calls of an attention metadata builder observed by diag."),
+    "metadata_syncs": ("counter", ("builder",), "syncs",
+                       "Implicit device-to-host syncs made inside a metadata builder."),
+    "metadata_build_seconds": ("counter", ("builder",), "seconds",
+                               "Host time spent inside a metadata builder."),
+    "draft_extend_passes": ("counter", ("mode",), "passes",
+                            "Draft-extend forward passes by mode (graph replay or eager)."),
+    "draft_extend_seconds": ("histogram", ("mode",), "seconds",
+                             "Host time of one draft-extend forward pass, by mode."),
+    "profiler_stops": ("counter", (), "stops", "torch.profiler stops (teardowns) observed."),
+    "profiler_stop_seconds": ("histogram", (), "seconds",
+                              "Time of one torch.profiler stop including its teardown."),
+    "profiler_stop_collected_objects": ("counter", (), "objects",
+                                        "Objects freed by the garbage collection at profiler stop."),
+    "fix_state": ("gauge", ("fix", "state"), "processes",
+                  "Live engine processes in which a diag fix is in this state (livesum)."),
+    "agent_processes": ("gauge", (), "processes",
+                        "Live engine processes that reported a fix state or a counter (livesum)."),
+}
+
+_log = logging.getLogger("diag.metrics")
+_lock = threading.RLock()
+_installed = False
+_metrics: dict[str, Any] | None = None  # created once the variable is present
+_unusable = ""  # why recording is off for good in this process ("" while it may still start)
+_fix_state: dict[str, str] = {}  # latest state per fix, in this process
+_backlog: deque[dict[str, Any]] = deque(maxlen=BACKLOG)  # events seen before the variable
+_builders: set[str] = set()
+_counted = False  # diag_agent_processes set for this process
+_forked = False  # a forked child: its own files start empty; replay the fix states once
+_fix_labels: dict[str, set[str]] = {}  # fix label → states written in this process
+
+
+def install() -> bool:
+    """Add the Prometheus sink to `diag.telemetry` (idempotent; never raises).
+
+    Returns True when the sink is in place. It records nothing, and `prometheus_client` is not
+    imported, until `PROMETHEUS_MULTIPROC_DIR` is set in this process.
+    """
+    global _installed
+    try:
+        with _lock:
+            if not _installed:
+                telemetry.add_sink(_sink)
+                _installed = True
+                if not os.environ.get(ENV):
+                    _when_engine_imports_prometheus_client()
+        poll()
+        return True
+    except Exception:
+        _log.debug("diag.metrics install failed", exc_info=True)
+        return False
+
+
+def _when_engine_imports_prometheus_client() -> None:
+    """Start recording as soon as the engine imports prometheus_client (after it set the variable).
+
+    In SGLang's launcher the variable appears late (`set_prometheus_multiproc_dir`, just before
+    the schedulers are spawned) and few events follow, so wait for its own import instead of a
+    thread or a timer.
+    """
+    try:
+        import wrapt
+
+        wrapt.register_post_import_hook(lambda _module: poll(), "prometheus_client")
+    except Exception:
+        _log.debug("diag.metrics: no post-import hook", exc_info=True)
+
+
+def uninstall() -> None:
+    """Remove the sink (metrics already written stay in the directory)."""
+    global _installed
+    try:
+        with _lock:
+            telemetry.remove_sink(_sink)
+            _installed = False
+    except Exception:
+        _log.debug("diag.metrics uninstall failed", exc_info=True)
+
+
+def poll() -> bool:
+    """Start recording if the variable has appeared since; True when recording (never raises).
+
+    The agent may call this from its periodic loop so a process with no later events (the
+    launcher) still publishes the fix states it already has.
+    """
+    try:
+        return _ensure() is not None
+    except Exception:
+        _log.debug("diag.metrics poll failed", exc_info=True)
+        return False
+
+
+def active() -> bool:
+    """True once metrics are being written to the multiprocess directory."""
+    return _metrics is not None
+
+
+def status() -> str:
+    """A one-line account of the sink in this process (for the agent's log and `diag run`)."""
+    if _metrics is not None:
+        return f"recording into {os.environ.get(ENV)}"
+    if _unusable:
+        return f"off: {_unusable}"
+    if not _installed:
+        return "not installed"
+    return f"waiting for {ENV} ({len(_backlog)} events kept)"
+
+
+def _fix_updates(event: dict[str, Any]) -> dict[str, str]:
+    """Fix states carried by an event: "fix", "control_ack" (fix, state), "start" (fixes)."""
+    kind = event.get("kind")
+    if kind in ("fix", "control_ack") and event.get("fix") and event.get("state"):
+        return {str(event["fix"]): str(event["state"])}
+    if kind == "start" and event.get("sglang") and isinstance(event.get("fixes"), dict):
+        # Only where SGLang was already imported: elsewhere "pending" is the agent's placeholder
+        # (a helper process that never imports SGLang would otherwise count as pending forever).
+        return {str(f): str(st.get("state")) for f, st in event["fixes"].items()
+                if isinstance(st, dict) and st.get("state")}
+    return {}
+
+
+def _sink(event: dict[str, Any]) -> None:
+    kind = event.get("kind")
+    updates = _fix_updates(event)
+    if not updates and kind not in ("syncs", "draft_extend", "profiler_stop"):
+        return
+    with _lock:
+        _fix_state.update(updates)
+        m = _ensure()
+        if m is not None and _forked:
+            _after_fork_replay(m)
+        if m is None:
+            if not _unusable and not updates:  # fix states are replayed from _fix_state
+                _backlog.append(event)
+            return
+        for fix, state in updates.items():
+            _set_fix(m, fix, state)
+        if not updates:
+            _record(m, event)
+
+
+def _ensure() -> dict[str, Any] | None:
+    """The metric objects, created on the first call that finds the variable set."""
+    global _metrics, _unusable
+    if _metrics is not None or _unusable:
+        return _metrics
+    if not os.environ.get(ENV):
+        return None  # the cheap path: no import while the engine has not set it
+    with _lock:
+        if _metrics is not None or _unusable:
+            return _metrics
+        directory = os.environ[ENV]
+        if not os.path.isdir(directory):
+            _unusable = f"{ENV}={directory} is not a directory"
+            _log.warning("diag metrics off: %s", _unusable)
+            return None
+        from prometheus_client import values
+
+        if not getattr(values.ValueClass, "_multiprocess", False):
+            _unusable = (f"prometheus_client was imported before {ENV} was set, so its values "
+                         "stay in process memory")
+            _log.warning("diag metrics off: %s", _unusable)
+            return None
+        m = _create()
+        for fix, state in _fix_state.items():
+            _set_fix(m, fix, state)
+        _metrics = m
+        atexit.register(_mark_dead)
+        while _backlog:
+            _record(m, _backlog.popleft())
+        return m
+
+
+def _create() -> dict[str, Any]:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    made: dict[str, Any] = {}
+    for short, (typ, labels, _unit, doc) in SERIES.items():
+        name = PREFIX + short
+        if typ == "counter":
+            made[short] = Counter(name, doc, labels, registry=None)
+        elif typ == "histogram":
+            buckets = (DRAFT_EXTEND_BUCKETS if short.startswith("draft_extend")
+                       else PROFILER_STOP_BUCKETS)
+            made[short] = Histogram(name, doc, labels, registry=None, buckets=buckets)
+        else:
+            # livesum: the value is "how many live processes are in this state"; the files of a
+            # process that exits are removed (atexit → mark_process_dead), so a finished
+            # scheduler stops counting, and a partial roll-out (3 of 4 ranks) stays visible.
+            made[short] = Gauge(name, doc, labels, registry=None, multiprocess_mode="livesum")
+    return made
+
+
+def _reporting(m: dict[str, Any]) -> None:
+    """Count this process in diag_agent_processes once it reports anything."""
+    global _counted
+    if not _counted:
+        m["agent_processes"].set(1)
+        _counted = True
+
+
+def _record(m: dict[str, Any], event: dict[str, Any]) -> None:
+    _reporting(m)
+    kind = event.get("kind")
+    if kind == "syncs":
+        builder = _builder_label(event.get("builder"))
+        m["metadata_builds"].labels(builder=builder).inc()
+        count = _number(event.get("count"))
+        if count > 0:
+            m["metadata_syncs"].labels(builder=builder).inc(count)
+        seconds = _number(event.get("seconds"))
+        if seconds > 0:
+            m["metadata_build_seconds"].labels(builder=builder).inc(seconds)
+    elif kind == "draft_extend":
+        mode = event.get("mode") if event.get("mode") in MODES else "other"
+        m["draft_extend_passes"].labels(mode=mode).inc()
+        seconds = _number(event.get("seconds"), None)
+        if seconds is not None and seconds >= 0:
+            m["draft_extend_seconds"].labels(mode=mode).observe(seconds)
+    elif kind == "profiler_stop":
+        m["profiler_stops"].inc()
+        seconds = _number(event.get("seconds"), None)
+        if seconds is not None and seconds >= 0:
+            m["profiler_stop_seconds"].observe(seconds)
+        collected = _number(event.get("collected"))
+        if collected > 0:
+            m["profiler_stop_collected_objects"].inc(collected)
+
+
+def _set_fix(m: dict[str, Any], fix: str, state: str) -> None:
+    """One state per fix per process: 1 for the current one, 0 for the others seen so far."""
+    _reporting(m)
+    fix = _clip(fix)
+    state = state if state in FIX_STATES else "other"
+    if fix not in _fix_labels and len(_fix_labels) >= MAX_FIXES:
+        fix = "other"
+    seen = _fix_labels.setdefault(fix, set())
+    gauge = m["fix_state"]
+    for other in seen - {state}:
+        gauge.labels(fix=fix, state=other).set(0)
+    gauge.labels(fix=fix, state=state).set(1)
+    seen.add(state)
+
+
+def _builder_label(value: Any) -> str:
+    name = _clip(str(value or "unknown"))
+    if name not in _builders:
+        if len(_builders) >= MAX_BUILDERS:
+            return "other"
+        _builders.add(name)
+    return name
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
+
+
+def _number(value: Any, default: float | None = 0.0) -> Any:
+    """A finite float, else `default` (a hook's odd value must not raise or poison a sum)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) else default
+
+
+def _on_fork_child() -> None:
+    global _counted, _forked
+    _counted = False
+    _forked = _metrics is not None
+
+
+def _after_fork_replay(m: dict[str, Any]) -> None:
+    global _forked
+    _forked = False
+    _fix_labels.clear()
+    for fix, state in _fix_state.items():
+        _set_fix(m, fix, state)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_on_fork_child)
+
+
+def _mark_dead() -> None:
+    """At exit: drop this process's live-gauge files so livesum counts only live processes."""
+    try:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid())
+    except Exception:
+        pass

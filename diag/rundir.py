@@ -1,0 +1,514 @@
+"""The run directory: how engine processes (the agent) and diag's readers (CLI, TUI, fleet) talk.
+
+A run directory is private to its user: mode 0700, owned by the current user. diag refuses one
+that is owned by someone else or open to group/others (a one-line `DiagError`), because control
+requests written there change code inside the engine.
+
+Layout::
+
+    D/run.json               written by `diag run`: {schema_version, created, cmd, fixes, probes}
+    D/events-<pid>.jsonl     one file per process, JSON lines, flushed after every event
+    D/events-<pid>.1.jsonl   the previous file of that process once the current one hit its cap
+    D/control/<id>.json      control requests (written atomically: temp file + rename)
+
+Event schema (schema_version 1). Every event has ``ts`` (epoch seconds), ``kind``, ``pid`` and
+``n`` (per-process sequence number). By kind:
+
+- ``start``: ``ppid``, ``argv``, ``python``, ``started`` (epoch seconds), ``sglang`` (release
+  version or null), ``fixes_requested`` (ids), ``probes`` (ids), ``fixes``
+  ({id: {state, reason}}), ``control`` ("poll" at start; a ``control`` event says "batch" once the
+  per-batch hook is in).
+- ``control``: ``mode`` ("batch" | "poll"): where this process applies control requests.
+- ``probe``: ``probe``, ``state`` (on | pending | unavailable | failed), ``reason``: a runtime
+  counter.
+- ``fix``: ``fix``, ``state`` (applied | pending | reverted | refused | upstream | not-needed |
+  not-applicable | failed), ``reason``. A fix's state in a process is the last of
+  start/fix/control_ack that names it.
+- ``syncs``: ``builder``, ``count``, ``seconds`` (one call of a metadata builder).
+- ``draft_extend``: ``mode`` (graph | eager), ``seconds``, ``batch`` (one draft-extend pass).
+- ``profiler_stop``: ``seconds``, ``collected``, ``path`` (one profiler stop and teardown).
+- ``control_ack``: ``request`` (id), ``fix``, ``action`` (apply | revert), ``ok`` (bool),
+  ``state``, ``reason``.
+- ``error``: ``where``, ``message``. The agent hit a failure and left the engine unpatched.
+- ``snapshot``: ``counters``, ``fixes``: first event of a file started after the cap; it carries
+  the totals of everything before it, so a reader never needs the dropped older events.
+
+Counters a reader aggregates per process (`Aggregator`): ``syncs`` {builder: {calls, syncs,
+seconds}}, ``draft_extend`` {mode: {passes, seconds}}, ``profiler_stop`` {stops, seconds,
+collected}, ``errors``, ``events`` {kind: count}.
+
+Control request (``control/<id>.json``): ``{"id", "fix", "action": "apply"|"revert", "pid":
+int|null, "ts"}``. ``pid`` null means every process of the run. Each agent acts on a request once
+and acknowledges it with a ``control_ack`` event; a process that starts later replays the
+run-wide requests in order, so every process converges on the last requested state.
+
+Discovery: `diag run` registers its run directory in a per-user registry
+(``$XDG_RUNTIME_DIR/diag/registry`` when that exists, else ``~/.cache/diag/registry``), and
+engine processes carry ``DIAG_RUN_DIR`` in their environment; `discover()` uses both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import stat
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from diag.errors import DiagError
+
+SCHEMA_VERSION = 1
+
+# Environment the agent reads (set by `diag run`, or by hand for the plugin / in-process use).
+ENV_RUN_DIR = "DIAG_RUN_DIR"  # where to write events and read control requests
+ENV_FIXES = "DIAG_FIXES"  # comma list of fix ids, or "all"
+ENV_PROBES = "DIAG_PROBES"  # comma list of runtime counters to switch on, or "all"
+ENV_AGENT = "DIAG_AGENT"  # "1": load the agent even with no fixes/probes (events only); "0": never
+ENV_POLL = "DIAG_CONTROL_POLL"  # seconds between control-directory polls (default 0.2)
+ENV_MAX_BYTES = "DIAG_EVENTS_MAX_BYTES"  # cap of one events file (default 8 MiB)
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+LAST_EVENTS = 20
+
+
+# ----------------------------------------------------------------------------- the directory
+
+
+def _base() -> Path:
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
+        return Path(xdg) / "diag"
+    cache = os.environ.get("DIAG_CACHE_DIR") or str(Path.home() / ".cache" / "diag")
+    return Path(cache)
+
+
+def registry_dir() -> Path:
+    return _base() / "registry"
+
+
+def check_run_dir(path: str | os.PathLike) -> Path:
+    """The run directory if it is safe to use: a directory owned by us, closed to others."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise DiagError(f"run directory {p} does not exist") from None
+    except OSError as e:
+        raise DiagError(f"run directory {p}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DiagError(f"run directory {p} is not a directory")
+    if st.st_uid != os.getuid():
+        raise DiagError(f"refusing run directory {p}: owned by uid {st.st_uid}, not by you "
+                        f"(uid {os.getuid()})")
+    if st.st_mode & 0o077:
+        raise DiagError(f"refusing run directory {p}: mode {stat.S_IMODE(st.st_mode):04o} lets "
+                        "group/others in (chmod 700 it)")
+    return p
+
+
+def create_run_dir(path: str | os.PathLike | None = None) -> Path:
+    """Create (or accept an existing safe) run directory with mode 0700; the path, absolute."""
+    if path is None:
+        base = _base() / "runs"
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        p = base / f"run-{stamp}-{os.getpid()}"
+    else:
+        p = Path(path).expanduser()
+    p = p.absolute()
+    if not p.exists():
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.mkdir(mode=0o700)
+            os.chmod(p, 0o700)  # mkdir's mode is filtered by the umask
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise DiagError(f"cannot create run directory {p}: {e.strerror}") from None
+    check_run_dir(p)
+    (p / "control").mkdir(mode=0o700, exist_ok=True)
+    return p
+
+
+def write_meta(run_dir: Path, **meta: Any) -> None:
+    doc = {"schema_version": SCHEMA_VERSION, "created": time.time(), **meta}
+    _atomic_write(Path(run_dir) / "run.json", doc)
+
+
+def register(run_dir: Path) -> None:
+    """Remember a run directory in the per-user registry (for `discover`)."""
+    try:
+        reg = registry_dir()
+        reg.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:16]
+        _atomic_write(reg / f"{key}.json", {"run_dir": str(run_dir), "registered": time.time()})
+    except OSError:
+        pass  # discovery falls back to the process scan
+
+
+def _atomic_write(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def _empty_counters() -> dict[str, Any]:
+    return {"syncs": {}, "draft_extend": {},
+            "profiler_stop": {"stops": 0, "seconds": 0.0, "collected": 0},
+            "errors": 0, "events": {}}
+
+
+class Aggregator:
+    """Folds one process's events into counters and fix states (used by readers and writers)."""
+
+    def __init__(self) -> None:
+        self.counters = _empty_counters()
+        self.fixes: dict[str, dict[str, Any]] = {}
+        self.start: dict[str, Any] | None = None
+        self.acks: dict[str, dict[str, Any]] = {}
+        self.probes: dict[str, dict[str, Any]] = {}
+        self.control = "poll"
+        self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
+
+    def add(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("kind")
+        c = self.counters
+        if kind == "snapshot":
+            self.counters = json.loads(json.dumps(ev.get("counters") or _empty_counters()))
+            self.fixes.update(ev.get("fixes") or {})
+            self.probes.update(ev.get("probes_state") or {})
+            self.control = ev.get("control") or self.control
+            if ev.get("start") and self.start is None:
+                self.start = ev["start"]
+            return
+        c["events"][kind] = c["events"].get(kind, 0) + 1
+        self.last.append(ev)
+        if kind == "start":
+            self.start = ev
+            for fid, st in (ev.get("fixes") or {}).items():
+                self.fixes[fid] = dict(st)
+        elif kind == "probe" and ev.get("probe"):
+            self.probes[ev["probe"]] = {"state": ev.get("state"), "reason": ev.get("reason", "")}
+        elif kind == "control" and ev.get("mode"):
+            self.control = ev["mode"]
+        elif kind == "fix" and ev.get("fix"):
+            self.fixes[ev["fix"]] = {"state": ev.get("state"), "reason": ev.get("reason", "")}
+        elif kind == "control_ack":
+            self.acks[str(ev.get("request"))] = ev
+            if ev.get("fix") and ev.get("state"):
+                self.fixes[ev["fix"]] = {"state": ev["state"], "reason": ev.get("reason", "")}
+        elif kind == "syncs":
+            b = c["syncs"].setdefault(str(ev.get("builder")),
+                                      {"calls": 0, "syncs": 0, "seconds": 0.0})
+            b["calls"] += 1
+            b["syncs"] += int(ev.get("count") or 0)
+            b["seconds"] += float(ev.get("seconds") or 0.0)
+        elif kind == "draft_extend":
+            m = c["draft_extend"].setdefault(str(ev.get("mode")), {"passes": 0, "seconds": 0.0})
+            m["passes"] += 1
+            m["seconds"] += float(ev.get("seconds") or 0.0)
+        elif kind == "profiler_stop":
+            p = c["profiler_stop"]
+            p["stops"] += 1
+            p["seconds"] += float(ev.get("seconds") or 0.0)
+            p["collected"] += int(ev.get("collected") or 0)
+        elif kind == "error":
+            c["errors"] += 1
+
+
+# ----------------------------------------------------------------------------- writing events
+
+
+class EventWriter:
+    """Appends one process's events to `events-<pid>.jsonl`, flushed per event, capped.
+
+    When the file reaches its cap it becomes `events-<pid>.1.jsonl` (replacing an older one) and a
+    new file starts with a `snapshot` event holding the totals so far. Never raises.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, pid: int | None = None,
+                 max_bytes: int | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.pid = pid or os.getpid()
+        if max_bytes is None:
+            try:
+                max_bytes = int(os.environ.get(ENV_MAX_BYTES, DEFAULT_MAX_BYTES))
+            except ValueError:
+                max_bytes = DEFAULT_MAX_BYTES
+        self.max_bytes = max(4096, max_bytes)
+        self.path = self.run_dir / f"events-{self.pid}.jsonl"
+        self.agg = Aggregator()
+        self._n = itertools.count()
+        self._lock = threading.Lock()
+        self._fh = None
+        self._size = 0
+        self.failed: str | None = None
+
+    def _open(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        self._size = self._fh.tell()
+
+    def write(self, event: dict[str, Any]) -> None:
+        try:
+            with self._lock:
+                ev = {"ts": time.time(), **event, "pid": self.pid, "n": next(self._n)}
+                line = json.dumps(ev, default=str) + "\n"
+                if self._fh is None:
+                    self._open()
+                if self._size + len(line) > self.max_bytes and self._size > 0:
+                    self._rotate()
+                self.agg.add(ev)
+                self._fh.write(line)
+                self._fh.flush()
+                self._size += len(line)
+        except Exception as e:  # the engine goes on without events
+            self.failed = f"{type(e).__name__}: {e}"
+
+    __call__ = write  # usable as a telemetry sink
+
+    def _rotate(self) -> None:
+        self._fh.close()
+        os.replace(self.path, self.path.with_name(f"events-{self.pid}.1.jsonl"))
+        self._open()
+        snap = {"ts": time.time(), "kind": "snapshot", "pid": self.pid, "n": next(self._n),
+                "counters": self.agg.counters, "fixes": self.agg.fixes, "start": self.agg.start,
+                "probes_state": self.agg.probes, "control": self.agg.control}
+        line = json.dumps(snap, default=str) + "\n"
+        self._fh.write(line)
+        self._size += len(line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                with contextlib.suppress(Exception):
+                    self._fh.close()
+                self._fh = None
+
+
+# ----------------------------------------------------------------------------- reading state
+
+
+@dataclass
+class ProcessState:
+    pid: int
+    ppid: int | None
+    argv: list[str]
+    started: float | None
+    sglang: str | None
+    alive: bool
+    fixes: dict[str, dict[str, Any]]  # id -> {state, reason}
+    counters: dict[str, Any]
+    last_events: list[dict[str, Any]]
+    acks: dict[str, dict[str, Any]]  # request id -> control_ack event
+    start: dict[str, Any] | None = None
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {state, reason}
+    control: str = "poll"  # where control requests are applied: "batch" or "poll"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
+                "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
+                "probes": self.probes, "control": self.control, "counters": self.counters,
+                "last_events": self.last_events}
+
+
+@dataclass
+class RunState:
+    run_dir: str
+    meta: dict[str, Any]
+    processes: dict[int, ProcessState] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "run_dir": self.run_dir, "meta": self.meta,
+                "processes": [p.to_dict() for p in self.processes.values()]}
+
+    @property
+    def live(self) -> list[ProcessState]:
+        return [p for p in self.processes.values() if p.alive]
+
+
+def _alive(pid: int, started: float | None) -> bool:
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if started is not None and proc.create_time() > started + 2.0:
+            return False  # the pid was reused by a later process
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return False
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.endswith("\n"):
+                    break  # a line being written right now
+                with contextlib.suppress(ValueError):
+                    ev = json.loads(line)
+                    if isinstance(ev, dict):
+                        out.append(ev)
+    except OSError:
+        pass
+    return out
+
+
+def read_process(run_dir: Path, pid: int) -> ProcessState:
+    agg = Aggregator()
+    for name in (f"events-{pid}.1.jsonl", f"events-{pid}.jsonl"):
+        for ev in _read_lines(run_dir / name):
+            agg.add(ev)
+    s = agg.start or {}
+    return ProcessState(pid=pid, ppid=s.get("ppid"), argv=list(s.get("argv") or []),
+                        started=s.get("started"), sglang=s.get("sglang"),
+                        alive=_alive(pid, s.get("started")), fixes=agg.fixes,
+                        counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
+                        start=agg.start, probes=agg.probes, control=agg.control)
+
+
+def pids_in(run_dir: Path) -> list[int]:
+    pids = set()
+    for p in Path(run_dir).glob("events-*.jsonl"):
+        core = p.name[len("events-"):-len(".jsonl")].split(".")[0]
+        if core.isdigit():
+            pids.add(int(core))
+    return sorted(pids)
+
+
+def read_state(run_dir: str | os.PathLike) -> RunState:
+    """Everything the run directory says: per process start info, fixes, counters, last events."""
+    d = check_run_dir(run_dir)
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        meta = json.loads((d / "run.json").read_text(encoding="utf-8"))
+    state = RunState(run_dir=str(d), meta=meta)
+    for pid in pids_in(d):
+        state.processes[pid] = read_process(d, pid)
+    return state
+
+
+# ----------------------------------------------------------------------------- control
+
+
+_req_counter = itertools.count()
+
+
+def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None) -> str:
+    """Ask the agents of a run (or the one process `pid`) to apply/revert a fix; the request id."""
+    if action not in ("apply", "revert"):
+        raise DiagError(f"unknown control action {action!r} (apply or revert)")
+    d = check_run_dir(run_dir)
+    ctl = d / "control"
+    ctl.mkdir(mode=0o700, exist_ok=True)
+    rid = f"{time.time_ns():020d}-{os.getpid()}-{next(_req_counter)}"
+    _atomic_write(ctl / f"{rid}.json",
+                  {"id": rid, "fix": fix_id, "action": action, "pid": pid, "ts": time.time()})
+    return rid
+
+
+def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Control requests in the order they were made (ids sort by time)."""
+    ctl = Path(run_dir) / "control"
+    out = []
+    try:
+        names = sorted(n for n in os.listdir(ctl) if n.endswith(".json") and not n.startswith("."))
+    except OSError:
+        return out
+    for n in names:
+        with contextlib.suppress(OSError, ValueError):
+            doc = json.loads((ctl / n).read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and doc.get("id") and doc.get("fix"):
+                out.append(doc)
+    return out
+
+
+def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None,
+             timeout: float = 10.0, interval: float = 0.05) -> dict[int, dict[str, Any] | None]:
+    """Wait until the addressed live processes acknowledged `request_id`.
+
+    Returns {pid: control_ack event or None (not acknowledged in time)} for every live process
+    addressed (all live processes of the run when `pid` is None).
+    """
+    d = check_run_dir(run_dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        acks: dict[int, dict[str, Any] | None] = {}
+        pids = [pid] if pid is not None else pids_in(d)
+        for p in pids:
+            ps = read_process(d, p)
+            if ps.acks.get(request_id) is not None:
+                acks[p] = ps.acks[request_id]
+            elif ps.alive:
+                acks[p] = None
+        if not acks or all(v is not None for v in acks.values()) or time.monotonic() > deadline:
+            return acks  # nothing live to wait for, all acknowledged, or out of time
+        time.sleep(interval)
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def _has_live_process(d: Path) -> bool:
+    for pid in pids_in(d):
+        started = None
+        for ev in _read_lines(d / f"events-{pid}.jsonl")[:1]:
+            started = ev.get("started") if ev.get("kind") == "start" else \
+                (ev.get("start") or {}).get("started")
+        if _alive(pid, started):
+            return True
+    return False
+
+
+def discover() -> list[Path]:
+    """Run directories of live engines: the process scan (DIAG_RUN_DIR) and the user's registry."""
+    found: list[Path] = []
+    seen: set[str] = set()
+
+    def consider(path: str) -> None:
+        p = Path(path)
+        key = str(p.absolute())
+        if key in seen:
+            return
+        seen.add(key)
+        try:
+            check_run_dir(p)
+        except DiagError:
+            return
+        if _has_live_process(p):
+            found.append(p)
+
+    try:
+        import psutil
+
+        me = os.getuid()
+        for proc in psutil.process_iter(["pid", "uids"]):
+            try:
+                if proc.info["uids"] is None or proc.info["uids"].real != me:
+                    continue
+                env = proc.environ()
+            except Exception:  # not ours, gone, or not readable
+                continue
+            if env.get(ENV_RUN_DIR):
+                consider(env[ENV_RUN_DIR])
+    except Exception:
+        pass
+    reg = registry_dir()
+    with contextlib.suppress(OSError):
+        for entry in sorted(reg.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                consider(json.loads(entry.read_text(encoding="utf-8"))["run_dir"])
+    return found

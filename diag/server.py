@@ -1,0 +1,200 @@
+"""Client for a live SGLang server: `/server_info` and `/metrics`, standard library + prometheus.
+
+Why a module of its own: the probes, the CLI and the TUI all read the same two endpoints and
+must fail the same way. Every failure is a `ServerError` whose message says what went wrong in
+one line: `ServerUnreachable` (nothing answers: connection refused, unknown host) is an
+operational error for the CLI (exit 3); `ServerTimeout` and `ServerBadAnswer` (HTTP errors,
+malformed JSON or Prometheus text) become findings in the probes.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from diag.errors import ServerError
+
+DEFAULT_TIMEOUT_S = 5.0
+MAX_BYTES = 32 * 1024 * 1024  # a /metrics page of a big server is a few MB
+
+
+class ServerUnreachable(ServerError):
+    """Nothing answers at the URL (refused, unknown host, no route)."""
+
+
+class ServerTimeout(ServerError):
+    """The server accepted the connection but did not answer in time."""
+
+
+class ServerBadAnswer(ServerError):
+    """The server answered, but not with what SGLang serves (HTTP error, malformed body)."""
+
+
+def normalize_url(url: str) -> str:
+    """`host:port` → `http://host:port`; no trailing slash."""
+    url = url.strip()
+    if "://" not in url:
+        url = "http://" + url
+    return url.rstrip("/")
+
+
+def _get(url: str, path: str, timeout: float, accept: str) -> bytes:
+    full = normalize_url(url) + path
+    req = urllib.request.Request(full, headers={"Accept": accept, "User-Agent": "diag"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (user's URL)
+            body = resp.read(MAX_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        raise ServerBadAnswer(f"GET {full}: HTTP {e.code} {e.reason}") from e
+    except urllib.error.URLError as e:
+        reason = e.reason
+        if isinstance(reason, TimeoutError):
+            raise ServerTimeout(f"GET {full}: no answer within {timeout:g} s") from e
+        raise ServerUnreachable(f"GET {full}: cannot connect ({reason})") from e
+    except TimeoutError as e:
+        raise ServerTimeout(f"GET {full}: no answer within {timeout:g} s") from e
+    except (OSError, http.client.HTTPException) as e:  # reset mid-answer, bad status line
+        raise ServerBadAnswer(f"GET {full}: {type(e).__name__}: {e}") from e
+    except ValueError as e:  # a URL urllib cannot use
+        raise ServerUnreachable(f"{full}: not a usable URL ({e})") from e
+    if len(body) > MAX_BYTES:
+        raise ServerBadAnswer(f"GET {full}: answer larger than {MAX_BYTES} bytes")
+    return body
+
+
+def get_server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """`GET /server_info` (falls back to the deprecated `/get_server_info` on HTTP 404)."""
+    try:
+        body = _get(url, "/server_info", timeout, "application/json")
+        path = "/server_info"
+    except ServerBadAnswer as e:
+        if "HTTP 404" not in str(e):
+            raise
+        body = _get(url, "/get_server_info", timeout, "application/json")
+        path = "/get_server_info"
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ServerBadAnswer(f"{path}: not JSON ({e})") from e
+    if not isinstance(doc, dict):
+        raise ServerBadAnswer(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def get_metrics(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> list:
+    """`GET /metrics` parsed with prometheus_client's text parser → list of metric families
+    (each with `.name`, `.type`, `.samples` of `Sample(name, labels, value, ...)`)."""
+    try:
+        body = _get(url, "/metrics", timeout, "text/plain")
+    except ServerBadAnswer as e:
+        if "HTTP 404" in str(e):
+            raise ServerBadAnswer(f"{e} (start the server with --enable-metrics)") from e
+        raise
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        return list(text_string_to_metric_families(body.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, TypeError, IndexError) as e:
+        raise ServerBadAnswer(f"/metrics: not Prometheus text ({type(e).__name__}: {e})") from e
+
+
+def samples(families: list, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample called `name` whose labels include `labels`."""
+    out = []
+    for fam in families:
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                out.append((dict(s.labels), float(s.value)))
+    return out
+
+
+@dataclass(frozen=True)
+class DraftExtendStartup:
+    """One DP rank's draft-extend graph capture, from `/server_info` `internal_states[]`."""
+
+    rank: int
+    capture_s: float | None  # startup_time.cuda_graph.draft_extend; 0.0 = not captured
+    graph_mem_gb: float | None  # memory_usage.graph.draft_extend
+    accept_length: float | None
+
+
+def draft_extend_startup(info: dict[str, Any]) -> list[DraftExtendStartup]:
+    """Per DP rank; an empty list when the server predates these fields (< 0.5.17)."""
+    states = info.get("internal_states")
+    if not isinstance(states, list):
+        return []
+    out = []
+    for i, st in enumerate(states):
+        if not isinstance(st, dict):
+            continue
+        cap = _dig(st, "startup_time", "cuda_graph", "draft_extend")
+        mem = _dig(st, "memory_usage", "graph", "draft_extend")
+        acc = st.get("avg_spec_accept_length")
+        if cap is None and mem is None:
+            continue
+        out.append(DraftExtendStartup(i, _num(cap), _num(mem), _num(acc)))
+    return out
+
+
+def server_args(info: dict[str, Any]) -> dict[str, Any]:
+    """The resolved server arguments: top-level fields (newer) or a `server_args` object."""
+    nested = info.get("server_args")
+    return nested if isinstance(nested, dict) else info
+
+
+def _dig(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _num(v: Any) -> float | None:
+    try:
+        return None if v is None or isinstance(v, bool) else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def attach(ctx: Any, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    """Read `/server_info` once for every probe of a run (`ctx.server_url` given).
+
+    Stores the document in `ctx.cache["server_info"]` (or the failure in
+    `ctx.cache["server_error"]` for the probes to report as a finding) and, when the command
+    line gave no configuration, takes it from the server's arguments. A server that cannot be
+    reached at all raises `ServerUnreachable`: the user named it, so that is exit 3.
+    """
+    from diag.context import SpecConfig
+
+    ctx.server_url = normalize_url(ctx.server_url)
+    try:
+        info = get_server_info(ctx.server_url, timeout)
+    except ServerUnreachable:
+        raise
+    except ServerError as e:
+        ctx.cache["server_error"] = str(e)
+        return
+    ctx.cache["server_info"] = info
+    try:
+        live = SpecConfig.from_server_args(server_args(info))
+    except (TypeError, ValueError) as e:
+        ctx.cache["server_error"] = f"/server_info: unreadable server arguments ({e})"
+        return
+    cfg = ctx.config
+    fields = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
+              "speculative_algorithm")
+    had_options = any(getattr(cfg, n) is not None for n in fields)
+    took = False
+    for name in fields:
+        if getattr(cfg, name) is None and getattr(live, name) is not None:
+            setattr(cfg, name, getattr(live, name))
+            took = True
+    if live.disable_cuda_graph and not cfg.disable_cuda_graph:
+        cfg.disable_cuda_graph = took = True
+    if took:
+        cfg.source = "options+server" if had_options else "server"

@@ -1,0 +1,304 @@
+"""Fix `repeat-interleave-output-size`: give `repeat_interleave` its output size from the host.
+
+`torch.repeat_interleave(x, repeats)` with device `repeats` and no `output_size` makes PyTorch
+read the total back to the host: two syncs, the host waits for the whole GPU queue. Where the
+caller already holds the same total on the host, passing `output_size=` removes both.
+
+Site table (found by shape, never by line): `DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta`
+in `deepseek_v4_backend_hip_radix.py`, called by `init_forward_metadata_prefill`.
+
+- shape "4-arg" (<= 0.5.17): no output size anywhere. The rewrite adds a keyword-only parameter
+  `_diag_output_size=None` to the builder, passes it as `output_size=`, and makes the caller pass
+  `num_tokens` only when the host proves it equal to the sum of the repeats:
+  `extend_seq_lens_cpu` (the host mirror the device `extend_seq_lens` was made from) sums to
+  `num_tokens`. By default only on the draft-extend path (`need_compress=False`), as upstream
+  did in #29202: the same change on the target-extend path caused a GPU memory access fault.
+- shape "need_compress" (0.5.18): the draft-extend path already passes `output_size` ->
+  `upstream`; the target-extend call can be given one only with the opt-in.
+- shape "exact_num_tokens" (0.5.20+): upstream threads its own proof -> `upstream`.
+- anything else -> `refused`, with what differs.
+
+Opt-in (environment, read at `apply()`): `DIAG_RI_PATHS=all` also patches the target-extend
+path, and always in guarded mode: each call checks the host count against the device sum (one
+sync instead of two); on a mismatch it falls back to no `output_size` (exact, as released),
+records the mismatch (`MISMATCHES`, telemetry "error"). `DIAG_RI_GUARDED=1` guards the default
+draft-only mode too (for CI).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from diag.errors import FixError
+from diag.target import Target
+from fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+
+MODULE = "sglang.srt.layers.attention.deepseek_v4_backend_hip_radix"
+FILE = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
+CLASS = "DeepseekV4HipRadixBackend"
+BUILDER = "_attach_unified_kv_prefill_meta"
+CALLER = "init_forward_metadata_prefill"
+PARAM = "_diag_output_size"
+PATHS = ("draft", "all")
+
+MISMATCHES: list[dict[str, Any]] = []  # guarded mode: host count != device sum, per call
+_mismatch_lock = threading.Lock()
+
+
+def host_count_expr(paths: str) -> str:
+    """The expression the rewritten caller passes as `_diag_output_size` (evaluated there)."""
+    cond = "not need_compress and " if paths == "draft" else ""
+    return (f"num_tokens if {cond}extend_seq_lens_cpu is not None "
+            f"and sum(extend_seq_lens_cpu) == num_tokens else None")
+
+
+def checked_output_size(repeats: Any, count: int | None) -> int | None:
+    """Guarded mode: the host count if the device agrees (one sync), else None (as released)."""
+    if count is None:
+        return None
+    actual = int(repeats.sum())
+    if actual == count:
+        return count
+    with _mismatch_lock:
+        MISMATCHES.append({"host": int(count), "device": actual})
+    from diag import telemetry
+
+    telemetry.emit("error", where=f"{CLASS}.{BUILDER}",
+                   message=f"output_size {count} != sum(repeats) {actual}; used none")
+    return None
+
+
+# ----------------------------------------------------------------------------------- shapes
+
+
+@dataclass
+class Shape:
+    name: str  # "4-arg" | "need_compress" | "exact_num_tokens" | "" (unknown)
+    missing: list[int]  # lines of repeat_interleave calls on extend_seq_lens without output_size
+    draft_missing: bool  # is one of those on the draft-extend path?
+    reason: str = ""
+
+
+def _methods(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == CLASS:
+            return {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+    return {}
+
+
+def _ri_calls(fn: ast.FunctionDef) -> list[ast.Call]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute) and n.func.attr == "repeat_interleave"
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch"]
+
+
+def _has_output_size(call: ast.Call) -> bool:
+    return any(k.arg == "output_size" for k in call.keywords)
+
+
+def _param_names(fn: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+
+
+def _builder_calls(fn: ast.FunctionDef) -> list[ast.Call]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute) and n.func.attr == BUILDER
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+
+
+def _in_need_compress_branch(fn: ast.FunctionDef, call: ast.Call) -> bool | None:
+    """True if under `if need_compress:` body, False if in its else, None if not in such an if."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "need_compress":
+            if any(call is n for s in node.body for n in ast.walk(s)):
+                return True
+            if any(call is n for s in node.orelse for n in ast.walk(s)):
+                return False
+    return None
+
+
+def analyze(source: str) -> Shape:
+    """Recognise the site's shape in a release's source of deepseek_v4_backend_hip_radix.py."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return Shape("", [], False, f"does not parse: {e}")
+    ms = _methods(tree)
+    b, c = ms.get(BUILDER), ms.get(CALLER)
+    if b is None or c is None:
+        missing = BUILDER if b is None else CALLER
+        return Shape("", [], False, f"{CLASS}.{missing} not found")
+    params = _param_names(b)
+    calls = _ri_calls(b)
+    on_lens = [k for k in calls if len(k.args) >= 2 and isinstance(k.args[1], ast.Name)
+               and k.args[1].id == "extend_seq_lens"]
+    if len(on_lens) != len(calls) or not calls:
+        return Shape("", [], False, f"{BUILDER}: expected torch.repeat_interleave(..., "
+                                    f"extend_seq_lens) calls only, found {len(calls)} other")
+    missing = [k for k in calls if not _has_output_size(k)]
+    caller_params = set(_param_names(c))
+    need = {"num_tokens", "extend_seq_lens_cpu", "need_compress"}
+    if not need <= caller_params:
+        return Shape("", [], False, f"{CALLER} lacks {sorted(need - caller_params)}")
+    if len(_builder_calls(c)) != 1:
+        return Shape("", [], False, f"{CALLER}: expected one call of {BUILDER}")
+    if PARAM in params:
+        return Shape("", [], False, f"{BUILDER} already has a {PARAM} parameter")
+    if params == ["self", "core", "req_pool_indices", "seq_lens", "extend_seq_lens"]:
+        if len(calls) != 1 or missing != calls:
+            return Shape("", [], False, f"{BUILDER}: expected one call without output_size")
+        return Shape("4-arg", [k.lineno for k in missing], True)
+    if "need_compress" in params and "num_tokens" in params:
+        draft = any(_in_need_compress_branch(b, k) is not True for k in missing)
+        return Shape("need_compress", [k.lineno for k in missing], draft)
+    if "exact_num_tokens" in params:
+        return Shape("exact_num_tokens", [k.lineno for k in missing], bool(missing))
+    return Shape("", [], False, f"{BUILDER}: unexpected signature ({', '.join(params)})")
+
+
+# ------------------------------------------------------------------------------- transforms
+
+
+def _locate(node: ast.AST, ref: ast.AST) -> ast.AST:
+    """Give a new node (and all inside it) the source position of `ref`."""
+    for n in ast.walk(node):
+        if "lineno" in n._attributes:
+            ast.copy_location(n, ref)
+    return node
+
+
+def transform_builder(guarded: bool):
+    """The AST rewrite of the builder: a `_diag_output_size=None` parameter, passed on."""
+
+    def transform(fn: ast.FunctionDef) -> ast.FunctionDef:
+        fn.args.kwonlyargs.append(_locate(ast.arg(PARAM), fn))
+        fn.args.kw_defaults.append(_locate(ast.Constant(None), fn))
+        if guarded:
+            imp = ast.parse("from fixes.repeat_interleave_output_size import "
+                            "checked_output_size as _diag_checked").body[0]
+            fn.body.insert(0, _locate(imp, fn.body[0]))
+        n = 0
+        for call in _ri_calls(fn):
+            if not _has_output_size(call):
+                value = ast.parse(f"_diag_checked(extend_seq_lens, {PARAM})" if guarded
+                                  else PARAM, mode="eval").body
+                call.keywords.append(_locate(ast.keyword("output_size", value), call))
+                n += 1
+        if n == 0:
+            from fixes.patcher import PatchError
+
+            raise PatchError(f"{BUILDER}: no repeat_interleave without output_size")
+        return fn
+
+    return transform
+
+
+def transform_caller(paths: str):
+    """The AST rewrite of the caller: pass the host-proved count to the builder."""
+
+    def transform(fn: ast.FunctionDef) -> ast.FunctionDef:
+        calls = _builder_calls(fn)
+        if len(calls) != 1:
+            from fixes.patcher import PatchError
+
+            raise PatchError(f"{CALLER}: expected one call of {BUILDER}")
+        expr = ast.parse(host_count_expr(paths), mode="eval").body
+        calls[0].keywords.append(_locate(ast.keyword(PARAM, expr), calls[0]))
+        return fn
+
+    return transform
+
+
+def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False):
+    """The Patch for `module` (the engine's, or a harness module holding the same real code)."""
+    from fixes.patcher import Patch, rewrite_function
+
+    if paths not in PATHS:
+        raise FixError(f"DIAG_RI_PATHS must be one of {', '.join(PATHS)}, not {paths!r}")
+    guarded = guarded or paths == "all"
+    qb, qc = f"{CLASS}.{BUILDER}", f"{CLASS}.{CALLER}"
+    patch = Patch("repeat-interleave-output-size")
+    def make_builder(f):
+        new = rewrite_function(f, qb, transform_builder(guarded))
+        # rewrite_function keeps the original's keyword defaults; ours is new
+        new.__kwdefaults__ = {**(f.__kwdefaults__ or {}), PARAM: None}
+        return new
+
+    patch.add(module, qb, make_builder)
+    patch.add(module, qc, lambda f: rewrite_function(f, qc, transform_caller(paths)))
+    return patch
+
+
+# -------------------------------------------------------------------------------------- fix
+
+
+class RepeatInterleaveOutputSizeFix(Fix):
+    id: ClassVar[str] = "repeat-interleave-output-size"
+    title: ClassVar[str] = "pass output_size= to repeat_interleave in metadata builders"
+    addresses: ClassVar[tuple[str, ...]] = ("metadata-syncs",)
+    bench: ClassVar[str | None] = "fixes.bench_metadata:run"
+
+    def __init__(self) -> None:
+        self._patch = None
+
+    @staticmethod
+    def options() -> tuple[str, bool]:
+        paths = os.environ.get("DIAG_RI_PATHS", "draft").strip() or "draft"
+        guarded = os.environ.get("DIAG_RI_GUARDED", "") not in ("", "0")
+        return paths, guarded
+
+    def applies_to(self, target: Target, platform: str, paths: str | None = None
+                   ) -> Applicability:
+        paths = paths or self.options()[0]
+        if platform != "hip":
+            return Applicability(NOT_NEEDED, f"{CLASS} is the HIP backend; not used on {platform}")
+        src = target.source(FILE)
+        if src is None:
+            return Applicability(NOT_NEEDED, f"this release has no {FILE.rsplit('/', 1)[-1]}")
+        shape = analyze(src)
+        where = f"{FILE.rsplit('/', 1)[-1]}::{BUILDER}"
+        if not shape.name:
+            return Applicability(REFUSED, f"{where}: source differs from what the fix expects: "
+                                          f"{shape.reason}")
+        if shape.name == "exact_num_tokens":
+            return Applicability(UPSTREAM, f"{where} threads exact_num_tokens into output_size "
+                                           f"(0.5.20+): nothing to patch")
+        if shape.name == "need_compress" and (paths == "draft" or not shape.missing):
+            return Applicability(UPSTREAM, f"{where} already passes output_size on the "
+                                           f"draft-extend path (#29202)")
+        scope = "draft-extend path" if paths == "draft" else "all paths, guarded (opt-in)"
+        return Applicability(APPLICABLE, f"{where}: repeat_interleave without output_size at "
+                                         f"line {', '.join(map(str, shape.missing))}; patches "
+                                         f"the {scope}")
+
+    def apply(self) -> None:
+        if self._patch is not None and self._patch.wanted:
+            return
+        from diag.target import find_importable
+        from fixes.patcher import PatchError
+
+        target = find_importable()
+        if target is None:
+            raise FixError("sglang is not importable in this process: nothing to patch")
+        paths, guarded = self.options()
+        a = self.applies_to(target, "hip", paths)
+        if a.status != APPLICABLE:
+            raise FixError(f"{self.id}: {a.status}: {a.reason}")
+        patch = make_patch(MODULE, paths, guarded)
+        try:
+            patch.apply()
+        except PatchError as e:
+            raise FixError(f"{self.id}: {e}") from None
+        self._patch = patch
+
+    def revert(self) -> None:
+        if self._patch is not None:
+            self._patch.revert()
+            self._patch = None
+
+    def is_applied(self) -> bool:
+        return self._patch is not None and self._patch.applied

@@ -1,0 +1,230 @@
+"""Probe `draft-extend-graph`: does speculative decoding's draft-extend run as a graph or eager?
+
+Static part: the release's gate (probes.gate) evaluated for every attention backend on the
+platform, and for the configuration under audit when there is one. Live part (`--server`):
+what the server itself says it captured at startup (`/server_info`, `/metrics`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from diag import server as srv
+from diag.context import Context
+from diag.errors import ServerError
+from diag.findings import Evidence, Finding, Status, location, metric, note, row
+from probes.base import Probe
+from probes.gate import (
+    EAGER,
+    GRAPH,
+    UNSUPPORTED,
+    BackendInfo,
+    GateInfo,
+    Verdict,
+    backend_map,
+    read_gate,
+    verdict,
+)
+
+FIX_ID = "draft-extend-allowlist"
+# Attention backends that run on AMD GPUs (SGLANG.md); the HIP table lists these only.
+HIP_BACKENDS = ("aiter", "wave", "dsv4", "dsa", "nsa", "qsa", "triton")
+METRIC = "sglang:startup_cuda_graph_time_seconds"
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+
+
+def kill_switch_set(gate: GateInfo, environ: dict[str, str] | None = None) -> bool:
+    """The release's kill switch, as SGLang's EnvBool reads it, in this process's environment."""
+    env = os.environ if environ is None else environ
+    return bool(gate.kill_switch_env) and env.get(gate.kill_switch_env, "").strip().lower() in _TRUE
+
+
+def _hint(v: Verdict, platform: str, gate: GateInfo, name: str) -> str | None:
+    cause = getattr(v, "cause", "")
+    if cause == "not_allowlisted" and platform == "hip":
+        return (f"{FIX_ID} adds {name}'s draft-extend backend to the HIP allow-list "
+                f"(`diag fix list` says whether it applies to this release)")
+    if cause == "num_steps":
+        return "run with --speculative-num-steps >= 2, or apply " + FIX_ID
+    if cause == "kill_switch":
+        return f"unset {gate.kill_switch_env} in the server's environment"
+    if cause == "graphs_disabled":
+        return "drop --disable-cuda-graph"
+    if cause == "unsupported":
+        return "check --attention-backend against this release's backends (table above)"
+    return None
+
+
+class DraftExtendGraphProbe(Probe):
+    id = "draft-extend-graph"
+    title = "Draft-extend graph capture"
+    fixes = (FIX_ID,)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        out = [self._static(ctx)]
+        if ctx.server_url:
+            out.append(self._live(ctx))
+        return out
+
+    # ------------------------------------------------------------------ static
+
+    def _static(self, ctx: Context) -> Finding:
+        t, plat, cfg = ctx.target, ctx.platform, ctx.config
+        gate = read_gate(t)
+        if not gate.recognised:
+            return self.finding(
+                Status.WARN, f"gate not recognised in {gate.file}: {gate.problem}",
+                evidence=[location(gate.file or "?", gate.line, gate.method,
+                                   "where the gate was looked for"),
+                          note(f"expected: {gate.expected}")],
+                hint="this release changed the gate's shape: report it with the file above",
+                fixes=[])
+        bm = backend_map(t, plat)
+        killed = kill_switch_set(gate)
+        multi = bool(_server_arg(ctx, "enable_multi_layer_eagle"))
+        ev: list[Evidence] = [location(gate.file, gate.line, f"{gate.worker_class}.{gate.method}",
+                                       _gate_detail(gate, plat))]
+        if killed:
+            ev.append(note(f"{gate.kill_switch_env} is set in this environment"))
+        rows, eager = self._table(gate, bm, plat, cfg.speculative_num_steps, killed,
+                                  cfg.disable_cuda_graph, multi, t.version)
+        ev += rows
+        name = cfg.draft_attention_backend or cfg.attention_backend
+        if name:
+            v = verdict(gate, bm.get(name), plat, cfg.speculative_num_steps, killed,
+                        cfg.disable_cuda_graph, multi, t.version)
+            steps = cfg.speculative_num_steps
+            what = (f"{name} on {plat.upper()}"
+                    + (f", --speculative-num-steps {steps}" if steps is not None else "")
+                    + (f" ({cfg.source})" if cfg.source != "options" else ""))
+            ev.insert(1, row(v.reason, backend=name, draft_extend=_cls(bm.get(name)),
+                             mode=v.mode, config="under audit"))
+            if v.mode == GRAPH:
+                return self.finding(Status.OK, f"{what}: draft-extend is captured as a graph "
+                                               f"({v.reason})", evidence=ev)
+            if v.mode == EAGER:
+                return self.finding(Status.FAIL, f"{what}: draft-extend runs eager, one launch "
+                                                 f"per kernel ({v.reason})", evidence=ev,
+                                    hint=_hint(v, plat, gate, name))
+            return self.finding(Status.WARN, f"{what}: {v.reason}", evidence=ev,
+                                hint=_hint(v, plat, gate, name))
+        if eager:
+            return self.finding(
+                Status.WARN, f"on {plat.upper()} draft-extend runs eager for "
+                             f"{', '.join(eager)} (no configuration given: pass "
+                             "--attention-backend or --server for a verdict)",
+                evidence=ev, hint=f"{FIX_ID} adds the missing backends to the allow-list"
+                if plat == "hip" else None)
+        return self.finding(Status.OK, f"on {plat.upper()} every listed backend's draft-extend "
+                                       "is captured as a graph", evidence=ev)
+
+    def _table(self, gate: GateInfo, bm: dict[str, BackendInfo], plat: str,
+               steps: int | None, killed: bool, disabled: bool, multi: bool,
+               release: str | None) -> tuple[list[Evidence], list[str]]:
+        names = [n for n in HIP_BACKENDS if n in bm] if plat == "hip" else \
+            [n for n, b in bm.items() if b.has_draft_factory_entry]
+        rows, eager = [], []
+        for n in names:
+            v = verdict(gate, bm[n], plat, steps, killed, disabled, multi, release)
+            rows.append(row(v.reason, backend=n, draft_extend=_cls(bm[n]), mode=v.mode))
+            if v.mode == EAGER:
+                eager.append(n)
+        return rows, eager
+
+    # ------------------------------------------------------------------ live
+
+    def _live(self, ctx: Context) -> Finding:
+        title = "live server: draft-extend capture"
+        err = ctx.cache.get("server_error")
+        info = ctx.cache.get("server_info")
+        if info is None and err is None:  # not attached by the CLI (API use): read it here
+            try:
+                info = ctx.cache["server_info"] = srv.get_server_info(ctx.server_url)
+            except ServerError as e:
+                err = str(e)
+        ev: list[Evidence] = []
+        if err:
+            return self._live_finding(Status.WARN, f"{title}: server evidence unavailable: {err}",
+                                      ev, hint="check the URL and that the server finished "
+                                               "starting (--server http://HOST:PORT)")
+        ranks = srv.draft_extend_startup(info)
+        version = info.get("version")
+        if version and ctx.target.version and str(version) != ctx.target.version:
+            ev.append(note(f"the server runs sglang {version}; the static audit read "
+                           f"{ctx.target.version} (pass --sglang {version} to match)"))
+        args = srv.server_args(info)
+        if not args.get("speculative_algorithm"):
+            return self._live_finding(Status.SKIP, f"{title}: the server does not run "
+                                                   "speculative decoding", ev)
+        for r in ranks:
+            ev.append(metric(f"rank {r.rank} draft_extend capture time", r.capture_s, "s",
+                             detail="/server_info internal_states[].startup_time.cuda_graph"))
+            if r.graph_mem_gb is not None:
+                ev.append(metric(f"rank {r.rank} draft_extend graph memory", r.graph_mem_gb,
+                                 "GB"))
+            if r.accept_length is not None:
+                ev.append(metric(f"rank {r.rank} avg accept length", r.accept_length, "tokens"))
+        times = [r.capture_s for r in ranks if r.capture_s is not None]
+        mtimes, merr = self._metric_times(ctx)
+        if merr:
+            ev.append(note(merr))
+        for labels, value in mtimes:
+            ev.append(metric(f'{METRIC}{{phase="draft_extend"}}', value, "s",
+                             detail=", ".join(f"{k}={v}" for k, v in labels.items()
+                                              if k != "phase") or None))
+        values = times or [v for _, v in mtimes]
+        if not values:
+            return self._live_finding(
+                Status.WARN, f"{title}: the server reports no draft-extend capture time "
+                             "(SGLang >= 0.5.17 reports it in /server_info)", ev)
+        if all(v == 0.0 for v in values):
+            return self._live_finding(
+                Status.FAIL, f"{title}: not captured (draft_extend = 0.0 s): every draft-extend "
+                             "runs eager", ev,
+                hint=f"{FIX_ID} lets the gate capture it (run `diag diagnose --server URL` "
+                     "for the static reason)")
+        if any(v == 0.0 for v in values):
+            return self._live_finding(Status.WARN, f"{title}: captured on some ranks only", ev)
+        return self._live_finding(Status.OK, f"{title}: captured at startup "
+                                             f"({max(values):.2f} s)", ev)
+
+    def _metric_times(self, ctx: Context) -> tuple[list[tuple[dict, float]], str | None]:
+        try:
+            fams = srv.get_metrics(ctx.server_url)
+        except ServerError as e:
+            return [], f"/metrics: {e}"
+        return srv.samples(fams, METRIC, phase="draft_extend"), None
+
+    def _live_finding(self, status: Status, summary: str, ev: list[Evidence],
+                      hint: str | None = None) -> Finding:
+        return self.finding(status, summary, evidence=ev, hint=hint)
+
+
+def _server_arg(ctx: Context, name: str):
+    info = ctx.cache.get("server_info")
+    return srv.server_args(info).get(name) if isinstance(info, dict) else None
+
+
+def _cls(info: BackendInfo | None) -> str:
+    if info is None:
+        return "(unknown to the release)"
+    return info.draft_extend_class or ("(no draft backend)" if not info.has_draft_factory_entry
+                                       else "(class not found)")
+
+
+def _gate_detail(gate: GateInfo, plat: str) -> str:
+    if plat == "hip":
+        if gate.hip_policy == "allowlist":
+            rule = f"{gate.variable} = " + " or ".join(c.text() for c in gate.hip_checks)
+        elif gate.hip_policy == "any":
+            rule = "captures on every non-NPU device"
+        else:
+            rule = "no HIP capture branch"
+    else:
+        rule = ("allow-list " + ", ".join(gate.cuda_classes)) if gate.cuda_policy == "allowlist" \
+            else gate.cuda_policy
+    extra = f"; kill switch {gate.kill_switch_env}" if gate.kill_switch_env else ""
+    return f"{plat.upper()} gate: {rule}{extra}"
+
+
+__all__ = ["DraftExtendGraphProbe", "kill_switch_set", "UNSUPPORTED"]

@@ -1,0 +1,138 @@
+"""Run-time evidence inside an engine: draft-extend passes by mode (graph replay / eager), timed.
+
+Why: the static gate says what *should* happen; these counters say what the engine *did*. Two
+hooks, at points that exist in every supported release (tests resolve them by AST in each):
+- `EagleDraftWorker._draft_extend_for_decode` (speculative/eagle_worker_v2.py): one call is one
+  draft-extend pass after a verify step; its host wall time is measured around the call.
+- the draft-extend runner's graph check, `EAGLEDraftExtendCudaGraphRunner.can_run` (up to
+  0.5.13.post1) / `.can_run_graph` (from 0.5.15.post1): called only when a runner exists; its
+  answer during the pass decides the mode. No runner, or the check said no -> `eager`.
+Each pass emits `diag.telemetry.emit("draft_extend", mode=..., seconds=..., batch=...)` and is
+added to `COUNTERS`. The first draft-extend after a prefill (`_draft_extend_for_prefill`) is
+always eager in SGLang and is not counted. Times are host time: nothing here synchronizes the
+device (that would add the very stall being measured).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from diag import telemetry
+from fixes.patcher import Patch
+
+PATCH_ID = "draft-extend-runtime"
+WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
+WORKER_PASS = "EagleDraftWorker._draft_extend_for_decode"
+RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
+RUNNER_CLASS = "EAGLEDraftExtendCudaGraphRunner"
+CAN_RUN_RENAMED_IN = Version("0.5.15")  # 0.5.15.post1 is the first release with can_run_graph
+
+
+@dataclass
+class ModeStats:
+    count: int = 0
+    seconds: float = 0.0
+
+    @property
+    def mean(self) -> float | None:
+        return self.seconds / self.count if self.count else None
+
+
+@dataclass
+class Counters:
+    """Per-process totals of draft-extend passes by mode."""
+
+    modes: dict[str, ModeStats] = field(
+        default_factory=lambda: {"graph": ModeStats(), "eager": ModeStats()})
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, mode: str, seconds: float) -> None:
+        with self.lock:
+            s = self.modes.setdefault(mode, ModeStats())
+            s.count += 1
+            s.seconds += seconds
+
+    def snapshot(self) -> dict[str, dict[str, float | int | None]]:
+        with self.lock:
+            return {m: {"count": s.count, "seconds": s.seconds, "mean_s": s.mean}
+                    for m, s in self.modes.items()}
+
+    def reset(self) -> None:
+        with self.lock:
+            for s in self.modes.values():
+                s.count, s.seconds = 0, 0.0
+
+
+COUNTERS = Counters()
+_state = threading.local()  # per thread: the graph check's answer during the current pass
+
+
+def _can_run_name(version: str | None) -> str:
+    try:
+        v = Version(version) if version else None
+    except InvalidVersion:
+        v = None
+    return "can_run" if v is not None and v < CAN_RUN_RENAMED_IN else "can_run_graph"
+
+
+def hook_targets(version: str | None) -> list[tuple[str, str]]:
+    """(module, qualname) of each hook for an SGLang release (None: the newest layout)."""
+    return [(WORKER_MODULE, WORKER_PASS),
+            (RUNNER_MODULE, f"{RUNNER_CLASS}.{_can_run_name(version)}")]
+
+
+def _batch_size(obj: Any) -> int | None:
+    for name in ("batch_size", "bs"):
+        v = getattr(obj, name, None)
+        try:
+            v = v() if callable(v) else v
+        except Exception:
+            v = None
+        if isinstance(v, int):
+            return v
+    reqs = getattr(obj, "reqs", None)
+    return len(reqs) if isinstance(reqs, list) else None
+
+
+def _wrap_pass(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def draft_extend_for_decode_counted(self, *args, **kwargs):
+        outer = getattr(_state, "answer", None)
+        _state.answer, _state.batch = None, None
+        t0 = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            seconds = time.perf_counter() - t0
+            mode = "graph" if _state.answer else "eager"
+            batch = _state.batch if _state.batch is not None else \
+                (_batch_size(args[0]) if args else None)
+            _state.answer = outer
+            COUNTERS.add(mode, seconds)
+            telemetry.emit("draft_extend", mode=mode, seconds=seconds, batch=batch)
+
+    return draft_extend_for_decode_counted
+
+
+def _wrap_can_run(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def can_run_recorded(self, forward_batch, *args, **kwargs):
+        answer = original(self, forward_batch, *args, **kwargs)
+        _state.answer = bool(answer)
+        _state.batch = _batch_size(forward_batch)
+        return answer
+
+    return can_run_recorded
+
+
+def runtime_patch(target_version: str | None) -> Patch:
+    """The hooks as one revertible Patch (apply it in the engine process; the agent does)."""
+    (wm, wq), (rm, rq) = hook_targets(target_version)
+    return Patch(PATCH_ID).add(wm, wq, _wrap_pass).add(rm, rq, _wrap_can_run)

@@ -1,0 +1,843 @@
+"""The draft-extend graph-capture gate of an SGLang release, read from its source with `ast`.
+
+Why: whether speculative decoding's draft-extend phase is captured as a CUDA/HIP graph or runs
+eager is decided by a few lines in the EAGLE draft worker (`supports_hip*draft_extend_graph`,
+an `isinstance` allow-list). The gate moved between methods and was renamed across releases
+(SGLANG.md), so everything here is found by name and shape, never by line, and SGLang is never
+imported. Three parts:
+
+- `read_gate(target)` → `GateInfo`: where the gate is and what it admits, per platform;
+- `backend_map(target, platform)` → `{name: BackendInfo}`: which classes each
+  `--attention-backend` name builds for the draft (decode and draft-extend), from
+  `attention_registry.py` and `speculative/draft_utils.py`;
+- `verdict(gate, info, platform, num_steps, ...)` → `Verdict(mode, reason)`, a pure function.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diag.target import Target
+
+V2_FILE = "srt/speculative/eagle_worker_v2.py"
+V1_FILE = "srt/speculative/eagle_worker.py"
+MULTI_LAYER_FILE = "srt/speculative/multi_layer_eagle_worker_v2.py"
+ENVIRON_FILE = "srt/environ.py"
+REGISTRY_FILE = "srt/layers/attention/attention_registry.py"
+DRAFT_UTILS_FILE = "srt/speculative/draft_utils.py"
+
+HIP_VAR = re.compile(r"^supports_hip\w*draft_extend_graph$")
+CUDA_VAR = re.compile(r"^supports_cuda\w*draft_extend_graph$")
+KILL_SWITCH = re.compile(r"SGLANG_DISABLE_DRAFT_EXTEND\w*")
+RUNNER_ATTR = "cuda_graph_runner_for_draft_extend"
+EXTEND_ATTR = "draft_extend_attn_backend"
+DECODE_ATTR = "draft_attn_backend"
+
+EXPECTED = (f"a method of the EAGLE draft worker that sets self.{RUNNER_ATTR} under an `if` "
+            f"testing self.{EXTEND_ATTR}, with the HIP condition in a variable named "
+            "supports_hip*draft_extend_graph (isinstance allow-list), or inline")
+
+# Graph modes a verdict can give.
+GRAPH, EAGER, UNSUPPORTED, UNKNOWN = "graph", "eager", "unsupported", "unknown"
+
+
+# --------------------------------------------------------------------------- AST cache
+
+_AST_CACHE: dict[tuple[str, int, int], ast.Module] = {}
+
+
+def parse_file(path: Path) -> ast.Module | None:
+    """Parsed module, cached by (path, mtime, size): `diag diagnose` reads the same files often."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    tree = _AST_CACHE.get(key)
+    if tree is None:
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError, OSError):
+            return None
+        _AST_CACHE[key] = tree
+    return tree
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+@dataclass(frozen=True)
+class Check:
+    """One `isinstance(self.<attr>, <cls>)` test of the gate."""
+
+    attr: str  # "draft_attn_backend" (the multi-step decode backend) | "draft_extend_attn_backend"
+    cls: str
+
+    def text(self) -> str:
+        return f"isinstance(self.{self.attr}, {self.cls})"
+
+
+@dataclass
+class MultiLayerGate:
+    """`multi_layer_eagle_worker_v2.py`: captures draft-extend with no backend allow-list."""
+
+    file: str
+    line: int | None
+    method: str
+    has_allowlist: bool
+    kill_switch_env: str | None
+
+
+@dataclass
+class GateInfo:
+    """Where the draft-extend gate is and what it admits.
+
+    `hip_policy`: "allowlist" (a supports_hip*draft_extend_graph variable of isinstance checks),
+    "never" (the worker has no HIP branch: only CUDA/NPU capture), "any" (the v1 worker of
+    0.5.9 that captures on every non-NPU device). `cuda_policy`: "allowlist" | "any" | "never".
+    """
+
+    recognised: bool
+    problem: str | None = None
+    file: str | None = None  # relative to the target root, e.g. sglang/srt/speculative/...
+    line: int | None = None  # the HIP variable's assignment, else the capture `if`
+    method: str | None = None  # init_cuda_graphs | _capture_cuda_graphs | ...
+    worker_class: str | None = None
+    worker: str = "v2"  # "v2" (eagle_worker_v2.py) | "v1" (eagle_worker.py)
+    spec_v2_default: bool = True
+    variable: str | None = None  # supports_hip_draft_extend_graph | ..._aiter_... | None
+    hip_policy: str = "never"
+    hip_checks: list[Check] = field(default_factory=list)
+    cuda_policy: str = "never"
+    cuda_checks: list[Check] = field(default_factory=list)
+    kill_switch_env: str | None = None
+    graphs_disabled_check: str | None = None  # the early-return condition, as source
+    capture_condition: str | None = None  # the capture `if`, as source
+    multi_layer: MultiLayerGate | None = None
+    expected: str = EXPECTED
+
+    @property
+    def hip_classes(self) -> list[str]:
+        return [c.cls for c in self.hip_checks]
+
+    @property
+    def cuda_classes(self) -> list[str]:
+        return [c.cls for c in self.cuda_checks]
+
+    @property
+    def tested_attr(self) -> dict[str, str]:
+        """HIP allow-listed class → the worker attribute it is tested on."""
+        return {c.cls: c.attr for c in self.hip_checks}
+
+    def to_dict(self) -> dict:
+        return {
+            "recognised": self.recognised, "problem": self.problem, "file": self.file,
+            "line": self.line, "method": self.method, "worker_class": self.worker_class,
+            "worker": self.worker, "variable": self.variable, "hip_policy": self.hip_policy,
+            "hip_checks": [c.text() for c in self.hip_checks], "cuda_policy": self.cuda_policy,
+            "cuda_classes": self.cuda_classes, "kill_switch_env": self.kill_switch_env,
+        }
+
+
+def spec_v2_is_default(target: Target) -> bool:
+    """`SGLANG_ENABLE_SPEC_V2 = EnvBool(False)` in environ.py (0.5.9) → the v1 worker runs."""
+    tree = parse_file(target.file(ENVIRON_FILE))
+    if tree is None:
+        return True
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "SGLANG_ENABLE_SPEC_V2"
+                and isinstance(node.value, ast.Call) and node.value.args
+                and isinstance(node.value.args[0], ast.Constant)):
+            return bool(node.value.args[0].value)
+    return True
+
+
+def read_gate(target: Target, worker: str = "default") -> GateInfo:
+    """The gate of the worker the release runs by default (`worker="v2"|"v1"` to choose)."""
+    v2_default = spec_v2_is_default(target)
+    has_v1 = target.file(V1_FILE).is_file()
+    if worker == "default":
+        worker = "v1" if (has_v1 and not v2_default) or not target.file(V2_FILE).is_file() else "v2"
+    rel = V2_FILE if worker == "v2" else V1_FILE
+    path = target.file(rel)
+    info = _read_worker_gate(target, path, worker)
+    info.spec_v2_default = v2_default
+    info.multi_layer = _read_multi_layer(target)
+    return info
+
+
+def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
+    relfile = target.relpath(path)
+    if not path.is_file():
+        return GateInfo(False, f"{relfile} not found", file=relfile, worker=worker)
+    tree = parse_file(path)
+    if tree is None:
+        return GateInfo(False, f"{relfile} does not parse", file=relfile, worker=worker)
+    site = _find_capture_site(tree)
+    if site is None:
+        return GateInfo(False, f"no method in {relfile} sets self.{RUNNER_ATTR} under an `if` "
+                               f"testing self.{EXTEND_ATTR}", file=relfile, worker=worker)
+    cls, method, capture_if = site
+    info = GateInfo(True, file=relfile, worker=worker, worker_class=cls.name, method=method.name,
+                    line=capture_if.lineno, capture_condition=ast.unparse(capture_if.test))
+    info.kill_switch_env = _kill_switch(method)
+    info.graphs_disabled_check = _graphs_disabled(method)
+    lists = _list_vars(method)
+
+    hip_assign = _var_assignment(method, HIP_VAR)
+    if hip_assign is not None:
+        name, value, lineno = hip_assign
+        info.variable, info.line = name, lineno
+        info.hip_checks = _isinstance_checks(value, lists, method)
+        info.hip_policy = "allowlist"
+        if not info.hip_checks:
+            return _unrecognised(info, f"{name} (line {lineno}) holds no isinstance(self.<backend>"
+                                       f", Class) check: {ast.unparse(value)[:120]}")
+        if not _name_loaded(method, name):
+            return _unrecognised(info, f"{name} is assigned but never used in {method.name}")
+    else:
+        info.hip_policy = _inline_policy(capture_if.test, "hip")
+    cuda_assign = _var_assignment(method, CUDA_VAR)
+    if cuda_assign is not None:
+        info.cuda_checks = _isinstance_checks(cuda_assign[1], lists, method)
+        info.cuda_policy = "allowlist" if info.cuda_checks else "never"
+    else:
+        info.cuda_policy = _inline_policy(capture_if.test, "cuda")
+        if info.cuda_policy == "allowlist":
+            info.cuda_checks = _isinstance_checks(capture_if.test, lists)
+    if info.hip_policy == "unknown":
+        return _unrecognised(info, f"the capture condition names no HIP rule: "
+                                   f"{info.capture_condition[:160]}")
+    return info
+
+
+def _unrecognised(info: GateInfo, problem: str) -> GateInfo:
+    info.recognised = False
+    info.problem = problem
+    return info
+
+
+def _find_capture_site(tree: ast.Module):
+    """(class, method, if) where `self.cuda_graph_runner_for_draft_extend = <runner>` is set
+    under an `if` whose test reads `self.draft_extend_attn_backend`."""
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            for node in ast.walk(method):
+                if not isinstance(node, ast.If) or not _reads_self_attr(node.test, EXTEND_ATTR):
+                    continue
+                for stmt in ast.walk(node):
+                    if (isinstance(stmt, ast.Assign) and _assigns_self_attr(stmt, RUNNER_ATTR)
+                            and not (isinstance(stmt.value, ast.Constant)
+                                     and stmt.value.value is None)):
+                        return cls, method, node
+    return None
+
+
+def _reads_self_attr(expr: ast.AST, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr
+               and isinstance(n.value, ast.Name) and n.value.id == "self"
+               for n in ast.walk(expr))
+
+
+def _assigns_self_attr(stmt: ast.Assign, attr: str) -> bool:
+    return any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+               and t.value.id == "self" for t in stmt.targets)
+
+
+def _var_assignment(method: ast.FunctionDef, pattern: re.Pattern):
+    """The last non-constant assignment to a name matching `pattern`: (name, value, line)."""
+    found = None
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            t = node.targets[0]
+            if isinstance(t, ast.Name) and pattern.match(t.id):
+                if isinstance(node.value, ast.Constant):
+                    found = found or (t.id, node.value, node.lineno)
+                elif found is None or isinstance(found[1], ast.Constant) \
+                        or node.lineno > found[2]:
+                    found = (t.id, node.value, node.lineno)
+    return found
+
+
+def _name_loaded(method: ast.FunctionDef, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+               for n in ast.walk(method))
+
+
+def _list_vars(method: ast.FunctionDef) -> dict[str, list[str]]:
+    """`graph_supported_backend_types = [A, B]` plus its `.append(C)` calls → {name: [A, B, C]}."""
+    out: dict[str, list[str]] = {}
+    for node in ast.walk(method):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.List, ast.Tuple))):
+            out[node.targets[0].id] = [e.id for e in node.value.elts if isinstance(e, ast.Name)]
+    for node in ast.walk(method):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("append", "extend") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in out):
+            for a in node.args:
+                if isinstance(a, ast.Name):
+                    out[node.func.value.id].append(a.id)
+                elif isinstance(a, (ast.List, ast.Tuple)):
+                    out[node.func.value.id] += [e.id for e in a.elts if isinstance(e, ast.Name)]
+    return out
+
+
+def _class_names(expr: ast.AST, lists: dict[str, list[str]]) -> list[str]:
+    if isinstance(expr, ast.Name):
+        return list(lists.get(expr.id, [expr.id]))
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return [n for e in expr.elts for n in _class_names(e, lists)]
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) \
+            and expr.func.id in ("tuple", "list") and expr.args:
+        return _class_names(expr.args[0], lists)
+    if isinstance(expr, ast.Attribute):
+        return [expr.attr]
+    return []
+
+
+def _isinstance_checks(expr: ast.AST, lists: dict[str, list[str]],
+                       scope: ast.FunctionDef | None = None, _seen: set | None = None
+                       ) -> list[Check]:
+    """The isinstance(self.x, C) checks in `expr`, following names assigned in `scope`
+    (0.5.15's `graph_supported_backend = isinstance(...)`)."""
+    out: list[Check] = []
+    seen = _seen if _seen is not None else set()
+    if scope is not None:
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+                    and node.id not in seen and node.id not in lists:
+                seen.add(node.id)
+                for a in ast.walk(scope):
+                    if (isinstance(a, ast.Assign) and len(a.targets) == 1
+                            and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id
+                            and not isinstance(a.value, ast.Constant)):
+                        out += [c for c in _isinstance_checks(a.value, lists, scope, seen)
+                                if c not in out]
+    for node in ast.walk(expr):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance" and len(node.args) == 2
+                and isinstance(node.args[0], ast.Attribute)
+                and isinstance(node.args[0].value, ast.Name) and node.args[0].value.id == "self"):
+            for cls in _class_names(node.args[1], lists):
+                c = Check(node.args[0].attr, cls)
+                if c not in out:
+                    out.append(c)
+    return out
+
+
+def _kill_switch(method: ast.FunctionDef) -> str | None:
+    for node in ast.walk(method):
+        text = node.attr if isinstance(node, ast.Attribute) else (
+            node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
+        if text and KILL_SWITCH.fullmatch(text):
+            return text
+    return None
+
+
+def _graphs_disabled(method: ast.FunctionDef) -> str | None:
+    """The early `return` taken when CUDA graphs are disabled (disable_cuda_graph / DISABLED)."""
+    for node in method.body:
+        if isinstance(node, ast.If) and any(isinstance(s, ast.Return) for s in node.body):
+            src = ast.unparse(node.test)
+            if "disable_cuda_graph" in src or "DISABLED" in src:
+                return src
+    return None
+
+
+_PLATFORM_FLAGS = {"hip": "hip", "cuda": "cuda", "npu": None, "musa": None, "xpu": None,
+                   "cpu": None, "mps": None}
+
+
+def platform_truth(expr: ast.AST, platform: str) -> bool | None:
+    """Three-valued: does a condition made of `_is_hip`/`is_hip()`/... hold on `platform`?"""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        v = platform_truth(expr.operand, platform)
+        return None if v is None else not v
+    if isinstance(expr, ast.BoolOp):
+        vals = [platform_truth(v, platform) for v in expr.values]
+        if isinstance(expr.op, ast.And):
+            if any(v is False for v in vals):
+                return False
+            return True if all(v is True for v in vals) else None
+        if any(v is True for v in vals):
+            return True
+        return False if all(v is False for v in vals) else None
+    name = None
+    if isinstance(expr, ast.Name):
+        name = expr.id
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and not expr.args:
+        name = expr.func.id
+    if name:
+        m = re.fullmatch(r"_?is_(hip|cuda|npu|musa|xpu|cpu|mps)", name)
+        if m:
+            return _PLATFORM_FLAGS[m.group(1)] == platform
+    return None
+
+
+def _inline_policy(test: ast.AST, platform: str) -> str:
+    """Capture conditions without a gate variable (0.5.9): which rule holds for `platform`.
+
+    `... and not _is_npu` → "any"; `... and (_is_npu or (_is_cuda and isinstance(...)))` →
+    "allowlist" for cuda, "never" for hip.
+    """
+    flag = f"_is_{platform}"
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    has_isinstance = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                         and n.func.id == "isinstance" for n in ast.walk(test))
+    # Evaluate the condition's platform part with every non-platform leaf taken as true.
+    truth = _eval_with(test, platform)
+    if truth is True:
+        return "any"
+    if truth is False:
+        return "never"
+    if flag in names and has_isinstance:
+        return "allowlist"
+    return "unknown" if not any(n.startswith("_is_") for n in names) else "never"
+
+
+def _eval_with(expr: ast.AST, platform: str) -> bool | None:
+    """Platform truth of a condition, treating `self.x` reads as true and isinstance as unknown."""
+    if isinstance(expr, ast.BoolOp):
+        vals = [_eval_with(v, platform) for v in expr.values]
+        if isinstance(expr.op, ast.And):
+            if any(v is False for v in vals):
+                return False
+            return True if all(v is True for v in vals) else None
+        if any(v is True for v in vals):
+            return True
+        return False if all(v is False for v in vals) else None
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        v = _eval_with(expr.operand, platform)
+        return None if v is None else not v
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
+            and expr.value.id == "self":
+        return True
+    return platform_truth(expr, platform)
+
+
+def _read_multi_layer(target: Target) -> MultiLayerGate | None:
+    path = target.file(MULTI_LAYER_FILE)
+    tree = parse_file(path)
+    if tree is None:
+        return None
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            sets = [s for s in ast.walk(method) if isinstance(s, ast.Assign)
+                    and _assigns_self_attr(s, RUNNER_ATTR)
+                    and not (isinstance(s.value, ast.Constant) and s.value.value is None)]
+            if not sets:
+                continue
+            checks = _isinstance_checks(method, _list_vars(method))
+            return MultiLayerGate(target.relpath(path), sets[0].lineno, method.name,
+                                  has_allowlist=bool(checks), kill_switch_env=_kill_switch(method))
+    return None
+
+
+# --------------------------------------------------------------------------- backend names
+
+
+@dataclass
+class BackendInfo:
+    """What `--attention-backend NAME` builds for the draft model on one platform."""
+
+    name: str
+    in_registry: bool
+    attention_classes: list[str] = field(default_factory=list)  # the registry's (target model)
+    has_draft_factory_entry: bool = False
+    draft_extend_classes: list[str] = field(default_factory=list)
+    decode_classes: list[str] = field(default_factory=list)
+    decode_min_steps: int | None = None  # no multi-step decode backend below this many steps
+    # Base classes (by name) of the classes above, found on first use: reading them parses the
+    # backend modules, which only a verdict without a direct class match needs.
+    _ancestors: Callable[[list[str]], list[str]] | None = field(default=None, repr=False,
+                                                                compare=False)
+    _cache: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def draft_extend_ancestors(self) -> list[str]:
+        return self._lazy("ext", self.draft_extend_classes)
+
+    @property
+    def decode_ancestors(self) -> list[str]:
+        return self._lazy("dec", self.decode_classes)
+
+    def _lazy(self, key: str, names: list[str]) -> list[str]:
+        if key not in self._cache:
+            self._cache[key] = self._ancestors(names) if self._ancestors and names else []
+        return self._cache[key]
+
+    @property
+    def draft_extend_class(self) -> str | None:
+        return " | ".join(self.draft_extend_classes) or None
+
+    @property
+    def decode_class(self) -> str | None:
+        return " | ".join(self.decode_classes) or None
+
+
+_MODULES: dict[int, tuple[ast.Module, _Module]] = {}
+
+
+def _module_of(tree: ast.Module) -> _Module:
+    """The `_Module` index of a cached tree, built once per tree."""
+    hit = _MODULES.get(id(tree))
+    if hit is None or hit[0] is not tree:
+        hit = _MODULES[id(tree)] = (tree, _Module(tree))
+    return hit[1]
+
+
+class _Module:
+    """One parsed SGLang module: its top-level functions, classes and `from X import Y` names."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        self.imports: dict[str, str] = {}
+        # Statements only (imports are statements, also lazy ones inside functions and ifs):
+        # much cheaper than walking every expression node of a 3000-line backend module.
+        stack: list[ast.AST] = list(tree.body)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, ast.ImportFrom):
+                if n.module and n.level == 0:
+                    for a in n.names:
+                        self.imports.setdefault(a.asname or a.name, n.module)
+                continue
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                sub = getattr(n, name, None)
+                if isinstance(sub, list):
+                    stack.extend(sub)
+
+
+class _Resolver:
+    """Follows a factory function to the `...Backend(...)` classes it builds on a platform."""
+
+    def __init__(self, target: Target, platform: str) -> None:
+        self.target, self.platform = target, platform
+        self._mods: dict[str, _Module | None] = {}
+        self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
+
+    def module(self, dotted: str) -> _Module | None:
+        if dotted not in self._mods:
+            parts = dotted.split(".")
+            if parts[0] != "sglang":
+                self._mods[dotted] = None
+            else:
+                tree = parse_file(self.target.root.joinpath(*parts[:-1], parts[-1] + ".py"))
+                self._mods[dotted] = _module_of(tree) if tree else None
+        return self._mods[dotted]
+
+    def classes(self, func: ast.FunctionDef, mod: _Module, cls: ast.ClassDef | None = None,
+                depth: int = 0) -> list[str]:
+        out: list[str] = []
+        if depth > 4:
+            return out
+        # `cls = DeepseekV4TrtllmAttnBackend` ... `return cls(runner)` (0.5.23's dsv4 on CUDA)
+        aliases: dict[str, list[str]] = {}
+        for stmt in self._live(func.body):
+            for node in ast.walk(stmt):
+                if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name)
+                        and isinstance(node.value, ast.Name)
+                        and node.value.id.endswith("Backend")):
+                    aliases.setdefault(node.targets[0].id, []).append(node.value.id)
+        for stmt in self._live(func.body):
+            for node in ast.walk(stmt):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if isinstance(f, ast.Name) and f.id.endswith("Backend") and f.id[:1].isupper():
+                    out.append(f.id)
+                    self.seen_in.setdefault(f.id, mod)
+                elif isinstance(f, ast.Name) and f.id in aliases:
+                    out += aliases[f.id]
+                    for a in aliases[f.id]:
+                        self.seen_in.setdefault(a, mod)
+                elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                        and f.value.id == "self" and cls is not None:
+                    m = _method(cls, f.attr)
+                    if m is not None and f.attr.startswith("_create"):
+                        out += self.classes(m, mod, cls, depth + 1)
+                elif isinstance(f, ast.Name) and f.id[:1].islower():
+                    if f.id in mod.funcs and f.id.startswith(("create", "_create")):
+                        out += self.classes(mod.funcs[f.id], mod, None, depth + 1)
+                    elif f.id in mod.imports and "backend" in f.id:
+                        other = self.module(mod.imports[f.id])
+                        if other and f.id in other.funcs:
+                            out += self.classes(other.funcs[f.id], other, None, depth + 1)
+        return list(dict.fromkeys(out))
+
+    def ancestors(self, name: str, mod: _Module, depth: int = 0) -> list[str]:
+        """Base classes of `name` (by name), found through the modules that define them, so an
+        isinstance check on a base class is seen to admit a subclass."""
+        if depth > 6:
+            return []
+        where, node = mod, mod.classes.get(name)
+        if node is None and name in mod.imports:
+            where = self.module(mod.imports[name])
+            node = where.classes.get(name) if where else None
+        if node is None or where is None:
+            return []
+        out: list[str] = []
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
+                else None
+            if bname and bname not in out:
+                out.append(bname)
+                out += [a for a in self.ancestors(bname, where, depth + 1) if a not in out]
+        return out
+
+    def all_ancestors(self, names: list[str], mod: _Module) -> list[str]:
+        out: list[str] = []
+        for n in names:
+            found = self.ancestors(n, self.seen_in.get(n, mod))
+            out += [a for a in found if a not in out and a not in names]
+        return out
+
+    def _live(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """The statements that can run on the platform: platform `if`s pruned, others kept."""
+        return self._live_ends(body)[0]
+
+    def _live_ends(self, body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:
+        """(live statements, whether the platform path surely returns or raises)."""
+        out: list[ast.stmt] = []
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                truth = platform_truth(stmt.test, self.platform)
+                live_body, body_ends = self._live_ends(stmt.body)
+                live_else, else_ends = self._live_ends(stmt.orelse)
+                if truth is not False:
+                    out += live_body
+                if truth is not True:
+                    out += live_else
+                if (truth is True and body_ends) or (truth is False and else_ends) or (
+                        truth is None and body_ends and else_ends):
+                    return out, True  # the platform path returns: nothing after it runs
+            elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+                continue
+            else:
+                out.append(stmt)
+                if isinstance(stmt, (ast.Return, ast.Raise)):
+                    return out, True
+        return out, False
+
+
+def _ends(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+    for n in cls.body:
+        if isinstance(n, ast.FunctionDef) and n.name == name:
+            return n
+    return None
+
+
+def _registry(target: Target) -> tuple[_Module, dict[str, ast.FunctionDef]] | None:
+    """`@register_attention_backend("name")` functions (attention_registry.py, else any module
+    under srt/layers/attention that uses the decorator)."""
+    candidates = [target.file(REGISTRY_FILE)]
+    if not candidates[0].is_file():
+        candidates = sorted(target.file("srt/layers/attention").glob("*.py"))
+    for path in candidates:
+        tree = parse_file(path)
+        if tree is None:
+            continue
+        names: dict[str, ast.FunctionDef] = {}
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+            for d in fn.decorator_list:
+                if (isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
+                        and d.func.id == "register_attention_backend" and d.args
+                        and isinstance(d.args[0], ast.Constant)):
+                    names[str(d.args[0].value)] = fn
+        if names:
+            return _module_of(tree), names
+    return None
+
+
+def _draft_factory(target: Target) -> tuple[_Module, ast.ClassDef] | None:
+    """The class with `create_draft_extend_backend` and `create_decode_backend` methods."""
+    paths = [target.file(DRAFT_UTILS_FILE)]
+    paths += [p for p in sorted(target.file("srt/speculative").glob("*.py")) if p != paths[0]]
+    for path in paths:
+        tree = parse_file(path)
+        if tree is None:
+            continue
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            if _method(cls, "create_draft_extend_backend") and _method(cls, "create_decode_backend"):
+                return _module_of(tree), cls
+    return None
+
+
+def _factory_map(method: ast.FunctionDef) -> dict[str, str]:
+    """`backend_map = {"aiter": self._create_aiter_prefill_backend, ...}` → {name: method}."""
+    for node in ast.walk(method):
+        if isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+            out = {}
+            for k, v in zip(node.keys, node.values):
+                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) \
+                        and v.value.id == "self":
+                    out[k.value] = v.attr
+            if out:
+                return out
+    return {}
+
+
+def _decode_min_steps(method: ast.FunctionDef) -> int | None:
+    """`if self.speculative_num_steps == 1: return None` (or `<= 1`) → 2."""
+    for node in method.body:
+        if isinstance(node, ast.If) and _ends(node.body) and isinstance(node.test, ast.Compare):
+            t = node.test
+            if (isinstance(t.left, ast.Attribute) and t.left.attr == "speculative_num_steps"
+                    and len(t.comparators) == 1 and isinstance(t.comparators[0], ast.Constant)):
+                n, op = t.comparators[0].value, t.ops[0]
+                if isinstance(op, (ast.Eq, ast.LtE)):
+                    return int(n) + 1
+                if isinstance(op, ast.Lt):
+                    return int(n)
+    return None
+
+
+def backend_map(target: Target, platform: str) -> dict[str, BackendInfo]:
+    """Every attention-backend name the release knows → the draft classes it builds on `platform`."""
+    res = _Resolver(target, platform)
+    reg = _registry(target)
+    fac = _draft_factory(target)
+    out: dict[str, BackendInfo] = {}
+    if reg:
+        mod, funcs = reg
+        for name, fn in funcs.items():
+            out[name] = BackendInfo(name, True, attention_classes=res.classes(fn, mod))
+    if fac:
+        fmod, cls = fac
+        ext_m = _method(cls, "create_draft_extend_backend")
+        dec_m = _method(cls, "create_decode_backend")
+        ext_map, dec_map = _factory_map(ext_m), _factory_map(dec_m)
+        min_steps = _decode_min_steps(dec_m)
+        names = set(ext_map) | set(dec_map) | set(out)
+        for name in sorted(names):
+            info = out.setdefault(name, BackendInfo(name, False))
+            ext = ext_map.get(name) or _named_method(cls, name, "draft_extend")
+            dec = dec_map.get(name) or _named_method(cls, name, "decode")
+            info.has_draft_factory_entry = ext is not None
+            info.decode_min_steps = min_steps
+            if ext and _method(cls, ext):
+                info.draft_extend_classes = res.classes(_method(cls, ext), fmod, cls)
+            if dec and _method(cls, dec):
+                info.decode_classes = res.classes(_method(cls, dec), fmod, cls)
+            info._ancestors = functools.partial(res.all_ancestors, mod=fmod)
+    return dict(sorted(out.items()))
+
+
+def _named_method(cls: ast.ClassDef, name: str, phase: str) -> str | None:
+    """A factory method built for one name outside the map (0.5.23's qsa profile):
+    `_create_<...name...>_<phase>_backend`."""
+    for n in cls.body:
+        if (isinstance(n, ast.FunctionDef) and n.name.startswith("_create_")
+                and n.name.endswith(f"_{phase}_backend")
+                and re.search(rf"_{re.escape(name)}_", n.name[len("_create"):])):
+            return n.name
+    return None
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+class Verdict(tuple):
+    """`(mode, reason)`, a pair, plus `.cause`: a stable code for hints and tests.
+
+    mode: graph | eager | unsupported | unknown. cause: for graph "allowlist" | "any_device" |
+    "multi_layer"; for eager "not_allowlisted" | "num_steps" | "kill_switch" |
+    "graphs_disabled" | "no_branch"; else "unsupported" | "unknown".
+    """
+
+    def __new__(cls, mode: str, reason: str, cause: str = "") -> Verdict:
+        self = super().__new__(cls, (mode, reason))
+        self.cause = cause
+        return self
+
+    @property
+    def mode(self) -> str:
+        return self[0]
+
+    @property
+    def reason(self) -> str:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"Verdict(mode={self.mode!r}, reason={self.reason!r}, cause={self.cause!r})"
+
+
+def verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: int | None,
+            kill_switch_set: bool = False, graphs_disabled: bool = False,
+            multi_layer: bool = False, release: str | None = None) -> Verdict:
+    """Graph or eager for one backend and configuration. Pure: reads only its arguments.
+
+    `num_steps=None` means unknown: checks on the multi-step decode backend are then taken as
+    passing, and the reason says they need --speculative-num-steps >= 2.
+    """
+    rel = f"sglang {release}" if release else "this release"
+    if not gate.recognised:
+        return Verdict(UNKNOWN, f"gate not recognised: {gate.problem}", "unknown")
+    if info is None or (not info.in_registry and not info.has_draft_factory_entry):
+        return Verdict(UNSUPPORTED, f"backend unknown to {rel}", "unsupported")
+    if not info.has_draft_factory_entry:
+        return Verdict(UNSUPPORTED, f"{rel} has no draft backend for {info.name!r} "
+                                    "(EAGLE refuses it at start)", "unsupported")
+    if graphs_disabled:
+        return Verdict(EAGER, "CUDA graphs disabled (--disable-cuda-graph)", "graphs_disabled")
+    if multi_layer and gate.multi_layer is not None:
+        ml = gate.multi_layer
+        if kill_switch_set and ml.kill_switch_env:
+            return Verdict(EAGER, f"kill switch {ml.kill_switch_env} set", "kill_switch")
+        if not ml.has_allowlist:
+            return Verdict(GRAPH, "multi-layer worker: captures draft-extend with no backend "
+                                  f"allow-list ({ml.method})", "multi_layer")
+    if kill_switch_set and gate.kill_switch_env:
+        return Verdict(EAGER, f"kill switch {gate.kill_switch_env} set", "kill_switch")
+    policy = gate.hip_policy if platform == "hip" else gate.cuda_policy
+    checks = gate.hip_checks if platform == "hip" else gate.cuda_checks
+    where = f"{gate.worker_class}.{gate.method}"
+    if policy == "any":
+        return Verdict(GRAPH, f"{where} captures draft-extend on every non-NPU device",
+                       "any_device")
+    if policy == "never":
+        return Verdict(EAGER, f"{where} has no {platform.upper()} capture branch", "no_branch")
+    ext = set(info.draft_extend_classes)
+    dec = set(info.decode_classes)
+    if not any((c.attr == EXTEND_ATTR and c.cls in ext) or (c.attr == DECODE_ATTR and c.cls in dec)
+               for c in checks):  # no direct match: an allow-listed base class still admits it
+        ext |= set(info.draft_extend_ancestors)
+        dec |= set(info.decode_ancestors)
+    steps_short = (num_steps is not None and info.decode_min_steps is not None
+                   and num_steps < info.decode_min_steps)
+    decode_blocked = None
+    for c in checks:
+        if c.attr == EXTEND_ATTR and c.cls in ext:
+            return Verdict(GRAPH, f"on the {platform.upper()} allow-list: {c.text()}", "allowlist")
+        if c.attr == DECODE_ATTR and c.cls in dec:
+            if steps_short:
+                decode_blocked = c
+                continue
+            extra = ("" if num_steps is not None or info.decode_min_steps is None
+                     else f" (needs --speculative-num-steps >= {info.decode_min_steps})")
+            return Verdict(GRAPH, f"on the {platform.upper()} allow-list: {c.text()}{extra}",
+                           "allowlist")
+    if decode_blocked is not None:
+        return Verdict(EAGER, f"{decode_blocked.cls} is tested on the multi-step decode backend,"
+                              f" which --speculative-num-steps {num_steps} does not create "
+                              f"(needs >= {info.decode_min_steps})", "num_steps")
+    admitted = ", ".join(dict.fromkeys(c.cls for c in checks)) or "nothing"
+    built = info.draft_extend_class or "no class found"
+    return Verdict(EAGER, f"{built} not on the {platform.upper()} allow-list of {where} "
+                          f"(admits {admitted})", "not_allowlisted")

@@ -1,0 +1,377 @@
+"""Probe `profiler-teardown`: is a stopped `torch.profiler.profile` left to the cyclic GC?
+
+A stopped profiler keeps bound methods of itself (`action_map`), so it is freed only by the cyclic
+GC at an arbitrary later moment; SGLang servers crashed there (double free in the C++
+destructors) and memory grows until a collection runs. SGLang 0.5.18 drops the reference and
+calls `gc.collect()` at once in `_stop_profile`; the V2 path (`SGLANG_PROFILE_V2`,
+`utils/profile_utils.py::ProfileManager._do_stop`) drops it without collecting, even in 0.5.23.
+
+Three parts: (a) static, on the target's source (AST, found by name and shape, never by line);
+(b) runtime, on the local torch: the reference cycle and its path; (c) the crash reproducer in
+child processes (`probes.profiler_reproducer`), only with `ctx.full`.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import time
+import types
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from diag.context import Context
+from diag.findings import Evidence, Finding, Status, location, metric, note, row
+from diag.target import Target
+from probes.base import Probe
+
+# Where the profiler stop lives, per release (SGLANG.md); the method is found by shape.
+CLASSIC_FILES = (
+    ("srt/managers/scheduler_components/profiler_manager.py",
+     "sglang.srt.managers.scheduler_components.profiler_manager"),  # from 0.5.13.post1
+    ("srt/managers/scheduler_profiler_mixin.py",
+     "sglang.srt.managers.scheduler_profiler_mixin"),  # up to 0.5.12.post1
+)
+V2_FILE = ("srt/utils/profile_utils.py", "sglang.srt.utils.profile_utils")
+CLASSIC_NAMES = ("_stop_profile", "stop_profile")  # `stop_profile` up to 0.5.12.post1
+V2_NAMES = ("_do_stop",)
+
+
+@dataclass
+class StopSite:
+    """One profiler stop function in the target and what it does with the profiler afterwards."""
+
+    path: str  # "classic" (the default /stop_profile path) | "v2" (SGLANG_PROFILE_V2)
+    file: str  # as users see it: sglang/srt/...
+    module: str  # dotted module name (for patching)
+    cls: str
+    function: str
+    line: int  # the def
+    attr: str  # the attribute holding the profiler: torch_profiler | profiler
+    stop_line: int  # `self.<attr>.stop()`
+    drop_line: int | None = None  # `self.<attr> = None`
+    collect_line: int | None = None  # `gc.collect()` at or after the drop
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.cls}.{self.function}"
+
+    @property
+    def controlled(self) -> bool:
+        """Drops the reference and collects at once (the 0.5.18 teardown)."""
+        return self.drop_line is not None and self.collect_line is not None
+
+    def describe(self) -> str:
+        if self.controlled:
+            return (f"drops self.{self.attr} (line {self.drop_line}) and calls gc.collect() "
+                    f"(line {self.collect_line}): freed at a controlled point")
+        if self.drop_line is not None:
+            return (f"drops self.{self.attr} (line {self.drop_line}) without gc.collect(): the "
+                    f"stopped profiler is freed later by the cyclic GC")
+        return f"never drops self.{self.attr}: the stopped profiler lives on until replaced"
+
+
+def _is_self_attr(node: ast.AST, attr: str) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == attr
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+def _gc_collect_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """Names bound to the gc module and to gc.collect by the module's imports."""
+    mods, funcs = set(), set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            mods |= {a.asname or a.name for a in n.names if a.name == "gc"}
+        elif isinstance(n, ast.ImportFrom) and n.module == "gc":
+            funcs |= {a.asname or a.name for a in n.names if a.name == "collect"}
+    return mods, funcs
+
+
+def _is_gc_collect(node: ast.AST, mods: set[str], funcs: set[str]) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    if isinstance(f, ast.Attribute) and f.attr == "collect" and isinstance(f.value, ast.Name):
+        return f.value.id in (mods or {"gc"})
+    return isinstance(f, ast.Name) and f.id in funcs
+
+
+def _site_in(fn: ast.FunctionDef, attr: str, mods: set[str], funcs: set[str]) -> dict | None:
+    stop = drop = None
+    collects: list[int] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                and n.func.attr == "stop" and _is_self_attr(n.func.value, attr):
+            stop = n.lineno if stop is None else min(stop, n.lineno)
+        elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) \
+                and n.value.value is None and any(_is_self_attr(t, attr) for t in n.targets):
+            drop = n.lineno if drop is None else max(drop, n.lineno)
+        elif _is_gc_collect(n, mods, funcs):
+            collects.append(n.lineno)
+    if stop is None:
+        return None
+    after = [c for c in collects if drop is not None and c >= drop]
+    return {"stop_line": stop, "drop_line": drop, "collect_line": min(after) if after else None}
+
+
+def _scan(target: Target, rel: str, module: str, path: str, names: tuple[str, ...],
+          attr: str) -> list[StopSite]:
+    src = target.source(rel)
+    if src is None:
+        return []
+    tree = ast.parse(src, str(target.file(rel)))
+    mods, funcs = _gc_collect_names(tree)
+    out = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in names:
+                found = _site_in(fn, attr, mods, funcs)
+                if found:
+                    out.append(StopSite(path, target.relpath(target.file(rel)), module, cls.name,
+                                        fn.name, fn.lineno, attr, **found))
+    return out
+
+
+def locate_stops(target: Target) -> list[StopSite]:
+    """Every profiler stop of the target: the classic one(s) first, then the V2 one."""
+    sites: list[StopSite] = []
+    for rel, module in CLASSIC_FILES:
+        sites += _scan(target, rel, module, "classic", CLASSIC_NAMES, "torch_profiler")
+    sites += _scan(target, V2_FILE[0], V2_FILE[1], "v2", V2_NAMES, "profiler")
+    return sites
+
+
+# ------------------------------------------------------------------------------ runtime cycle
+
+
+@dataclass
+class CycleReport:
+    torch_version: str
+    alive_after_del: bool  # a weak reference still resolves after the last strong one went
+    freed_by_collect: bool
+    collected: int  # what gc.collect() freed (a collection right before makes this the cycle's)
+    collect_seconds: float
+    path: list[str] = field(default_factory=list)  # profile -> ... -> profile
+
+
+def _edge(parent: Any, child: Any) -> str:
+    if isinstance(parent, dict):
+        for k, v in parent.items():
+            if v is child:
+                return f"[{_short(k)}]"
+        return "[?]"
+    if isinstance(parent, (list, tuple)):
+        for i, v in enumerate(parent):
+            if v is child:
+                return f"[{i}]"
+    if isinstance(parent, types.MethodType) and parent.__self__ is child:
+        return ".__self__"
+    attrs = getattr(parent, "__dict__", None)
+    if attrs is child:
+        return ".__dict__"
+    if isinstance(attrs, dict):  # inline (managed) instance attributes are referents directly
+        for k, v in attrs.items():
+            if v is child:
+                return f".{k}"
+    return f" -> {type(child).__name__}"
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_short(x) for x in v) + ")"
+    name = getattr(v, "name", None)
+    return name if isinstance(name, str) else repr(v)[:40]
+
+
+def _label(obj: Any) -> str:
+    if isinstance(obj, types.MethodType):
+        return f"<bound method {obj.__func__.__qualname__}>"
+    return f"<{type(obj).__name__}>"
+
+
+def find_cycle(obj: Any, limit: int = 20000) -> list[str]:
+    """The shortest referent path from `obj` back to itself, as readable steps ([] if none)."""
+    start = id(obj)
+    parents: dict[int, tuple[Any, Any]] = {}  # id -> (parent object, object)
+    queue = [obj]
+    seen = {start}
+    while queue and len(seen) < limit:
+        nxt = []
+        for node in queue:
+            for ref in gc.get_referents(node):
+                if isinstance(ref, (type, types.ModuleType, types.FunctionType, types.CodeType)):
+                    continue
+                if ref is obj:
+                    return _render_path(obj, parents, node)
+                if id(ref) not in seen:
+                    seen.add(id(ref))
+                    parents[id(ref)] = (node, ref)
+                    nxt.append(ref)
+        queue = nxt
+    return []
+
+
+def _render_path(obj: Any, parents: dict[int, tuple[Any, Any]], last: Any) -> list[str]:
+    chain = [last]
+    while id(chain[-1]) in parents:
+        chain.append(parents[id(chain[-1])][0])
+    chain.reverse()  # obj ... last
+    steps = [f"{type(obj).__module__}.{type(obj).__qualname__}"]
+    prev, via_dict = chain[0], False
+    for cur in chain[1:] + [obj]:
+        e = _edge(prev, cur)
+        if e == ".__dict__":  # shown as `.attr` on the next step
+            prev, via_dict = cur, True
+            continue
+        if via_dict and e.startswith("['") and e.endswith("']"):
+            e = "." + e[2:-2]
+        via_dict = False
+        label = "(the same object)" if cur is obj else _label(cur)
+        steps.append(f"-> {label}" if e.startswith(" -> ") else f"{e} {label}")
+        prev = cur
+    return steps
+
+
+def runtime_cycle() -> CycleReport:
+    """Start and stop a CPU-only profiler, drop it, and see whether only `gc.collect()` frees it.
+
+    The automatic GC is disabled for the few lines between `del` and the check, and the
+    collection runs right away (a controlled teardown), so this process never meets the late
+    collection the reproducer provokes.
+    """
+    import torch
+
+    def once() -> Any:
+        p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        p.start()
+        a = torch.ones(64, 64)
+        (a @ a).sum()
+        p.stop()
+        return p
+
+    once()  # a first profile creates one-time garbage (lazy imports); leave it out of the count
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        prof = once()
+        path = find_cycle(prof)
+        gc.collect()  # other garbage of the stop, while the profiler is still referenced
+        ref = weakref.ref(prof)
+        del prof
+        alive = ref() is not None
+        t0 = time.perf_counter()
+        collected = gc.collect()
+        secs = time.perf_counter() - t0
+        freed = ref() is None
+    finally:
+        if was_enabled:
+            gc.enable()
+    return CycleReport(torch.__version__, alive, freed, collected, secs, path)
+
+
+# ------------------------------------------------------------------------------ the probe
+
+
+def _torch_importable() -> str | None:
+    """None when torch imports, else why not."""
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # ImportError or a broken build
+        return f"torch does not import here ({type(e).__name__}: {e})"
+    return None
+
+
+class ProfilerTeardownProbe(Probe):
+    id = "profiler-teardown"
+    title = "Profiler teardown (reference cycle freed by the cyclic GC)"
+    fixes = ("profiler-controlled-teardown",)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        static = self.static(ctx)
+        out = [static]
+        if not ctx.execute:
+            out.append(self.finding(Status.SKIP, "runtime check not run (execution disabled)"))
+        else:
+            out.append(self.runtime(ctx, static))
+        if ctx.full:
+            out.append(self.reproducer(ctx))
+        return out
+
+    # (a) -------------------------------------------------------------------------------------
+    def static(self, ctx: Context) -> Finding:
+        t = ctx.target
+        sites = locate_stops(t)
+        classic = [s for s in sites if s.path == "classic"]
+        v2 = [s for s in sites if s.path == "v2"]
+        ev: list[Evidence] = [location(s.file, s.line, s.qualname, f"[{s.path}] {s.describe()}")
+                              for s in sites]
+        where = ", ".join(f for f, _ in CLASSIC_FILES)
+        if not classic:
+            return self.finding(
+                Status.SKIP, f"no profiler stop found in sglang {t.version} (looked for "
+                f"{'/'.join(CLASSIC_NAMES)} calling self.torch_profiler.stop() in {where}): "
+                "unrecognised shape", evidence=ev,
+                hint="this release's profiler code has moved; the fix refuses it too")
+        if not v2:
+            ev.append(note(f"no V2 profiler stop (ProfileManager._do_stop in "
+                           f"sglang/{V2_FILE[0]}) in this release"))
+        bad_classic = [s for s in classic if not s.controlled]
+        bad_v2 = [s for s in v2 if not s.controlled]
+        if bad_classic:
+            s = bad_classic[0]
+            status = Status.FAIL if ctx.platform == "hip" else Status.WARN
+            summary = (f"{s.qualname} ({s.file}:{s.line}) leaves the stopped profiler to the "
+                       "cyclic GC" + (" (and so does the V2 path)" if bad_v2 else ""))
+        elif bad_v2:
+            s = bad_v2[0]
+            status = Status.WARN
+            summary = (f"default stop collects at once, but the V2 path (SGLANG_PROFILE_V2) "
+                       f"{s.qualname} ({s.file}:{s.line}) drops the profiler without gc.collect()")
+        else:
+            return self.finding(Status.OK, "every profiler stop drops the profiler and collects "
+                                "at once", evidence=ev)
+        return self.finding(
+            status, summary, evidence=ev,
+            hint="apply profiler-controlled-teardown (drops the profiler and collects right "
+                 "after the stop), or upgrade to >= 0.5.18 for the default path")
+
+    # (b) -------------------------------------------------------------------------------------
+    def runtime(self, ctx: Context, static: Finding) -> Finding:
+        why = _torch_importable()
+        if why:
+            return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
+        rep = runtime_cycle()
+        ev = [metric("alive_after_del", rep.alive_after_del),
+              metric("collected_by_gc_collect", rep.collected, "objects"),
+              metric("collect_time", round(rep.collect_seconds, 6), "s")]
+        if rep.path:
+            ev.append(row("reference cycle of a stopped profiler", path=" ".join(rep.path)))
+        if not rep.alive_after_del:
+            return self.finding(Status.OK, f"torch {rep.torch_version}: a stopped profiler is "
+                                "freed at once when dropped (no reference cycle)", evidence=ev)
+        summary = (f"torch {rep.torch_version}: a stopped profiler is still alive after `del` "
+                   f"and only gc.collect() frees it ({rep.collected} objects)")
+        if static.status in (Status.OK, Status.SKIP):
+            return self.finding(Status.OK, summary + "; the target collects at a controlled "
+                                "point" if static.status == Status.OK else summary, evidence=ev)
+        return self.finding(Status.WARN, summary + ": the precondition for the late-collection "
+                            "crash is present", evidence=ev,
+                            hint="run `diag diagnose --full` for the crash reproducer")
+
+    # (c) -------------------------------------------------------------------------------------
+    def reproducer(self, ctx: Context) -> Finding:
+        from probes import profiler_reproducer as rp
+
+        results = rp.run_scenarios(tries=rp.DEFAULT_TRIES, progress=ctx.log)
+        ev = [row(r.description, scenario=r.name, tries=r.tries, crashes=r.crashes,
+                  outcomes=", ".join(r.outcomes), device=r.device or "?",
+                  freed_on=r.freed_where() or "-") for r in results]
+        late = [r for r in results if r.name.startswith("late-collection") and r.crashes]
+        other = [r for r in results if not r.name.startswith("late-collection") and r.crashes]
+        verdicts = "; ".join(r.verdict() for r in results)
+        if late:
+            return self.finding(Status.FAIL, f"reproduced: {verdicts}", evidence=ev)
+        status = Status.WARN if other else Status.OK
+        return self.finding(status, verdicts, evidence=ev)

@@ -1,0 +1,372 @@
+"""Counting implicit device->host syncs, on a GPU or simulated on CPU, one report either way.
+
+Three entry points:
+
+- `count_syncs(mode=...)`: a context manager yielding a `SyncReport` (events attributed to the
+  first frame outside torch: function, file, line).
+- `counted(fn)`: a method wrapper that counts every call (`wrapper.reports`).
+- `runtime_patch(builders)`: a `fixes.patcher.Patch` that wraps builder methods inside an engine
+  and emits `diag.telemetry.emit("syncs", builder=, count=, seconds=)` per call; with no sink
+  installed the wrapper costs one list check.
+
+GPU mode (CUDA or ROCm): `torch.cuda.set_sync_debug_mode("warn")` makes every synchronizing
+call (`.item()`, D2H/blocking copies, `nonzero`, `repeat_interleave` without `output_size`, ...)
+raise a UserWarning; we record them under a "always" filter with our own `showwarning`, which runs
+while the caller's frame is on the stack (that is how each sync gets its file and line).
+The sync debug mode and the warnings machinery are PROCESS-GLOBAL: one GPU counting scope at a
+time (a module lock; `runtime_patch` skips counting rather than wait), warnings from other
+threads during the scope are swallowed and counted apart (`other_threads`), and the previous mode
+is restored on exit. Explicit `torch.cuda.synchronize()` is not reported by torch's debug mode.
+
+CPU mode: every tensor is a CPU tensor, so the caller says which tensors stand for device tensors
+(`device=[...]`) and which are host mirrors (`host=[...]`; `tags_by_name` tags `*_cpu` names as
+host). Tags propagate: an op's outputs are device tensors when any tensor input is; a factory
+called with an explicit `device=` (a `torch.device`, or any string but "cpu") makes a device
+tensor; `pin_memory=True` or `device="cpu"` (the string) makes a host tensor. Untagged tensors
+follow `unknown` ("host" by default). What is flagged, one sync each unless said:
+host reads of a device tensor (`item`, `__bool__/__int__/__float__/__index__` via
+`_local_scalar_dense`, `tolist`, `cpu`, `numpy`, `.to("cpu")`); a blocking host->device copy
+(`.to(device)` of a host tensor without `non_blocking=True`); ops tagged `data_dependent_output`
+or `dynamic_output_shape` on device inputs (`nonzero`, `masked_select`, `unique`, ...);
+`repeat_interleave` with tensor repeats and no `output_size`: TWO (PyTorch reads `cumsum[-1]`
+and checks `repeats >= 0`), as the GPU reports; indexing (`index`, `index_put_`) with a bool or
+uint8 mask on the device; integer-tensor indexing is not a sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+import time
+import warnings
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+_HERE = os.path.abspath(__file__)
+_gpu_lock = threading.RLock()
+_SYNC_MSG = "synchroniz"  # torch: "called a synchronizing CUDA operation"
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    """One sync: what caused it and the first frame outside torch that called it."""
+
+    op: str
+    function: str
+    file: str
+    line: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "function": self.function, "file": self.file, "line": self.line}
+
+
+@dataclass
+class SyncReport:
+    mode: str  # "gpu" | "cpu"
+    events: list[SyncEvent] = field(default_factory=list)
+    other_threads: int = 0  # GPU mode: syncs of other threads seen (and swallowed) meanwhile
+    seconds: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return len(self.events)
+
+    def by_site(self) -> Counter:
+        """(function, file, line) -> number of syncs."""
+        return Counter((e.function, e.file, e.line) for e in self.events)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "count": self.count, "seconds": self.seconds,
+                "other_threads": self.other_threads,
+                "events": [e.to_dict() for e in self.events]}
+
+
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _caller(skip_dirs: tuple[str, ...]) -> tuple[str, str, int]:
+    """The first frame that is neither torch, this module, nor the warnings/contextlib machinery."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if fn != _HERE and not fn.startswith(skip_dirs) and \
+                os.path.basename(fn) not in ("warnings.py", "contextlib.py"):
+            return f.f_code.co_name, f.f_code.co_filename, f.f_lineno
+        f = f.f_back
+    return "?", "?", 0
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+# ------------------------------------------------------------------------------------------ GPU
+
+
+@contextlib.contextmanager
+def _gpu_scope(report: SyncReport, blocking: bool = True) -> Iterator[bool]:
+    """Count this thread's syncs via torch's sync debug mode. Yields False when not counting."""
+    import torch
+
+    if not _gpu_lock.acquire(blocking=blocking):
+        yield False
+        return
+    owner = threading.get_ident()
+    skip = (_torch_dir(),)
+    try:
+        prev_mode = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings():
+            previous_show = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                if _SYNC_MSG not in str(message):
+                    return previous_show(message, category, filename, lineno, file, line)
+                if threading.get_ident() != owner:
+                    report.other_threads += 1
+                    return None
+                fn, path, ln = _caller(skip)
+                report.events.append(SyncEvent("sync", fn, path, ln))
+                return None
+
+            warnings.filterwarnings("always", message=f".*{_SYNC_MSG}", category=UserWarning)
+            warnings.showwarning = show
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield True
+            finally:
+                torch.cuda.set_sync_debug_mode(prev_mode)
+    finally:
+        _gpu_lock.release()
+
+
+# ------------------------------------------------------------------------------------------ CPU
+
+
+class DeviceTags:
+    """Which CPU tensors stand for device tensors ("device") or host mirrors ("host")."""
+
+    def __init__(self, device: Iterable = (), host: Iterable = (), unknown: str = "host") -> None:
+        if unknown not in ("host", "device"):
+            raise ValueError("unknown must be 'host' or 'device'")
+        self.unknown = unknown
+        self._tags: dict[int, tuple[weakref.ref, str]] = {}
+        for t in device:
+            self.tag(t, "device")
+        for t in host:
+            self.tag(t, "host")
+
+    def tag(self, t: Any, where: str) -> None:
+        import torch
+
+        if isinstance(t, torch.Tensor):
+            key = id(t)
+            self._tags[key] = (weakref.ref(t, lambda _r, k=key: self._tags.pop(k, None)), where)
+
+    def explicit(self, t: Any) -> str | None:
+        entry = self._tags.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def on_device(self, t: Any) -> bool:
+        return (self.explicit(t) or self.unknown) == "device"
+
+
+def tags_by_name(values: dict[str, Any], unknown: str = "host") -> DeviceTags:
+    """Tag named inputs: names ending in `_cpu` (SGLang's host mirrors) are host, others device."""
+    import torch
+
+    dev = [v for k, v in values.items() if isinstance(v, torch.Tensor) and not k.endswith("_cpu")]
+    host = [v for k, v in values.items() if isinstance(v, torch.Tensor) and k.endswith("_cpu")]
+    return DeviceTags(dev, host, unknown)
+
+
+_HOST_READS = {"tolist", "numpy", "cpu"}
+_MASK_INDEX = {"index.Tensor", "index_put_.default", "index_put.default", "_index_put_impl_.default"}
+
+
+def _cpu_modes(report: SyncReport, tags: DeviceTags):
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    skip = (_torch_dir(),)
+
+    def hit(op: str, n: int = 1) -> None:
+        fn, path, ln = _caller(skip)
+        report.events.extend(SyncEvent(op, fn, path, ln) for _ in range(n))
+
+    def tensors(obj: Any) -> list:
+        return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+    def dev_like(d: Any) -> bool:
+        if isinstance(d, torch.device):
+            return True
+        return isinstance(d, str) and d != "cpu"
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = f"{func._opname}.{func._overloadname}"
+            ins = tensors((args, kwargs))
+            on_dev = any(tags.on_device(t) for t in ins)
+            if name == "repeat_interleave.Tensor":
+                if kwargs.get("output_size") is None and tags.on_device(args[0]):
+                    hit("repeat_interleave without output_size", 2)
+            elif name in _MASK_INDEX:
+                idx = [t for t in tensors(args[1]) if t.dtype in (torch.bool, torch.uint8)]
+                if idx and (on_dev or any(tags.on_device(t) for t in idx)):
+                    hit(f"{func._opname} with a bool mask")
+            elif on_dev and (torch.Tag.data_dependent_output in func.tags
+                             or torch.Tag.dynamic_output_shape in func.tags):
+                hit(func._opname)
+            out = func(*args, **kwargs)
+            if ins:
+                where = "device" if on_dev else (
+                    "host" if all(tags.explicit(t) == "host" for t in ins) else None)
+                if where:
+                    for t in tensors(out):
+                        if not any(t is i for i in ins) or tags.explicit(t) is None:
+                            tags.tag(t, where)
+            return out
+
+    class Function(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            if src is not None and name in _HOST_READS and tags.on_device(src):
+                hit(f"Tensor.{name}")
+                out = func(*args, **kwargs)
+                if name == "cpu" and isinstance(out, torch.Tensor):
+                    out = out.clone() if out is src else out
+                    tags.tag(out, "host")
+                return out
+            if src is not None and name in ("to", "cuda"):
+                dest = kwargs.get("device", args[1] if len(args) > 1 else None)
+                if name == "cuda":
+                    dest = torch.device("cpu")  # stands for the device here
+                if isinstance(dest, torch.Tensor):
+                    dest = dest.device
+                if isinstance(dest, (str, torch.device)):
+                    out = func(*args, **kwargs)
+                    to_dev = dev_like(dest)
+                    if to_dev != tags.on_device(src):
+                        if to_dev and not kwargs.get("non_blocking", False):
+                            hit("blocking host->device copy")
+                        elif not to_dev:
+                            hit("device->host copy")
+                        if out is src:
+                            out = src.clone()
+                    tags.tag(out, "device" if to_dev else "host")
+                    return out
+            if name in ("tensor", "as_tensor") and dev_like(kwargs.get("device")):
+                hit(f"torch.{name} from host data (blocking copy)")
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and not tensors((args, kwargs)):
+                if kwargs.get("pin_memory") or kwargs.get("device") == "cpu":
+                    tags.tag(out, "host")
+                elif dev_like(kwargs.get("device")):
+                    tags.tag(out, "device")
+            return out
+
+    return Function(), Dispatch()
+
+
+# ------------------------------------------------------------------------------------- public
+
+
+@contextlib.contextmanager
+def count_syncs(mode: str = "auto", tags: DeviceTags | None = None) -> Iterator[SyncReport]:
+    """Count syncs in the block. mode: "gpu", "cpu", or "auto" (gpu when one is available).
+
+    In CPU mode `tags` says which tensors stand for device tensors (default: none are, so
+    nothing is flagged unless tagged; pass `DeviceTags(unknown="device")` to treat all as device).
+    """
+    if mode == "auto":
+        mode = "gpu" if gpu_available() else "cpu"
+    if mode not in ("gpu", "cpu"):
+        raise ValueError(f"mode must be gpu, cpu or auto, not {mode!r}")
+    report = SyncReport(mode)
+    t0 = time.perf_counter()
+    try:
+        if mode == "gpu":
+            if not gpu_available():
+                raise RuntimeError("GPU sync counting needs a CUDA/ROCm torch with a device")
+            with _gpu_scope(report):
+                yield report
+        else:
+            fmode, dmode = _cpu_modes(report, tags or DeviceTags())
+            with fmode, dmode:
+                yield report
+    finally:
+        report.seconds = time.perf_counter() - t0
+
+
+def counted(fn: Callable, mode: str = "auto",
+            tags: Callable[..., DeviceTags] | None = None) -> Callable:
+    """Wrap `fn`: each call is counted, its report appended to `wrapper.reports`.
+
+    `tags(*args, **kwargs)` builds the CPU-mode tags for a call (e.g. from the argument names).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with count_syncs(mode, tags(*args, **kwargs) if tags else None) as rep:
+            out = fn(*args, **kwargs)
+        wrapper.reports.append(rep)
+        return out
+
+    wrapper.reports = []  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
+    from diag import telemetry
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not telemetry._sinks or not gpu_available():
+            return fn(*args, **kwargs)  # the cheap path: no sink, or nothing to count
+        report = SyncReport("gpu")
+        t0 = time.perf_counter()
+        with _gpu_scope(report, blocking=False) as counting:
+            out = fn(*args, **kwargs)
+        if counting:
+            telemetry.emit("syncs", builder=builder, count=report.count,
+                           seconds=time.perf_counter() - t0,
+                           sites=[f"{os.path.basename(e.file)}:{e.line}" for e in report.events])
+        return out
+
+    return wrapper
+
+
+def runtime_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]):
+    """A Patch wrapping each (module, qualname) builder to count its syncs per call on the device.
+
+    Emits telemetry "syncs" (builder, count, seconds, sites) when a sink is installed and a GPU is
+    present; otherwise the wrapper calls straight through. Another thread already counting makes
+    the call go uncounted rather than wait.
+    """
+    from fixes.patcher import Patch
+
+    pairs = [(m, q) for m, qs in builders.items() for q in qs] if isinstance(builders, dict) \
+        else list(builders)
+    patch = Patch("sync-counter")
+    for module, qualname in pairs:
+        patch.add(module, qualname,
+                  functools.partial(_telemetry_wrapper, builder=f"{module}.{qualname}"))
+    return patch

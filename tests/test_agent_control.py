@@ -1,0 +1,159 @@
+"""Control requests reach a running spawned child and switch fixes between batches.
+
+The engine is the STAND-IN in tests/agent_standins (a launcher + a spawned scheduler child with a
+per-batch `run_batch`); the fixes toggled are stand-in fixes patched through the real patcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from diag import rundir
+
+HERE = Path(__file__).resolve().parent
+STANDINS = HERE / "agent_standins"
+DIAG = [sys.executable, "-m", "diag"]
+
+
+def _start(tmp_path: Path, *extra: str, batches: int = 400, pause: float = 0.02):
+    d = tmp_path / "D"
+    out, stop = tmp_path / "out.jsonl", tmp_path / "stop"
+    env = {**os.environ, "PYTHONPATH": str(STANDINS), "DIAG_CONTROL_POLL": "0.05",
+           "DIAG_BATCH_HOOK": "standin_scheduler:StandinScheduler.run_batch"}
+    p = subprocess.Popen([*DIAG, "run", "--run-dir", str(d), "--", sys.executable,
+                          str(STANDINS / "standin_engine.py"), str(out), str(stop),
+                          str(batches), str(pause), *extra], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if out.exists() and out.read_text().count("\n") >= 3:
+            break
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    child = json.loads(out.read_text().splitlines()[0])["pid"]
+    return p, d, out, stop, child
+
+
+def _batches(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _fix_cli(action: str, fix: str, d: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*DIAG, "fix", action, fix, "--run-dir", str(d), "--json", *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_toggle_in_running_child_between_batches(tmp_path):
+    p, d, out, stop, child = _start(tmp_path)
+    try:
+        st = rundir.read_state(d)
+        assert st.processes[child].control == "batch"  # the per-batch hook is in
+        r = _fix_cli("apply", "standin-toggle", d, "--pid", str(child))
+        assert r.returncode == 0, r.stdout + r.stderr
+        ack = json.loads(r.stdout)["processes"]
+        assert ack == [{"pid": child, "acknowledged": True, "ok": True, "state": "applied",
+                        "reason": ""}]
+        n_applied = len(_batches(out))
+        time.sleep(0.3)
+        r = _fix_cli("revert", "standin-toggle", d, "--pid", str(child))
+        assert r.returncode == 0, r.stdout + r.stderr
+        n_reverted = len(_batches(out))
+        time.sleep(0.3)
+    finally:
+        stop.touch()
+        p.communicate(timeout=60)
+    assert p.returncode == 0
+    b = _batches(out)
+    # never switched in the middle of a batch
+    assert all(x["first"] == x["last"] for x in b)
+    seq = [x["first"] for x in b]
+    # plain ... fixed ... plain: once on, once off
+    changes = [i for i in range(1, len(seq)) if seq[i] != seq[i - 1]]
+    assert len(changes) == 2 and seq[0] == "plain" and seq[changes[0]] == "fixed"
+    assert changes[0] <= n_applied and n_applied <= changes[1] <= n_reverted + 1
+    st = rundir.read_state(d)
+    acks = [e for e in st.processes[child].last_events if e["kind"] == "control_ack"]
+    assert [(a["action"], a["ok"], a["state"]) for a in acks] == [
+        ("apply", True, "applied"), ("revert", True, "reverted")]
+    assert st.processes[child].fixes["standin-toggle"]["state"] == "reverted"
+
+
+def test_whole_run_request_and_refusal(tmp_path):
+    """pid=None reaches every live process (launcher in poll mode, child at its batch); an
+    unexpected exception inside a fix's apply is contained, refused with exit 4."""
+    p, d, out, stop, child = _start(tmp_path)
+    try:
+        r = _fix_cli("apply", "standin-toggle", d)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = {x["pid"]: x for x in json.loads(r.stdout)["processes"]}
+        assert set(rows) >= {p.pid, child}  # + multiprocessing's resource tracker
+        assert all(x["ok"] for x in rows.values())
+        assert rows[child]["state"] == "applied"
+        # the launcher never imports the module the stand-in fix patches
+        assert rows[p.pid]["state"] == "pending"
+        rid = rundir.request(d, "standin-broken", "apply", child)
+        acks = rundir.wait_ack(d, rid, pid=child, timeout=30)
+        assert acks[child]["ok"] is False and acks[child]["state"] == "failed"
+        assert "injected failure in apply" in acks[child]["reason"]
+        r = _fix_cli("apply", "no-such-fix", d, "--pid", str(child))
+        assert r.returncode == 4  # the engine's registry decides, and refuses
+        row = json.loads(r.stdout)["processes"][0]
+        assert row["state"] == "refused" and "unknown fix 'no-such-fix'" in row["reason"]
+        n = len(_batches(out))
+        time.sleep(0.3)
+        assert len(_batches(out)) > n  # the child goes on
+    finally:
+        stop.touch()
+        p.communicate(timeout=60)
+    assert p.returncode == 0
+    st = rundir.read_state(d)
+    assert st.processes[child].counters["errors"] >= 1
+    assert any(e["kind"] == "error" and "standin-broken" in e["where"]
+               for e in st.processes[child].last_events)
+
+
+def test_exception_in_hook_leaves_child_running(tmp_path):
+    p, d, out, stop, child = _start(tmp_path, "inject-hook-error")
+    try:
+        r = _fix_cli("apply", "standin-toggle", d, "--pid", str(child), "--timeout", "1.5")
+        assert r.returncode == 4  # not acknowledged: the hook failed
+        row = json.loads(r.stdout)["processes"][0]
+        assert row["acknowledged"] is False
+        n = len(_batches(out))
+        time.sleep(0.3)
+        assert len(_batches(out)) > n
+    finally:
+        stop.touch()
+        p.communicate(timeout=60)
+    assert p.returncode == 0
+    b = _batches(out)
+    assert all(x["first"] == "plain" == x["last"] for x in b)  # left unpatched
+    errs = [e for e in rundir.read_state(d).processes[child].last_events if e["kind"] == "error"]
+    assert [e["where"] for e in errs] == ["per-batch hook"]  # once, not once per batch
+    assert "injected failure in the per-batch hook" in errs[0]["message"]
+
+
+def test_late_process_replays_run_wide_requests(tmp_path):
+    """A process that starts after a run-wide request converges on the requested state."""
+    d = rundir.create_run_dir(tmp_path / "D")
+    rid = rundir.request(d, "standin-toggle", "apply")
+    env = {**os.environ, "PYTHONPATH": str(STANDINS), "DIAG_RUN_DIR": str(d),
+           "DIAG_CONTROL_POLL": "0.05"}
+    prog = ("import standin_fixes, time; standin_fixes.register()\n"
+            "import standin_scheduler as s\n"
+            "deadline = time.time() + 20\n"
+            "while s.compute() != 'fixed' and time.time() < deadline: time.sleep(0.02)\n"
+            "print(s.compute())\n")
+    boot = str(Path(__import__("diag.cli_run").cli_run.bootstrap_dir()))
+    env["PYTHONPATH"] = os.pathsep.join([boot, str(STANDINS)])
+    r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "fixed"
+    (pid,) = rundir.pids_in(d)
+    assert rundir.read_process(d, pid).acks[rid]["ok"] is True

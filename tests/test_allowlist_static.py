@@ -1,0 +1,163 @@
+"""Fix `draft-extend-allowlist` read against real SGLang release sources (no sglang import):
+applicability per release, the output_size dependency per backend, the run-time hook targets."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import fixes
+from diag import telemetry
+from diag.errors import FixError
+from fixes.base import APPLICABLE, NOT_NEEDED, UPSTREAM
+from fixes.capture_syncs import capture_sync_sites
+from fixes.draft_extend_allowlist import DraftExtendAllowlistFix, class_locations, parse_extra
+from probes import draft_extend_runtime as rt
+
+pytestmark = pytest.mark.release
+
+HOOK_RELEASES = ("0.5.9", "0.5.12.post1", "0.5.13.post1", "0.5.15.post1", "0.5.17", "0.5.18",
+                 "0.5.19", "0.5.23")
+
+
+@pytest.mark.parametrize("version,status", [
+    ("0.5.9", NOT_NEEDED), ("0.5.12.post1", NOT_NEEDED), ("0.5.13.post1", APPLICABLE),
+    ("0.5.15.post1", APPLICABLE), ("0.5.17", APPLICABLE), ("0.5.18", APPLICABLE),
+    ("0.5.19", UPSTREAM), ("0.5.23", UPSTREAM)])
+def test_applies_to_per_release(release, version, status):
+    a = DraftExtendAllowlistFix().applies_to(release(version), "hip")
+    assert a.status == status, a.reason
+
+
+def test_reasons_name_what_is_missing(release):
+    f = DraftExtendAllowlistFix()
+    r17 = f.applies_to(release("0.5.17"), "hip").reason
+    assert "supports_hip_aiter_draft_extend_graph" in r17
+    assert "DeepseekV4HipRadixBackend, DeepseekSparseAttnBackend" in r17
+    assert "DeepseekV4HipRadixBackend only with fix repeat-interleave-output-size" in r17
+    r18 = f.applies_to(release("0.5.18"), "hip").reason
+    assert "does not admit DeepseekSparseAttnBackend;" in r18 and "output-size" not in r18
+    assert "v1 EAGLE worker" in f.applies_to(release("0.5.9"), "hip").reason
+    assert f.applies_to(release("0.5.17"), "cuda").status == NOT_NEEDED
+
+
+def test_extra_class_turns_upstream_into_applicable(release, monkeypatch):
+    monkeypatch.setenv("DIAG_ALLOWLIST_EXTRA", "TritonAttnBackend")
+    a = DraftExtendAllowlistFix().applies_to(release("0.5.23"), "hip")
+    assert a.status == APPLICABLE and "TritonAttnBackend" in a.reason
+    monkeypatch.delenv("DIAG_ALLOWLIST_EXTRA")
+    a = DraftExtendAllowlistFix(extra=["pkg.mod:NoSuchBackend"]).applies_to(release("0.5.23"), "hip")
+    assert a.status == UPSTREAM  # a class the release does not have is not counted
+
+
+def test_parse_extra():
+    assert parse_extra(" A , pkg.mod:B ,") == {"A": None, "B": "pkg.mod"}
+    with pytest.raises(FixError):
+        parse_extra("not a class")
+
+
+@pytest.mark.parametrize("version,cls,expected", [
+    ("0.5.15.post1", "DeepseekV4HipRadixBackend", ["_attach_unified_kv_prefill_meta"]),
+    ("0.5.17", "DeepseekV4HipRadixBackend", ["_attach_unified_kv_prefill_meta"]),
+    ("0.5.18", "DeepseekV4HipRadixBackend", []),  # #29202: output_size on the draft-extend path
+    ("0.5.23", "DeepseekV4HipRadixBackend", []),
+    ("0.5.13.post1", "DeepseekSparseAttnBackend", ["_apply_cuda_graph_metadata"]),
+    ("0.5.17", "DeepseekSparseAttnBackend", []),
+    ("0.5.18", "DeepseekSparseAttnBackend", []),
+    ("0.5.19", "DeepseekSparseAttnBackend", []),  # upstream captures it on HIP from here
+    ("0.5.17", "TritonAttnBackend", []),  # int repeats (num_group = a // b) do not sync
+])
+def test_capture_path_syncs_per_backend_and_release(release, version, cls, expected):
+    t = release(version)
+    rel = class_locations(t, [cls])[cls]
+    sites = capture_sync_sites(t.source(rel), cls)
+    assert sorted({s.function for s in sites}) == expected
+
+
+def test_dependencies_map(release):
+    f = DraftExtendAllowlistFix()
+    assert list(f.dependencies(release("0.5.17"))) == ["DeepseekV4HipRadixBackend"]
+    assert f.dependencies(release("0.5.18")) == {}
+    assert "repeat-interleave-output-size" in f.depends_on
+
+
+def test_apply_without_an_importable_sglang_is_a_clear_error(release):
+    f = DraftExtendAllowlistFix(target=release("0.5.9"))
+    with pytest.raises(FixError, match="no HIP draft-extend gate"):
+        f.apply()
+    assert not f.is_applied()
+
+
+def _resolves(root, module: str, qualname: str) -> bool:
+    path = root.joinpath(*module.split(".")).with_suffix(".py")
+    node: ast.AST = ast.parse(path.read_text())
+    for part in qualname.split("."):
+        node = next((c for c in ast.iter_child_nodes(node)
+                     if isinstance(c, (ast.ClassDef, ast.FunctionDef)) and c.name == part), None)
+        if node is None:
+            return False
+    return isinstance(node, ast.FunctionDef)
+
+
+@pytest.mark.parametrize("version", HOOK_RELEASES)
+def test_runtime_hook_targets_resolve_in_every_release(release, version):
+    t = release(version)
+    targets = rt.hook_targets(t.version)
+    assert len(targets) == 2
+    for module, qualname in targets:
+        assert _resolves(t.root, module, qualname), (version, module, qualname)
+    p = rt.runtime_patch(t.version)
+    assert [(e.module, e.qualname) for e in p.entries] == targets
+
+
+def test_runtime_wrappers_count_by_mode():
+    """The wrappers on plain functions: a pass whose graph check said yes is `graph`."""
+    events = []
+    telemetry.add_sink(events.append)
+    rt.COUNTERS.reset()
+    try:
+        class FB:  # a forward batch with a batch size, as SGLang's has
+            batch_size = 8
+
+        can_run = rt._wrap_can_run(lambda self, fb: self["ok"])
+
+        def body(self, batch, result):
+            if self["runner"]:
+                can_run(self, FB())
+
+        step = rt._wrap_pass(body)
+        step({"runner": True, "ok": True}, None, None)
+        step({"runner": True, "ok": False}, None, None)
+        step({"runner": False, "ok": True}, None, None)
+    finally:
+        telemetry.remove_sink(events.append)
+    modes = [(e["mode"], e["batch"]) for e in events if e["kind"] == "draft_extend"]
+    assert modes == [("graph", 8), ("eager", 8), ("eager", None)]
+    snap = rt.COUNTERS.snapshot()
+    assert snap["graph"]["count"] == 1 and snap["eager"]["count"] == 2
+    assert all(e["seconds"] >= 0 for e in events)
+
+
+def test_fix_list_cli_bars(release):
+    from diag.cli import main as cli
+
+    out = {}
+    for v in ("0.5.9", "0.5.17", "0.5.23"):
+        release(v)
+        r = CliRunner().invoke(cli, ["fix", "list", "--sglang", v, "--platform", "hip", "--json"])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        out[v] = next(f for f in doc["fixes"] if f["id"] == "draft-extend-allowlist")
+    assert out["0.5.17"]["status"] == APPLICABLE
+    assert out["0.5.23"]["status"] == UPSTREAM
+    assert out["0.5.9"]["status"] != APPLICABLE
+    assert "repeat-interleave-output-size" in out["0.5.17"]["depends_on"]
+
+
+def test_registry_points_at_this_fix_and_its_bench():
+    f = fixes.get("draft-extend-allowlist")
+    assert isinstance(f, DraftExtendAllowlistFix)
+    assert f.bench == "fixes.bench_draft_extend:run"

@@ -1,0 +1,26 @@
+"""`diag bench profiler-controlled-teardown`: the cycles run in child processes; a smoke run."""
+
+from __future__ import annotations
+
+import pytest
+
+import fixes
+from fixes.bench_profiler import run
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.slow
+def test_bench_runs_both_series_in_children():
+    assert fixes.get("profiler-controlled-teardown").bench == "fixes.bench_profiler:run"
+    msgs: list[str] = []
+    res = run({"quick": True, "cycles": 4, "gpu": "0"}, msgs.append)
+    assert res.skipped is None and res.device == "cpu"
+    rows = {r.metric.split(" after")[0].split(",")[0]: r for r in res.rows}
+    stop = rows["stop (incl. teardown when on)"]
+    assert stop.before.n == 4 and stop.after.n == 4
+    crashes = rows["crashed or hung children"]
+    assert crashes.before.median == 0 and crashes.after.median == 0, res.notes
+    alive = rows["stopped profilers not yet freed"]
+    assert alive.after.median == 0  # the controlled teardown frees each one at its stop
+    assert len(msgs) == 2

@@ -1,0 +1,67 @@
+"""profiler-teardown, runtime part: the reference cycle of a stopped profiler on the local torch."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from diag.context import Context
+from diag.findings import Status
+from probes.profiler_teardown import ProfilerTeardownProbe, find_cycle, runtime_cycle
+
+torch = pytest.importorskip("torch")
+
+
+def test_find_cycle_names_each_step():
+    class Node:
+        def __init__(self):
+            self.table = {("a", 1): [self.method]}
+
+        def method(self):
+            return None
+
+    n = Node()
+    assert find_cycle(n)[1:] == [".table <dict>", "[('a', 1)] <list>",
+                                 "[0] <bound method test_find_cycle_names_each_step.<locals>."
+                                 "Node.method>", ".__self__ (the same object)"]
+    assert find_cycle(object()) == []
+
+
+def test_stopped_profiler_is_in_a_cycle_on_local_torch():
+    rep = runtime_cycle()
+    assert rep.torch_version == torch.__version__
+    assert rep.alive_after_del and rep.freed_by_collect
+    assert rep.collected > 0
+    text = " ".join(rep.path)
+    assert rep.path[0] == "torch.profiler.profiler.profile"
+    assert ".action_map <dict>" in text and "<bound method" in text
+    assert rep.path[-1] == ".__self__ (the same object)"
+    assert gc.isenabled()
+
+
+def test_probe_runtime_finding_carries_the_path(release):
+    findings = ProfilerTeardownProbe().run(Context(target=release("0.5.17"), platform="hip"))
+    assert len(findings) == 2  # static + runtime; the reproducer only with full
+    rt = findings[1]
+    assert rt.status == Status.WARN and "only gc.collect() frees it" in rt.summary
+    values = {e.metric: e.value for e in rt.evidence if e.kind == "metric"}
+    assert values["alive_after_del"] is True and values["collected_by_gc_collect"] > 0
+    path = next(e for e in rt.evidence if e.kind == "row").data["path"]
+    assert "action_map" in path
+
+
+def test_profile_without_cycle_is_freed_at_del():
+    """The check can tell the difference: a profile whose cycle is broken goes at `del`."""
+    p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    p.start()
+    p.stop()
+    p.action_map.clear()
+    gc.disable()
+    try:
+        r = weakref.ref(p)
+        del p
+        assert r() is None
+    finally:
+        gc.enable()

@@ -1,0 +1,190 @@
+"""Fix `repeat-interleave-output-size`: applicability per release, equality, apply/revert."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import fixes
+from diag.errors import FixError
+from diag.target import Target
+from fixes import repeat_interleave_output_size as ri
+from probes import builder_harness as h
+
+pytestmark = pytest.mark.release
+FIX = "repeat-interleave-output-size"
+
+
+def test_applies_to_per_release(release):
+    f = fixes.get(FIX)
+    assert f.applies_to(release("0.5.17"), "hip").status == "applicable"
+    assert "line 1116" in f.applies_to(release("0.5.17"), "hip").reason
+    assert f.applies_to(release("0.5.18"), "hip").status == "upstream"
+    assert f.applies_to(release("0.5.18"), "hip", paths="all").status == "applicable"
+    assert f.applies_to(release("0.5.23"), "hip").status == "upstream"
+    assert f.applies_to(release("0.5.23"), "hip", paths="all").status == "upstream"
+    assert f.applies_to(release("0.5.17"), "cuda").status == "not-needed"
+    assert f.applies_to(release("0.5.12.post1"), "hip").status == "not-needed"
+
+
+def _edited(release, tmp_path, old: str, new: str) -> Target:
+    t = release("0.5.17")
+    dst = tmp_path / "sglang" / h.DSV4_FILE
+    dst.parent.mkdir(parents=True)
+    shutil.copy(t.file(h.DSV4_FILE), dst)
+    src = dst.read_text()
+    assert old in src
+    dst.write_text(src.replace(old, new, 1))
+    return Target(tmp_path, "0.5.17+edited", "path")
+
+
+def test_refused_when_the_source_differs(release, tmp_path):
+    t = _edited(release, tmp_path, "extend_seq_lens\n        )\n        if core.unified",
+                "extend_seq_lens.cpu()\n        )\n        if core.unified")
+    a = fixes.get(FIX).applies_to(t, "hip")
+    assert a.status == "refused" and "source differs" in a.reason
+
+
+def test_fix_list_cli_says_applicable_for_0517_hip(release):
+    from diag.cli import main
+
+    release("0.5.17")
+    r = CliRunner().invoke(main, ["fix", "list", "--sglang", "0.5.17", "--platform", "hip",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {x["id"]: x for x in json.loads(r.stdout)["fixes"]}
+    assert rows[FIX]["status"] == "applicable"
+
+
+def _outputs_equal(a, b):
+    return all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+
+
+@pytest.mark.parametrize("paths,counts", [
+    ("draft", {"draft-extend": 0, "target-extend": 2}),
+    ("all", {"draft-extend": 1, "target-extend": 1}),  # opt-in: guarded, one checking sync
+])
+def test_patched_0517_builder_is_equal_and_syncs_less(release, paths, counts):
+    t = release("0.5.17")
+    cls = h.dsv4_class(t)
+    expr = ri.host_count_expr(paths)
+    patch = ri.make_patch(cls.__module__, paths)
+    for path in h.PATHS:
+        inp = h.make_inputs(cls.__dict__[h.ATTACH], path, 32, seed=7)
+        before = h.call(cls, inp)
+        patch.apply()
+        try:
+            after = h.call(cls, inp, expr)
+            m = h.measure(t, path, "cpu", batch=32, patched_expr=expr, cls=cls)
+        finally:
+            patch.revert()
+        assert _outputs_equal(before, after), path
+        assert m.syncs == counts[path], (path, m.sites)
+
+
+def test_0518_opt_in_covers_the_target_extend_call(release):
+    t = release("0.5.18")
+    cls = h.dsv4_class(t)
+    expr = ri.host_count_expr("all")
+    inp = h.make_inputs(cls.__dict__[h.ATTACH], "target-extend", 16)
+    before = h.call(cls, inp)
+    patch = ri.make_patch(cls.__module__, "all")
+    patch.apply()
+    try:
+        assert _outputs_equal(before, h.call(cls, inp, expr))
+        assert h.measure(t, "target-extend", patched_expr=expr, cls=cls).syncs == 1
+    finally:
+        patch.revert()
+
+
+def test_apply_revert_restores_identical_objects(release):
+    cls = h.dsv4_class(release("0.5.17"))
+    originals = {n: cls.__dict__[n] for n in (h.ATTACH, h.CALLER)}
+    patch = ri.make_patch(cls.__module__, "draft")
+    for _ in range(2):  # apply -> revert -> apply -> revert
+        patch.apply()
+        patch.apply()  # idempotent
+        assert all(cls.__dict__[n] is not o for n, o in originals.items())
+        assert "_diag_output_size" in cls.__dict__[h.ATTACH].__code__.co_varnames
+        # other callers (none in 0.5.17) would get the released behaviour: default None
+        m = h.measure(release("0.5.17"), "draft-extend", cls=cls)
+        assert m.executed and m.syncs == 2
+        patch.revert()
+        assert all(cls.__dict__[n] is o for n, o in originals.items())
+
+
+def test_caller_rewrite_passes_the_host_count_only_on_draft_extend(release):
+    import ast
+    import inspect
+
+    cls = h.dsv4_class(release("0.5.17"))
+    patch = ri.make_patch(cls.__module__, "draft")
+    patch.apply()
+    try:
+        new = cls.__dict__[h.CALLER]
+        assert new.__wrapped__ is not None
+        assert {"sum", "need_compress"} <= set(new.__code__.co_names) | set(
+            new.__code__.co_varnames)
+        assert "not need_compress" in ri.host_count_expr("draft")
+        ast.parse(ri.host_count_expr("draft"), mode="eval")
+        sig = inspect.signature(cls.__dict__[h.ATTACH], follow_wrapped=False)
+        assert sig.parameters["_diag_output_size"] \
+            .default is None
+    finally:
+        patch.revert()
+    locals_ = {"num_tokens": 8, "extend_seq_lens_cpu": [4, 4], "need_compress": False}
+    assert eval(ri.host_count_expr("draft"), {}, locals_) == 8
+    assert eval(ri.host_count_expr("draft"), {}, {**locals_, "need_compress": True}) is None
+    assert eval(ri.host_count_expr("draft"), {}, {**locals_, "num_tokens": 9}) is None
+    assert eval(ri.host_count_expr("all"), {}, {**locals_, "extend_seq_lens_cpu": None}) is None
+
+
+def test_guarded_mode_falls_back_on_a_wrong_count(release):
+    cls = h.dsv4_class(release("0.5.17"))
+    inp = h.make_inputs(cls.__dict__[h.ATTACH], "target-extend", 8, seed=1)
+    before = h.call(cls, inp)
+    patch = ri.make_patch(cls.__module__, "draft", guarded=True)
+    patch.apply()
+    ri.MISMATCHES.clear()
+    try:
+        wrong = inp.locals_["num_tokens"] - 1
+        after = h.call(cls, inp, str(wrong))
+    finally:
+        patch.revert()
+    assert _outputs_equal(before, after)
+    assert ri.MISMATCHES == [{"host": wrong, "device": wrong + 1}]
+
+
+def test_apply_without_an_importable_sglang_is_a_fix_error():
+    from diag.target import find_importable
+
+    if find_importable() is not None:
+        pytest.skip("sglang is importable here")
+    with pytest.raises(FixError, match="not importable"):
+        ri.RepeatInterleaveOutputSizeFix().apply()
+
+
+@pytest.mark.slow
+def test_bench_runs_on_cpu_with_counts_and_says_time_is_not_measured(release):
+    from fixes.bench_metadata import run
+
+    release("0.5.17")
+    res = run({"quick": True, "sglang": "0.5.17"}, lambda msg: None)
+    assert res.skipped is None
+    syncs = next(r for r in res.rows if r.metric == "syncs per call")
+    assert (syncs.before.median, syncs.after.median) == (2, 0)
+    assert any("outputs identical before/after: yes" in n for n in res.notes)
+    if res.device.startswith("cpu"):
+        assert len(res.rows) == 1 and any("not measured on CPU" in n for n in res.notes)
+
+
+def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
+    from fixes.bench_metadata import run
+
+    release("0.5.23")
+    res = run({"quick": True, "sglang": "0.5.23"}, lambda msg: None)
+    assert res.skipped and "upstream" in res.skipped

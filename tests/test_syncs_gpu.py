@@ -1,0 +1,87 @@
+"""On a GPU: the CPU counter must agree with torch's sync debug mode; the bench's ratio."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from probes import builder_harness as h
+from probes.sync_counter import DeviceTags, count_syncs
+
+pytestmark = [pytest.mark.gpu, pytest.mark.release]
+
+
+def test_gpu_counts_repeat_interleave_two_then_zero():
+    reps = torch.tensor([1, 2, 3], device="cuda")
+    x = torch.arange(3, device="cuda")
+    torch.cuda.synchronize()
+    with count_syncs("gpu") as without:
+        torch.repeat_interleave(x, reps)
+    with count_syncs("gpu") as with_size:
+        torch.repeat_interleave(x, reps, output_size=6)
+    assert (without.count, with_size.count) == (2, 0)
+    assert all(e.file == __file__ for e in without.events)
+    assert torch.cuda.get_sync_debug_mode() == 0  # restored
+
+
+def test_cpu_and_gpu_agree_on_small_ops():
+    def work(t):
+        t.sum().item()
+        t.tolist()
+        t[t > 1]
+        t.nonzero()
+        torch.repeat_interleave(torch.arange(3, device=t.device), t)
+        torch.tensor([1, 2], device=t.device)
+        torch.tensor([1, 2]).to(t.device)
+
+    g = torch.tensor([1, 2, 3], device="cuda")
+    torch.cuda.synchronize()
+    with count_syncs("gpu") as gpu:
+        work(g)
+    c = torch.tensor([1, 2, 3])
+    with count_syncs("cpu", DeviceTags(device=[c])) as cpu:
+        work(c)
+    assert [e.line for e in cpu.events] == [e.line for e in gpu.events], (
+        [(e.op, e.line) for e in cpu.events], [e.line for e in gpu.events])
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.18", "0.5.23"])
+def test_cpu_count_equals_gpu_count_for_the_real_builder(release, version):
+    t = release(version)
+    for path in h.PATHS:
+        gpu = h.measure(t, path, "gpu")
+        cpu = h.measure(t, path, "cpu")
+        assert gpu.executed and cpu.executed, (gpu.error, cpu.error)
+        assert gpu.syncs == cpu.syncs, (path, gpu.sites, cpu.sites)
+        print(f"{version} {path}: gpu {gpu.syncs} cpu {cpu.syncs}")
+
+
+def test_patched_builder_equal_on_gpu(release):
+    from fixes import repeat_interleave_output_size as ri
+
+    cls = h.dsv4_class(release("0.5.17"))
+    expr = ri.host_count_expr("draft")
+    inp = h.make_inputs(cls.__dict__[h.ATTACH], "draft-extend", 64, device="cuda")
+    before = h.call(cls, inp)
+    patch = ri.make_patch(cls.__module__, "draft")
+    patch.apply()
+    try:
+        after = h.call(cls, inp, expr)
+        m = h.measure(release("0.5.17"), "draft-extend", "gpu", patched_expr=expr, cls=cls)
+    finally:
+        patch.revert()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert m.syncs == 0
+
+
+@pytest.mark.slow
+def test_bench_on_gpu_counts_and_ratio(release):
+    from fixes.bench_metadata import run
+
+    release("0.5.17")
+    res = run({"sglang": "0.5.17"}, print)
+    syncs, host = res.rows
+    assert (syncs.before.median, syncs.after.median) == (2, 0)
+    print(f"host before {host.before.median * 1e3:.3f} ms, after "
+          f"{host.after.median * 1e3:.3f} ms, ratio {host.ratio:.3f}")
+    assert host.ratio is not None and host.ratio <= 0.05

@@ -1,0 +1,241 @@
+"""The TUI driven with the pilot: tabs, selection, apply/revert, bench progress, live sources."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+
+import pytest
+from tui_standins import bench_gate, bench_started, standin_backend
+
+from tui.app import HelpScreen, make_app
+from tui.backend import Backend
+
+pytestmark = pytest.mark.release
+SIZE = (140, 45)
+
+
+async def until(pilot, cond, timeout: float = 20.0) -> None:
+    """Let the app run until `cond()` holds (workers finish in threads)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.05)
+    pilot.app.render_model()
+    await pilot.pause()
+
+
+def cell_texts(table) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+async def show_tab(pilot, tab: str) -> None:
+    await pilot.click(f"#--content-tab-{tab}")
+    await pilot.pause()
+
+
+def test_overview_lists_findings_and_detail_follows_selection(release):
+    app = make_app(backend=standin_backend(release))
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.probes_done)
+            table = app.query_one("#findings")
+            rows = cell_texts(table)
+            assert [r[1] for r in rows] == ["draft-extend-graph", "metadata-syncs",
+                                            "profiler-teardown"]
+            assert [r[0] for r in rows] == ["warn", "warn", "FAIL"]
+            header = str(app.query_one("#header").render())
+            assert "sglang 0.5.17 [release]" in header and "platform: hip" in header
+            table.focus()
+            await pilot.press("down")
+            await pilot.pause()
+            detail = str(app.query_one("#finding-detail").render())
+            assert "deepseek_v4_backend_hip_radix.py:1116" in detail
+            await pilot.press("down")
+            await pilot.pause()
+            assert "not reproduced in 3 tries" in str(app.query_one("#finding-detail").render())
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("x")
+            await pilot.pause()
+            assert not isinstance(app.screen, HelpScreen)
+            await show_tab(pilot, "tab-syncs")
+            syncs = cell_texts(app.query_one("#syncs"))
+            assert any("deepseek_v4_backend_hip_radix.py:1116" in r[1] for r in syncs)
+            await pilot.press("q")
+        assert app.return_code == 0
+
+    asyncio.run(go())
+
+
+def test_apply_and_revert_in_this_process_show_state_and_ack(release):
+    backend = standin_backend(release)
+    import diag_tui_standin_module as mod
+
+    original = mod.value
+    app = make_app(backend=backend)
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.probes_done)
+            await show_tab(pilot, "tab-fixes")
+            app.query_one("#fixes").focus()
+            assert cell_texts(app.query_one("#fixes"))[0][:3] == \
+                ["standin-fix", "applicable", "not applied"]
+            await pilot.press("a")
+            await until(pilot, lambda: app.model.fixes["standin-fix"].state == "applied")
+            row = cell_texts(app.query_one("#fixes"))[0]
+            assert row[2] == "applied" and "applied in this process" in row[3]
+            assert mod.value() == 42  # the real Patch replaced the function
+            await pilot.press("u")
+            await until(pilot, lambda: app.model.fixes["standin-fix"].state == "not applied")
+            assert "reverted in this process" in cell_texts(app.query_one("#fixes"))[0][3]
+            assert mod.value is original  # the identical object is back
+
+    asyncio.run(go())
+
+
+def test_bench_started_from_the_tui_shows_progress_then_rows(release):
+    bench_gate.clear()
+    bench_started.clear()
+    app = make_app(backend=standin_backend(release))
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.probes_done)
+            await show_tab(pilot, "tab-fixes")
+            await pilot.press("b")
+            await until(pilot, bench_started.is_set)
+            await until(pilot, lambda: "step 1/2" in app.model.bench_progress)
+            assert app.query_one("#tabs").active == "tab-timings"
+            assert app.query_one("#bench-bar").display  # progress shown while it runs
+            assert "step 1/2" in str(app.query_one("#bench-line").render())
+            bench_gate.set()
+            await until(pilot, lambda: not app.bench_running)
+            rows = cell_texts(app.query_one("#timings"))
+            by_metric = {r[1]: r for r in rows}
+            host = by_metric["metadata build host time"]
+            assert host[2] == "10.9 ± 0.7 ms" and host[3] == "190 ± 20 µs"
+            assert host[4] == "0.017"
+            assert by_metric["syncs per call [syncs]"][2:5] == ["2", "0", "0.000"]
+            assert not app.query_one("#bench-bar").display
+
+    asyncio.run(go())
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_unreachable_server_is_shown_on_screen(release):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    app = make_app(backend=standin_backend(release, server_url=url, server_timeout=0.5),
+                   poll_interval=0.25)
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            name = f"server {url}"
+            await until(pilot, lambda: name in app.model.sources
+                        and app.model.sources[name].ok is False)
+            header = str(app.query_one("#header").render())
+            assert f"server {url}: unreachable" in header
+            await show_tab(pilot, "tab-timings")
+            assert "unreachable" in str(app.query_one("#sources").render())
+            assert app.is_running
+
+    asyncio.run(go())
+
+
+def test_missing_target_is_a_line_on_screen_not_a_traceback(tmp_path):
+    app = make_app(backend=Backend(sglang=str(tmp_path / "nowhere"), platform="hip",
+                                   gpu=lambda: "stand-in GPU"))
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.model.header.error is not None)
+            header = str(app.query_one("#header").render())
+            assert "target error:" in header and "Traceback" not in header
+            states = [r[0] for r in cell_texts(app.query_one("#findings"))]
+            assert states == ["skip", "skip", "skip"]
+
+    asyncio.run(go())
+
+
+def test_run_dir_live_timings_syncs_and_engine_ack(release, tmp_path):
+    """A real run directory written with the agent's EventWriter; control through rundir."""
+    from diag import rundir
+
+    d = rundir.create_run_dir(tmp_path / "run")
+    w = rundir.EventWriter(d)
+    w.write({"kind": "start", "ppid": os.getppid(), "argv": ["stand-in"], "started": time.time(),
+             "sglang": "0.5.17", "fixes": {"standin-fix": {"state": "reverted", "reason": ""}}})
+    for _ in range(3):
+        w.write({"kind": "syncs", "builder": "_attach_unified_kv_prefill_meta", "count": 2,
+                 "seconds": 0.011})
+        w.write({"kind": "draft_extend", "mode": "eager", "seconds": 0.0011, "batch": 8})
+    w.write({"kind": "fix", "fix": "repeat-interleave-output-size", "state": "applied",
+             "reason": ""})
+    for _ in range(3):
+        w.write({"kind": "syncs", "builder": "_attach_unified_kv_prefill_meta", "count": 0,
+                 "seconds": 0.0002})
+        w.write({"kind": "draft_extend", "mode": "graph", "seconds": 0.00018, "batch": 8})
+    app = make_app(backend=standin_backend(release, run_dir=str(d)), poll_interval=0.25)
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.probes_done and app.model.engine_timings)
+            by_metric = {r.metric: r for r in app.model.timing_rows()}
+            syncs = by_metric["syncs per metadata build"]
+            assert (syncs.before.median, syncs.after.median) == (2, 0)
+            de = by_metric["draft-extend step (eager → graph)"]
+            assert de.ratio == pytest.approx(0.18 / 1.1)
+            await show_tab(pilot, "tab-syncs")
+            rows = cell_texts(app.query_one("#syncs"))
+            assert ["_attach_unified_kv_prefill_meta",
+                    "attention/deepseek_v4_backend_hip_radix.py:1116",
+                    "2", "0", "run dir"] in rows
+            await show_tab(pilot, "tab-fixes")
+            app.query_one("#fixes").focus()
+            await pilot.press("a")
+            await until(pilot, lambda: "request" in app.model.fixes["standin-fix"].ack)
+            reqs = rundir.read_requests(d)
+            assert [(r["fix"], r["action"]) for r in reqs] == [("standin-fix", "apply")]
+            # the agent's acknowledgement, as the agent writes it
+            w.write({"kind": "control_ack", "request": reqs[0]["id"], "fix": "standin-fix",
+                     "action": "apply", "ok": True, "state": "applied", "reason": ""})
+            await until(pilot, lambda: "ack pid" in app.model.fixes["standin-fix"].ack)
+            row = cell_texts(app.query_one("#fixes"))[0]
+            assert "apply ok → applied" in row[3] and "engine: applied ×1" in row[2]
+    try:
+        asyncio.run(go())
+    finally:
+        w.close()
+
+
+def test_export_writes_what_is_on_screen(release, tmp_path):
+    out = tmp_path / "export.json"
+    app = make_app(backend=standin_backend(release), export_path=str(out))
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.probes_done)
+            await pilot.press("e")
+            await pilot.pause()
+            assert "exported to" in app.model.message
+
+    asyncio.run(go())
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == 1 and doc["kind"] == "diag-tui"
+    assert [f["probe"] for f in doc["findings"]] == ["draft-extend-graph", "metadata-syncs",
+                                                     "profiler-teardown"]
+    assert doc["fixes"][0]["id"] == "standin-fix" and doc["platform"] == "hip"

@@ -1,0 +1,83 @@
+"""SVG snapshots of each tab at 140×45 (textual pinned in the test extra; stand-in data only).
+
+Update after an intended change of the layout: `pytest tests/test_tui_snapshots.py
+--snapshot-update`, then look at the SVGs under tests/__snapshots__/ before committing them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_tui_app import show_tab, until
+from tui_standins import bench_gate, standin_backend
+
+from tui.app import make_app
+
+pytestmark = pytest.mark.release
+SIZE = (140, 45)
+
+
+def _app(release):
+    return make_app(backend=standin_backend(release))
+
+
+async def _ready(pilot) -> None:
+    await until(pilot, lambda: pilot.app.probes_done and pilot.app.model.header.gpu != "n/a")
+    await pilot.wait_for_scheduled_animations()
+
+
+def test_snapshot_overview(release, snap_compare):
+    async def before(pilot):
+        await _ready(pilot)
+        pilot.app.query_one("#findings").focus()
+        await pilot.press("down")
+        await until(pilot, lambda: True)
+
+    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_fixes_after_apply(release, snap_compare):
+    async def before(pilot):
+        await _ready(pilot)
+        await show_tab(pilot, "tab-fixes")
+        pilot.app.query_one("#fixes").focus()
+        await pilot.press("a")
+        await until(pilot, lambda: pilot.app.model.fixes["standin-fix"].state == "applied")
+        await pilot.wait_for_scheduled_animations()
+
+    app = _app(release)
+    try:
+        assert snap_compare(app, terminal_size=SIZE, run_before=before)
+    finally:
+        app.backend.fix("standin-fix").revert()
+
+
+def test_snapshot_timings_after_bench(release, snap_compare):
+    bench_gate.set()  # the stand-in bench finishes at once
+
+    async def before(pilot):
+        await _ready(pilot)
+        await show_tab(pilot, "tab-fixes")
+        await pilot.press("b")
+        await until(pilot, lambda: "standin-fix" in pilot.app.model.bench
+                    and not pilot.app.bench_running)
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_syncs(release, snap_compare):
+    async def before(pilot):
+        await _ready(pilot)
+        await show_tab(pilot, "tab-syncs")
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+
+
+def test_snapshot_help(release, snap_compare):
+    async def before(pilot):
+        await _ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)

@@ -1,0 +1,112 @@
+"""The one object the app's workers call: probes, fixes, benches, a run directory, a server.
+
+Headless and blocking (workers run it off the UI thread). Tests and `--once` use the same class;
+a test that needs fixed data passes its own `probe_runner` / `fixes` (named stand-ins there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from diag.bench import BenchResult
+from diag.findings import Finding
+from tui import data
+from tui.data import FixView, Header
+
+
+class Backend:
+    def __init__(self, sglang: str | None = None, platform: str | None = None,
+                 run_dir: str | None = None, server_url: str | None = None,
+                 execute: bool = True, bench_params: dict[str, Any] | None = None,
+                 probe_runner: Callable[[Any, str], list[Finding]] | None = None,
+                 fixes: dict[str, Any] | None = None, gpu: Callable[[], str] | None = None,
+                 server_timeout: float = 2.0) -> None:
+        self.sglang, self.platform = sglang, platform
+        self.run_dir, self.server_url = run_dir, server_url
+        self.execute = execute
+        self.bench_params = {"quick": True, "sglang": sglang, **(bench_params or {})}
+        self._probe_runner = probe_runner or data.run_probe
+        self._fixes = fixes  # id → Fix; None: the registry's process-wide instances
+        self._gpu = gpu or data.gpu_text
+        self.server_timeout = server_timeout
+        self.ctx = None
+        self.log_lines: list[str] = []
+        self._reader = data.RunDirReader(run_dir) if run_dir else None
+
+    def log(self, msg: str) -> None:
+        self.log_lines.append(msg)
+
+    # ---------------------------------------------------------------- target
+
+    def start(self) -> Header:
+        """Resolve the target (may download a release) and the platform; raises DiagError."""
+        self.ctx, head = data.resolve_context(self.sglang, self.platform, self.run_dir,
+                                              self.server_url, self.execute, self.log)
+        return head
+
+    def gpu(self) -> str:
+        try:
+            return self._gpu()
+        except Exception as e:
+            return f"n/a ({data.short_error(e)})"
+
+    # ---------------------------------------------------------------- probes
+
+    def probe_ids(self) -> list[str]:
+        try:
+            return data.probe_ids()
+        except Exception:
+            return list(data.CONCERNS)
+
+    def run_probe(self, probe_id: str) -> list[Finding]:
+        return self._probe_runner(self.ctx, probe_id)
+
+    # ---------------------------------------------------------------- fixes
+
+    def fix_ids(self) -> list[str]:
+        return list(self._fixes) if self._fixes is not None else data.fix_ids()
+
+    def fix(self, fix_id: str):
+        return self._fixes[fix_id] if self._fixes is not None else data.get_fix(fix_id)
+
+    def fix_views(self) -> list[FixView]:
+        out = []
+        for fid in self.fix_ids():
+            try:
+                fx = self.fix(fid)
+            except Exception as e:
+                out.append(FixView(fid, fid, "error", f"cannot load: {data.short_error(e)}"))
+                continue
+            tgt = self.ctx.target if self.ctx else None
+            plat = self.ctx.platform if self.ctx else None
+            out.append(data.fix_view(fx, tgt, plat))
+        return out
+
+    @property
+    def engine(self) -> bool:
+        """Fix actions go to a live engine through its run directory."""
+        return self.run_dir is not None
+
+    def apply(self, fix_id: str) -> str:
+        if self.engine:
+            return data.request_engine_fix(self.run_dir, fix_id, "apply")
+        return data.apply_fix(self.fix(fix_id), self.ctx.target if self.ctx else None)
+
+    def revert(self, fix_id: str) -> str:
+        if self.engine:
+            return data.request_engine_fix(self.run_dir, fix_id, "revert")
+        return data.revert_fix(self.fix(fix_id))
+
+    def bench(self, fix_id: str, progress: Callable[[str], None]) -> BenchResult:
+        return data.run_bench(self.fix(fix_id), self.bench_params, progress)
+
+    # ---------------------------------------------------------------- live sources
+
+    def poll_run_dir(self) -> tuple[Any, list[dict[str, Any]]]:
+        """(RunState, every event so far); raises DiagError for a missing or unsafe directory."""
+        state, _new = self._reader.poll()
+        return state, list(self._reader.events)
+
+    def poll_server(self) -> dict[str, float]:
+        return data.read_server(self.server_url, self.server_timeout)

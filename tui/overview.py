@@ -1,0 +1,58 @@
+"""Overview: target, platform, GPU (in the app header) and each probe's finding."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import DataTable, Static
+
+from tui.data import FindingView
+from tui.model import Model
+from tui.tables import fill
+
+COLUMNS = ("status", "probe", "summary")
+
+STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "fail": "bold red",
+                "error": "bold magenta", "skip": "dim", "pending": "dim", "running": "cyan"}
+
+
+def status_text(state: str) -> Text:
+    label = {"fail": "FAIL", "error": "ERROR", "running": "running…"}.get(state, state)
+    return Text(label, style=STATUS_STYLE.get(state, ""))
+
+
+class Overview(Vertical):
+    DEFAULT_CSS = """
+    Overview #findings { height: auto; max-height: 12; }
+    Overview #finding-detail-box { border: round $panel; height: 1fr; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+        with VerticalScroll(id="finding-detail-box"):
+            yield Static("select a finding for its evidence", id="finding-detail")
+
+    def show(self, model: Model) -> None:
+        fill(self.query_one("#findings", DataTable), COLUMNS,
+             [(status_text(v.state), v.probe, v.summary) for v in model.finding_rows()])
+        self.show_detail(model)
+
+    def selected(self, model: Model) -> FindingView | None:
+        rows = model.finding_rows()
+        table = self.query_one("#findings", DataTable)
+        return rows[table.cursor_row] if rows and 0 <= table.cursor_row < len(rows) else None
+
+    def show_detail(self, model: Model) -> None:
+        v = self.selected(model)
+        box = self.query_one("#finding-detail", Static)
+        if v is None:
+            box.update("no findings yet")
+            return
+        text = Text()
+        text.append(f"{v.title}\n", style="bold")
+        text.append_text(status_text(v.state))
+        text.append(f"  {v.summary}\n")
+        for line in v.detail:
+            text.append(f"  {line}\n")
+        box.update(text)
