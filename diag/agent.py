@@ -246,6 +246,8 @@ class Agent:
 
                     target = find_importable()
                     self.sglang = target.version if target else None
+                    if emit and target is not None:
+                        telemetry.emit("sglang", version=self.sglang, root=str(target.root))
                 except Exception as e:
                     self.error("locate sglang", e)
                 ids = self.fix_ids + [f for f, on in self.desired.items()
@@ -288,10 +290,12 @@ class Agent:
                 a = fix.applies_to(target, _platform())
                 if a.status != APPLICABLE:
                     return a.status, a.reason
-            for dep in fix.depends_on:
-                if self.fixes.get(dep, {}).get("state") not in ("applied", "pending", "upstream"):
-                    state, reason = self._apply(dep, target, check)
-                    self._set_fix(dep, state, reason)
+            for dep in fix.depends_on:  # best effort: the fix itself decides what it needs
+                if self.fixes.get(dep, {}).get("state") in ("upstream", "not-needed", "refused",
+                                                            "failed", "not-applicable"):
+                    continue
+                if not fixes.get(dep).is_applied():
+                    self._set_fix(dep, *self._apply(dep, target, check))
             fix.apply()
             return self._fix_state(fid)
         except Exception as e:

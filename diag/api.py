@@ -144,11 +144,9 @@ def safe_point() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # The profiler teardown context manager lives with its fix (re-exported when present).
-    if name in ("profiler_teardown", "controlled_teardown"):
+    # The profiler teardown context managers live with their fix; re-exported here.
+    if name in ("controlled_teardown", "controlled_profile"):
         from fixes import profiler_controlled_teardown as m
 
-        for attr in (name, "controlled_teardown", "profiler_teardown"):
-            if hasattr(m, attr):
-                return getattr(m, attr)
+        return getattr(m, name)
     raise AttributeError(name)

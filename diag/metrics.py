@@ -173,6 +173,10 @@ def _sink(event: dict[str, Any]) -> None:
     updates = _fix_updates(event)
     if not updates and kind not in ("syncs", "draft_extend", "profiler_stop"):
         return
+    m = _metrics
+    if m is not None and not updates and not _forked:
+        _record(m, event)  # the hot path (a counter per builder call): prometheus_client locks
+        return
     with _lock:
         _fix_state.update(updates)
         m = _ensure()

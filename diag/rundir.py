@@ -18,6 +18,7 @@ Event schema (schema_version 1). Every event has ``ts`` (epoch seconds), ``kind`
   version or null), ``fixes_requested`` (ids), ``probes`` (ids), ``fixes``
   ({id: {state, reason}}), ``control`` ("poll" at start; a ``control`` event says "batch" once the
   per-batch hook is in).
+- ``sglang``: ``version``, ``root``: SGLang was imported in this process (the release found).
 - ``control``: ``mode`` ("batch" | "poll"): where this process applies control requests.
 - ``probe``: ``probe``, ``state`` (on | pending | unavailable | failed), ``reason``: a runtime
   counter.
@@ -180,6 +181,7 @@ class Aggregator:
         self.acks: dict[str, dict[str, Any]] = {}
         self.probes: dict[str, dict[str, Any]] = {}
         self.control = "poll"
+        self.sglang: str | None = None
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
 
     def add(self, ev: dict[str, Any]) -> None:
@@ -190,6 +192,7 @@ class Aggregator:
             self.fixes.update(ev.get("fixes") or {})
             self.probes.update(ev.get("probes_state") or {})
             self.control = ev.get("control") or self.control
+            self.sglang = ev.get("sglang") or self.sglang
             if ev.get("start") and self.start is None:
                 self.start = ev["start"]
             return
@@ -201,6 +204,8 @@ class Aggregator:
                 self.fixes[fid] = dict(st)
         elif kind == "probe" and ev.get("probe"):
             self.probes[ev["probe"]] = {"state": ev.get("state"), "reason": ev.get("reason", "")}
+        elif kind == "sglang":
+            self.sglang = ev.get("version")
         elif kind == "control" and ev.get("mode"):
             self.control = ev["mode"]
         elif kind == "fix" and ev.get("fix"):
@@ -285,7 +290,8 @@ class EventWriter:
         self._open()
         snap = {"ts": time.time(), "kind": "snapshot", "pid": self.pid, "n": next(self._n),
                 "counters": self.agg.counters, "fixes": self.agg.fixes, "start": self.agg.start,
-                "probes_state": self.agg.probes, "control": self.agg.control}
+                "probes_state": self.agg.probes, "control": self.agg.control,
+                "sglang": self.agg.sglang}
         line = json.dumps(snap, default=str) + "\n"
         self._fh.write(line)
         self._size += len(line)
@@ -374,7 +380,7 @@ def read_process(run_dir: Path, pid: int) -> ProcessState:
             agg.add(ev)
     s = agg.start or {}
     return ProcessState(pid=pid, ppid=s.get("ppid"), argv=list(s.get("argv") or []),
-                        started=s.get("started"), sglang=s.get("sglang"),
+                        started=s.get("started"), sglang=agg.sglang or s.get("sglang"),
                         alive=_alive(pid, s.get("started")), fixes=agg.fixes,
                         counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
                         start=agg.start, probes=agg.probes, control=agg.control)

@@ -33,7 +33,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from diag.context import Context
 from diag.errors import FixError
+from diag.findings import Finding
 from diag.target import Target
 from fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 
@@ -77,7 +79,7 @@ def checked_output_size(repeats: Any, count: int | None) -> int | None:
 
 @dataclass
 class Shape:
-    name: str  # "4-arg" | "need_compress" | "exact_num_tokens" | "" (unknown)
+    name: str  # "4-arg" | "need_compress" | "exact_num_tokens" | "absent" | "" (unknown)
     missing: list[int]  # lines of repeat_interleave calls on extend_seq_lens without output_size
     draft_missing: bool  # is one of those on the draft-extend path?
     reason: str = ""
@@ -129,6 +131,8 @@ def analyze(source: str) -> Shape:
         return Shape("", [], False, f"does not parse: {e}")
     ms = _methods(tree)
     b, c = ms.get(BUILDER), ms.get(CALLER)
+    if b is None and ms:
+        return Shape("absent", [], False, f"{CLASS}.{BUILDER} not in this release")
     if b is None or c is None:
         missing = BUILDER if b is None else CALLER
         return Shape("", [], False, f"{CLASS}.{missing} not found")
@@ -215,7 +219,7 @@ def transform_caller(paths: str):
 
 def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False):
     """The Patch for `module` (the engine's, or a harness module holding the same real code)."""
-    from fixes.patcher import Patch, rewrite_function
+    from fixes.patcher import Patch, marked, rewrite_function
 
     if paths not in PATHS:
         raise FixError(f"DIAG_RI_PATHS must be one of {', '.join(PATHS)}, not {paths!r}")
@@ -223,9 +227,17 @@ def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False
     qb, qc = f"{CLASS}.{BUILDER}", f"{CLASS}.{CALLER}"
     patch = Patch("repeat-interleave-output-size")
     def make_builder(f):
-        new = rewrite_function(f, qb, transform_builder(guarded))
+        # the in-engine sync counter may wrap the builder already: rewrite what it wraps, keep
+        # the counting (revert restores the counter's wrapper itself)
+        counter = f if marked(f, "sync-counter") else None
+        base = f.__wrapped__ if counter else f
+        new = rewrite_function(base, qb, transform_builder(guarded))
         # rewrite_function keeps the original's keyword defaults; ours is new
-        new.__kwdefaults__ = {**(f.__kwdefaults__ or {}), PARAM: None}
+        new.__kwdefaults__ = {**(base.__kwdefaults__ or {}), PARAM: None}
+        if counter:
+            from probes.sync_counter import rewrap
+
+            return rewrap(counter, new)
         return new
 
     patch.add(module, qb, make_builder)
@@ -261,6 +273,8 @@ class RepeatInterleaveOutputSizeFix(Fix):
             return Applicability(NOT_NEEDED, f"this release has no {FILE.rsplit('/', 1)[-1]}")
         shape = analyze(src)
         where = f"{FILE.rsplit('/', 1)[-1]}::{BUILDER}"
+        if shape.name == "absent":
+            return Applicability(NOT_NEEDED, f"{CLASS} has no {BUILDER} in this release")
         if not shape.name:
             return Applicability(REFUSED, f"{where}: source differs from what the fix expects: "
                                           f"{shape.reason}")
@@ -299,6 +313,53 @@ class RepeatInterleaveOutputSizeFix(Fix):
         if self._patch is not None:
             self._patch.revert()
             self._patch = None
+
+    def verify(self, ctx: Context) -> list[Finding]:
+        """The probes it addresses, plus the real builder of the target measured with the
+        fix applied to a harness copy (not the engine): syncs per call and output equality."""
+        from diag.findings import Status, metric, note
+        from probes import builder_harness as h
+
+        out = super().verify(ctx)
+        paths, guarded = self.options()
+        a = self.applies_to(ctx.target, ctx.platform, paths)
+        title = f"{self.title} (verified on the real builder)"
+        if a.status != APPLICABLE or not ctx.execute:
+            why = a.reason if a.status != APPLICABLE else "execution disabled (--no-execute)"
+            out.append(Finding("metadata-syncs", Status.SKIP, title, f"{a.status}: {why}"))
+            return out
+        try:
+            cls = h.dsv4_class(ctx.target)
+        except h.HarnessError as e:
+            out.append(Finding("metadata-syncs", Status.SKIP, title, f"not executed: {e}"))
+            return out
+        expr = host_count_expr(paths)
+        patch = make_patch(cls.__module__, paths, guarded)
+        ev, bad = [], []
+        for path in h.PATHS:
+            inp = h.make_inputs(getattr(cls, BUILDER), path, 64)
+            before_out = h.call(cls, inp)
+            before = h.measure(ctx.target, path, cls=cls)
+            patch.apply()
+            try:
+                after_out = h.call(cls, inp, expr)
+                after = h.measure(ctx.target, path, patched_expr=expr, cls=cls)
+            finally:
+                patch.revert()
+            import torch
+
+            same = all(torch.equal(before_out[k], after_out[k]) for k in before_out)
+            ev.append(metric(f"syncs per call ({path})", f"{before.syncs} -> {after.syncs}",
+                             "syncs", detail=f"{after.mode}; outputs identical: {same}"))
+            if not same or after.syncs is None or (path == "draft-extend" and after.syncs):
+                bad.append(path)
+        if bad:
+            ev.append(note(f"not as expected on: {', '.join(bad)}"))
+        out.append(Finding("metadata-syncs", Status.FAIL if bad else Status.OK, title,
+                           "the patched builder " + ("does not behave as expected" if bad else
+                                                     "is identical and syncs less"),
+                           evidence=ev, fixes=[self.id]))
+        return out
 
     def is_applied(self) -> bool:
         return self._patch is not None and self._patch.applied

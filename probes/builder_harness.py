@@ -60,8 +60,11 @@ class BackendSelfStandIn(types.SimpleNamespace):
 
 
 _SGLANG_STAND_INS: dict[str, dict[str, Any]] = {
-    # 0.5.17 / 0.5.18
+    # 0.5.17 - 0.5.19
     "sglang.kernels.ops.attention.dsv4.unified_kv_kernels.env_gate":
+        {"is_unified_kv_triton": lambda: True},
+    # 0.5.15.post1
+    "sglang.srt.layers.attention.dsv4.unified_kv_kernels.env_gate":
         {"is_unified_kv_triton": lambda: True},
     # 0.5.23
     "sglang.srt.layers.attention.dsv4.unified_kv_gate": {"is_unified_kv_triton": lambda: True},

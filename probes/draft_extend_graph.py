@@ -111,7 +111,7 @@ class DraftExtendGraphProbe(Probe):
         if eager:
             return self.finding(
                 Status.WARN, f"on {plat.upper()} draft-extend runs eager for "
-                             f"{', '.join(eager)} (no configuration given: pass "
+                             f"{', '.join(eager)} (no attention backend given: pass "
                              "--attention-backend or --server for a verdict)",
                 evidence=ev, hint=f"{FIX_ID} adds the missing backends to the allow-list"
                 if plat == "hip" else None)
@@ -157,8 +157,9 @@ class DraftExtendGraphProbe(Probe):
             return self._live_finding(Status.SKIP, f"{title}: the server does not run "
                                                    "speculative decoding", ev)
         for r in ranks:
-            ev.append(metric(f"rank {r.rank} draft_extend capture time", r.capture_s, "s",
-                             detail="/server_info internal_states[].startup_time.cuda_graph"))
+            if r.capture_s is not None:
+                ev.append(metric(f"rank {r.rank} draft_extend capture time", r.capture_s, "s",
+                                 detail="/server_info internal_states[].startup_time.cuda_graph"))
             if r.graph_mem_gb is not None:
                 ev.append(metric(f"rank {r.rank} draft_extend graph memory", r.graph_mem_gb,
                                  "GB"))

@@ -351,7 +351,13 @@ def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
                            sites=[f"{os.path.basename(e.file)}:{e.line}" for e in report.events])
         return out
 
+    wrapper.__diag_builder__ = builder  # type: ignore[attr-defined]
     return wrapper
+
+
+def rewrap(counter: Callable, inner: Callable) -> Callable:
+    """The same counting wrapper around another function (a fix that rewrites a counted one)."""
+    return _telemetry_wrapper(inner, counter.__diag_builder__)  # type: ignore[attr-defined]
 
 
 def runtime_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]):

@@ -50,8 +50,9 @@ def spawn_child(index: int, via_agent: bool, ready, release) -> None:
     telemetry.emit("draft_extend", mode="eager", seconds=0.0011, batch=8)
     telemetry.emit("draft_extend", mode="graph", seconds=0.0002, batch=8)
     telemetry.emit("profiler_stop", seconds=0.25, collected=77)
-    print(json.dumps({"child": index, "pid": os.getpid(), "status": status,
-                      "prometheus_client_loaded": "prometheus_client" in sys.modules}), flush=True)
+    line = json.dumps({"child": index, "pid": os.getpid(), "status": status,
+                       "prometheus_client_loaded": "prometheus_client" in sys.modules})
+    os.write(1, (line + "\n").encode())  # one write (< PIPE_BUF): lines of children never mix
     ready.set()
     release.wait(60)
 

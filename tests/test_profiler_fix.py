@@ -21,6 +21,8 @@ from profiler_standin import (
 
 import fixes
 from diag import telemetry
+from diag.context import Context
+from diag.findings import Status
 from diag.target import Target
 from fixes.base import APPLICABLE, REFUSED, UPSTREAM
 from fixes.patcher import marked
@@ -148,6 +150,8 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
         fix.apply()
         assert fix.is_applied() and marked(vars(cls)[name], FIX_ID)
         fix.apply()  # idempotent
+        (static,) = fix.verify(Context(target=t, platform="hip", execute=False))[:1]
+        assert static.status == Status.OK and "patched in this process" in static.summary
         alive, res = _classic_stop(mod, tmp_path / "b")
         assert not alive and res.success  # freed at the stop
         assert list((tmp_path / "b").glob("*.trace.json.gz"))  # the real stop still exported
@@ -158,6 +162,8 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
 
         fix.revert()
         assert not fix.is_applied() and vars(cls)[name] is original
+        assert fix.verify(Context(target=t, platform="hip", execute=False))[0].status \
+            == Status.FAIL
         alive, _ = _classic_stop(mod, tmp_path / "c")
         assert alive
         gc.collect()

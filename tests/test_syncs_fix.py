@@ -28,7 +28,10 @@ def test_applies_to_per_release(release):
     assert f.applies_to(release("0.5.23"), "hip").status == "upstream"
     assert f.applies_to(release("0.5.23"), "hip", paths="all").status == "upstream"
     assert f.applies_to(release("0.5.17"), "cuda").status == "not-needed"
-    assert f.applies_to(release("0.5.12.post1"), "hip").status == "not-needed"
+    assert f.applies_to(release("0.5.12.post1"), "hip").status == "not-needed"  # no file
+    assert f.applies_to(release("0.5.13.post1"), "hip").status == "not-needed"  # no builder
+    assert f.applies_to(release("0.5.15.post1"), "hip").status == "applicable"
+    assert f.applies_to(release("0.5.19"), "hip").status == "upstream"
 
 
 def _edited(release, tmp_path, old: str, new: str) -> Target:
@@ -188,3 +191,49 @@ def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
     release("0.5.23")
     res = run({"quick": True, "sglang": "0.5.23"}, lambda msg: None)
     assert res.skipped and "upstream" in res.skipped
+
+
+def test_fix_over_the_runtime_sync_counter_keeps_counting(release):
+    from diag import telemetry
+    from probes.sync_counter import runtime_patch
+
+    t = release("0.5.17")
+    cls = h.dsv4_class(t)
+    originals = {n: cls.__dict__[n] for n in (h.ATTACH, h.CALLER)}
+    counter = runtime_patch([(cls.__module__, f"{h.DSV4_CLASS}.{h.ATTACH}")])
+    counter.apply()
+    wrapped = cls.__dict__[h.ATTACH]
+    fix = ri.make_patch(cls.__module__, "draft")
+    fix.apply()
+    try:
+        new = cls.__dict__[h.ATTACH]
+        assert new is not wrapped and new.__diag_builder__ == wrapped.__diag_builder__
+        inp = h.make_inputs(new, "draft-extend", 8)
+        events = []
+        telemetry.add_sink(events.append)
+        try:
+            h.call(cls, inp, ri.host_count_expr("draft"))  # runs through both layers
+        finally:
+            telemetry.remove_sink(events.append)
+        m = h.measure(t, "draft-extend", patched_expr=ri.host_count_expr("draft"), cls=cls)
+        assert m.syncs == 0
+    finally:
+        fix.revert()
+    assert cls.__dict__[h.ATTACH] is wrapped
+    counter.revert()
+    assert all(cls.__dict__[n] is o for n, o in originals.items())
+
+
+def test_verify_reports_the_patched_real_builder(release):
+    from diag.context import Context
+
+    ctx = Context(target=release("0.5.17"), platform="hip", execute=True)
+    found = fixes.get(FIX).verify(ctx)
+    mine = found[-1]
+    assert mine.status.value == "ok", [e.short() for e in mine.evidence]
+    values = {e.metric: e.value for e in mine.evidence if e.kind == "metric"}
+    assert values["syncs per call (draft-extend)"] == "2 -> 0"
+    assert values["syncs per call (target-extend)"] == "2 -> 2"
+    assert found[0].probe == "metadata-syncs"
+    skipped = fixes.get(FIX).verify(Context(target=release("0.5.23"), platform="hip"))[-1]
+    assert skipped.status.value == "skip" and "upstream" in skipped.summary

@@ -119,6 +119,7 @@ class DiagApp(App[None]):
             if where:
                 self.model.set_source(f"{what} {where}", None, "not read yet")
         self.render_model()
+        self.call_after_refresh(self.changed)  # again once the tables know their width
         self.set_interval(1 / RENDER_HZ, self._render_if_dirty)
         if self.backend.run_dir or self.backend.server_url:
             self.set_interval(self.poll_interval, self._poll)
@@ -158,6 +159,9 @@ class DiagApp(App[None]):
         self.query_one(TimingsView).show(m, self.bench_running)
         self.query_one(SyncsView).show(m)
         self.query_one("#message", Static).update(Text(m.message))
+
+    def on_resize(self) -> None:
+        self.changed()  # the tables' last columns are cut to the new width
 
     @property
     def fix_where(self) -> str:

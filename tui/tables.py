@@ -1,4 +1,4 @@
-"""Filling a DataTable from rows: plain text cells (no markup), widths fit the current rows."""
+"""Filling a DataTable from rows: plain text cells (no markup), the last column cut to fit."""
 
 from __future__ import annotations
 
@@ -15,11 +15,25 @@ def cell(v: Any) -> Text:
 
 
 def fill(table: DataTable, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Replace the table's rows (and columns, so widths shrink back), keeping the cursor row."""
+    """Replace the table's rows (and columns, so widths shrink back), keeping the cursor row.
+
+    The last column is cut with '…' to the table's width (its whole text is in the detail
+    pane or the export), so a long summary does not push a horizontal scrollbar in.
+    """
     keep = table.cursor_row
+    cells = [[cell(c) for c in r] for r in rows]
+    width = table.size.width
+    if width and cells:
+        used = sum(max([len(columns[i])] + [r[i].cell_len for r in cells]) + 2
+                   for i in range(len(columns) - 1))
+        last = width - used - 2 - 1  # the last cell's padding and a vertical scrollbar
+        if last >= 12:
+            for r in cells:
+                if r[-1].cell_len > last:
+                    r[-1] = r[-1][:last - 1] + Text("…")
     table.clear(columns=True)
     table.add_columns(*columns)
-    for i, r in enumerate(rows):
-        table.add_row(*(cell(c) for c in r), key=str(i))
+    for i, r in enumerate(cells):
+        table.add_row(*r, key=str(i))
     if rows:
         table.move_cursor(row=min(max(keep, 0), len(rows) - 1), animate=False)
