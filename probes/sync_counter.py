@@ -26,7 +26,8 @@ tensor; `pin_memory=True` or `device="cpu"` (the string) makes a host tensor. Un
 follow `unknown` ("host" by default). What is flagged, one sync each unless said:
 host reads of a device tensor (`item`, `__bool__/__int__/__float__/__index__` via
 `_local_scalar_dense`, `tolist`, `cpu`, `numpy`, `.to("cpu")`); a blocking host->device copy
-(`.to(device)` of a host tensor without `non_blocking=True`); ops tagged `data_dependent_output`
+(`.to(device)` of a host tensor without `non_blocking=True`, `torch.tensor(data, device=...)`;
+torch's copy waits for the stream when not non-blocking); ops tagged `data_dependent_output`
 or `dynamic_output_shape` on device inputs (`nonzero`, `masked_select`, `unique`, ...);
 `repeat_interleave` with tensor repeats and no `output_size`: TWO (PyTorch reads `cumsum[-1]`
 and checks `repeats >= 0`), as the GPU reports; indexing (`index`, `index_put_`) with a bool or

@@ -65,9 +65,14 @@ def test_overview_lists_findings_and_detail_follows_selection(release):
             await pilot.press("x")
             await pilot.pause()
             assert not isinstance(app.screen, HelpScreen)
-            await show_tab(pilot, "tab-syncs")
+            await pilot.press("4")  # keys switch tabs too
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "tab-syncs"
             syncs = cell_texts(app.query_one("#syncs"))
             assert any("deepseek_v4_backend_hip_radix.py:1116" in r[1] for r in syncs)
+            await pilot.press("2")
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "tab-fixes" and app.focused.id == "fixes"
             await pilot.press("q")
         assert app.return_code == 0
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
@@ -40,7 +41,7 @@ HELP = """\
   [b]b[/b]  run the selected fix's bench (every bench when none is selected)
   [b]e[/b]  export what is on screen as JSON
   [b]q[/b]  quit            [b]?[/b]  this help
-  tab / shift+tab, arrows: move between tabs and rows
+  1 2 3 4  Overview, Fixes, Timings, Syncs; arrows move between rows
 
 The selected fix is the Fixes row under the cursor; on Overview the selected finding's fix;
 on Timings the row's fix. Press any key to close."""
@@ -76,6 +77,10 @@ class DiagApp(App[None]):
         Binding("e", "export", "export JSON"),
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help", key_display="?"),
+        Binding("1", "tab('tab-overview')", "overview", show=False),
+        Binding("2", "tab('tab-fixes')", "fixes", show=False),
+        Binding("3", "tab('tab-timings')", "timings", show=False),
+        Binding("4", "tab('tab-syncs')", "syncs", show=False),
     ]
 
     def __init__(self, backend: Backend, poll_interval: float = 1.0,
@@ -109,6 +114,14 @@ class DiagApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Held, not queried: `query_one` searches the active screen, which may be the help.
+        self.w_header = self.query_one("#header", Static)
+        self.w_message = self.query_one("#message", Static)
+        self.w_tabs = self.query_one(TabbedContent)
+        self.w_overview = self.query_one(Overview)
+        self.w_fixes = self.query_one(FixesView)
+        self.w_timings = self.query_one(TimingsView)
+        self.w_syncs = self.query_one(SyncsView)
         self.model.set_pending(self.backend.probe_ids())
         b = self.backend
         self.model.header.target = f"sglang {b.sglang or '(default)'} (resolving…)"
@@ -132,7 +145,7 @@ class DiagApp(App[None]):
         self._dirty = True
 
     def _render_if_dirty(self) -> None:
-        if self._dirty:
+        if self._dirty and self.is_running:
             self.render_model()
 
     def render_model(self) -> None:
@@ -153,12 +166,15 @@ class DiagApp(App[None]):
                 head.append(f"{s.text}  ", style=style)
             if not m.sources:
                 head.append("live sources: none", style="dim")
-        self.query_one("#header", Static).update(head)
-        self.query_one(Overview).show(m)
-        self.query_one(FixesView).show(m, self.fix_where)
-        self.query_one(TimingsView).show(m, self.bench_running)
-        self.query_one(SyncsView).show(m)
-        self.query_one("#message", Static).update(Text(m.message))
+        try:
+            self.w_header.update(head)
+            self.w_overview.show(m)
+            self.w_fixes.show(m, self.fix_where)
+            self.w_timings.show(m, self.bench_running)
+            self.w_syncs.show(m)
+            self.w_message.update(Text(m.message))
+        except NoMatches:
+            pass  # shutting down: the widgets are already gone
 
     def on_resize(self) -> None:
         self.changed()  # the tables' last columns are cut to the new width
@@ -170,9 +186,9 @@ class DiagApp(App[None]):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "findings":
-            self.query_one(Overview).show_detail(self.model)
+            self.w_overview.show_detail(self.model)
         elif event.data_table.id == "fixes":
-            self.query_one(FixesView).show_detail(self.model, self.fix_where)
+            self.w_fixes.show_detail(self.model, self.fix_where)
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From a worker: run `fn(*args)` on the UI thread, then mark the model changed."""
@@ -352,20 +368,20 @@ class DiagApp(App[None]):
     # -------------------------------------------------------------- actions
 
     def _active(self) -> str:
-        return self.query_one(TabbedContent).active
+        return self.w_tabs.active
 
     def selected_fix(self) -> str | None:
         tab = self._active()
         if tab == "tab-fixes":
-            v = self.query_one(FixesView).selected(self.model)
+            v = self.w_fixes.selected(self.model)
             return v.id if v else None
         if tab == "tab-overview":
-            f = self.query_one(Overview).selected(self.model)
+            f = self.w_overview.selected(self.model)
             if f:
                 return (f.fixes[0] if f.fixes else data.FIX_OF_PROBE.get(f.probe))
             return None
         if tab == "tab-timings":
-            return self.query_one(TimingsView).selected_fix(self.model)
+            return self.w_timings.selected_fix(self.model)
         if tab == "tab-syncs":
             return "repeat-interleave-output-size"
         return None
@@ -411,7 +427,7 @@ class DiagApp(App[None]):
         if not ids:
             self.say("no fix with a bench")
             return
-        self.query_one(TabbedContent).active = "tab-timings"
+        self.w_tabs.active = "tab-timings"
         self.model.bench_progress = f"starting {', '.join(ids)}…"
         self.bench_running = True
         self.changed()
@@ -423,6 +439,12 @@ class DiagApp(App[None]):
             self.say(f"exported to {path}")
         except OSError as e:
             self.say(f"export failed: {e.strerror or e}")
+
+    def action_tab(self, tab: str) -> None:
+        self.w_tabs.active = tab
+        table = {"tab-overview": "#findings", "tab-fixes": "#fixes", "tab-timings": "#timings",
+                 "tab-syncs": "#syncs"}[tab]
+        self.w_tabs.query_one(table).focus()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
