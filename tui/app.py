@@ -40,11 +40,12 @@ HELP = """\
   [b]u[/b]  revert the selected fix
   [b]b[/b]  run the selected fix's bench (every bench when none is selected)
   [b]e[/b]  export what is on screen as JSON
-  [b]q[/b]  quit            [b]?[/b]  this help
-  1 2 3 4  Overview, Fixes, Timings, Syncs; arrows move between rows
+  [b]q[/b]  quit
+  [b]?[/b]  this help
+  [b]1-4[/b]  Overview, Fixes, Timings, Syncs; arrows move between rows
 
-The selected fix is the Fixes row under the cursor; on Overview the selected finding's fix;
-on Timings the row's fix. Press any key to close."""
+The selected fix: on Fixes the row under the cursor, on Overview the selected
+finding's fix, on Timings the row's fix. Press any key to close."""
 
 
 class HelpScreen(ModalScreen[None]):

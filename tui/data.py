@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -491,27 +492,49 @@ def _median(xs: list[float]) -> Any:
     return Stats.of(xs).median if xs else NA
 
 
+_SYNCS_IN = re.compile(r"\((\d+) syncs?\b")
+_AT = re.compile(r"\bat (\S+:\d+)")
+_MEASURED = "measured syncs per call: "
+
+
 def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
-    """Per-builder syncs from the metadata-syncs finding's evidence (locations and rows)."""
-    out: list[SyncRow] = []
+    """Per-builder syncs from the metadata-syncs finding: measured counts first (metric evidence
+    'measured syncs per call: FN (path)'), then the static census's sites grouped per function
+    (location evidence; '(N syncs' in its detail), draft-extend-path builders before others."""
+    measured: list[SyncRow] = []
+    census: dict[str, SyncRow] = {}
+    sites: dict[str, int] = {}
     for f in findings:
         if f.probe != "metadata-syncs":
             continue
         for e in f.evidence:
-            if e.kind == "location":
-                out.append(SyncRow(e.function or "?", f"{e.file}:{e.line}" if e.line else
-                                   str(e.file), source=f"census: {e.detail or 'sync'}"))
-            elif e.kind == "row" and e.data:
+            if e.kind == "metric" and e.metric and e.metric.startswith(_MEASURED):
+                at = _AT.search(e.detail or "")
+                how = (e.detail or "").split(",")[0] or "measured"
+                measured.append(SyncRow(e.metric[len(_MEASURED):], at.group(1) if at else "",
+                                        e.value, NA, f"measured ({how})"))
+            elif e.kind == "location" and e.function:
+                m = _SYNCS_IN.search(e.detail or "")
+                n = int(m.group(1)) if m else NA
+                where = "draft-extend path" if "draft-extend" in (e.detail or "") else "other"
+                row = census.get(e.function)
+                if row is None:
+                    loc = f"{e.file}:{e.line}" if e.line else str(e.file)
+                    census[e.function] = SyncRow(e.function, loc, n, NA, f"census, {where}")
+                    sites[e.function] = 1
+                else:
+                    sites[e.function] += 1
+                    row.before = row.before + n if row.before is not NA and n is not NA else NA
+            elif e.kind == "row" and e.data and e.data.get("builder"):
                 d = e.data
-                b = d.get("builder") or d.get("function") or d.get("backend")
-                if not b:
-                    continue
-                loc = d.get("location") or (f"{d['file']}:{d.get('line')}" if d.get("file") else "")
-                before = d.get("syncs_before", d.get("before", d.get("syncs", NA)))
-                after = d.get("syncs_after", d.get("after", NA))
-                out.append(SyncRow(str(b), str(loc), before, after,
-                                   "measured" if "before" in d or "syncs_before" in d else "probe"))
-    return out
+                measured.append(SyncRow(str(d["builder"]), str(d.get("location", "")),
+                                        d.get("before", d.get("syncs", NA)), d.get("after", NA),
+                                        "probe"))
+    for fn, row in census.items():
+        if sites[fn] > 1:
+            row.location += f" (+{sites[fn] - 1})"
+    ordered = sorted(census.values(), key=lambda r: not r.source.endswith("draft-extend path"))
+    return measured + ordered
 
 
 def bench_sync_rows(results: list[BenchResult]) -> list[SyncRow]:
@@ -519,7 +542,8 @@ def bench_sync_rows(results: list[BenchResult]) -> list[SyncRow]:
     for res in results:
         for r in res.rows:
             if r.unit == "syncs":
-                out.append(SyncRow(r.metric, "", r.before.median if r.before else NA,
+                out.append(SyncRow(f"{res.title}: {r.metric}", "",
+                                   r.before.median if r.before else NA,
                                    r.after.median if r.after else NA, f"bench {res.id}"))
     return out
 

@@ -1,0 +1,155 @@
+"""`diag tui` on the command line: --once frames, usage errors, lazy textual, the data layer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from threading import Thread
+
+import pytest
+from click.testing import CliRunner
+
+from diag.cli import main
+from tui import data
+from tui.model import Model
+
+
+def test_diag_help_and_tui_help_do_not_import_textual():
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom diag.cli import main\n"
+            "for args in (['--help'], ['tui', '--help']):\n"
+            "    r = CliRunner().invoke(main, args)\n"
+            "    assert r.exit_code == 0, r.output\n"
+            "assert 'textual' not in sys.modules, 'textual imported'\n"
+            "assert 'tui' not in sys.modules\n"
+            "print(r.output)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--once" in out.stdout and "--run-dir" in out.stdout and "--server" in out.stdout
+
+
+@pytest.mark.release
+def test_once_renders_every_tab_with_the_real_probes(release):
+    release("0.5.17")
+    r = CliRunner().invoke(main, ["tui", "--sglang", "0.5.17", "--platform", "hip", "--once",
+                                  "--no-execute"])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for part in ("target: sglang 0.5.17 [release]", "platform: hip", "Overview", "Fixes",
+                 "Timings", "Syncs", "draft-extend-graph", "metadata-syncs", "profiler-teardown",
+                 "draft-extend-allowlist", "repeat-interleave-output-size",
+                 "profiler-controlled-teardown"):
+        assert part in out, part
+    assert "Traceback" not in out
+    # the census's sync sites, with file:line, reach the Syncs table
+    syncs = out[out.index("Syncs"):]
+    assert "deepseek_v4_backend_hip_radix.py:" in syncs
+
+
+def test_once_with_a_missing_target_says_so(tmp_path):
+    r = CliRunner().invoke(main, ["tui", "--sglang", str(tmp_path / "nope"), "--platform", "hip",
+                                  "--once"])
+    assert r.exit_code == 0
+    assert "target error:" in r.stdout and "Traceback" not in r.stdout
+
+
+def test_run_dir_and_server_together_is_a_usage_error():
+    r = CliRunner().invoke(main, ["tui", "--run-dir", "x", "--server", "http://h", "--once"])
+    assert r.exit_code == 2 and "not both" in r.output
+
+
+def test_without_a_terminal_it_says_to_use_once():
+    r = CliRunner().invoke(main, ["tui", "--platform", "hip"])
+    assert r.exit_code == 2 and "--once" in r.output
+
+
+METRICS = """\
+# HELP sglang:inter_token_latency_seconds ITL
+# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_bucket{le="0.01"} 3
+sglang:inter_token_latency_seconds_bucket{le="+Inf"} 4
+sglang:inter_token_latency_seconds_sum 0.04
+sglang:inter_token_latency_seconds_count 4
+# HELP sglang:spec_accept_length accept length
+# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{model_name="m"} 2.5
+# HELP sglang:startup_cuda_graph_time_seconds capture time
+# TYPE sglang:startup_cuda_graph_time_seconds gauge
+sglang:startup_cuda_graph_time_seconds{phase="decode"} 3.0
+sglang:startup_cuda_graph_time_seconds{phase="draft_extend"} 1.74
+"""
+
+
+class _Metrics(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = METRICS.encode()
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def metrics_server():
+    srv = HTTPServer(("127.0.0.1", 0), _Metrics)
+    Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_server_metrics_are_read_through_diag_server(metrics_server):
+    """A real HTTP server on loopback serving Prometheus text, read with diag.server."""
+    got = data.read_server(metrics_server, timeout=2)
+    assert got == {"inter-token latency": pytest.approx(0.01), "accept length": 2.5,
+                   "draft-extend capture time": 1.74}
+    m = Model()
+    m.add_server(got)
+    m.add_server(got)
+    rows = {r.metric: r for r in m.timing_rows()}
+    assert rows["accept length"].note == "now 2.5; median 2.5 over 2 polls"
+    assert m.charts()["draft-extend capture time"] == [1.74, 1.74]
+
+
+def test_na_and_formatting():
+    assert not data.NA and str(data.NA) == "n/a" and data.fmt_value(data.NA) == "n/a"
+    assert data.fmt_stats(data.Stats.of([0.0109, 0.0105, 0.0112, 0.0110]), "s").endswith(" ms")
+    assert data.fmt_ratio(None) == "-"
+
+
+def test_engine_view_splits_before_after_by_fix_state_per_process():
+    t = time.time()
+    ev = [
+        {"ts": t, "kind": "start", "pid": 1, "fixes": {}},
+        {"ts": t, "kind": "start", "pid": 2,
+         "fixes": {"repeat-interleave-output-size": {"state": "applied"}}},
+        {"ts": t + 1, "kind": "syncs", "pid": 1, "builder": "b", "count": 2, "seconds": 0.01},
+        {"ts": t + 1, "kind": "syncs", "pid": 2, "builder": "b", "count": 0, "seconds": 0.001},
+        {"ts": t + 2, "kind": "control_ack", "pid": 1, "fix": "repeat-interleave-output-size",
+         "state": "applied", "ok": True},
+        {"ts": t + 3, "kind": "syncs", "pid": 1, "builder": "b", "count": 0, "seconds": 0.001},
+        {"ts": t + 3, "kind": "profiler_stop", "pid": 1, "seconds": 0.5},
+    ]
+    rows, syncs, series = data.engine_view(ev)
+    by = {r.metric: r for r in rows}
+    assert by["syncs per metadata build"].before.n == 1
+    assert by["syncs per metadata build"].after.n == 2
+    assert by["metadata build host time"].ratio == pytest.approx(0.1)
+    assert by["profiler stop"].before.median == 0.5 and by["profiler stop"].after is None
+    assert [(s.builder, s.before, s.after) for s in syncs] == [("b", 2, 0)]
+    assert series["syncs per call"] == [2, 0, 0]
+
+
+def test_export_doc_is_json(tmp_path):
+    m = Model()
+    m.set_pending(["draft-extend-graph"])
+    path = data.write_export(m.export(), str(tmp_path / "x.json"))
+    doc = json.loads(open(path).read())
+    assert doc["findings"] == [{"probe": "draft-extend-graph", "status": "pending",
+                                "summary": data.CONCERNS["draft-extend-graph"]}]
+    assert doc["gpu"] is None  # NA becomes null
