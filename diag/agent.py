@@ -311,9 +311,10 @@ class Agent:
         errs = self._patch_errors(fix)
         if errs:
             return "failed", "; ".join(errs)
-        if not fix.is_applied():
-            return "pending", "waiting for the import of the code it patches"
-        if any(getattr(p, "pending", None) for p in self._patches(fix)):
+        # `applied` once the code is really patched: a module being imported is already in
+        # sys.modules, but the patcher patches it only when its import has finished.
+        patches = self._patches(fix)
+        if not fix.is_applied() or not all(getattr(p, "applied", True) for p in patches):
             return "pending", "waiting for the import of the code it patches"
         return "applied", ""
 
@@ -352,6 +353,16 @@ class Agent:
 
     def refresh(self) -> None:
         """Pending fixes whose modules got imported since: emit their new state."""
+        # Never alongside _on_sglang/safe_point (another thread): they create and apply the fix
+        # instances this reads; skip the round instead of waiting.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._refresh()
+        finally:
+            self._lock.release()
+
+    def _refresh(self) -> None:
         for fid, st in list(self.fixes.items()):
             if st.get("state") == "pending" and self.sglang_seen:
                 with contextlib.suppress(Exception):

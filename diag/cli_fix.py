@@ -84,7 +84,7 @@ def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
 
     fix = fixes.get(fix_id)
     if action == "apply":
-        ctx = build_context(**target_kw, execute=False)
+        ctx = build_context(**target_kw, run_dir=None, execute=False)
         a = fix.applies_to(ctx.target, ctx.platform)
         state, reason, ok = a.status, a.reason, a.status in (APPLICABLE, UPSTREAM)
         if a.status == APPLICABLE:

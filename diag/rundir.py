@@ -14,8 +14,9 @@ Layout::
 Event schema (schema_version 1). Every event has ``ts`` (epoch seconds), ``kind``, ``pid`` and
 ``n`` (per-process sequence number). By kind:
 
-- ``start``: ``ppid``, ``argv``, ``python``, ``started`` (epoch seconds), ``sglang`` (release
-  version or null), ``fixes_requested`` (ids), ``probes`` (ids), ``fixes``
+- ``start``: ``ppid``, ``argv``, ``python``, ``executable``, ``started`` (epoch seconds),
+  ``source`` (bootstrap | plugin | api), ``sglang`` (release version or null),
+  ``fixes_requested`` (ids), ``probes`` (ids), ``probes_state`` ({id: {state, reason}}), ``fixes``
   ({id: {state, reason}}), ``control`` ("poll" at start; a ``control`` event says "batch" once the
   per-batch hook is in).
 - ``sglang``: ``version``, ``root``: SGLang was imported in this process (the release found).

@@ -88,6 +88,13 @@ _modules: dict[tuple[str, str], types.ModuleType] = {}
 _load_lock = threading.Lock()
 
 
+def loaded(target: Target, rel: str, cls: str) -> bool:
+    """Whether this process has already loaded `cls` of `rel` (a fix may have patched it)."""
+    prefix = (str(target.root), f"{rel}:{cls}:")
+    with _load_lock:
+        return any(r == prefix[0] and k.startswith(prefix[1]) for r, k in _modules)
+
+
 def load_class(target: Target, rel: str, cls: str, methods: tuple[str, ...]) -> type:
     """The real class `cls` of `rel`, holding only `methods`, in a stand-in namespace."""
     key = (str(target.root), f"{rel}:{cls}:{','.join(methods)}")

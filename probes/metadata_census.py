@@ -103,6 +103,18 @@ class Census:
             row["sync_count"] += s.syncs
         return out
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": self.root, "files": self.files, "builders": self.builders,
+                "sites": [s.to_dict() for s in self.sites],
+                "with_output_size": [s.to_dict() for s in self.with_output_size],
+                "errors": self.errors}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Census:
+        return cls(d["root"], d["files"], {k: list(v) for k, v in d["builders"].items()},
+                   [Site(**s) for s in d["sites"]],
+                   [Site(**s) for s in d["with_output_size"]], list(d["errors"]))
+
     def syncing(self, backends: set[str] | None = None) -> list[Site]:
         return [s for s in self.sites if s.verdict == "syncs"
                 and (backends is None or s.backend in backends)]
@@ -371,13 +383,40 @@ def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
     return names, sites, with_os
 
 
-def census(target: Target) -> Census:
-    """Scan every module under sglang/srt/layers/attention (raises FileNotFoundError if absent)."""
+def census(target: Target, use_cache: bool = True) -> Census:
+    """Scan every module under sglang/srt/layers/attention (raises FileNotFoundError if absent).
+
+    The result is cached on disk (diag.cache), keyed by every scanned file's path, size, mtime
+    and content hash and by this module's source: a cached census is the one a scan would give.
+    """
+    from diag import cache
+
     base = target.file(ATTENTION_DIR)
     if not base.is_dir():
         raise FileNotFoundError(f"{target.relpath(base)} not found")
+    paths = sorted(base.rglob("*.py"))
+    digest = None
+    if use_cache:
+        try:
+            digest = cache.files_key(paths, str(target.root), cache.code_fingerprint(__name__))
+        except OSError:
+            digest = None
+    if digest is not None:
+        hit = cache.load("census", digest)
+        if hit is not None:
+            try:
+                return Census.from_dict(hit["value"])
+            except (KeyError, TypeError, ValueError):
+                pass
+    out = _scan_all(target, paths)
+    if digest is not None:
+        cache.store("census", digest, out.to_dict())
+    return out
+
+
+def _scan_all(target: Target, paths: list[Path]) -> Census:
     out = Census(str(target.root))
-    for path in sorted(base.rglob("*.py")):
+    for path in paths:
         rel = target.relpath(path)
         out.files += 1
         try:

@@ -8,6 +8,8 @@ and target-extend paths: counted on the GPU when there is one, by the CPU counte
 
 from __future__ import annotations
 
+from typing import Any
+
 from diag.context import Context
 from diag.findings import Finding, Status, location, metric, note, row
 from probes.base import Probe
@@ -104,10 +106,17 @@ class MetadataSyncsProbe(Probe):
         static = [s for s in c.sites if s.function == f"{h.DSV4_CLASS}.{h.ATTACH}"]
         modes = ["gpu", "cpu"] if gpu_available() else ["cpu"]
         out: list[str] = []
+        reused: list[str] = []
+        reused_at: set[str] = set()
+        # loaded before this probe: a fix may have patched it, so measure it live
+        fresh = not h.loaded(ctx.target, h.DSV4_FILE, h.DSV4_CLASS)
         for path in h.PATHS:
             got = {}
             for mode in modes:
-                m = h.measure(ctx.target, path, mode, timeout=TIMEOUT_S)
+                m, when = _measure(ctx, path, mode, fresh)
+                if when:
+                    reused.append(f"{path} ({mode})")
+                    reused_at.add(when)
                 if not m.executed:
                     ev.append(note(f"{h.ATTACH} ({path}, {mode}) not executed: {m.error}"))
                     continue
@@ -125,4 +134,48 @@ class MetadataSyncsProbe(Probe):
                 out.append(f"{path}: measured syncs the census did not find")
                 ev.append(note(f"disagreement on {path}: measured {max(got.values())} syncs, "
                                f"the census found no sync site in {h.ATTACH}"))
+        if reused:
+            ev.append(note(f"measured counts of {', '.join(reused)} reused from the diag cache "
+                           f"(measured {', '.join(sorted(reused_at))} on this machine with the "
+                           f"same torch, builder source and diag code); DIAG_NO_CACHE=1 "
+                           f"measures again"))
         return out
+
+
+def _measure(ctx: Context, path: str, mode: str, fresh: bool) -> tuple[Any, str | None]:
+    """`builder_harness.measure`, its CPU counts reused from the disk cache (diag.cache).
+
+    A CPU count is a function of the builder's source, the harness and counter code, the
+    inputs (fixed seed) and the local torch: all in the key. Measured afresh when the builder
+    was already loaded in this process before the probe (`fresh` False: a fix may have patched
+    it) and always on the GPU.
+    """
+    from dataclasses import asdict
+
+    from diag import cache
+    from probes import builder_harness as h
+
+    target = ctx.target
+    digest = None
+    if mode == "cpu" and fresh:
+        try:
+            import probes.sync_counter  # noqa: F401  (its source is part of the key)
+
+            digest = cache.files_key([target.file(h.DSV4_FILE)], path, mode, TIMEOUT_S,
+                                     cache.torch_fingerprint(), cache.code_fingerprint(
+                                         "probes.builder_harness", "probes.sync_counter"))
+        except Exception:  # no torch, unreadable file: measure (and report) as before
+            digest = None
+    if digest is not None:
+        hit = cache.load("builder_syncs", digest)
+        if hit is not None:
+            try:
+                m = h.Measurement(**hit["value"])
+            except TypeError:
+                m = None
+            if m is not None and m.executed:
+                return m, str(hit.get("stored_at") or "earlier")
+    m = h.measure(target, path, mode, timeout=TIMEOUT_S)
+    if digest is not None and m.executed:
+        cache.store("builder_syncs", digest, asdict(m))
+    return m, None

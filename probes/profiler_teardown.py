@@ -118,6 +118,35 @@ def _site_in(fn: ast.FunctionDef, attr: str, mods: set[str], funcs: set[str]) ->
 
 def _scan(target: Target, rel: str, module: str, path: str, names: tuple[str, ...],
           attr: str) -> list[StopSite]:
+    """The stop sites of one file; cached on disk (diag.cache) by the file's path, size, mtime
+    and content hash and this module's source, so a cached answer is the one a parse gives."""
+    from dataclasses import asdict
+
+    from diag import cache
+
+    file = target.file(rel)
+    if not file.is_file():
+        return []
+    try:
+        digest = cache.files_key([file], str(target.root), rel, module, path, names, attr,
+                                 cache.code_fingerprint(__name__))
+    except OSError:
+        digest = None
+    if digest is not None:
+        hit = cache.load("profiler_stops", digest)
+        if hit is not None:
+            try:
+                return [StopSite(**d) for d in hit["value"]]
+            except TypeError:
+                pass
+    out = _scan_source(target, rel, module, path, names, attr)
+    if digest is not None:
+        cache.store("profiler_stops", digest, [asdict(s) for s in out])
+    return out
+
+
+def _scan_source(target: Target, rel: str, module: str, path: str, names: tuple[str, ...],
+                 attr: str) -> list[StopSite]:
     src = target.source(rel)
     if src is None:
         return []
@@ -284,6 +313,34 @@ def runtime_cycle() -> CycleReport:
     return CycleReport(torch.__version__, alive, freed, collected, secs, path)
 
 
+def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
+    """`runtime_cycle()`, reused from the disk cache (diag.cache) when one was measured with
+    the same torch (version and location), Python and this module's source; the answer depends
+    on nothing else. Returns the report and when it was measured if reused (None: just now).
+    Why: starting torch's profiler imports torch._inductor and torch._dynamo (over a second).
+    """
+    from dataclasses import asdict
+
+    from diag import cache
+
+    try:
+        digest = cache.key("runtime_cycle", cache.torch_fingerprint(),
+                           cache.code_fingerprint(__name__))
+    except Exception:  # torch imports (checked by the caller) but cannot be fingerprinted
+        digest = None
+    if digest is not None:
+        hit = cache.load("profiler_cycle", digest)
+        if hit is not None:
+            try:
+                return CycleReport(**hit["value"]), str(hit.get("stored_at") or "earlier")
+            except TypeError:
+                pass
+    rep = runtime_cycle()
+    if digest is not None:
+        cache.store("profiler_cycle", digest, asdict(rep))
+    return rep, None
+
+
 # ------------------------------------------------------------------------------ the probe
 
 
@@ -359,12 +416,16 @@ class ProfilerTeardownProbe(Probe):
         why = _torch_importable()
         if why:
             return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
-        rep = runtime_cycle()
+        rep, reused_at = cached_runtime_cycle()
         ev = [metric("alive_after_del", rep.alive_after_del),
               metric("collected_by_gc_collect", rep.collected, "objects"),
               metric("collect_time", round(rep.collect_seconds, 6), "s")]
         if rep.path:
             ev.append(row("reference cycle of a stopped profiler", path=" ".join(rep.path)))
+        if reused_at:
+            ev.append(note(f"runtime check reused from the diag cache (measured {reused_at} "
+                           f"on this machine with the same torch and diag code); "
+                           f"DIAG_NO_CACHE=1 measures again"))
         if not rep.alive_after_del:
             return self.finding(Status.OK, f"torch {rep.torch_version}: a stopped profiler is "
                                 "freed at once when dropped (no reference cycle)", evidence=ev)

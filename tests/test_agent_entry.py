@@ -132,3 +132,24 @@ def test_api_reexports_profiler_context_managers():
     from diag import api
 
     assert callable(api.controlled_teardown) and callable(api.controlled_profile)
+
+
+def test_manual_control_waits_for_safe_point(tmp_path):
+    """DIAG_CONTROL=manual: requests apply only when the program calls diag.api.safe_point()."""
+    d = rundir.create_run_dir(tmp_path / "D")
+    boot = str(Path(__import__("diag.cli_run").cli_run.bootstrap_dir()))
+    code = ("import os, sys, time\n"
+            "import standin_scheduler as s\n"
+            "from diag import api, rundir\n"
+            "rid = rundir.request(os.environ['DIAG_RUN_DIR'], 'standin-toggle', 'apply')\n"
+            "time.sleep(0.5)\n"
+            "before = s.compute()\n"
+            "api.safe_point()\n"
+            "print(before, s.compute())\n")
+    r = _py(code, _clean_env(PYTHONPATH=os.pathsep.join([boot, str(STANDINS)]),
+                             DIAG_RUN_DIR=str(d), DIAG_CONTROL="manual",
+                             DIAG_CONTROL_POLL="0.05"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["plain", "fixed"]
+    (ps,) = rundir.read_state(d).processes.values()
+    assert [a["ok"] for a in ps.acks.values()] == [True]

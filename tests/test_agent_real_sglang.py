@@ -98,9 +98,12 @@ def test_real_release_fix_applied_and_toggled_at_batch_boundary(tmp_path, releas
         assert json.loads(say("state")) == {"patched": False}
 
         rid = rundir.request(d, FIX, "apply", p.pid)
-        assert say("batch") == "batched"
-        ack = rundir.wait_ack(d, rid, pid=p.pid, timeout=10)[p.pid]
-        assert ack["ok"] is True and ack["state"] == "applied", ack
+        for _ in range(100):  # batches run until the poll thread has queued the request
+            assert say("batch") == "batched"
+            ack = rundir.wait_ack(d, rid, pid=p.pid, timeout=0.1)[p.pid]
+            if ack:
+                break
+        assert ack and ack["ok"] is True and ack["state"] == "applied", ack
         assert json.loads(say("state")) == {"patched": True}
     finally:
         p.stdin.write("quit\n")

@@ -166,6 +166,11 @@ def test_discovery_finds_live_run(tmp_path):
                             timeout=60)
         assert st.returncode == 0
         assert str(d) in [r["run_dir"] for r in json.loads(st.stdout)["runs"]]
+        env = subprocess.run([*DIAG, "env", "--json"], capture_output=True, text=True,
+                             timeout=120)
+        assert env.returncode == 0, env.stderr
+        runs = {r["run_dir"]: r for r in json.loads(env.stdout)["agent_runs"]}
+        assert [p_["pid"] for p_ in runs[str(d)]["processes"]] == [p.pid]
     finally:
         p.communicate("\n", timeout=30)
     assert p.returncode == 0

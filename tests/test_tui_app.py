@@ -69,7 +69,7 @@ def test_overview_lists_findings_and_detail_follows_selection(release):
             await pilot.pause()
             assert app.query_one("#tabs").active == "tab-syncs"
             syncs = cell_texts(app.query_one("#syncs"))
-            assert any("deepseek_v4_backend_hip_radix.py:1116" in r[1] for r in syncs)
+            assert any("deepseek_v4_backend_hip_radix.py:1116" in r[3] for r in syncs)
             await pilot.press("2")
             await pilot.pause()
             assert app.query_one("#tabs").active == "tab-fixes" and app.focused.id == "fixes"
@@ -130,6 +130,12 @@ def test_bench_started_from_the_tui_shows_progress_then_rows(release):
             assert host[4] == "0.017"
             assert by_metric["syncs per call [syncs]"][2:5] == ["2", "0", "0.000"]
             assert not app.query_one("#bench-bar").display
+            # the bench's after-count joins the probe's measured row of the same builder/path
+            await pilot.press("4")
+            await until(pilot, lambda: True)
+            row = cell_texts(app.query_one("#syncs"))[0]
+            assert row[:3] == ["_attach_unified_kv_prefill_meta (draft-extend)", "2", "0"]
+            assert row[4] == "measured (cpu) + bench"
 
     asyncio.run(go())
 
@@ -206,9 +212,13 @@ def test_run_dir_live_timings_syncs_and_engine_ack(release, tmp_path):
             assert de.ratio == pytest.approx(0.18 / 1.1)
             await show_tab(pilot, "tab-syncs")
             rows = cell_texts(app.query_one("#syncs"))
-            assert ["_attach_unified_kv_prefill_meta",
-                    "attention/deepseek_v4_backend_hip_radix.py:1116",
-                    "2", "0", "run dir"] in rows
+            where = "deepseek_v4_backend_hip_radix.py:1116"
+            assert rows[0] == ["_attach_unified_kv_prefill_meta (draft-extend)", "2", "n/a",
+                               where, "measured (cpu)"]
+            assert rows[1] == ["DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta", "2",
+                               "n/a", where, "static, DE path"]
+            # the engine's counts (run dir) for the builder, placed at the census's file:line
+            assert rows[2] == ["_attach_unified_kv_prefill_meta", "2", "0", where, "run dir"]
             await show_tab(pilot, "tab-fixes")
             app.query_one("#fixes").focus()
             await pilot.press("a")
@@ -244,3 +254,62 @@ def test_export_writes_what_is_on_screen(release, tmp_path):
     assert [f["probe"] for f in doc["findings"]] == ["draft-extend-graph", "metadata-syncs",
                                                      "profiler-teardown"]
     assert doc["fixes"][0]["id"] == "standin-fix" and doc["platform"] == "hip"
+
+
+def test_real_fix_applies_and_reverts_in_this_process(release):
+    """The registry's draft-extend-allowlist on the real 0.5.17 tree: sglang is not imported
+    here, so the patch waits for the import (pending) and reverts to nothing pending."""
+    release("0.5.17")
+    backend = Backend(sglang="0.5.17", platform="hip",
+                      probe_runner=lambda ctx, pid: [], gpu=lambda: "stand-in GPU")
+    app = make_app(backend=backend)
+    fid = "draft-extend-allowlist"
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: fid in app.model.fixes)
+            assert app.model.fixes[fid].applicability == "applicable"
+            await pilot.press("2")
+            await until(pilot, lambda: app.model.fix_rows()[0].id == fid)
+            await pilot.press("a")
+            await until(pilot, lambda: "applied" in app.model.fixes[fid].ack)
+            assert app.model.fixes[fid].state == "applied (pending import)"
+            assert backend.fix(fid).is_applied()
+            await pilot.press("u")
+            await until(pilot, lambda: "reverted" in app.model.fixes[fid].ack)
+            assert app.model.fixes[fid].state == "not applied"
+            assert not backend.fix(fid).is_applied()
+
+    try:
+        asyncio.run(go())
+    finally:
+        backend.fix(fid).revert()
+
+
+def test_a_live_engine_is_named_in_the_header(release, tmp_path, monkeypatch):
+    """Discovery (diag.rundir.discover) of a run directory with a live process; not attached."""
+    from diag import rundir
+
+    release("0.5.17")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("DIAG_CACHE_DIR", str(tmp_path / "cache"))
+    d = rundir.create_run_dir(tmp_path / "run")
+    rundir.register(d)
+    w = rundir.EventWriter(d)
+    w.write({"kind": "start", "ppid": os.getppid(), "argv": ["stand-in"], "started": time.time(),
+             "fixes": {}})
+    backend = Backend(sglang="0.5.17", platform="hip", probe_runner=lambda ctx, pid: [],
+                      gpu=lambda: "stand-in GPU", discover=True)
+    app = make_app(backend=backend)
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: "live engine" in app.model.sources)
+            header = str(app.query_one("#header").render())
+            assert f"live engine: {d}" in header and "--run-dir" in header
+            assert backend.run_dir is None  # named, never attached by itself
+
+    try:
+        asyncio.run(go())
+    finally:
+        w.close()

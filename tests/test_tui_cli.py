@@ -112,7 +112,7 @@ def test_server_metrics_are_read_through_diag_server(metrics_server):
     m.add_server(got)
     m.add_server(got)
     rows = {r.metric: r for r in m.timing_rows()}
-    assert rows["accept length"].note == "now 2.5; median 2.5 over 2 polls"
+    assert rows["accept length"].note == "now 2.5, median 2.5, n=2"
     assert m.charts()["draft-extend capture time"] == [1.74, 1.74]
 
 

@@ -18,6 +18,8 @@ from fixes.patcher import Patch
 from tui.backend import Backend
 
 STANDIN_MODULE = "diag_tui_standin_module"
+DSV4 = "sglang/srt/layers/attention/deepseek_v4_backend_hip_radix.py"
+MEASURED = "measured syncs per call: _attach_unified_kv_prefill_meta (draft-extend)"
 
 
 def standin_findings(probe_id: str) -> list[Finding]:
@@ -31,10 +33,12 @@ def standin_findings(probe_id: str) -> list[Finding]:
     if probe_id == "metadata-syncs":
         return [Finding(probe_id, Status.WARN, "Metadata-builder syncs",
                         "stand-in: 2 syncs per call in _attach_unified_kv_prefill_meta",
-                        [location("sglang/srt/layers/attention/deepseek_v4_backend_hip_radix.py",
-                                  1116, "_attach_unified_kv_prefill_meta",
-                                  "repeat_interleave without output_size"),
-                         metric("syncs_per_call", 2, "syncs")],
+                        [metric(MEASURED, 2, "syncs", 0, detail=f"cpu, stand-in; at {DSV4}:1116 "
+                                "_attach_unified_kv_prefill_meta"),
+                         location(DSV4, 1116,
+                                  "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta",
+                                  "repeat_interleave: no output_size (2 syncs; draft-extend "
+                                  "backend)")],
                         fixes=["standin-fix"])]
     return [Finding(probe_id, Status.FAIL, "Profiler teardown",
                     "stand-in: the stopped profiler is left to the cyclic GC",
@@ -92,7 +96,8 @@ def standin_bench(params, progress) -> BenchResult:
     bench_started.set()
     bench_gate.wait(10)
     progress("stand-in bench: step 2/2")
-    return BenchResult("standin-fix", "Stand-in bench", "stand-in device", {"quick": True},
+    return BenchResult("standin-fix", "Stand-in bench", "stand-in device",
+                       {"quick": True, "path": "draft-extend"},
                        [Row("metadata build host time", "s", Stats(0.0109, 0.0105, 0.0112, 0.01, 9),
                             Stats(0.00019, 0.00018, 0.0002, 0.00017, 9)),
                         Row("syncs per call", "syncs", Stats(2, 2, 2, 2, 9),

@@ -178,7 +178,10 @@ class DiagApp(App[None]):
             pass  # shutting down: the widgets are already gone
 
     def on_resize(self) -> None:
-        self.changed()  # the tables' last columns are cut to the new width
+        self.changed()  # the tables' long columns are cut to the new width
+
+    def on_tabbed_content_tab_activated(self) -> None:
+        self.call_after_refresh(self.changed)  # a table laid out while hidden had no width to fit
 
     @property
     def fix_where(self) -> str:
@@ -222,6 +225,11 @@ class DiagApp(App[None]):
         self._run_probes()
         self._refresh_fixes()
         self._post(self._set_gpu, self.backend.gpu())
+        found = self.backend.discover_engines()
+        if found:
+            more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+            self._post(self.model.set_source, "live engine", None,
+                       f"{found[0]}{more}: watch it with --run-dir")
 
     def _target_failed(self, err: str) -> None:
         self.model.header.error = err
@@ -461,7 +469,7 @@ def make_app(sglang: str | None = None, platform: str | None = None,
              export_path: str = "diag-tui.json", autostart: bool = True) -> DiagApp:
     """The app for the CLI and for tests (tests pass their own `backend`)."""
     backend = backend or Backend(sglang=sglang, platform=platform, run_dir=run_dir,
-                                 server_url=server_url, execute=execute)
+                                 server_url=server_url, execute=execute, discover=True)
     return DiagApp(backend, poll_interval=poll_interval, export_path=export_path,
                    autostart=autostart)
 

@@ -21,7 +21,7 @@ class Backend:
                  execute: bool = True, bench_params: dict[str, Any] | None = None,
                  probe_runner: Callable[[Any, str], list[Finding]] | None = None,
                  fixes: dict[str, Any] | None = None, gpu: Callable[[], str] | None = None,
-                 server_timeout: float = 2.0) -> None:
+                 server_timeout: float = 2.0, discover: bool = False) -> None:
         self.sglang, self.platform = sglang, platform
         self.run_dir, self.server_url = run_dir, server_url
         self.execute = execute
@@ -30,6 +30,7 @@ class Backend:
         self._fixes = fixes  # id → Fix; None: the registry's process-wide instances
         self._gpu = gpu or data.gpu_text
         self.server_timeout = server_timeout
+        self.discover = discover and not run_dir and not server_url
         self.ctx = None
         self.log_lines: list[str] = []
         self._reader = data.RunDirReader(run_dir) if run_dir else None
@@ -107,6 +108,15 @@ class Backend:
         """(RunState, every event so far); raises DiagError for a missing or unsafe directory."""
         state, _new = self._reader.poll()
         return state, list(self._reader.events)
+
+    def discover_engines(self) -> list[str]:
+        """Live engines' run directories, to name in the header (never attached by itself)."""
+        if not self.discover:
+            return []
+        try:
+            return data.discover_run_dirs()
+        except Exception:
+            return []
 
     def poll_server(self) -> dict[str, float]:
         return data.read_server(self.server_url, self.server_timeout)

@@ -235,6 +235,13 @@ def request_engine_fix(run_dir: str, fix_id: str, action: str) -> str:
     return f"requested {action} of {fix_id} in the engine (request {rid}); waiting for the ack"
 
 
+def discover_run_dirs() -> list[str]:
+    """Run directories of live engines started under `diag run` (process scan + registry)."""
+    from diag import rundir
+
+    return [str(p) for p in rundir.discover()]
+
+
 class RunDirReader:
     """Tails a run directory's event files (`events-<pid>[.1].jsonl`, schema in `diag.rundir`).
 
@@ -414,7 +421,7 @@ class SyncRow:
 
 def bench_rows(res: BenchResult) -> list[TimingRow]:
     if res.skipped:
-        return [TimingRow(res.id, "(not run)", "", None, None, "bench", res.skipped)]
+        return [TimingRow(res.id, f"not run: {res.skipped}", "", None, None, "bench")]
     return [TimingRow(res.id, r.metric, r.unit, r.before, r.after, "bench", r.note or "")
             for r in res.rows]
 
@@ -516,11 +523,11 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
             elif e.kind == "location" and e.function:
                 m = _SYNCS_IN.search(e.detail or "")
                 n = int(m.group(1)) if m else NA
-                where = "draft-extend path" if "draft-extend" in (e.detail or "") else "other"
+                where = "DE path" if "draft-extend" in (e.detail or "") else "other"
                 row = census.get(e.function)
                 if row is None:
                     loc = f"{e.file}:{e.line}" if e.line else str(e.file)
-                    census[e.function] = SyncRow(e.function, loc, n, NA, f"census, {where}")
+                    census[e.function] = SyncRow(e.function, loc, n, NA, f"static, {where}")
                     sites[e.function] = 1
                 else:
                     sites[e.function] += 1
@@ -533,7 +540,7 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
     for fn, row in census.items():
         if sites[fn] > 1:
             row.location += f" (+{sites[fn] - 1})"
-    ordered = sorted(census.values(), key=lambda r: not r.source.endswith("draft-extend path"))
+    ordered = sorted(census.values(), key=lambda r: not r.source.endswith("DE path"))
     return measured + ordered
 
 
@@ -573,6 +580,11 @@ def fmt_stats(s: Stats | None, unit: str) -> str:
         scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[tu]
         return f"{num} ± {s.iqr / scale:.2g} {tu}"
     return f"{s.median:.3g} ± {s.iqr:.2g}" if s.iqr else f"{s.median:.3g}"
+
+
+def short_path(loc: str) -> str:
+    """`sglang/srt/layers/attention/x.py:12` → `x.py:12` (the export keeps it whole)."""
+    return loc.removeprefix("sglang/srt/layers/attention/").removeprefix("sglang/srt/")
 
 
 def fmt_value(v: Any) -> str:

@@ -92,13 +92,28 @@ class Model:
             now = data.fmt_time(v) if unit == "s" else f"{v:.3g}"
             live = data.fmt_stats(data.Stats.of(xs), unit) if xs else "-"
             rows.append(TimingRow("(server)", name, unit, None, None, "server",
-                                  f"now {now}; median {live} over {len(xs)} polls"))
+                                  f"now {now}, median {live}, n={len(xs)}"))
         return rows
 
     def sync_rows(self) -> list[SyncRow]:
         census = data.finding_sync_rows(self.all_findings())
-        where = {r.builder: r.location for r in census if r.location}
-        measured = self.engine_syncs + data.bench_sync_rows(list(self.bench.values()))
+        where: dict[str, str] = {}
+        for r in census:  # a builder is named "Class.method" by the census, maybe "method" live
+            if r.location:
+                where.setdefault(r.builder, r.location)
+                where.setdefault(r.builder.split(" ")[0].rsplit(".", 1)[-1], r.location)
+        bench_rows = []
+        for res in self.bench.values():
+            rows = data.bench_sync_rows([res])
+            path = res.params.get("path")
+            probe = [r for r in census if r.source.startswith("measured")
+                     and path and r.builder.endswith(f"({path})")]
+            if len(rows) == 1 and len(probe) == 1:  # the same real builder on the same path
+                probe[0].after = rows[0].after
+                probe[0].source += " + bench"
+            else:
+                bench_rows.extend(rows)
+        measured = self.engine_syncs + bench_rows
         for r in measured:
             if not r.location and r.builder in where:
                 r.location = where[r.builder]

@@ -94,10 +94,11 @@ def frame(m: Model) -> Group:
     parts += [Text(""), t]
     if not m.timing_rows():
         parts.append(Text("  no timings: run `diag bench`, or watch --run-dir / --server"))
-    t = _table("Syncs", "builder", "file:line", "before", "after", "source")
+    t = _table("Syncs (per call; file:line under sglang/srt/layers/attention/)", "builder",
+               "before", "after", "file:line", "source")
     for s in m.sync_rows():
-        t.add_row(s.builder, s.location or "-", data.fmt_value(s.before),
-                  data.fmt_value(s.after), s.source)
+        t.add_row(s.builder, data.fmt_value(s.before), data.fmt_value(s.after),
+                  data.short_path(s.location) or "-", s.source)
     parts += [Text(""), t]
     return Group(*parts)
 

@@ -6,16 +6,11 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.data import fmt_value
+from tui.data import fmt_value, short_path
 from tui.model import Model
 from tui.tables import fill
 
-COLUMNS = ("builder", "file:line", "before", "after", "source")
-
-
-def short_path(loc: str) -> str:
-    """`sglang/srt/layers/attention/x.py:12` → `attention/x.py:12` (the export keeps it whole)."""
-    return loc.removeprefix("sglang/srt/layers/")
+COLUMNS = ("builder", "before", "after", "file:line", "source")
 
 
 class SyncsView(Vertical):
@@ -26,13 +21,14 @@ class SyncsView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="syncs", cursor_type="row", zebra_stripes=True)
-        yield Static("before/after: syncs per call without / with repeat-interleave-output-size "
-                     "(measured by the probe, a bench, or the engine's agent); census rows are "
-                     "static sync sites", id="syncs-note")
+        yield Static("syncs per call before / after repeat-interleave-output-size, measured (probe "
+                     "on this torch, a bench, the engine's agent) or static (census of the "
+                     "sites; DE path: a backend on the platform's draft-extend path); file:line "
+                     "under sglang/srt/layers/attention/, (+N) more sites", id="syncs-note")
 
     def show(self, model: Model) -> None:
-        rows = [(r.builder, short_path(r.location) or "-", fmt_value(r.before),
-                 fmt_value(r.after), r.source) for r in model.sync_rows()]
+        rows = [(r.builder, fmt_value(r.before), fmt_value(r.after),
+                 short_path(r.location) or "-", r.source) for r in model.sync_rows()]
         if not rows:
-            rows.append(("-", "no sync counts yet (metadata-syncs probe pending)", "", "", ""))
-        fill(self.query_one("#syncs", DataTable), COLUMNS, rows)
+            rows.append(("no sync counts yet (metadata-syncs probe pending)", "", "", "-", ""))
+        fill(self.query_one("#syncs", DataTable), COLUMNS, rows, squeeze=0)

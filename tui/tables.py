@@ -14,23 +14,30 @@ def cell(v: Any) -> Text:
     return v if isinstance(v, Text) else Text(str(v))
 
 
-def fill(table: DataTable, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def fill(table: DataTable, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+         squeeze: int = -1) -> None:
     """Replace the table's rows (and columns, so widths shrink back), keeping the cursor row.
 
-    The last column is cut with '…' to the table's width (its whole text is in the detail
-    pane or the export), so a long summary does not push a horizontal scrollbar in.
+    The `squeeze` column (the last by default) is cut with '…' to the table's width (its whole
+    text is in the detail pane or the export), so long text does not push a scrollbar in.
     """
-    keep = table.cursor_row
     cells = [[cell(c) for c in r] for r in rows]
     width = table.size.width
+    sig = (width, tuple(columns), squeeze, tuple(tuple((c.plain, str(c.style)) for c in r)
+                                                 for r in cells))
+    if getattr(table, "_diag_rows", None) == sig:
+        return  # unchanged: no rebuild (no flicker; a table on a hidden screen keeps its layout)
+    table._diag_rows = sig
+    keep = table.cursor_row
+    squeeze %= len(columns)
     if width and cells:
         used = sum(max([len(columns[i])] + [r[i].cell_len for r in cells]) + 2
-                   for i in range(len(columns) - 1))
-        last = width - used - 2 - 1  # the last cell's padding and a vertical scrollbar
-        if last >= 12:
+                   for i in range(len(columns)) if i != squeeze)
+        room = width - used - 2 - 1  # the squeezed cell's padding and a vertical scrollbar
+        if room >= 12:
             for r in cells:
-                if r[-1].cell_len > last:
-                    r[-1] = r[-1][:last - 1] + Text("…")
+                if r[squeeze].cell_len > room:
+                    r[squeeze] = r[squeeze][:room - 1] + Text("…")
     table.clear(columns=True)
     table.add_columns(*columns)
     for i, r in enumerate(cells):

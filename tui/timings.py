@@ -53,7 +53,7 @@ class TimingsView(Vertical):
                         Text(fmt_ratio(ratio), style=style), r.source, r.note))
         if not out:
             out.append(("-", "no timings yet", "", "", "", "", "b: bench; --run-dir/--server: live"))
-        fill(self.query_one("#timings", DataTable), COLUMNS, out)
+        fill(self.query_one("#timings", DataTable), COLUMNS, out, squeeze=1)
         line = self.query_one("#bench-line", Static)
         bar = self.query_one("#bench-bar", ProgressBar)
         bar.display = bench_running
