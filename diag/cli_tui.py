@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from diag.cli_common import guarded
-from diag.errors import EXIT_USAGE
+from diag.errors import EXIT_USAGE, DiagError
 
 
 @click.command()
@@ -44,7 +44,13 @@ def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_ur
     Keys: r rerun, a apply, u revert, b bench, e export JSON, q quit, ? help.
     """
     if run_dir and server_url:
-        raise click.UsageError("give --run-dir or --server, not both", )
+        raise click.UsageError("give --run-dir or --server, not both")
+    import importlib.util
+
+    for need in ("rich", "textual"):
+        if importlib.util.find_spec(need) is None:
+            raise DiagError(f"`diag tui` needs {need}, which is not installed here "
+                            "(pip install textual); `diag diagnose` and `diag bench` work without it")
     if once:
         from tui.once import render_once
 

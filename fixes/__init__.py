@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 
 from fixes.base import Fix
 
@@ -13,10 +14,17 @@ REGISTRY: dict[str, str] = {
 }
 
 _instances: dict[str, Fix] = {}
+_lock = threading.Lock()
 
 
 def get(fix_id: str) -> Fix:
-    """The process-wide instance of a fix (its applied state lives on it)."""
+    """The process-wide instance of a fix (its applied state lives on it); thread-safe, as the
+    agent's control thread and the engine may ask at once."""
+    with _lock:
+        return _get(fix_id)
+
+
+def _get(fix_id: str) -> Fix:
     if fix_id not in _instances:
         try:
             path = REGISTRY[fix_id]

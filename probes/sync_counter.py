@@ -51,7 +51,9 @@ from typing import Any
 
 _HERE = os.path.abspath(__file__)
 _gpu_lock = threading.RLock()
-_SYNC_MSG = "synchroniz"  # torch: "called a synchronizing CUDA operation"
+# torch's sync warning; the one-off notice "Synchronization debug mode is a prototype feature"
+# that set_sync_debug_mode emits on first use must not count as a sync.
+_SYNC_MSG = "called a synchronizing CUDA operation"
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,9 @@ def _caller(skip_dirs: tuple[str, ...]) -> tuple[str, str, int]:
     return "?", "?", 0
 
 
+@functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
+    """Cached: asked on every wrapped builder call, and it cannot change within a process."""
     try:
         import torch
 

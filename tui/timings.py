@@ -19,10 +19,10 @@ def source_line(model: Model) -> Text:
     text = Text()
     if not model.sources:
         text.append("live sources: none (start with --run-dir DIR or --server URL)", style="dim")
-    for s in model.sources.values():
+    for i, s in enumerate(model.sources.values()):
         style = "green" if s.ok else "bold red" if s.ok is False else "dim"
-        text.append(f"{s.name}: ", style="bold")
-        text.append(f"{s.text}\n", style=style)
+        text.append(("\n" if i else "") + f"{s.name}: ", style="bold")
+        text.append(s.text, style=style)
     return text
 
 
