@@ -28,14 +28,19 @@ PATH = "draft-extend"
 def _queue(torch: Any, ms: float) -> Callable[[], None]:
     """A function that enqueues about `ms` milliseconds of GPU work and returns at once."""
     if hasattr(torch.cuda, "_sleep"):
+        # Calibrate after ~50 ms of spinning (idle GPU clocks are several times lower than
+        # busy ones, so a cold calibration would queue far less than asked), median of three.
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         cycles = 10_000_000
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+        rates = []
+        for _ in range(5):
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            end.synchronize()
+            rates.append(cycles / max(start.elapsed_time(end), 1e-3))
+        per_ms = sorted(rates[2:])[1]
         n = int(per_ms * ms)
         return lambda: torch.cuda._sleep(n)
     a = torch.randn(4096, 4096, device="cuda")
@@ -101,17 +106,23 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
             out.append(float(rep.count))
         return out
 
+    queued_ms: list[float] = []  # the queue each sample really stood behind (GPU events)
+
     def host_times(patched: bool) -> list[float]:
         samples = []
+        q0, q1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for i in range(repeats + 2):
             torch.cuda.synchronize()
+            q0.record()
             queue()
+            q1.record()
             t0 = time.perf_counter()
             h.call(cls, inp, expr if patched else None)
             dt = time.perf_counter() - t0
             torch.cuda.synchronize()
             if i >= 2:  # two warm-up calls
                 samples.append(dt)
+                queued_ms.append(q0.elapsed_time(q1))
         return samples
 
     progress("before: as released")
@@ -136,6 +147,10 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
         result.notes.append("host time behind queued work is not measured on CPU: there is no "
                             "device queue to wait for, so a ratio would mean nothing; run on a "
                             "GPU for it")
+    if queued_ms:
+        q = Stats.of(queued_ms)
+        result.notes.append(f"queued GPU work in front of each call (measured with CUDA events): "
+                            f"median {q.median:.2f} ms, min {q.min:.2f} ms")
     result.notes.append(f"outputs identical before/after: {'yes' if same else 'NO'} "
                         f"({', '.join(h.OUTPUT_FIELDS)})")
     result.notes.append(f"real code: sglang {target.version} {h.DSV4_FILE}::{h.ATTACH}, "
