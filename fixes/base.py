@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from diag.context import Context
+from diag.errors import FixError
 from diag.findings import Finding
 from diag.target import Target
+from fixes.patcher import Patch, PatchError
 
 APPLICABLE, UPSTREAM, NOT_NEEDED, REFUSED = "applicable", "upstream", "not-needed", "refused"
 
@@ -47,6 +49,14 @@ class Fix:
 
     def is_applied(self) -> bool:
         raise NotImplementedError
+
+    def install(self, patch: Patch) -> Patch:
+        """Apply `patch` all or nothing; code of an unexpected shape becomes a FixError."""
+        try:
+            patch.apply()
+        except PatchError as e:
+            raise FixError(f"{self.id}: {e}") from None
+        return patch
 
     def verify(self, ctx: Context) -> list[Finding]:
         """Re-run the probes this fix addresses, with the fix applied, and return their findings."""

@@ -39,7 +39,7 @@ from diag.errors import FixError
 from diag.target import Target
 from fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 from fixes.capture_syncs import SyncSite, capture_sync_sites
-from fixes.patcher import Patch, PatchError, find_def, marked
+from fixes.patcher import Patch, find_def, marked
 from probes.gate import EXTEND_ATTR, HIP_VAR, read_gate
 
 FIX_ID = "draft-extend-allowlist"
@@ -254,11 +254,7 @@ class DraftExtendAllowlistFix(Fix):
             method = self._gate_method()
             patch = Patch(FIX_ID).add(WORKER_MODULE, f"{WORKER_CLASS}.{method}",
                                       functools.partial(self._wrap, f"{WORKER_CLASS}.{method}"))
-            try:
-                patch.apply()
-            except PatchError as e:
-                raise FixError(f"{FIX_ID}: {e}") from None
-            self._patch = patch
+            self._patch = self.install(patch)
 
     def revert(self) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from diag import telemetry
 from diag.errors import FixError
 from diag.target import Target, find_importable
 from fixes.base import APPLICABLE, REFUSED, UPSTREAM, Applicability, Fix
-from fixes.patcher import Patch, PatchError
+from fixes.patcher import Patch
 from probes.profiler_teardown import StopSite, locate_stops
 
 FIX_ID = "profiler-controlled-teardown"
@@ -257,11 +257,7 @@ class ProfilerControlledTeardownFix(Fix):
         for s in self.sites:
             patch.add(s.module, s.qualname, functools.partial(
                 _make, attr=s.attr, path=s.path, controlled=self._enabled))
-        try:
-            patch.apply()
-        except PatchError as e:
-            raise FixError(f"{FIX_ID}: {e}") from None
-        self.patch = patch
+        self.patch = self.install(patch)
 
     def revert(self) -> None:
         if self.patch is not None:

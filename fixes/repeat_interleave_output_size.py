@@ -293,7 +293,6 @@ class RepeatInterleaveOutputSizeFix(Fix):
         if self._patch is not None and self._patch.wanted:
             return
         from diag.target import find_importable
-        from fixes.patcher import PatchError
 
         target = find_importable()
         if target is None:
@@ -302,12 +301,7 @@ class RepeatInterleaveOutputSizeFix(Fix):
         a = self.applies_to(target, "hip", paths)
         if a.status != APPLICABLE:
             raise FixError(f"{self.id}: {a.status}: {a.reason}")
-        patch = make_patch(MODULE, paths, guarded)
-        try:
-            patch.apply()
-        except PatchError as e:
-            raise FixError(f"{self.id}: {e}") from None
-        self._patch = patch
+        self._patch = self.install(make_patch(MODULE, paths, guarded))
 
     def revert(self) -> None:
         if self._patch is not None:

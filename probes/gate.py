@@ -357,13 +357,13 @@ _PLATFORM_FLAGS = {"hip": "hip", "cuda": "cuda", "npu": None, "musa": None, "xpu
                    "cpu": None, "mps": None}
 
 
-def platform_truth(expr: ast.AST, platform: str) -> bool | None:
-    """Three-valued: does a condition made of `_is_hip`/`is_hip()`/... hold on `platform`?"""
+def _three_valued(expr: ast.AST, leaf) -> bool | None:
+    """Evaluate `and`/`or`/`not` over leaves that are True, False or unknown (None)."""
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-        v = platform_truth(expr.operand, platform)
+        v = _three_valued(expr.operand, leaf)
         return None if v is None else not v
     if isinstance(expr, ast.BoolOp):
-        vals = [platform_truth(v, platform) for v in expr.values]
+        vals = [_three_valued(v, leaf) for v in expr.values]
         if isinstance(expr.op, ast.And):
             if any(v is False for v in vals):
                 return False
@@ -371,6 +371,10 @@ def platform_truth(expr: ast.AST, platform: str) -> bool | None:
         if any(v is True for v in vals):
             return True
         return False if all(v is False for v in vals) else None
+    return leaf(expr)
+
+
+def _platform_leaf(expr: ast.AST, platform: str) -> bool | None:
     name = None
     if isinstance(expr, ast.Name):
         name = expr.id
@@ -381,6 +385,11 @@ def platform_truth(expr: ast.AST, platform: str) -> bool | None:
         if m:
             return _PLATFORM_FLAGS[m.group(1)] == platform
     return None
+
+
+def platform_truth(expr: ast.AST, platform: str) -> bool | None:
+    """Three-valued: does a condition made of `_is_hip`/`is_hip()`/... hold on `platform`?"""
+    return _three_valued(expr, lambda e: _platform_leaf(e, platform))
 
 
 def _inline_policy(test: ast.AST, platform: str) -> str:
@@ -406,22 +415,13 @@ def _inline_policy(test: ast.AST, platform: str) -> str:
 
 def _eval_with(expr: ast.AST, platform: str) -> bool | None:
     """Platform truth of a condition, treating `self.x` reads as true and isinstance as unknown."""
-    if isinstance(expr, ast.BoolOp):
-        vals = [_eval_with(v, platform) for v in expr.values]
-        if isinstance(expr.op, ast.And):
-            if any(v is False for v in vals):
-                return False
-            return True if all(v is True for v in vals) else None
-        if any(v is True for v in vals):
+
+    def leaf(e: ast.AST) -> bool | None:
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
             return True
-        return False if all(v is False for v in vals) else None
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-        v = _eval_with(expr.operand, platform)
-        return None if v is None else not v
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
-            and expr.value.id == "self":
-        return True
-    return platform_truth(expr, platform)
+        return _platform_leaf(e, platform)
+
+    return _three_valued(expr, leaf)
 
 
 def _read_multi_layer(target: Target) -> MultiLayerGate | None:
