@@ -60,14 +60,20 @@ def _run_probes(ctx, ids: list[str], verbose: bool):
     from probes.base import run_probe
 
     findings = []
+    probes = []
     for pid in ids:
         try:
-            probe = get(pid)
+            probes.append(get(pid))
         except Exception as e:  # a probe that cannot load is reported like one that crashed
             findings.append(Finding(probe=pid, status=Status.ERROR, title=pid,
                                     summary=f"probe cannot load: {type(e).__name__}: {e}",
                                     hint="re-run with -v for the traceback and report it"))
-            continue
+    for probe in probes:
+        try:
+            probe.prepare(ctx)
+        except Exception as e:  # run() then does the work itself
+            log(f"{probe.id}: background start failed ({type(e).__name__}: {e})")
+    for probe in probes:
         findings.extend(run_probe(probe, ctx, verbose=verbose))
     return findings
 

@@ -16,6 +16,10 @@ class Probe:
     title: ClassVar[str]
     fixes: ClassVar[tuple[str, ...]] = ()
 
+    def prepare(self, ctx: Context) -> None:
+        """Called for every probe before any runs: start slow work in the background here
+        (e.g. a child process) so that it overlaps the other probes. Optional."""
+
     def run(self, ctx: Context) -> Finding | list[Finding]:
         raise NotImplementedError
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import ast
 import gc
+import json
+import os
+import subprocess
 import sys
 import time
 import types
@@ -313,6 +316,55 @@ def runtime_cycle() -> CycleReport:
     return CycleReport(torch.__version__, alive, freed, collected, secs, path)
 
 
+def _cycle_cache_key() -> str | None:
+    from diag import cache
+
+    try:
+        return cache.key("runtime_cycle", cache.torch_fingerprint(),
+                         cache.code_fingerprint(__name__))
+    except Exception:  # torch imports (checked by the caller) but cannot be fingerprinted
+        return None
+
+
+def start_cycle_child() -> subprocess.Popen | None:
+    """Run `runtime_cycle()` in a child process (JSON on stdout), unless the cache has it.
+
+    Why: starting torch's profiler imports torch._inductor and torch._dynamo (over a second);
+    in a child it overlaps the other probes on a second core.
+    """
+    from diag import cache
+
+    digest = _cycle_cache_key()
+    if digest is not None and cache.load("profiler_cycle", digest) is not None:
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    return subprocess.Popen([sys.executable, "-m", "probes.profiler_teardown", "--cycle-json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
+
+
+def collect_cycle_child(child: subprocess.Popen, timeout: float = 120.0) -> CycleReport | None:
+    """The child's report (stored in the cache), or None when it failed: then run inline."""
+    from dataclasses import asdict
+
+    from diag import cache
+
+    try:
+        out, _ = child.communicate(timeout=timeout)
+        rep = (CycleReport(**json.loads(out.strip().splitlines()[-1]))
+               if child.returncode == 0 and out.strip() else None)
+    except (subprocess.TimeoutExpired, ValueError, TypeError):
+        child.kill()
+        child.wait()
+        return None
+    digest = _cycle_cache_key()
+    if rep is not None and digest is not None:
+        cache.store("profiler_cycle", digest, asdict(rep))
+    return rep
+
+
 def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
     """`runtime_cycle()`, reused from the disk cache (diag.cache) when one was measured with
     the same torch (version and location), Python and this module's source; the answer depends
@@ -323,11 +375,7 @@ def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
 
     from diag import cache
 
-    try:
-        digest = cache.key("runtime_cycle", cache.torch_fingerprint(),
-                           cache.code_fingerprint(__name__))
-    except Exception:  # torch imports (checked by the caller) but cannot be fingerprinted
-        digest = None
+    digest = _cycle_cache_key()
     if digest is not None:
         hit = cache.load("profiler_cycle", digest)
         if hit is not None:
@@ -357,6 +405,10 @@ class ProfilerTeardownProbe(Probe):
     id = "profiler-teardown"
     title = "Profiler teardown (reference cycle freed by the cyclic GC)"
     fixes = ("profiler-controlled-teardown",)
+
+    def prepare(self, ctx: Context) -> None:
+        if ctx.execute and _torch_importable() is None:
+            ctx.cache["profiler-cycle-child"] = start_cycle_child()
 
     def run(self, ctx: Context) -> list[Finding]:
         static = self.static(ctx)
@@ -416,7 +468,9 @@ class ProfilerTeardownProbe(Probe):
         why = _torch_importable()
         if why:
             return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
-        rep, reused_at = cached_runtime_cycle()
+        child = ctx.cache.pop("profiler-cycle-child", None)
+        rep = collect_cycle_child(child) if child is not None else None
+        rep, reused_at = (rep, None) if rep is not None else cached_runtime_cycle()
         ev = [metric("alive_after_del", rep.alive_after_del),
               metric("collected_by_gc_collect", rep.collected, "objects"),
               metric("collect_time", round(rep.collect_seconds, 6), "s")]
@@ -453,3 +507,9 @@ class ProfilerTeardownProbe(Probe):
             return self.finding(Status.FAIL, f"reproduced: {verdicts}", evidence=ev)
         status = Status.WARN if other else Status.OK
         return self.finding(status, verdicts, evidence=ev)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--cycle-json"]:
+    from dataclasses import asdict
+
+    print(json.dumps(asdict(runtime_cycle())))

@@ -223,6 +223,12 @@ def _cpu_modes(report: SyncReport, tags: DeviceTags):
         return isinstance(d, str) and d != "cpu"
 
     class Dispatch(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # This mode never runs under torch.compile; torch's default wraps the handler in
+            # dynamo.disable, which imports torch._dynamo (over a second) on the first op.
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             name = f"{func._opname}.{func._overloadname}"

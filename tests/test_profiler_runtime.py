@@ -65,3 +65,27 @@ def test_profile_without_cycle_is_freed_at_del():
         assert r() is None
     finally:
         gc.enable()
+
+
+def test_cycle_check_in_a_child_process_matches_and_feeds_the_probe(release, monkeypatch,
+                                                                    tmp_path):
+    """diagnose starts the runtime check in a child (prepare) so it overlaps other probes;
+    its report is the same measurement, and the probe uses it instead of measuring inline."""
+    from probes import profiler_teardown as pt
+
+    monkeypatch.setenv("DIAG_CACHE_DIR", str(tmp_path))  # an empty cache: the child must run
+    child = pt.start_cycle_child()
+    assert child is not None
+    rep = pt.collect_cycle_child(child)
+    assert rep is not None and rep.alive_after_del and rep.freed_by_collect
+    assert "action_map" in " ".join(rep.path)
+    assert pt.start_cycle_child() is None  # stored: the next run reuses it, no child
+
+    monkeypatch.setenv("DIAG_CACHE_DIR", str(tmp_path / "again"))
+    ctx = Context(target=release("0.5.17"), platform="hip")
+    probe = ProfilerTeardownProbe()
+    probe.prepare(ctx)
+    assert ctx.cache["profiler-cycle-child"] is not None
+    monkeypatch.setattr(pt, "runtime_cycle", lambda: pytest.fail("measured inline"))
+    findings = probe.run(ctx)
+    assert findings[1].status == Status.WARN and "profiler-cycle-child" not in ctx.cache
