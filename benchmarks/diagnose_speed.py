@@ -5,13 +5,18 @@ report on the same machine. Both run as fresh subprocesses of the same interpret
 (A, B, A, B, ...) so that load changes hit both alike; one warm-up run of each first (pip
 caches, the release download, page cache). Prints the medians and the ratio diag/collect_env.
 
-    python benchmarks/diagnose_speed.py [--repeats 5] [--sglang 0.5.23] [--json]
+    python benchmarks/diagnose_speed.py [--repeats 5] [--sglang 0.5.23] [--cold] [--json]
+
+`--cold` runs every diag with `DIAG_NO_CACHE=1`, so nothing measured earlier is reused (the
+release itself stays downloaded): the first run after an install or an upgrade. Each round
+alternates which command goes first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -26,9 +31,9 @@ def _diag_cmd(sglang: str, extra: list[str]) -> list[str]:
     return base + ["diagnose", "--sglang", sglang, *extra]
 
 
-def _time(cmd: list[str]) -> tuple[float, int]:
+def _time(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - t0, proc.returncode
 
 
@@ -37,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sglang", default="0.5.23")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cold", action="store_true", help="diag reuses no cached result")
     ap.add_argument("diag_args", nargs="*", help="extra arguments for diag diagnose")
     a = ap.parse_args(argv)
     cmds = {
@@ -45,16 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     samples: dict[str, list[float]] = {k: [] for k in cmds}
     codes: dict[str, set[int]] = {k: set() for k in cmds}
-    for cmd in cmds.values():  # warm-up, not counted
-        _time(cmd)
-    for _ in range(a.repeats):
-        for name, cmd in cmds.items():
-            s, rc = _time(cmd)
+    envs = {name: None for name in cmds}
+    if a.cold:
+        envs["diag diagnose"] = dict(os.environ, DIAG_NO_CACHE="1")
+    for name, cmd in cmds.items():  # warm-up, not counted
+        _time(cmd, envs[name])
+    names = list(cmds)
+    for i in range(a.repeats):
+        for name in names if i % 2 == 0 else reversed(names):
+            s, rc = _time(cmds[name], envs[name])
             samples[name].append(s)
             codes[name].add(rc)
     med = {k: statistics.median(v) for k, v in samples.items()}
     ratio = med["diag diagnose"] / med["collect_env"]
-    doc = {"repeats": a.repeats, "sglang": a.sglang, "python": sys.executable,
+    doc = {"repeats": a.repeats, "sglang": a.sglang, "cold": a.cold, "python": sys.executable,
            "commands": {k: " ".join(v) for k, v in cmds.items()},
            "median_s": med, "min_s": {k: min(v) for k, v in samples.items()},
            "max_s": {k: max(v) for k, v in samples.items()},
