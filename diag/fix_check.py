@@ -104,11 +104,19 @@ def main(argv: list[str]) -> int:
     root, platform, *ids = argv
     target = from_path(Path(root))
     out: dict[str, dict[str, str]] = {}
+    cannot_load: str | None = None
     for fid in ids:
+        if cannot_load:  # a failed import leaves sglang half-imported: later ones mean nothing
+            out[fid] = {"status": "skipped", "reason": cannot_load}
+            continue
         try:
             out[fid] = _one(fid, target, platform)
         except Exception as e:
             out[fid] = {"status": "does-not-fit", "reason": f"{type(e).__name__}: {e}"}
+        if out[fid]["reason"].startswith("release code cannot be loaded here"):
+            out[fid]["reason"] += (" (SGLang's requirements are not installed for this Python; "
+                                   "pass --python with the engine's interpreter)")
+            cannot_load = out[fid]["reason"]
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 
