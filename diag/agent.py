@@ -480,9 +480,11 @@ class Agent:
             telemetry.emit("control", mode="batch")
 
     def _make_batch_wrapper(self, original: Any) -> Any:
-        agent = self
+        owner = self
 
         def diag_batch_boundary(*args: Any, **kwargs: Any) -> Any:
+            # The process's current agent: a forked child replaces the one that patched.
+            agent = _agent or owner
             if agent.pending:
                 try:
                     agent.safe_point()

@@ -50,7 +50,7 @@ def main(verbose: bool) -> None:
 
     Exit codes: 0 nothing at/above --fail-on, 1 findings at/above it, 2 usage,
     3 operational error (target, download, server), 4 a fix failed to apply or verify,
-    70 internal error, 130 interrupted.
+    70 internal error, 130 interrupted, 141 stdout closed early (`| head`).
     """
 
 

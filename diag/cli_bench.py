@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 
 import click
 
 from diag.cli_common import guarded, log
+from diag.errors import DiagError
 
 
 @click.command()
@@ -47,8 +47,10 @@ def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | No
         log(f"bench {fid} ...")
         results.append(getattr(importlib.import_module(module), attr)(dict(kv), log))
     doc = {"schema_version": 1, "benches": [r.to_dict() for r in results]}
-    if out:
-        with open(out, "w") as fh:
-            json.dump(doc, fh, indent=2)
     click.echo(json.dumps(doc, indent=2) if as_json else render(results))
-    sys.exit(0)
+    if out:  # after printing: a bad --out path must not lose a long run's results
+        try:
+            with open(out, "w") as fh:
+                json.dump(doc, fh, indent=2)
+        except OSError as e:
+            raise DiagError(f"cannot write {out}: {e.strerror}") from None

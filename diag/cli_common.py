@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -10,7 +12,7 @@ from typing import Any
 
 import click
 
-from diag.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DiagError
+from diag.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, DiagError
 
 
 def log(msg: str) -> None:
@@ -70,6 +72,10 @@ def guarded(f: Callable) -> Callable:
         except KeyboardInterrupt:
             click.echo("diag: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:  # the reader went away (`| head`): no error message, no traceback
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush
+            sys.exit(EXIT_BROKEN_PIPE)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as e:

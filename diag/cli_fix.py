@@ -99,8 +99,11 @@ def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
         if not fix.revertible:
             state, reason, ok = "applied", f"{fix_id} cannot be reverted", False
         else:
-            fix.revert()
-            state, reason, ok = "reverted", "in this diag process only", True
+            try:
+                fix.revert()
+                state, reason, ok = "reverted", "in this diag process only", True
+            except Exception as e:
+                state, reason, ok = "failed", f"{type(e).__name__}: {e}", False
     if as_json:
         click.echo(json.dumps({"schema_version": 1, "fix": fix_id, "action": action,
                                "ok": ok, "state": state, "reason": reason}, indent=2))

@@ -71,6 +71,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     if bad:
         raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
                         f"{', '.join(agent.RUNTIME_COUNTERS)}, all)", exit_code=EXIT_USAGE)
+    existed = run_dir is not None and Path(run_dir).expanduser().exists()
     d = rundir.create_run_dir(run_dir)
     rundir.write_meta(d, cmd=list(cmd), fixes=fx, probes=pr, launcher_pid=os.getpid())
     rundir.register(d)
@@ -80,6 +81,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     sys.stdout.flush()
     try:
         os.execvpe(cmd[0], list(cmd), env)
-    except OSError as e:
+    except OSError as e:  # nothing ran: leave no run directory or registry entry behind
+        rundir.discard(d, remove_dir=not existed)
         raise DiagError(f"cannot run {cmd[0]!r}: {e.strerror}",
                         exit_code=127 if isinstance(e, FileNotFoundError) else 126) from None

@@ -58,15 +58,15 @@ def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_ur
                                server_url=server_url, execute=execute, width=width), nl=False)
         return
     if not sys.stdout.isatty() or not sys.stdin.isatty():
-        click.echo("diag: error: `diag tui` needs a terminal (use --once for a text frame)",
-                   err=True)
-        sys.exit(EXIT_USAGE)
+        raise DiagError("`diag tui` needs a terminal (use --once for a text frame)",
+                        exit_code=EXIT_USAGE)
     from tui.app import make_app
 
     app = make_app(sglang, platform, run_dir, server_url, execute=execute,
                    poll_interval=poll_interval, export_path=export_path)
-    log_path = Path(os.environ.get("DIAG_CACHE_DIR") or Path.home() / ".cache" / "diag")
-    with stray_output_to(log_path / "tui-stderr.log") as log_file:
+    from diag.releases import cache_root
+
+    with stray_output_to(cache_root() / "tui-stderr.log") as log_file:
         app.run()
     if log_file and log_file.stat().st_size:
         click.echo(f"diag: output that libraries wrote during the session: {log_file}", err=True)
@@ -82,10 +82,15 @@ def stray_output_to(path: Path) -> Iterator[Path | None]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError:
+        yield None  # no log possible: run as is
+        return
+    try:
         sys.stderr.flush()
         tty_fd = os.dup(2)
     except OSError:
-        yield None  # no log possible: run as is
+        os.close(log_fd)
+        yield None
         return
     tty = os.fdopen(tty_fd, "w", encoding=getattr(sys.__stderr__, "encoding", None) or "utf-8")
     saved_dunder = sys.__stderr__

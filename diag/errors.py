@@ -8,6 +8,7 @@ EXIT_USAGE = 2
 EXIT_OPERATIONAL = 3
 EXIT_FIX_FAILED = 4
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: stdout closed early (`diag ... | head`), as a shell says
 EXIT_INTERNAL = 70  # a bug in diag itself (EX_SOFTWARE); the message says to re-run with -v
 
 

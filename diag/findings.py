@@ -102,6 +102,3 @@ class Finding:
             hint=d.get("hint"), fixes=list(d.get("fixes", [])),
         )
 
-
-def worst(findings: list[Finding]) -> int:
-    return max((SEVERITY[f.status] for f in findings), default=0)

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from diag import rundir
+
 DRY_TIMEOUT_S = 300.0
 
 
@@ -26,9 +28,9 @@ def dry_apply(target_root: str, fix_ids: list[str], platform: str,
     env["PYTHONPATH"] = os.pathsep.join([target_root, *[p for p in env.get(
         "PYTHONPATH", "").split(os.pathsep) if p]])
     env["DIAG_PLATFORM"] = platform
-    for k in ("DIAG_RUN_DIR", "DIAG_FIXES", "DIAG_PROBES"):
+    for k in (rundir.ENV_RUN_DIR, rundir.ENV_FIXES, rundir.ENV_PROBES):
         env.pop(k, None)
-    env["DIAG_AGENT"] = "0"
+    env[rundir.ENV_AGENT] = "0"  # no agent in the child: it applies the fixes itself
     cmd = [python or sys.executable, "-m", "diag.fix_check", target_root, platform, *fix_ids]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -24,6 +24,9 @@ from diag.errors import DiagError, ServerError
 
 SCHEMA_VERSION = 1
 BY = "job, instance"
+# Before/after figures for at most this many changes (the most recent): each costs two windows
+# of ~11 queries, and a flapping fix or a fleet-wide restart would otherwise mean thousands.
+MAX_COMPARED_CHANGES = 16
 Key = tuple[str, str]  # (job, instance)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -294,6 +297,8 @@ def collect(url: str, window_s: int = 900, timeout: float = 5.0,
             cache[ck] = window_stats(prom, int(seconds), at) if seconds >= 1 else {}
         return cache[ck]
 
+    compared = {id(ch) for ch in sorted((c for cs in changes.values() for c in cs),
+                                        key=lambda c: c.at, reverse=True)[:MAX_COMPARED_CHANGES]}
     for k in keys:
         fixes = {f: _fix_summary(s)
                  for f, s in sorted((fix_states.get(k) or {}).items())}
@@ -307,8 +312,10 @@ def collect(url: str, window_s: int = 900, timeout: float = 5.0,
             "changes": [],
         }
         for ch in changes.get(k, []):
-            before = stats(ch.before_until - start, ch.before_until).get(k)
-            after = stats(end - ch.at, end).get(k)
+            before = after = None
+            if id(ch) in compared:
+                before = stats(ch.before_until - start, ch.before_until).get(k)
+                after = stats(end - ch.at, end).get(k)
             row["changes"].append({
                 "fix": ch.fix, "direction": ch.direction, "at": ch.at,
                 "applied_processes": [ch.applied_before, ch.applied_after],
@@ -360,6 +367,9 @@ def render(report: FleetReport) -> str:
         for ch in r["changes"]:
             when = time.strftime("%H:%M:%S", time.localtime(ch["at"]))
             lines.append(f"  {ch['fix']} {ch['direction']} at {when}:")
+            if ch["before"] is None and ch["after"] is None:
+                lines.append(f"    not compared (only the {MAX_COMPARED_CHANGES} most recent "
+                             "changes are)")
             for name, label, unit in _COMPARED:
                 b = (ch["before"] or {}).get(name)
                 a = (ch["after"] or {}).get(name)

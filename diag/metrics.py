@@ -133,7 +133,12 @@ def poll() -> bool:
     launcher) still publishes the fix states it already has.
     """
     try:
-        return _ensure() is not None
+        m = _ensure()
+        if m is not None and _forked:
+            with _lock:
+                if _forked:  # a forked child's files start empty: publish its fix states now
+                    _after_fork_replay(m)
+        return m is not None
     except Exception:
         _log.debug("diag.metrics poll failed", exc_info=True)
         return False

@@ -50,7 +50,11 @@ def fetch(version: str, log=None) -> Path:
     if hit:
         return hit
     dest = release_dir(version)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TargetError(f"cannot create the release cache {dest.parent}: {e.strerror} "
+                          "(set DIAG_CACHE_DIR)") from None
     if log:
         log(f"downloading sglang=={version} (pip download --no-deps) into {dest.parent}")
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{version}-") as tmp:
@@ -73,9 +77,17 @@ def fetch(version: str, log=None) -> Path:
             members = [m for m in zf.namelist() if _wanted(m)]
             zf.extractall(unpack, members)
         (unpack / ".complete").write_text(wheels[0].name + "\n")
+        if cached(version):  # another diag process finished the same download first
+            return dest
         if dest.exists():  # a half-written tree from an interrupted run
-            shutil.rmtree(dest)
-        os.replace(unpack, dest)
+            shutil.rmtree(dest, ignore_errors=True)
+        try:
+            os.replace(unpack, dest)
+        except OSError as e:
+            if cached(version):  # lost the race to another diag process: its tree is complete
+                return dest
+            raise TargetError(f"cannot unpack sglang=={version} into {dest}: {e.strerror}") \
+                from None
     return dest
 
 
@@ -85,5 +97,6 @@ def _wanted(member: str) -> bool:
 
 
 def _last_error_line(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip().startswith("ERROR")]
-    return lines[-1] if lines else ""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    return (errors or lines or [""])[-1]  # e.g. "No module named pip" has no ERROR prefix

@@ -45,7 +45,8 @@ and acknowledges it with a ``control_ack`` event; a process that starts later re
 run-wide requests in order, so every process converges on the last requested state.
 
 Discovery: `diag run` registers its run directory in a per-user registry
-(``$XDG_RUNTIME_DIR/diag/registry`` when that exists, else ``~/.cache/diag/registry``), and
+(``$XDG_RUNTIME_DIR/diag/registry`` when that exists, else ``registry`` in diag's cache
+directory, `diag.releases.cache_root()`, by default ``~/.cache/diag``), and
 engine processes carry ``DIAG_RUN_DIR`` in their environment; `discover()` uses both.
 """
 
@@ -87,8 +88,9 @@ def _base() -> Path:
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
         return Path(xdg) / "diag"
-    cache = os.environ.get("DIAG_CACHE_DIR") or str(Path.home() / ".cache" / "diag")
-    return Path(cache)
+    from diag.releases import cache_root
+
+    return cache_root()
 
 
 def registry_dir() -> Path:
@@ -144,15 +146,30 @@ def write_meta(run_dir: Path, **meta: Any) -> None:
     _atomic_write(Path(run_dir) / "run.json", doc)
 
 
+def _registry_entry(run_dir: Path) -> Path:
+    return registry_dir() / f"{hashlib.sha1(str(run_dir).encode()).hexdigest()[:16]}.json"
+
+
 def register(run_dir: Path) -> None:
     """Remember a run directory in the per-user registry (for `discover`)."""
     try:
-        reg = registry_dir()
-        reg.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:16]
-        _atomic_write(reg / f"{key}.json", {"run_dir": str(run_dir), "registered": time.time()})
+        registry_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
+        _atomic_write(_registry_entry(run_dir),
+                      {"run_dir": str(run_dir), "registered": time.time()})
     except OSError:
         pass  # discovery falls back to the process scan
+
+
+def discard(run_dir: Path, remove_dir: bool) -> None:
+    """Undo `create_run_dir` + `write_meta` + `register` for a run that never started."""
+    run_dir = Path(run_dir)
+    for path in (_registry_entry(run_dir), run_dir / "run.json"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    if remove_dir:
+        for d in (run_dir / "control", run_dir):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty: never anything else that is in there
 
 
 def _atomic_write(path: Path, doc: dict) -> None:
@@ -374,6 +391,17 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _first_event(path: Path) -> dict[str, Any] | None:
+    """The first complete event of a file, without reading the rest (up to 8 MiB)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            line = fh.readline()
+        ev = json.loads(line) if line.endswith("\n") else None
+    except (OSError, ValueError):
+        return None
+    return ev if isinstance(ev, dict) else None
+
+
 def read_process(run_dir: Path, pid: int) -> ProcessState:
     agg = Aggregator()
     for name in (f"events-{pid}.1.jsonl", f"events-{pid}.jsonl"):
@@ -472,7 +500,8 @@ def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None
 def _has_live_process(d: Path) -> bool:
     for pid in pids_in(d):
         started = None
-        for ev in _read_lines(d / f"events-{pid}.jsonl")[:1]:
+        ev = _first_event(d / f"events-{pid}.jsonl")  # a start, or a snapshot carrying it
+        if ev is not None:
             started = ev.get("started") if ev.get("kind") == "start" else \
                 (ev.get("start") or {}).get("started")
         if _alive(pid, started):

@@ -39,8 +39,8 @@ from diag.errors import FixError
 from diag.target import Target
 from fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 from fixes.capture_syncs import SyncSite, capture_sync_sites
-from fixes.patcher import Patch, find_def, marked
-from probes.gate import EXTEND_ATTR, HIP_VAR, read_gate
+from fixes.patcher import Patch, find_def, patched_by
+from probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
 
 FIX_ID = "draft-extend-allowlist"
 OUTPUT_SIZE_FIX = "repeat-interleave-output-size"
@@ -132,10 +132,6 @@ def _method_facts(func: Callable, qualname: str) -> _MethodFacts:
                 if isinstance(k, ast.Constant) and isinstance(v, ast.Name):
                     table[k.value] = v.id
     return _MethodFacts(conds, table)
-
-
-def _env_true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "y", "on")
 
 
 @dataclass
@@ -321,7 +317,7 @@ class DraftExtendAllowlistFix(Fix):
         out = []
         for s in sites:
             fn = next((vars(k)[s.function] for k in cls.__mro__ if s.function in vars(k)), None)
-            if fn is None or not marked(fn, OUTPUT_SIZE_FIX):
+            if fn is None or not patched_by(fn, OUTPUT_SIZE_FIX):  # also under a sync counter
                 out.append(s)
         return out
 
@@ -343,7 +339,7 @@ class DraftExtendAllowlistFix(Fix):
             return
         envs = g.get("envs")
         field_ = getattr(envs, KILL_SWITCH, None)
-        killed = field_.get() if field_ is not None else _env_true(os.environ.get(KILL_SWITCH))
+        killed = field_.get() if field_ is not None else env_bool(os.environ.get(KILL_SWITCH))
         if killed:
             self._record(CaptureRecord("skipped", f"{KILL_SWITCH} is set"))
             return

@@ -28,6 +28,7 @@ MARK = "__diag_patch__"
 _lock = threading.RLock()
 _waiting: dict[str, list[Patch]] = {}  # module name -> patches waiting for its import
 _hooked: set[str] = set()
+_stacks: dict[tuple[int, str], list[Patch]] = {}  # (owner, attribute) -> patches, oldest first
 
 
 class PatchError(Exception):
@@ -80,6 +81,18 @@ def marked(obj: Any, patch_id: str | None = None) -> bool:
     return mark is not None and (patch_id is None or mark == patch_id)
 
 
+def patched_by(obj: Any, patch_id: str) -> bool:
+    """Whether `obj` or a function it wraps (the `__wrapped__` chain) carries `patch_id`'s mark:
+    a patch stays in effect under a wrapper another patch stacked over it later."""
+    for _ in range(16):
+        if obj is None:
+            return False
+        if marked(obj, patch_id):
+            return True
+        obj = getattr(_plain(obj), "__wrapped__", None)
+    return False
+
+
 class Patch:
     """The replacements of one fix, applied and reverted as a unit."""
 
@@ -127,18 +140,42 @@ class Patch:
                         wrapt.register_post_import_hook(_on_import, m)
 
     def revert(self) -> None:
-        """Restore the identical original objects; forget any pending on-import patching."""
+        """Restore the identical original objects; forget any pending on-import patching.
+
+        A patch applied later on the same attribute (e.g. a counter over a fix) wraps this
+        one's replacement: it is taken off, this one reverted, and it is put back on the
+        original, so reverting the lower patch really removes it.
+        """
         with _lock:
             self.wanted = False
             for waiting in _waiting.values():
                 if self in waiting:
                     waiting.remove(self)
-            for d in reversed(self.done):
-                if vars(d.owner).get(d.name) is d.replacement:
-                    setattr(d.owner, d.name, d.original)
-                if d.rebinds is not None:  # copies taken before or after the patch
-                    _rebind(_plain(d.replacement), d.original, skip=d.owner)
-            self.done.clear()
+            above = self._patches_above()
+            for p in reversed(above):
+                p._undo()
+            self._undo()
+            for p in above:
+                p._apply_modules([m for m in p.modules if m in sys.modules])
+
+    def _patches_above(self) -> list[Patch]:
+        out: list[Patch] = []
+        for d in self.done:
+            stack = _stacks.get((id(d.owner), d.name), [])
+            if self in stack:
+                out += [p for p in stack[stack.index(self) + 1:] if p not in out]
+        return sorted(out, key=lambda p: min(_stacks_order(p)))
+
+    def _undo(self) -> None:
+        for d in reversed(self.done):
+            if vars(d.owner).get(d.name) is d.replacement:
+                setattr(d.owner, d.name, d.original)
+            if d.rebinds is not None:  # copies taken before or after the patch
+                _rebind(_plain(d.replacement), d.original, skip=d.owner)
+            stack = _stacks.get((id(d.owner), d.name), [])
+            if self in stack:
+                stack.remove(self)
+        self.done.clear()
 
     def _apply_modules(self, names: list[str]) -> None:
         plan: list[tuple[_Entry, Any, str, Any, Any]] = []
@@ -157,12 +194,18 @@ class Patch:
         for e, owner, name, raw, new in plan:
             done = _Done(owner, name, raw, new)
             setattr(owner, name, new)
+            _stacks.setdefault((id(owner), name), []).append(self)
             if e.rebind and isinstance(owner, types.ModuleType):
                 done.rebinds = _rebind(raw, _plain(new), skip=owner)
             self.done.append(done)
         for e in {p[0].module for p in plan}:
             for cb in self.on_applied:
                 cb(e)
+
+
+def _stacks_order(p: Patch) -> list[int]:
+    """Where `p` sits in the stacks it is on (lower first), to re-apply in the same order."""
+    return [stack.index(p) for stack in _stacks.values() if p in stack] or [0]
 
 
 def _plain(obj: Any) -> Any:
@@ -270,15 +313,38 @@ def rewrite_function(func: Callable, qualname: str,
     new_code = _find_code(compile(tree, filename, "exec"), qualname, lineno)
     if new_code is None or new_code.co_freevars != code.co_freevars:
         raise PatchError(f"{qualname}: the rewritten function changes its closure")
+    if len(new_node.args.defaults) != len(node.args.defaults):
+        raise PatchError(f"{qualname}: the rewrite changes the positional defaults")
     new = types.FunctionType(new_code, func.__globals__, func.__name__, func.__defaults__,
                              func.__closure__)
-    new.__kwdefaults__ = func.__kwdefaults__
+    new.__kwdefaults__ = _kwdefaults(func, new_node, qualname, filename)
     new.__module__ = func.__module__
     new.__qualname__ = func.__qualname__
     new.__doc__ = func.__doc__
     new.__dict__.update(func.__dict__)
     new.__wrapped__ = func
     return new
+
+
+def _kwdefaults(func: Callable, node: ast.FunctionDef, qualname: str, filename: str
+                ) -> dict[str, Any] | None:
+    """Keyword-only defaults of the rewritten def: the original objects for the parameters it
+    had, new ones evaluated in the function's globals for parameters the transform added."""
+    old = func.__kwdefaults__ or {}
+    out: dict[str, Any] = {}
+    for arg, default in zip(node.args.kwonlyargs, node.args.kw_defaults):
+        if default is None:
+            continue
+        if arg.arg in old:
+            out[arg.arg] = old[arg.arg]
+            continue
+        try:
+            expr = compile(ast.Expression(default), filename, "eval")
+            out[arg.arg] = eval(expr, func.__globals__)  # noqa: S307 - our own transform's AST
+        except Exception as e:
+            raise PatchError(f"{qualname}: cannot evaluate the default of the new parameter "
+                             f"{arg.arg!r}: {type(e).__name__}: {e}") from None
+    return out or None
 
 
 def _parent_body(tree: ast.AST, node: ast.AST) -> list:

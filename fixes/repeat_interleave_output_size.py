@@ -232,8 +232,6 @@ def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False
         counter = f if marked(f, "sync-counter") else None
         base = f.__wrapped__ if counter else f
         new = rewrite_function(base, qb, transform_builder(guarded))
-        # rewrite_function keeps the original's keyword defaults; ours is new
-        new.__kwdefaults__ = {**(base.__kwdefaults__ or {}), PARAM: None}
         if counter:
             from probes.sync_counter import rewrap
 

@@ -22,6 +22,7 @@ from probes.gate import (
     GateInfo,
     Verdict,
     backend_map,
+    env_bool,
     read_gate,
     verdict,
 )
@@ -30,13 +31,12 @@ FIX_ID = "draft-extend-allowlist"
 # Attention backends that run on AMD GPUs (SGLANG.md); the HIP table lists these only.
 HIP_BACKENDS = ("aiter", "wave", "dsv4", "dsa", "nsa", "qsa", "triton")
 METRIC = "sglang:startup_cuda_graph_time_seconds"
-_TRUE = ("1", "true", "yes", "on", "y", "t")
 
 
 def kill_switch_set(gate: GateInfo, environ: dict[str, str] | None = None) -> bool:
     """The release's kill switch, as SGLang's EnvBool reads it, in this process's environment."""
     env = os.environ if environ is None else environ
-    return bool(gate.kill_switch_env) and env.get(gate.kill_switch_env, "").strip().lower() in _TRUE
+    return bool(gate.kill_switch_env) and env_bool(env.get(gate.kill_switch_env))
 
 
 def _hint(v: Verdict, platform: str, gate: GateInfo, name: str) -> str | None:

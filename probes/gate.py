@@ -42,6 +42,15 @@ EXPECTED = (f"a method of the EAGLE draft worker that sets self.{RUNNER_ATTR} un
             f"testing self.{EXTEND_ATTR}, with the HIP condition in a variable named "
             "supports_hip*draft_extend_graph (isinstance allow-list), or inline")
 
+_ENV_TRUE = ("true", "1", "yes", "y")  # SGLang's EnvBool; any other value reads as the default
+
+
+def env_bool(value: str | None) -> bool:
+    """An SGLang `EnvBool(False)` switch as the engine reads it (`environ.py`: lower-cased,
+    not stripped; an invalid value falls back to the default, False)."""
+    return value is not None and value.lower() in _ENV_TRUE
+
+
 # Graph modes a verdict can give.
 GRAPH, EAGER, UNSUPPORTED, UNKNOWN = "graph", "eager", "unsupported", "unknown"
 

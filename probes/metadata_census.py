@@ -39,6 +39,8 @@ _HOST_READ_METHODS = {"item": 1, "tolist": 1, "cpu": 1, "numpy": 1}
 _DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere"}
 _REDUCTIONS = {"sum", "max", "min", "any", "all", "prod", "amax", "amin"}
 _SCALAR_CALLS = {"int", "len", "sum", "float", "bool", "round", "math.ceil", "cdiv"}
+_FACTORIES = {"tensor", "as_tensor", "arange", "zeros", "ones", "empty", "full", "rand",
+              "randn", "randint", "linspace", "from_numpy"}
 _SAME_KIND = {"to", "long", "int", "clamp", "clamp_min", "clamp_max", "cumsum", "contiguous",
               "flatten", "view", "reshape", "squeeze", "unsqueeze", "clone", "sum", "max", "min",
               "type", "detach", "narrow", "expand", "repeat"}
@@ -204,7 +206,12 @@ class _Kinds:
                     dev = [k for k in e.keywords if k.arg == "device"]
                     if dev and isinstance(dev[0].value, ast.Constant) and dev[0].value.value == "cpu":
                         return "host"
-                    return "tensor" if dev or f.attr not in ("tensor", "as_tensor") else "host"
+                    if dev:
+                        return "tensor"
+                    if f.attr.endswith("_like") and e.args:
+                        return self.of(e.args[0], line, depth + 1)
+                    # a factory without device= makes a host tensor; an op follows its inputs
+                    return "host" if f.attr in _FACTORIES else "tensor"
                 if f.attr in _SAME_KIND:
                     return self.of(f.value, line, depth + 1)
             return "unknown"

@@ -31,7 +31,8 @@ torch's copy waits for the stream when not non-blocking); ops tagged `data_depen
 or `dynamic_output_shape` on device inputs (`nonzero`, `masked_select`, `unique`, ...);
 `repeat_interleave` with tensor repeats and no `output_size`: TWO (PyTorch reads `cumsum[-1]`
 and checks `repeats >= 0`), as the GPU reports; indexing (`index`, `index_put_`) with a bool or
-uint8 mask on the device; integer-tensor indexing is not a sync.
+uint8 mask on the device, except an assignment of one host element through one mask
+(`x[mask] = 0`: PyTorch runs it as `masked_fill_`); integer-tensor indexing is not a sync.
 """
 
 from __future__ import annotations
@@ -202,6 +203,19 @@ _HOST_READS = {"tolist", "numpy", "cpu"}
 _MASK_INDEX = {"index.Tensor", "index_put_.default", "index_put.default", "_index_put_impl_.default"}
 
 
+def _masked_fill_path(name: str, args: tuple, kwargs: dict, tags: DeviceTags) -> bool:
+    """`x[mask] = scalar` on a device: PyTorch's `_index_put_impl_` turns an index_put with one
+    bool mask, one host value element and no accumulate into `masked_fill_` (no nonzero, no
+    sync; Python's setitem makes a scalar a host tensor for exactly that)."""
+    if not name.startswith(("index_put", "_index_put_impl_")) or len(args) < 3:
+        return False
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    masks = [t for t in args[1] if t is not None]
+    value = args[2]
+    return (not accumulate and len(masks) == 1 and value.numel() == 1
+            and not tags.on_device(value) and tags.on_device(masks[0]) == tags.on_device(args[0]))
+
+
 def _cpu_modes(report: SyncReport, tags: DeviceTags):
     import torch
     from torch.overrides import TorchFunctionMode
@@ -239,7 +253,8 @@ def _cpu_modes(report: SyncReport, tags: DeviceTags):
                     hit("repeat_interleave without output_size", 2)
             elif name in _MASK_INDEX:
                 idx = [t for t in tensors(args[1]) if t.dtype in (torch.bool, torch.uint8)]
-                if idx and (on_dev or any(tags.on_device(t) for t in idx)):
+                if idx and (on_dev or any(tags.on_device(t) for t in idx)) \
+                        and not _masked_fill_path(name, args, kwargs, tags):
                     hit(f"{func._opname} with a bool mask")
             elif on_dev and (torch.Tag.data_dependent_output in func.tags
                              or torch.Tag.dynamic_output_shape in func.tags):

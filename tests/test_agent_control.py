@@ -157,3 +157,18 @@ def test_late_process_replays_run_wide_requests(tmp_path):
     assert r.stdout.strip() == "fixed"
     (pid,) = rundir.pids_in(d)
     assert rundir.read_process(d, pid).acks[rid]["ok"] is True
+
+
+def test_batch_hook_serves_the_current_agent_after_fork(monkeypatch):
+    """A forked child gets a new agent (`_after_fork`) but keeps the per-batch wrapper its parent
+    installed: that wrapper must apply the child's pending requests, not the parent's."""
+    from diag import agent as agent_mod
+
+    parent, child = agent_mod.Agent("api"), agent_mod.Agent("api")
+    served = []
+    monkeypatch.setattr(parent, "safe_point", lambda: served.append("parent"))
+    monkeypatch.setattr(child, "safe_point", lambda: served.append("child"))
+    wrapped = parent._make_batch_wrapper(lambda x: x + 1)
+    monkeypatch.setattr(agent_mod, "_agent", child)
+    child.pending = True
+    assert wrapped(1) == 2 and served == ["child"]

@@ -161,3 +161,48 @@ def test_registry_points_at_this_fix_and_its_bench():
     f = fixes.get("draft-extend-allowlist")
     assert isinstance(f, DraftExtendAllowlistFix)
     assert f.bench == "fixes.bench_draft_extend:run"
+
+
+def test_output_size_fix_counts_as_applied_under_the_sync_counter(tmp_path, monkeypatch):
+    """The agent applies fixes before counters: the metadata-syncs counter then wraps the
+    rewritten builder. The allow-list fix must still see the output_size fix underneath."""
+    import functools
+    import importlib.util
+    import sys
+
+    from fixes.patcher import MARK
+
+    path = tmp_path / "standin_capture_backend.py"
+    path.write_text(
+        "import torch\n\n\nclass StandInBackend:\n"
+        "    def init_forward_metadata_capture_cuda_graph(self, bs):\n"
+        "        self._meta(torch.ones(bs, dtype=torch.long))\n\n"
+        "    def _meta(self, lens):\n"
+        "        return torch.repeat_interleave(torch.arange(len(lens)), lens)\n")
+    spec = importlib.util.spec_from_file_location("standin_capture_backend", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "standin_capture_backend", mod)
+    spec.loader.exec_module(mod)
+    cls = mod.StandInBackend
+    fix = DraftExtendAllowlistFix()
+    assert [s.function for s in fix._unfixed_syncs(cls)] == ["_meta"]
+
+    original = cls.__dict__["_meta"]
+
+    def rewritten(self, lens):  # what the output_size fix installs (marked by its Patch)
+        return original(self, lens)
+
+    rewritten.__wrapped__ = original
+    setattr(rewritten, MARK, "repeat-interleave-output-size")
+
+    @functools.wraps(rewritten)
+    def counter(self, lens):  # the sync counter stacked over it (marked by its own Patch)
+        return rewritten(self, lens)
+
+    setattr(counter, MARK, "sync-counter")
+    monkeypatch.setattr(cls, "_meta", counter)
+    assert fix._unfixed_syncs(cls) == []
+    plain = functools.wraps(original)(lambda self, lens: original(self, lens))
+    setattr(plain, MARK, "sync-counter")  # the counter alone: the sync is still there
+    monkeypatch.setattr(cls, "_meta", plain)
+    assert [s.function for s in fix._unfixed_syncs(cls)] == ["_meta"]

@@ -30,6 +30,18 @@ def test_help_imports_neither_torch_nor_textual():
     assert p.stdout.strip().endswith("HEAVY []"), p.stdout[-300:]
 
 
+def test_closed_stdout_is_quiet_exit_141():
+    """`diag ... | head` closing the pipe is not a diag bug: no 'internal error', exit 141."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before diag writes anything
+    try:
+        p = subprocess.run([DIAG, "probe", "--list", "--json"], stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and p.stderr == "", p.stderr
+
+
 def test_installed_diag_help_runs():
     p = run("--help")
     assert p.returncode == 0 and "Exit codes" in p.stdout

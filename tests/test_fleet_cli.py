@@ -181,3 +181,34 @@ def test_find_changes_series_appearing_applied_and_steady_series():
         _series("b", "f", [(100, 2), (101, 2), (102, 2)]),  # steady: no change
     ]), 100, 160, 1)
     assert got == {("j", "a"): [Change("f", 150, 149, 0.0, 2)]}
+
+
+class StandinFlappingPrometheus(StandinRangeClient):
+    """Stand-in for diag.fleet.Prometheus: every instant query answers 1 for instance a; the
+    range query is a fix flapping at every step."""
+
+    url = "http://standin-prometheus"
+
+    def __init__(self, matrix):
+        super().__init__(matrix)
+        self.queries = 0
+
+    def query(self, expr, at=None):
+        self.queries += 1
+        return [{"metric": {"job": "j", "instance": "a"}, "value": [at, "1"]}]
+
+
+def test_before_after_is_bounded_to_the_most_recent_changes():
+    from diag.fleet import MAX_COMPARED_CHANGES, collect, render
+
+    end = 1000.0
+    flaps = [(t, i % 2 * 2) for i, t in enumerate(range(101, 1000, 2))]  # ~450 changes
+    prom = StandinFlappingPrometheus([_series("a", "f", flaps)])
+    report = collect(prom.url, window_s=900, end=end, prom=prom)
+    changes = report.instances[0]["changes"]
+    assert len(changes) > 4 * MAX_COMPARED_CHANGES
+    compared = [c for c in changes if c["before"] is not None]
+    assert len(compared) == MAX_COMPARED_CHANGES
+    assert min(c["at"] for c in compared) > max(c["at"] for c in changes if c["before"] is None)
+    assert prom.queries <= 20 + 2 * MAX_COMPARED_CHANGES * 11  # not ~22 per change
+    assert "not compared (only the 16 most recent changes are)" in render(report)

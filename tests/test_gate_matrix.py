@@ -155,3 +155,17 @@ def test_unknown_steps_assumes_multi_step_and_says_so(release):
     assert v.mode == "graph" and "needs --speculative-num-steps >= 2" in v.reason
     mode, reason = v  # unpacks as a pair
     assert mode == "graph" and reason == v.reason
+
+
+def test_kill_switch_is_read_as_sglangs_envbool(release):
+    """EnvBool takes true/1/yes/y (any case, unstripped); anything else is the default, False."""
+    from probes.draft_extend_graph import kill_switch_set
+
+    gate = read_gate(release("0.5.17"))
+    name = gate.kill_switch_env
+    assert name == "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
+    for value, expected in [("1", True), ("TRUE", True), ("Yes", True), ("y", True),
+                            ("on", False), ("t", False), (" 1", False), ("0", False)]:
+        assert kill_switch_set(gate, {name: value}) is expected, value
+    assert kill_switch_set(gate, {}) is False
+    assert not kill_switch_set(read_gate(release("0.5.15.post1")), {name: "1"})

@@ -130,6 +130,7 @@ def test_usage_errors(tmp_path):
                         str(tmp_path / "no-such-program")], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 127 and "cannot run" in r.stderr
+    assert not (tmp_path / "D").exists()  # nothing ran: no run directory left behind
 
 
 def test_user_sitecustomize_error_and_no_agent_without_env(tmp_path):

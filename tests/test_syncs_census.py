@@ -119,3 +119,21 @@ def test_probe_json_through_the_cli(release):
     [f] = doc["findings"]
     loc = next(e for e in f["evidence"] if e["kind"] == "location")
     assert {"file", "line", "function"} <= set(loc)
+
+
+def test_factories_without_a_device_are_host_tensors(tmp_path):
+    """`torch.arange(n)` is made on the host; `torch.zeros_like(x)` and ops follow their input."""
+    from probes.metadata_census import scan_file
+
+    src = tmp_path / "standin_backend.py"
+    src.write_text(
+        "import torch\n\n\nclass StandInBackend:\n"
+        "    def init_forward_metadata(self, forward_batch):\n"
+        "        a = torch.arange(forward_batch.batch_size).tolist()\n"
+        "        b = torch.zeros_like(forward_batch.seq_lens).tolist()\n"
+        "        c = torch.arange(4, device=forward_batch.seq_lens.device).tolist()\n"
+        "        d = torch.cumsum(forward_batch.seq_lens, 0).item()\n"
+        "        return a, b, c, d\n")
+    _, sites, _ = scan_file(src, "sglang/srt/layers/attention/standin_backend.py")
+    verdicts = {s.line: s.verdict for s in sites}
+    assert verdicts == {6: "host-mirror", 7: "syncs", 8: "syncs", 9: "syncs"}

@@ -55,6 +55,25 @@ def test_host_reads_masks_and_dynamic_shapes():
     assert rep.count == 7
 
 
+def test_mask_assignment_of_one_host_element_is_masked_fill_not_a_sync():
+    """`x[mask] = 0` goes to masked_fill_ in PyTorch's index_put (one mask, one host element,
+    no accumulate): no nonzero, no sync. A tensor of values, or a device value, syncs."""
+    x = torch.tensor([3, 0, 5])
+    with count_syncs("cpu", _dev(x)) as rep:
+        x[x > 1] = 0  # masked_fill_: 0
+        x.index_put_((x > 1,), torch.tensor(1))  # host 0-dim value: 0
+    assert rep.count == 0
+    y = torch.tensor([3, 0, 5])
+    with count_syncs("cpu", _dev(y)) as rep:
+        y[y > 1] = torch.tensor([7, 8])  # two values: nonzero on the mask: 1
+        y.index_put_((y > 7,), torch.tensor(1), accumulate=True)  # accumulate: 1
+    assert rep.count == 2
+    z, v = torch.tensor([3, 0, 5]), torch.tensor(1)
+    with count_syncs("cpu", _dev(z, v)) as rep:
+        z[z > 1] = v  # device value: 1
+    assert rep.count == 1
+
+
 def test_host_mirrors_and_untagged_tensors_are_not_syncs():
     dev = torch.tensor([1, 2])
     host = torch.tensor([1, 2])

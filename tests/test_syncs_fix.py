@@ -237,3 +237,39 @@ def test_verify_reports_the_patched_real_builder(release):
     assert found[0].probe == "metadata-syncs"
     skipped = fixes.get(FIX).verify(Context(target=release("0.5.23"), platform="hip"))[-1]
     assert skipped.status.value == "skip" and "upstream" in skipped.summary
+
+
+def test_rewrite_function_gives_an_added_keyword_only_parameter_its_default(tmp_path):
+    """The patcher keeps the original keyword defaults (same objects) and evaluates the defaults
+    of parameters the transform adds, so the rewritten builder is callable without them."""
+    import ast
+    import importlib.util
+
+    from fixes.patcher import PatchError, rewrite_function
+
+    path = tmp_path / "kwmod.py"
+    path.write_text("LIMIT = 7\n\n\nclass C:\n    def f(self, x, *, scale=[2]):\n"
+                    "        return x * scale[0]\n")
+    spec = importlib.util.spec_from_file_location("kwmod", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    original = mod.C.__dict__["f"]
+
+    def add_limit(fn: ast.FunctionDef) -> ast.FunctionDef:
+        fn.args.kwonlyargs.append(ast.arg("limit"))
+        fn.args.kw_defaults.append(ast.Name("LIMIT", ast.Load()))
+        fn.body = ast.parse("return min(x * scale[0], limit)").body
+        return fn
+
+    new = rewrite_function(original, "C.f", add_limit)
+    assert new.__kwdefaults__["scale"] is original.__kwdefaults__["scale"]
+    assert new.__kwdefaults__["limit"] == 7
+    assert new(None, 3) == 6 and new(None, 5) == 7 and new(None, 5, limit=100) == 10
+
+    def add_positional_default(fn: ast.FunctionDef) -> ast.FunctionDef:
+        fn.args.args.append(ast.arg("y"))
+        fn.args.defaults.append(ast.Constant(1))
+        return fn
+
+    with pytest.raises(PatchError, match="positional defaults"):
+        rewrite_function(original, "C.f", add_positional_default)

@@ -45,6 +45,26 @@ def test_cpu_and_gpu_agree_on_small_ops():
         [(e.op, e.line) for e in cpu.events], [e.line for e in gpu.events])
 
 
+def test_cpu_and_gpu_agree_on_mask_assignment():
+    """`x[mask] = 0` is masked_fill_ (no sync); a device value needs the mask's indices (sync)."""
+
+    def work(t):
+        t[t > 1] = 0
+        v = t[:1] + 4
+        t[t > 0] = v
+
+    g = torch.tensor([1, 2, 3], device="cuda")
+    torch.cuda.synchronize()
+    with count_syncs("gpu") as gpu:
+        work(g)
+    c = torch.tensor([1, 2, 3])
+    with count_syncs("cpu", DeviceTags(device=[c])) as cpu:
+        work(c)
+    assert [e.line for e in cpu.events] == [e.line for e in gpu.events], (
+        [(e.op, e.line) for e in cpu.events], [e.line for e in gpu.events])
+    assert len(cpu.events) == 1
+
+
 @pytest.mark.parametrize("version", ["0.5.17", "0.5.18", "0.5.23"])
 def test_cpu_count_equals_gpu_count_for_the_real_builder(release, version):
     t = release(version)

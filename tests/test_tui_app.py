@@ -315,3 +315,34 @@ def test_a_live_engine_is_named_in_the_header(release, tmp_path, monkeypatch):
         asyncio.run(go())
     finally:
         w.close()
+
+
+def test_rerun_while_starting_up_does_not_start_a_second_pass(release):
+    """`r` during start-up: a thread worker cannot be stopped, so a second boot would resolve
+    the target and run every probe twice."""
+    import threading
+
+    gate = threading.Event()
+    starts: list[float] = []
+    backend = standin_backend(release)
+    real_start = backend.start
+
+    def slow_start():
+        starts.append(time.monotonic())
+        gate.wait(10)
+        return real_start()
+
+    backend.start = slow_start
+    app = make_app(backend=backend)
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: starts)
+            await pilot.press("r")
+            await until(pilot, lambda: "still starting up" in app.model.message)
+            gate.set()
+            await until(pilot, lambda: app.probes_done)
+            await pilot.press("q")
+        assert len(starts) == 1
+
+    asyncio.run(go())

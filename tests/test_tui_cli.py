@@ -116,6 +116,23 @@ def test_server_metrics_are_read_through_diag_server(metrics_server):
     assert m.charts()["draft-extend capture time"] == [1.74, 1.74]
 
 
+def test_server_reader_charts_the_histogram_mean_of_each_interval(metrics_server):
+    """The live chart's ITL point is increase(_sum) / increase(_count) since the last poll, not
+    the mean since the server started (which hides a change made mid-run)."""
+    def itl(total: float, count: int) -> str:
+        return METRICS.replace("_sum 0.04", f"_sum {total}").replace("_count 4", f"_count {count}")
+
+    r = data.ServerReader(metrics_server, timeout=2)
+    assert r.read()["inter-token latency"] == pytest.approx(0.01)  # first read: since start
+    got = r.values(itl(0.04 + 6 * 0.002, 4 + 6))  # 6 new tokens at 2 ms each
+    assert got["inter-token latency"] == pytest.approx(0.002)
+    assert data.metric_values(itl(0.052, 10))["inter-token latency"] == pytest.approx(0.0052)
+    got = r.values(itl(0.052, 10))  # no new tokens: no point, the other series still read
+    assert "inter-token latency" not in got and got["accept length"] == 2.5
+    got = r.values(itl(0.03, 2))  # the server restarted: its own mean again
+    assert got["inter-token latency"] == pytest.approx(0.015)
+
+
 def test_na_and_formatting():
     assert not data.NA and str(data.NA) == "n/a" and data.fmt_value(data.NA) == "n/a"
     assert data.fmt_stats(data.Stats.of([0.0109, 0.0105, 0.0112, 0.0110]), "s").endswith(" ms")

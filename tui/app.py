@@ -45,7 +45,8 @@ HELP = """\
   [b]1-4[/b]  Overview, Fixes, Timings, Syncs; arrows move between rows
 
 The selected fix: on Fixes the row under the cursor, on Overview the selected
-finding's fix, on Timings the row's fix. Press any key to close."""
+finding's fix, on Timings the row's fix, on Syncs repeat-interleave-output-size.
+Press any key to close."""
 
 
 class HelpScreen(ModalScreen[None]):
@@ -352,7 +353,8 @@ class DiagApp(App[None]):
                     live = len(state.live)
                     text = (f"{len(state.processes)} processes ({live} live), "
                             f"{len(events)} events")
-                    self._post(self._engine, name, state, events, text)
+                    view = data.engine_view(events)  # here, not on the UI thread
+                    self._post(self._engine, name, state, view, text)
                 except Exception as e:
                     self._post(self.model.set_source, name, False, f"unreadable: {_why(e)}")
             if b.server_url:
@@ -365,8 +367,8 @@ class DiagApp(App[None]):
         finally:
             self._polling = False
 
-    def _engine(self, name: str, state, events, text: str) -> None:
-        self.model.set_engine(state, events)
+    def _engine(self, name: str, state, view, text: str) -> None:
+        self.model.set_engine_view(state, view)
         self.model.set_source(name, True, text)
 
     def _server(self, name: str, values: dict[str, float]) -> None:
@@ -396,6 +398,10 @@ class DiagApp(App[None]):
         return None
 
     def action_rerun(self) -> None:
+        if any(w.group == "boot" and w.is_running for w in self.workers):
+            # A thread worker cannot be stopped: a second one would resolve and probe again.
+            self.say("still starting up (target, probes, fixes, GPU); r works once that is done")
+            return
         if self.backend.ctx is None:
             self.boot()
             return

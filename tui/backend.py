@@ -34,6 +34,7 @@ class Backend:
         self.ctx = None
         self.log_lines: list[str] = []
         self._reader = data.RunDirReader(run_dir) if run_dir else None
+        self._server = data.ServerReader(server_url, server_timeout) if server_url else None
 
     def log(self, msg: str) -> None:
         self.log_lines.append(msg)
@@ -119,4 +120,5 @@ class Backend:
             return []
 
     def poll_server(self) -> dict[str, float]:
-        return data.read_server(self.server_url, self.server_timeout)
+        """The charted series now; histograms as their mean since the previous poll."""
+        return self._server.read()

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from diag.bench import BenchResult, Stats
+from diag.bench import BenchResult, Row, Stats
 from diag.errors import DiagError
 from diag.findings import Finding, Status
 
 
 class _NotApplicable(str):
-    """What cannot be read: renders as 'n/a', is falsy, compares equal only to itself."""
+    """What cannot be read: renders as 'n/a' and is falsy (test it with `is NA`: as a str it
+    also equals "n/a")."""
 
     def __new__(cls) -> _NotApplicable:
         return super().__new__(cls, "n/a")
@@ -332,11 +333,43 @@ def engine_acks(state: Any) -> dict[str, str]:
 
 
 def read_server(url: str, timeout: float = 2.0) -> dict[str, float]:
-    """The few SGLang series the TUI charts, from the server's /metrics (raises on failure)."""
+    """The few SGLang series the TUI charts, from the server's /metrics (raises on failure);
+    histograms as their mean since the server started (`ServerReader` gives recent means)."""
     from diag import server
 
     got = server.get_metrics(url, timeout)
     return metric_values(got)
+
+
+class ServerReader:
+    """Reads the charted series on each poll; a histogram's value is its mean over the interval
+    since the previous poll (the increase of _sum over the increase of _count, as PromQL's
+    `increase(x_sum) / increase(x_count)`), so a fix applied mid-run shows in the next point.
+
+    The first read (and one after a server restart, when the counts go down) gives the mean
+    since the server started; an interval with no new observations gives no point for it.
+    """
+
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
+        self.url, self.timeout = url, timeout
+        self._last: dict[str, tuple[float, float]] = {}  # label → (sum, count) at the last read
+
+    def read(self) -> dict[str, float]:
+        from diag import server
+
+        return self.values(server.get_metrics(self.url, self.timeout))
+
+    def values(self, got: Any) -> dict[str, float]:
+        out, sums, counts = _series(got)
+        for label, c in counts.items():
+            s = sums.get(label, 0.0)
+            ps, pc = self._last.get(label, (0.0, 0.0))
+            self._last[label] = (s, c)
+            if c < pc:
+                ps, pc = 0.0, 0.0  # the server restarted: its histograms started over
+            if c > pc:
+                out[label] = (s - ps) / (c - pc)
+        return out
 
 
 # SGLang's /metrics names (SGLANG.md) → the TUI's labels; histograms read as sum/count.
@@ -355,6 +388,15 @@ def metric_values(got: Any) -> dict[str, float]:
     Histograms give the mean (sum/count, cumulative); the capture time is the sample with
     phase="draft_extend".
     """
+    out, sums, counts = _series(got)
+    for label, c in counts.items():
+        if c:
+            out[label] = sums.get(label, 0.0) / c
+    return out
+
+
+def _series(got: Any) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """(plain values, histogram _sum per label, histogram _count per label)."""
     if isinstance(got, str):
         from prometheus_client.parser import text_string_to_metric_families
 
@@ -367,7 +409,7 @@ def metric_values(got: Any) -> dict[str, float]:
                 if base.endswith("startup_cuda_graph_time_seconds") and "draft_extend" not in name:
                     continue
                 out[SERVER_SERIES[base][0]] = float(val)
-        return out
+        return out, {}, {}
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     for fam in got or []:
@@ -384,10 +426,7 @@ def metric_values(got: Any) -> dict[str, float]:
                         counts[label] = counts.get(label, 0.0) + value
                     elif name == base:
                         out[label] = value
-    for label, c in counts.items():
-        if c:
-            out[label] = sums.get(label, 0.0) / c
-    return out
+    return out, sums, counts
 
 
 # ---------------------------------------------------------------- timings and syncs
@@ -403,11 +442,7 @@ class TimingRow:
     source: str
     note: str = ""
 
-    @property
-    def ratio(self) -> float | None:
-        if self.before and self.after and self.before.median:
-            return self.after.median / self.before.median
-        return None
+    ratio = Row.ratio  # after/before of the medians, exactly as `diag bench` reports it
 
 
 @dataclass

@@ -48,7 +48,13 @@ class Model:
 
     def set_engine(self, state: Any, events: list[dict[str, Any]]) -> None:
         """A run directory's state (`rundir.read_state`) and all its events so far."""
-        self.engine_timings, self.engine_syncs, series = data.engine_view(events)
+        self.set_engine_view(state, data.engine_view(events))
+
+    def set_engine_view(self, state: Any, view: tuple[list[TimingRow], list[SyncRow],
+                                                      dict[str, list[float]]]) -> None:
+        """As `set_engine`, with `data.engine_view(events)` already computed (off the UI thread:
+        it walks every event kept, up to `RunDirReader.MAX_EVENTS`)."""
+        self.engine_timings, self.engine_syncs, series = view
         self.engine_states = data.engine_fix_states(state)
         for fid, text in data.engine_acks(state).items():
             if fid in self.fixes:
