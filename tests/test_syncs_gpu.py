@@ -1,4 +1,4 @@
-"""On a GPU: the CPU counter must agree with torch's sync debug mode; the bench's ratio."""
+"""On a GPU: the CPU counter must agree with torch's sync debug mode; the bench's counts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,21 @@ from probes import builder_harness as h
 from probes.sync_counter import DeviceTags, count_syncs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.release]
+
+
+def _same_lines_on_cpu_and_gpu(work):
+    """Run `work` on a CUDA tensor (torch's sync debug mode) and on a CPU tensor tagged as a
+    device tensor (the CPU counter); both must flag the same lines. Returns the CPU report."""
+    g = torch.tensor([1, 2, 3], device="cuda")
+    torch.cuda.synchronize()
+    with count_syncs("gpu") as gpu:
+        work(g)
+    c = torch.tensor([1, 2, 3])
+    with count_syncs("cpu", DeviceTags(device=[c])) as cpu:
+        work(c)
+    assert [e.line for e in cpu.events] == [e.line for e in gpu.events], (
+        [(e.op, e.line) for e in cpu.events], [e.line for e in gpu.events])
+    return cpu
 
 
 def test_gpu_counts_repeat_interleave_two_then_zero():
@@ -34,15 +49,7 @@ def test_cpu_and_gpu_agree_on_small_ops():
         torch.tensor([1, 2], device=t.device)
         torch.tensor([1, 2]).to(t.device)
 
-    g = torch.tensor([1, 2, 3], device="cuda")
-    torch.cuda.synchronize()
-    with count_syncs("gpu") as gpu:
-        work(g)
-    c = torch.tensor([1, 2, 3])
-    with count_syncs("cpu", DeviceTags(device=[c])) as cpu:
-        work(c)
-    assert [e.line for e in cpu.events] == [e.line for e in gpu.events], (
-        [(e.op, e.line) for e in cpu.events], [e.line for e in gpu.events])
+    _same_lines_on_cpu_and_gpu(work)
 
 
 def test_cpu_and_gpu_agree_on_mask_assignment():
@@ -53,15 +60,7 @@ def test_cpu_and_gpu_agree_on_mask_assignment():
         v = t[:1] + 4
         t[t > 0] = v
 
-    g = torch.tensor([1, 2, 3], device="cuda")
-    torch.cuda.synchronize()
-    with count_syncs("gpu") as gpu:
-        work(g)
-    c = torch.tensor([1, 2, 3])
-    with count_syncs("cpu", DeviceTags(device=[c])) as cpu:
-        work(c)
-    assert [e.line for e in cpu.events] == [e.line for e in gpu.events], (
-        [(e.op, e.line) for e in cpu.events], [e.line for e in gpu.events])
+    cpu = _same_lines_on_cpu_and_gpu(work)
     assert len(cpu.events) == 1
 
 
