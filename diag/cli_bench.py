@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 
 import click
@@ -31,6 +32,9 @@ def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | No
     unknown = [f for f in ids if f not in fixes.REGISTRY]
     if unknown:
         raise click.UsageError(f"unknown fix {unknown[0]!r} (known: {', '.join(fixes.REGISTRY)})")
+    if importlib.util.find_spec("torch") is None:
+        raise DiagError("torch is not installed: diag bench measures with the local torch "
+                        "(install diag into the environment that runs SGLang)")
     kv: dict[str, object] = {"quick": quick, "sglang": sglang}
     for p in params:
         if "=" not in p:

@@ -101,3 +101,15 @@ def test_unreachable_server_exits_3(release):
     assert p.returncode == 3
     assert p.stderr.strip().splitlines()[-1].startswith("diag: error: GET http://127.0.0.1:")
     assert "Traceback" not in p.stderr
+
+
+def test_bench_without_torch_exits_3_with_one_line():
+    """No torch in the environment (stood in by a None entry in sys.modules): one line, exit 3."""
+    code = ("import sys; sys.modules['torch'] = None; sys.argv = ['diag', 'bench']; "
+            "from diag.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "torch is not installed" in lines[0]
+    assert "Traceback" not in proc.stderr
