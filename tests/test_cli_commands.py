@@ -10,7 +10,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from jsonschema_lite import check_fix_list, check_report
+from report_schema import check_fix_list, check_report
 from standin_sglang_server import StandinSGLangServer, metrics_text, server_info
 
 from diag.cli import main

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from jsonschema_lite import check_report
+from report_schema import check_report
 
 DIAG = str(Path(sys.executable).with_name("diag"))
 
