@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    from diag import rundir, telemetry
-    from diag.agent import Agent
-    from probes import draft_extend_runtime, sync_counter
+    from diag import telemetry
+    from diag.engine import rundir
+    from diag.engine.agent import Agent
+    from diag.probes import draft_extend_runtime, sync_counter
 
     plain = StandinWorker.step
     agent = Agent.__new__(Agent)

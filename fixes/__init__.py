@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 import threading
 
-from fixes.base import Fix
+from diag.fixes.base import Fix
 
 REGISTRY: dict[str, str] = {
-    "draft-extend-allowlist": "fixes.draft_extend_allowlist:DraftExtendAllowlistFix",
-    "repeat-interleave-output-size": "fixes.repeat_interleave_output_size:RepeatInterleaveOutputSizeFix",
-    "profiler-controlled-teardown": "fixes.profiler_controlled_teardown:ProfilerControlledTeardownFix",
+    "draft-extend-allowlist": "diag.fixes.draft_extend_allowlist:DraftExtendAllowlistFix",
+    "repeat-interleave-output-size": "diag.fixes.repeat_interleave_output_size:RepeatInterleaveOutputSizeFix",
+    "profiler-controlled-teardown": "diag.fixes.profiler_controlled_teardown:ProfilerControlledTeardownFix",
 }
 
 _instances: dict[str, Fix] = {}

@@ -8,8 +8,8 @@ from typing import ClassVar
 from diag.context import Context
 from diag.errors import FixError
 from diag.findings import Finding
+from diag.patcher import Patch, PatchError
 from diag.target import Target
-from fixes.patcher import Patch, PatchError
 
 APPLICABLE, UPSTREAM, NOT_NEEDED, REFUSED = "applicable", "upstream", "not-needed", "refused"
 
@@ -60,8 +60,8 @@ class Fix:
 
     def verify(self, ctx: Context) -> list[Finding]:
         """Re-run the probes this fix addresses, with the fix applied, and return their findings."""
-        from probes import get as get_probe
-        from probes.base import run_probe
+        from diag.probes import get as get_probe
+        from diag.probes.base import run_probe
 
         out: list[Finding] = []
         for pid in self.addresses:

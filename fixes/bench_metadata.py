@@ -61,15 +61,15 @@ def _queue(torch: Any, ms: float) -> Callable[[], None]:
 def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     import torch
 
-    from diag.target import resolve
-    from fixes.repeat_interleave_output_size import (
+    from diag.fixes.repeat_interleave_output_size import (
         APPLICABLE,
         RepeatInterleaveOutputSizeFix,
         host_count_expr,
         make_patch,
     )
-    from probes import builder_harness as h
-    from probes.sync_counter import DeviceTags, count_syncs, gpu_available
+    from diag.probes import builder_harness as h
+    from diag.probes.sync_counter import DeviceTags, count_syncs, gpu_available
+    from diag.target import resolve
 
     version = str(params.get("sglang") or "0.5.17")
     quick = bool(params.get("quick"))

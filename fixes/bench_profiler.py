@@ -45,7 +45,7 @@ def _child(mode: str, cycles: int, gpu_arg: str) -> None:
     import psutil
     import torch
 
-    from fixes.profiler_controlled_teardown import wrap_stop
+    from diag.fixes.profiler_controlled_teardown import wrap_stop
 
     gpu = torch.cuda.is_available() if gpu_arg == "auto" else gpu_arg == "1"
     dev = "cuda" if gpu else "cpu"

@@ -36,11 +36,11 @@ from typing import Any
 
 from diag import telemetry
 from diag.errors import FixError
+from diag.fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+from diag.fixes.capture_syncs import SyncSite, capture_sync_sites
+from diag.patcher import Patch, find_def, patched_by
+from diag.probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
 from diag.target import Target
-from fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
-from fixes.capture_syncs import SyncSite, capture_sync_sites
-from fixes.patcher import Patch, find_def, patched_by
-from probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
 
 FIX_ID = "draft-extend-allowlist"
 OUTPUT_SIZE_FIX = "repeat-interleave-output-size"
@@ -158,7 +158,7 @@ class DraftExtendAllowlistFix(Fix):
     # Per backend and release, see `dependencies(target)`: e.g. DSV4 on 0.5.17 needs it.
     depends_on = (OUTPUT_SIZE_FIX,)
     revertible = True
-    bench = "fixes.bench_draft_extend:run"
+    bench = "diag.fixes.bench_draft_extend:run"
 
     def __init__(self, extra: Iterable[str] = (), target: Target | None = None) -> None:
         self.extra = parse_extra(",".join(extra))

@@ -26,10 +26,10 @@ from typing import Any
 
 from diag import telemetry
 from diag.errors import FixError
+from diag.fixes.base import APPLICABLE, REFUSED, UPSTREAM, Applicability, Fix
+from diag.patcher import Patch
+from diag.probes.profiler_teardown import StopSite, locate_stops
 from diag.target import Target, find_importable
-from fixes.base import APPLICABLE, REFUSED, UPSTREAM, Applicability, Fix
-from fixes.patcher import Patch
-from probes.profiler_teardown import StopSite, locate_stops
 
 FIX_ID = "profiler-controlled-teardown"
 RECORD_ID = "profiler-stop-record"
@@ -215,7 +215,7 @@ class ProfilerControlledTeardownFix(Fix):
     title = "Drop the stopped profiler and collect at the stop (controlled teardown)"
     addresses = ("profiler-teardown",)
     revertible = True
-    bench = "fixes.bench_profiler:run"
+    bench = "diag.fixes.bench_profiler:run"
 
     def __init__(self) -> None:
         self.target: Target | None = None  # None: the importable SGLang

@@ -36,8 +36,8 @@ from typing import Any, ClassVar
 from diag.context import Context
 from diag.errors import FixError
 from diag.findings import Finding
+from diag.fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 from diag.target import Target
-from fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 
 MODULE = "sglang.srt.layers.attention.deepseek_v4_backend_hip_radix"
 FILE = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
@@ -193,7 +193,7 @@ def transform_builder(guarded: bool):
                 call.keywords.append(_locate(ast.keyword("output_size", value), call))
                 n += 1
         if n == 0:
-            from fixes.patcher import PatchError
+            from diag.patcher import PatchError
 
             raise PatchError(f"{BUILDER}: no repeat_interleave without output_size")
         return fn
@@ -207,7 +207,7 @@ def transform_caller(paths: str):
     def transform(fn: ast.FunctionDef) -> ast.FunctionDef:
         calls = _builder_calls(fn)
         if len(calls) != 1:
-            from fixes.patcher import PatchError
+            from diag.patcher import PatchError
 
             raise PatchError(f"{CALLER}: expected one call of {BUILDER}")
         expr = ast.parse(host_count_expr(paths), mode="eval").body
@@ -219,7 +219,7 @@ def transform_caller(paths: str):
 
 def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False):
     """The Patch for `module` (the engine's, or a harness module holding the same real code)."""
-    from fixes.patcher import Patch, marked, rewrite_function
+    from diag.patcher import Patch, marked, rewrite_function
 
     if paths not in PATHS:
         raise FixError(f"DIAG_RI_PATHS must be one of {', '.join(PATHS)}, not {paths!r}")
@@ -233,7 +233,7 @@ def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False
         base = f.__wrapped__ if counter else f
         new = rewrite_function(base, qb, transform_builder(guarded))
         if counter:
-            from probes.sync_counter import rewrap
+            from diag.probes.sync_counter import rewrap
 
             return rewrap(counter, new)
         return new
@@ -250,7 +250,7 @@ class RepeatInterleaveOutputSizeFix(Fix):
     id: ClassVar[str] = "repeat-interleave-output-size"
     title: ClassVar[str] = "pass output_size= to repeat_interleave in metadata builders"
     addresses: ClassVar[tuple[str, ...]] = ("metadata-syncs",)
-    bench: ClassVar[str | None] = "fixes.bench_metadata:run"
+    bench: ClassVar[str | None] = "diag.fixes.bench_metadata:run"
 
     def __init__(self) -> None:
         self._patch = None
@@ -310,7 +310,7 @@ class RepeatInterleaveOutputSizeFix(Fix):
         """The probes it addresses, plus the real builder of the target measured with the
         fix applied to a harness copy (not the engine): syncs per call and output equality."""
         from diag.findings import Status, metric, note
-        from probes import builder_harness as h
+        from diag.probes import builder_harness as h
 
         out = super().verify(ctx)
         paths, guarded = self.options()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 
-from probes.base import Probe
+from diag.probes.base import Probe
 
 REGISTRY: dict[str, str] = {
-    "draft-extend-graph": "probes.draft_extend_graph:DraftExtendGraphProbe",
-    "metadata-syncs": "probes.metadata_syncs:MetadataSyncsProbe",
-    "profiler-teardown": "probes.profiler_teardown:ProfilerTeardownProbe",
+    "draft-extend-graph": "diag.probes.draft_extend_graph:DraftExtendGraphProbe",
+    "metadata-syncs": "diag.probes.metadata_syncs:MetadataSyncsProbe",
+    "profiler-teardown": "diag.probes.profiler_teardown:ProfilerTeardownProbe",
 }
 
 

@@ -13,8 +13,8 @@ from diag import server as srv
 from diag.context import Context
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
-from probes.base import Probe
-from probes.gate import (
+from diag.probes.base import Probe
+from diag.probes.gate import (
     EAGER,
     GRAPH,
     UNSUPPORTED,

@@ -25,7 +25,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from diag import telemetry
-from fixes.patcher import Patch
+from diag.patcher import Patch
 
 PATCH_ID = "draft-extend-runtime"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"

@@ -12,7 +12,7 @@ from typing import Any
 
 from diag.context import Context
 from diag.findings import Finding, Status, location, metric, note, row
-from probes.base import Probe
+from diag.probes.base import Probe
 
 MAX_LOCATIONS = 40
 TIMEOUT_S = 20.0
@@ -24,7 +24,7 @@ class MetadataSyncsProbe(Probe):
     fixes = ("repeat-interleave-output-size",)
 
     def run(self, ctx: Context) -> Finding:
-        from probes.metadata_census import (
+        from diag.probes.metadata_census import (
             ATTENTION_DIR,
             BACKEND_NAMES,
             DRAFT_EXTEND_BACKENDS,
@@ -96,8 +96,8 @@ class MetadataSyncsProbe(Probe):
 
     def _measured(self, ctx: Context, c, ev: list) -> list[str]:
         """Run the real DSV4 HIP builder alone; append its counts; return disagreements."""
-        from probes import builder_harness as h
-        from probes.sync_counter import gpu_available
+        from diag.probes import builder_harness as h
+        from diag.probes.sync_counter import gpu_available
 
         if not ctx.target.file(h.DSV4_FILE).is_file():
             ev.append(note(f"not executed: {h.DSV4_FILE.rsplit('/', 1)[-1]} is not in this "
@@ -153,17 +153,17 @@ def _measure(ctx: Context, path: str, mode: str, fresh: bool) -> tuple[Any, str 
     from dataclasses import asdict
 
     from diag import cache
-    from probes import builder_harness as h
+    from diag.probes import builder_harness as h
 
     target = ctx.target
     digest = None
     if mode == "cpu" and fresh:
         try:
-            import probes.sync_counter  # noqa: F401  (its source is part of the key)
+            import diag.probes.sync_counter  # noqa: F401  (its source is part of the key)
 
             digest = cache.files_key([target.file(h.DSV4_FILE)], path, mode, TIMEOUT_S,
                                      cache.torch_fingerprint(), cache.code_fingerprint(
-                                         "probes.builder_harness", "probes.sync_counter"))
+                                         "diag.probes.builder_harness", "diag.probes.sync_counter"))
         except Exception:  # no torch, unreadable file: measure (and report) as before
             digest = None
     if digest is not None:

@@ -27,8 +27,8 @@ from typing import Any
 
 from diag.context import Context
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
+from diag.probes.base import Probe
 from diag.target import Target
-from probes.base import Probe
 
 # Where the profiler stop lives, per release (SGLANG.md); the method is found by shape.
 CLASSIC_FILES = (
@@ -340,7 +340,7 @@ def start_cycle_child() -> subprocess.Popen | None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    return subprocess.Popen([sys.executable, "-m", "probes.profiler_teardown", "--cycle-json"],
+    return subprocess.Popen([sys.executable, "-m", "diag.probes.profiler_teardown", "--cycle-json"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=env)
 
@@ -494,7 +494,7 @@ class ProfilerTeardownProbe(Probe):
 
     # (c) -------------------------------------------------------------------------------------
     def reproducer(self, ctx: Context) -> Finding:
-        from probes import profiler_reproducer as rp
+        from diag.probes import profiler_reproducer as rp
 
         results = rp.run_scenarios(tries=rp.DEFAULT_TRIES, progress=ctx.log)
         ev = [row(r.description, scenario=r.name, tries=r.tries, crashes=r.crashes,

@@ -393,7 +393,7 @@ def runtime_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]
     present; otherwise the wrapper calls straight through. Another thread already counting makes
     the call go uncounted rather than wait.
     """
-    from fixes.patcher import Patch
+    from diag.patcher import Patch
 
     pairs = [(m, q) for m, qs in builders.items() for q in qs] if isinstance(builders, dict) \
         else list(builders)

@@ -31,4 +31,5 @@ bash scripts/sglang-env.sh
 
 # --- lint, then the suite
 .venv/bin/ruff check diag probes fixes tui tests benchmarks
+bash scripts/lint-imports.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -113,7 +113,7 @@ def backends():
 def dependency_case(m, backend, fix) -> dict:
     """DSV4 with this fix alone, then with the real fix repeat-interleave-output-size applied
     (it rewrites `_attach_unified_kv_prefill_meta` and marks it), then with that one reverted."""
-    import fixes
+    from diag import fixes
 
     out = {"before": capture(m, backend), "record": fix.records[-1].__dict__}
     out["sites"] = [s.function for s in fix._unfixed_syncs(type(backend))]
@@ -131,7 +131,7 @@ def runtime_hooks(version: str) -> dict:
     """The run-time counters' hooks patch the real loaded classes and revert exactly."""
     import importlib
 
-    from probes.draft_extend_runtime import hook_targets, runtime_patch
+    from diag.probes.draft_extend_runtime import hook_targets, runtime_patch
 
     targets = hook_targets(version)
     originals = []
@@ -150,8 +150,8 @@ def runtime_hooks(version: str) -> dict:
 
 
 def main() -> None:
+    from diag.fixes.draft_extend_allowlist import DraftExtendAllowlistFix
     from diag.target import from_path
-    from fixes.draft_extend_allowlist import DraftExtendAllowlistFix
 
     root = Path(os.environ["DIAG_RELEASE_ROOT"])
     fix = DraftExtendAllowlistFix(target=from_path(root))

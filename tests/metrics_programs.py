@@ -32,11 +32,11 @@ FIX = "repeat-interleave-output-size"
 
 def _install_sink(via_agent: bool) -> str:
     """Under `diag run` the agent installs the sink; otherwise install it here."""
-    import diag.metrics
+    import diag.engine.metrics
 
     if not via_agent:
-        diag.metrics.install()
-    return diag.metrics.status()
+        diag.engine.metrics.install()
+    return diag.engine.metrics.status()
 
 
 def spawn_child(index: int, via_agent: bool, ready, release) -> None:
@@ -110,10 +110,10 @@ def serve_child(index: int, flip, stop) -> None:
     # Event's lock would leave the parent waiting forever on stop.set().
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import diag.metrics
+    import diag.engine.metrics
     from diag import telemetry
 
-    diag.metrics.install()
+    diag.engine.metrics.install()
     from prometheus_client import Histogram
 
     # Stand-in for SGLang's histogram of the same name (SGLang is not running here).

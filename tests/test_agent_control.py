@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from diag import rundir
+from diag.engine import rundir
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "agent_standins"
@@ -149,7 +149,7 @@ def test_late_process_replays_run_wide_requests(tmp_path):
             "deadline = time.time() + 20\n"
             "while s.compute() != 'fixed' and time.time() < deadline: time.sleep(0.02)\n"
             "print(s.compute())\n")
-    boot = str(Path(__import__("diag.cli_run").cli_run.bootstrap_dir()))
+    boot = str(Path(__import__("diag.engine.bootstrap", fromlist=["x"]).directory()))
     env["PYTHONPATH"] = os.pathsep.join([boot, str(STANDINS)])
     r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True,
                        timeout=60)
@@ -162,7 +162,7 @@ def test_late_process_replays_run_wide_requests(tmp_path):
 def test_batch_hook_serves_the_current_agent_after_fork(monkeypatch):
     """A forked child gets a new agent (`_after_fork`) but keeps the per-batch wrapper its parent
     installed: that wrapper must apply the child's pending requests, not the parent's."""
-    from diag import agent as agent_mod
+    from diag.engine import agent as agent_mod
 
     parent, child = agent_mod.Agent("api"), agent_mod.Agent("api")
     served = []

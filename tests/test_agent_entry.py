@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from diag import rundir
+from diag.engine import rundir
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "agent_standins"
@@ -32,13 +32,13 @@ def test_entry_point_declared():
     from importlib.metadata import entry_points
 
     eps = {e.name: e.value for e in entry_points(group="sglang.srt.plugins")}
-    assert eps.get("diag") == "diag.plugin:load"
+    assert eps.get("diag") == "diag.engine.plugin:load"
 
 
 PLUGIN = ("from importlib.metadata import entry_points\n"
           "ep = [e for e in entry_points(group='sglang.srt.plugins') if e.name == 'diag'][0]\n"
           "ep.load()()\n"
-          "from diag import agent\n"
+          "from diag.engine import agent\n"
           "a = agent.current()\n"
           "print(json.dumps(None if a is None else {'fixes': a.fix_ids, 'source': a.source}))\n")
 
@@ -66,7 +66,7 @@ def test_unsafe_run_dir_program_runs_on(tmp_path):
     d = tmp_path / "open"
     d.mkdir()
     os.chmod(d, 0o777)
-    boot = str(Path(__import__("diag.cli_run").cli_run.bootstrap_dir()))
+    boot = str(Path(__import__("diag.engine.bootstrap", fromlist=["x"]).directory()))
     r = _py("print('ran')", _clean_env(PYTHONPATH=boot, DIAG_RUN_DIR=str(d), DIAG_FIXES="all"))
     assert r.returncode == 0 and r.stdout.strip() == "ran"
     assert "run directory not used" in r.stderr and "lets group/others in" in r.stderr
@@ -75,7 +75,7 @@ def test_unsafe_run_dir_program_runs_on(tmp_path):
 
 def test_forked_child_writes_its_own_events(tmp_path):
     d = rundir.create_run_dir(tmp_path / "D")
-    boot = str(Path(__import__("diag.cli_run").cli_run.bootstrap_dir()))
+    boot = str(Path(__import__("diag.engine.bootstrap", fromlist=["x"]).directory()))
     code = ("import multiprocessing as mp, os, time\n"
             "from diag import telemetry\n"
             "def child():\n"
@@ -96,7 +96,7 @@ def test_forked_child_writes_its_own_events(tmp_path):
 
 @pytest.fixture
 def standin_registry(monkeypatch):
-    import fixes
+    from diag import fixes
 
     monkeypatch.syspath_prepend(str(STANDINS))
     monkeypatch.setitem(fixes.REGISTRY, "standin-toggle", "standin_fixes:StandinToggleFix")
@@ -109,7 +109,7 @@ def standin_registry(monkeypatch):
 def test_api_apply_revert_context_manager(standin_registry):
     import standin_scheduler as s
 
-    from diag import api
+    from diag.engine import api
     from diag.errors import FixError
 
     assert api.applied() == []
@@ -129,7 +129,7 @@ def test_api_apply_revert_context_manager(standin_registry):
 
 
 def test_api_reexports_profiler_context_managers():
-    from diag import api
+    from diag.engine import api
 
     assert callable(api.controlled_teardown) and callable(api.controlled_profile)
 
@@ -137,10 +137,10 @@ def test_api_reexports_profiler_context_managers():
 def test_manual_control_waits_for_safe_point(tmp_path):
     """DIAG_CONTROL=manual: requests apply only when the program calls diag.api.safe_point()."""
     d = rundir.create_run_dir(tmp_path / "D")
-    boot = str(Path(__import__("diag.cli_run").cli_run.bootstrap_dir()))
+    boot = str(Path(__import__("diag.engine.bootstrap", fromlist=["x"]).directory()))
     code = ("import os, sys, time\n"
             "import standin_scheduler as s\n"
-            "from diag import api, rundir\n"
+            "from diag import api\nfrom diag.engine import rundir\n"
             "rid = rundir.request(os.environ['DIAG_RUN_DIR'], 'standin-toggle', 'apply')\n"
             "time.sleep(0.5)\n"
             "before = s.compute()\n"

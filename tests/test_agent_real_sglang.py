@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from diag import rundir
+from diag.engine import rundir
 
 pytestmark = [pytest.mark.sglang_import, pytest.mark.release, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ PROG = r'''
 import json, sys
 import sglang.srt.speculative.eagle_worker_v2 as w
 import sglang.srt.managers.scheduler as s
-from fixes.patcher import marked
+from diag.patcher import marked
 
 print("ready", flush=True)
 for line in sys.stdin:
@@ -65,7 +65,7 @@ def test_real_release_fix_applied_and_toggled_at_batch_boundary(tmp_path, releas
     prog = tmp_path / "prog.py"
     prog.write_text(PROG)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(t.root), str(REPO / "tests" / "standins")]),
+    env.update(PYTHONPATH=os.pathsep.join([str(t.root), str(REPO / "tests" / "standins"), str(REPO)]),
                DIAG_CONTROL_POLL="0.05", DIAG_PLATFORM="hip")
     p = subprocess.Popen([sys.executable, "-m", "diag", "run", "--fix", FIX, "--probe", "all",
                           "--run-dir", str(d), "--", str(VENV_PY), str(prog)],

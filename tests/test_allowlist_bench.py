@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from diag.errors import DiagError
-from fixes.bench_draft_extend import build_step, resolve_params, run
+from diag.fixes.bench_draft_extend import build_step, resolve_params, run
 
 
 class _CountOps(TorchDispatchMode):

@@ -9,13 +9,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import fixes
-from diag import telemetry
+from diag import fixes, telemetry
 from diag.errors import FixError
-from fixes.base import APPLICABLE, NOT_NEEDED, UPSTREAM
-from fixes.capture_syncs import capture_sync_sites
-from fixes.draft_extend_allowlist import DraftExtendAllowlistFix, class_locations, parse_extra
-from probes import draft_extend_runtime as rt
+from diag.fixes.base import APPLICABLE, NOT_NEEDED, UPSTREAM
+from diag.fixes.capture_syncs import capture_sync_sites
+from diag.fixes.draft_extend_allowlist import DraftExtendAllowlistFix, class_locations, parse_extra
+from diag.probes import draft_extend_runtime as rt
 
 pytestmark = pytest.mark.release
 
@@ -160,7 +159,7 @@ def test_fix_list_cli_bars(release):
 def test_registry_points_at_this_fix_and_its_bench():
     f = fixes.get("draft-extend-allowlist")
     assert isinstance(f, DraftExtendAllowlistFix)
-    assert f.bench == "fixes.bench_draft_extend:run"
+    assert f.bench == "diag.fixes.bench_draft_extend:run"
 
 
 def test_output_size_fix_counts_as_applied_under_the_sync_counter(tmp_path, monkeypatch):
@@ -170,7 +169,7 @@ def test_output_size_fix_counts_as_applied_under_the_sync_counter(tmp_path, monk
     import importlib.util
     import sys
 
-    from fixes.patcher import MARK
+    from diag.patcher import MARK
 
     path = tmp_path / "standin_capture_backend.py"
     path.write_text(

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from diag.cli import main
-from diag.fleet import Change, find_changes, parse_window
+from diag.engine.fleet import Change, find_changes, parse_window
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def test_parse_window():
 def test_help_imports_nothing_heavy():
     code = ("import sys\nfrom diag.cli import main\n"
             "try:\n    main(['fleet', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'textual', 'prometheus_client', 'diag.fleet', "
+            "print(sorted(m for m in ('torch', 'textual', 'prometheus_client', 'diag.engine.fleet', "
             "'urllib.request') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)
@@ -153,7 +153,7 @@ def test_help_imports_nothing_heavy():
 
 
 class StandinRangeClient:
-    """Stand-in for diag.fleet.Prometheus: answers query_range with a canned matrix."""
+    """Stand-in for diag.engine.fleet.Prometheus: answers query_range with a canned matrix."""
 
     def __init__(self, matrix):
         self.matrix = matrix
@@ -184,7 +184,7 @@ def test_find_changes_series_appearing_applied_and_steady_series():
 
 
 class StandinFlappingPrometheus(StandinRangeClient):
-    """Stand-in for diag.fleet.Prometheus: every instant query answers 1 for instance a; the
+    """Stand-in for diag.engine.fleet.Prometheus: every instant query answers 1 for instance a; the
     range query is a fix flapping at every step."""
 
     url = "http://standin-prometheus"
@@ -199,7 +199,7 @@ class StandinFlappingPrometheus(StandinRangeClient):
 
 
 def test_before_after_is_bounded_to_the_most_recent_changes():
-    from diag.fleet import MAX_COMPARED_CHANGES, collect, render
+    from diag.engine.fleet import MAX_COMPARED_CHANGES, collect, render
 
     end = 1000.0
     flaps = [(t, i % 2 * 2) for i, t in enumerate(range(101, 1000, 2))]  # ~450 changes

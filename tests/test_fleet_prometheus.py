@@ -1,7 +1,7 @@
 """`diag fleet` against a real Prometheus server (Debian's `prometheus`) on loopback.
 
 Two exporters (tests/metrics_programs.py `serve`: spawned children record diag_* with
-diag.metrics in multiprocess mode; the parent serves the merged registry) are scraped every
+diag.engine.metrics in multiprocess mode; the parent serves the merged registry) are scraped every
 second. One of them switches a fix on mid-run; `diag fleet --json` must show per-instance rows,
 the fix on one instance only, and the before/after split on that one.
 """

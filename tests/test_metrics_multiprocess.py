@@ -1,4 +1,4 @@
-"""diag.metrics in real processes: spawned children's diag_* series read by MultiProcessCollector.
+"""diag.engine.metrics in real processes: spawned children's diag_* series read by MultiProcessCollector.
 
 Everything runs in fresh interpreters: prometheus_client picks its value class at import, so the
 order of "variable set" and "import" is the thing under test and must not leak from pytest.
@@ -120,7 +120,7 @@ def test_no_import_until_variable_then_backlog_replayed(tmp_path):
     """The launcher case: events before the variable are kept, nothing imported, then recorded."""
     out = _py(f"""
         import json, os, sys
-        import diag.metrics as m
+        import diag.engine.metrics as m
         from diag import telemetry
         assert m.install() is True
         telemetry.emit("fix", fix="{FIX}", state="pending", reason="x")
@@ -151,7 +151,7 @@ def test_engine_importing_prometheus_client_starts_recording(tmp_path):
     variable) switches recording on, so the launcher publishes the fix states it already has."""
     out = _py(f"""
         import json, os, sys
-        import diag.metrics as m
+        import diag.engine.metrics as m
         from diag import telemetry
         m.install()
         telemetry.emit("fix", fix="{FIX}", state="applied", reason="x")
@@ -167,7 +167,7 @@ def test_state_change_moves_the_gauge_and_unknown_labels_fold(tmp_path):
     out = _py(f"""
         import json, os
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = {str(tmp_path)!r}
-        import diag.metrics as m
+        import diag.engine.metrics as m
         from diag import telemetry
         m.install()
         telemetry.emit("fix", fix="{FIX}", state="applied", reason="")
@@ -197,7 +197,7 @@ def test_prometheus_client_imported_too_early_is_reported_not_raised(tmp_path):
         import json, os
         import prometheus_client  # imported before the variable: values stay in memory
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = {str(tmp_path)!r}
-        import diag.metrics as m
+        import diag.engine.metrics as m
         from diag import telemetry
         ok = m.install()
         telemetry.emit("syncs", builder="b", count=2, seconds=0.01)
@@ -214,7 +214,7 @@ def test_variable_not_a_directory(tmp_path):
     out = _py(f"""
         import json, os
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = {str(missing)!r}
-        import diag.metrics as m
+        import diag.engine.metrics as m
         from diag import telemetry
         m.install()
         telemetry.emit("syncs", builder="b", count=2, seconds=0.01)

@@ -39,7 +39,7 @@ from standin_target import f
 
 PRELUDE = '''
 import sys
-from fixes.patcher import Patch, PatchError
+from diag.patcher import Patch, PatchError
 
 def make_patch():
     p = Patch("t")

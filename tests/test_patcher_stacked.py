@@ -9,7 +9,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import sys, types
-    from fixes.patcher import Patch
+    from diag.patcher import Patch
     mod = types.ModuleType("stacked_standin")
     exec("def f(x):\\n    return x\\n", mod.__dict__)
     sys.modules["stacked_standin"] = mod

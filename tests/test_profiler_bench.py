@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-import fixes
-from fixes.bench_profiler import run
+from diag import fixes
+from diag.fixes.bench_profiler import run
 
 pytest.importorskip("torch")
 
 
 @pytest.mark.slow
 def test_bench_runs_both_series_in_children():
-    assert fixes.get("profiler-controlled-teardown").bench == "fixes.bench_profiler:run"
+    assert fixes.get("profiler-controlled-teardown").bench == "diag.fixes.bench_profiler:run"
     msgs: list[str] = []
     res = run({"quick": True, "cycles": 4, "gpu": "0"}, msgs.append)
     assert res.skipped is None and res.device == "cpu"

@@ -19,20 +19,19 @@ from profiler_standin import (
     v2_manager,
 )
 
-import fixes
-from diag import telemetry
+from diag import fixes, telemetry
 from diag.context import Context
 from diag.findings import Status
-from diag.target import Target
-from fixes.base import APPLICABLE, REFUSED, UPSTREAM
-from fixes.patcher import marked
-from fixes.profiler_controlled_teardown import (
+from diag.fixes.base import APPLICABLE, REFUSED, UPSTREAM
+from diag.fixes.profiler_controlled_teardown import (
     FIX_ID,
     ProfilerControlledTeardownFix,
     controlled_profile,
     runtime_patch,
     teardown,
 )
+from diag.patcher import marked
+from diag.target import Target
 
 torch = pytest.importorskip("torch")
 MANAGER = "srt/managers/scheduler_components/profiler_manager.py"
@@ -202,7 +201,7 @@ def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path):
 def test_runtime_patch_records_stops_with_the_fix_off(release, events, tmp_path, version, freed,
                                                       monkeypatch):
     t = release(version)
-    monkeypatch.setattr("fixes.profiler_controlled_teardown.find_importable", lambda: t)
+    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: t)
     patch = runtime_patch(version)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
@@ -224,7 +223,7 @@ def test_recorder_and_fix_stacked_emit_once(release, fix, events, tmp_path, monk
     the fix reverted while the recorder still wraps it: recording only again."""
     t = release("0.5.17")
     fix.target = t
-    monkeypatch.setattr("fixes.profiler_controlled_teardown.find_importable", lambda: t)
+    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: t)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
         rec = runtime_patch("0.5.17")
@@ -244,7 +243,7 @@ def test_recorder_and_fix_stacked_emit_once(release, fix, events, tmp_path, monk
 
 
 def test_runtime_patch_from_version_only(monkeypatch):
-    monkeypatch.setattr("fixes.profiler_controlled_teardown.find_importable", lambda: None)
+    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: None)
     old = {e.qualname for e in runtime_patch("0.5.12.post1").entries}
     new = {e.qualname for e in runtime_patch("0.5.23").entries}
     assert old == {"SchedulerProfilerMixin.stop_profile", "ProfileManager._do_stop"}
@@ -281,6 +280,6 @@ def test_teardown_helper_reports():
 def test_apply_without_sglang_is_a_clear_error(monkeypatch):
     from diag.errors import FixError
 
-    monkeypatch.setattr("fixes.profiler_controlled_teardown.find_importable", lambda: None)
+    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: None)
     with pytest.raises(FixError, match="no SGLang importable"):
         ProfilerControlledTeardownFix().apply()

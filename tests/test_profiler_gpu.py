@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import probes.profiler_reproducer as rp
-from fixes.bench_profiler import run
+import diag.probes.profiler_reproducer as rp
+from diag.fixes.bench_profiler import run
 
 pytestmark = pytest.mark.gpu
 

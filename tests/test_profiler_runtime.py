@@ -9,7 +9,7 @@ import pytest
 
 from diag.context import Context
 from diag.findings import Status
-from probes.profiler_teardown import ProfilerTeardownProbe, find_cycle, runtime_cycle
+from diag.probes.profiler_teardown import ProfilerTeardownProbe, find_cycle, runtime_cycle
 
 torch = pytest.importorskip("torch")
 
@@ -71,7 +71,7 @@ def test_cycle_check_in_a_child_process_matches_and_feeds_the_probe(release, mon
                                                                     tmp_path):
     """diagnose starts the runtime check in a child (prepare) so it overlaps other probes;
     its report is the same measurement, and the probe uses it instead of measuring inline."""
-    from probes import profiler_teardown as pt
+    from diag.probes import profiler_teardown as pt
 
     monkeypatch.setenv("DIAG_CACHE_DIR", str(tmp_path))  # an empty cache: the child must run
     child = pt.start_cycle_child()

@@ -9,8 +9,8 @@ import pytest
 
 from diag.context import Context
 from diag.findings import Status
+from diag.probes.profiler_teardown import ProfilerTeardownProbe, locate_stops
 from diag.target import Target
-from probes.profiler_teardown import ProfilerTeardownProbe, locate_stops
 
 pytestmark = pytest.mark.release
 

@@ -138,11 +138,11 @@ def test_user_sitecustomize_error_and_no_agent_without_env(tmp_path):
     with no DIAG_* variables the bootstrap loads nothing of diag."""
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "sitecustomize.py").write_text("raise ValueError('user site broke')\n")
-    boot = Path(__import__("diag.cli_run").cli_run.bootstrap_dir())
+    boot = Path(__import__("diag.engine.bootstrap", fromlist=["x"]).directory())
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     env["PYTHONPATH"] = os.pathsep.join([str(boot), str(tmp_path / "user")])
     r = subprocess.run([sys.executable, "-c",
-                        "import sys; print('diag.agent' in sys.modules, 'fixes' in sys.modules)"],
+                        "import sys; print('diag.engine.agent' in sys.modules, 'diag.fixes' in sys.modules)"],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
     assert r.stdout.split() == ["False", "False"]
@@ -160,7 +160,7 @@ def test_discovery_finds_live_run(tmp_path):
         deadline = time.monotonic() + 20
         while not list(d.glob("events-*.jsonl")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        from diag import rundir
+        from diag.engine import rundir
 
         assert d in rundir.discover()
         st = subprocess.run([*DIAG, "fix", "status", "--json"], capture_output=True, text=True,
@@ -175,7 +175,7 @@ def test_discovery_finds_live_run(tmp_path):
     finally:
         p.communicate("\n", timeout=30)
     assert p.returncode == 0
-    from diag import rundir
+    from diag.engine import rundir
 
     assert d not in rundir.discover()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diag import rundir
 from diag.cli import main
+from diag.engine import rundir
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PY = REPO / ".venv-sglang" / "bin" / "python"

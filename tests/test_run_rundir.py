@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from diag import rundir
+from diag.engine import rundir
 from diag.errors import DiagError
 
 

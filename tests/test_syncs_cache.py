@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from diag.probes.metadata_census import census
+from diag.probes.profiler_teardown import locate_stops
 from diag.target import from_path
-from probes.metadata_census import census
-from probes.profiler_teardown import locate_stops
 
 BUILDER = '''
 class StandInBackend:

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 
 from diag.context import Context, SpecConfig
 from diag.findings import Status
+from diag.probes import get as get_probe
+from diag.probes.base import run_probe
+from diag.probes.metadata_census import census
 from diag.target import from_path
-from probes import get as get_probe
-from probes.base import run_probe
-from probes.metadata_census import census
 
 pytestmark = pytest.mark.release
 ATTACH = "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta"
@@ -123,7 +123,7 @@ def test_probe_json_through_the_cli(release):
 
 def test_factories_without_a_device_are_host_tensors(tmp_path):
     """`torch.arange(n)` is made on the host; `torch.zeros_like(x)` and ops follow their input."""
-    from probes.metadata_census import scan_file
+    from diag.probes.metadata_census import scan_file
 
     src = tmp_path / "standin_backend.py"
     src.write_text(

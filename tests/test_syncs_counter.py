@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from diag import telemetry
-from probes.sync_counter import (
+from diag.probes.sync_counter import (
     DeviceTags,
     count_syncs,
     counted,

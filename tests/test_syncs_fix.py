@@ -9,11 +9,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import fixes
+from diag import fixes
 from diag.errors import FixError
+from diag.fixes import repeat_interleave_output_size as ri
+from diag.probes import builder_harness as h
 from diag.target import Target
-from fixes import repeat_interleave_output_size as ri
-from probes import builder_harness as h
 
 pytestmark = pytest.mark.release
 FIX = "repeat-interleave-output-size"
@@ -173,7 +173,7 @@ def test_apply_without_an_importable_sglang_is_a_fix_error():
 
 @pytest.mark.slow
 def test_bench_runs_on_cpu_with_counts_and_says_time_is_not_measured(release):
-    from fixes.bench_metadata import run
+    from diag.fixes.bench_metadata import run
 
     release("0.5.17")
     res = run({"quick": True, "sglang": "0.5.17"}, lambda msg: None)
@@ -186,7 +186,7 @@ def test_bench_runs_on_cpu_with_counts_and_says_time_is_not_measured(release):
 
 
 def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
-    from fixes.bench_metadata import run
+    from diag.fixes.bench_metadata import run
 
     release("0.5.23")
     res = run({"quick": True, "sglang": "0.5.23"}, lambda msg: None)
@@ -195,7 +195,7 @@ def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
 
 def test_fix_over_the_runtime_sync_counter_keeps_counting(release):
     from diag import telemetry
-    from probes.sync_counter import runtime_patch
+    from diag.probes.sync_counter import runtime_patch
 
     t = release("0.5.17")
     cls = h.dsv4_class(t)
@@ -245,7 +245,7 @@ def test_rewrite_function_gives_an_added_keyword_only_parameter_its_default(tmp_
     import ast
     import importlib.util
 
-    from fixes.patcher import PatchError, rewrite_function
+    from diag.patcher import PatchError, rewrite_function
 
     path = tmp_path / "kwmod.py"
     path.write_text("LIMIT = 7\n\n\nclass C:\n    def f(self, x, *, scale=[2]):\n"

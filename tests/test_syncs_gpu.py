@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probes import builder_harness as h
-from probes.sync_counter import DeviceTags, count_syncs
+from diag.probes import builder_harness as h
+from diag.probes.sync_counter import DeviceTags, count_syncs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.release]
 
@@ -76,7 +76,7 @@ def test_cpu_count_equals_gpu_count_for_the_real_builder(release, version):
 
 
 def test_patched_builder_equal_on_gpu(release):
-    from fixes import repeat_interleave_output_size as ri
+    from diag.fixes import repeat_interleave_output_size as ri
 
     cls = h.dsv4_class(release("0.5.17"))
     expr = ri.host_count_expr("draft")
@@ -97,7 +97,7 @@ def test_patched_builder_equal_on_gpu(release):
 def test_bench_on_gpu_counts_and_times(release):
     """The bench's counts and that it measured both sides; the time ratio itself is a bench
     figure (diag bench), not a test threshold."""
-    from fixes.bench_metadata import run
+    from diag.fixes.bench_metadata import run
 
     release("0.5.17")
     res = run({"sglang": "0.5.17", "quick": True}, print)

@@ -11,8 +11,8 @@ import time
 import pytest
 from tui_standins import bench_gate, bench_started, standin_backend
 
-from tui.app import HelpScreen, make_app
-from tui.backend import Backend
+from diag.tui.app import HelpScreen, make_app
+from diag.tui.backend import Backend
 
 pytestmark = pytest.mark.release
 SIZE = (140, 45)
@@ -184,7 +184,7 @@ def test_missing_target_is_a_line_on_screen_not_a_traceback(tmp_path):
 
 def test_run_dir_live_timings_syncs_and_engine_ack(release, tmp_path):
     """A real run directory written with the agent's EventWriter; control through rundir."""
-    from diag import rundir
+    from diag.engine import rundir
 
     d = rundir.create_run_dir(tmp_path / "run")
     w = rundir.EventWriter(d)
@@ -287,8 +287,8 @@ def test_real_fix_applies_and_reverts_in_this_process(release):
 
 
 def test_a_live_engine_is_named_in_the_header(release, tmp_path, monkeypatch):
-    """Discovery (diag.rundir.discover) of a run directory with a live process; not attached."""
-    from diag import rundir
+    """Discovery (diag.engine.rundir.discover) of a run directory with a live process; not attached."""
+    from diag.engine import rundir
 
     release("0.5.17")
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)

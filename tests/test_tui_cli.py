@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from diag.cli import main
-from tui import data
-from tui.model import Model
+from diag.tui import data
+from diag.tui.model import Model
 
 
 def test_diag_help_and_tui_help_do_not_import_textual():

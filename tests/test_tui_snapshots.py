@@ -10,7 +10,7 @@ import pytest
 from test_tui_app import show_tab, until
 from tui_standins import bench_gate, standin_backend
 
-from tui.app import make_app
+from diag.tui.app import make_app
 
 pytestmark = pytest.mark.release
 SIZE = (140, 45)

@@ -13,9 +13,9 @@ import types
 
 from diag.bench import BenchResult, Row, Stats
 from diag.findings import Finding, Status, location, metric, note
-from fixes.base import APPLICABLE, Applicability, Fix
-from fixes.patcher import Patch
-from tui.backend import Backend
+from diag.fixes.base import APPLICABLE, Applicability, Fix
+from diag.patcher import Patch
+from diag.tui.backend import Backend
 
 STANDIN_MODULE = "diag_tui_standin_module"
 DSV4 = "sglang/srt/layers/attention/deepseek_v4_backend_hip_radix.py"

@@ -21,13 +21,13 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from diag import __version__
-from tui import data
-from tui.backend import Backend
-from tui.fixes_view import FixesView
-from tui.model import Model
-from tui.overview import Overview
-from tui.syncs_view import SyncsView
-from tui.timings import TimingsView
+from diag.tui import data
+from diag.tui.backend import Backend
+from diag.tui.fixes_view import FixesView
+from diag.tui.model import Model
+from diag.tui.overview import Overview
+from diag.tui.syncs_view import SyncsView
+from diag.tui.timings import TimingsView
 
 RENDER_HZ = 4
 MIN_POLL_S = 0.25

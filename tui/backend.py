@@ -11,8 +11,8 @@ from typing import Any
 
 from diag.bench import BenchResult
 from diag.findings import Finding
-from tui import data
-from tui.data import FixView, Header
+from diag.tui import data
+from diag.tui.data import FixView, Header
 
 
 class Backend:

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Vertical
 from textual.widgets import Label, Sparkline
 
-from tui import data
+from diag.tui import data
 
 
 class Chart(Vertical):

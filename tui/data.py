@@ -3,7 +3,7 @@
 Headless (no textual import): the app's workers call these functions and the handlers render
 what they return. Whatever cannot be read comes back as `NA` or as a `SourceState` that says
 why, never as an exception (nvitop's `NA`): an unreachable server is a fact on screen.
-Other packages' APIs (`diag.rundir`, `diag.server`, the probes, the fixes) are called only
+Other packages' APIs (`diag.engine.rundir`, `diag.server`, the probes, the fixes) are called only
 here, so a change in them touches this one module.
 """
 
@@ -122,17 +122,17 @@ def pending_findings(probe_ids: list[str]) -> list[FindingView]:
 
 
 def probe_ids() -> list[str]:
-    from probes import all_ids
+    from diag.probes import all_ids
 
     return all_ids()
 
 
 def run_probe(ctx, probe_id: str) -> list[Finding]:
     """The probe's findings; a probe that cannot load or crashes becomes an `error` finding."""
-    from probes.base import run_probe as _run
+    from diag.probes.base import run_probe as _run
 
     try:
-        from probes import get
+        from diag.probes import get
 
         probe = get(probe_id)
     except Exception as e:
@@ -165,13 +165,13 @@ class FixView:
 
 
 def fix_ids() -> list[str]:
-    from fixes import all_ids
+    from diag.fixes import all_ids
 
     return all_ids()
 
 
 def get_fix(fix_id: str):
-    import fixes
+    from diag import fixes
 
     return fixes.get(fix_id)
 
@@ -230,7 +230,7 @@ class SourceState:
 
 def request_engine_fix(run_dir: str, fix_id: str, action: str) -> str:
     """Ask the engine's agents (through the run directory) to apply/revert a fix."""
-    from diag import rundir
+    from diag.engine import rundir
 
     rid = rundir.request(run_dir, fix_id, action)
     return f"requested {action} of {fix_id} in the engine (request {rid}); waiting for the ack"
@@ -238,13 +238,13 @@ def request_engine_fix(run_dir: str, fix_id: str, action: str) -> str:
 
 def discover_run_dirs() -> list[str]:
     """Run directories of live engines started under `diag run` (process scan + registry)."""
-    from diag import rundir
+    from diag.engine import rundir
 
     return [str(p) for p in rundir.discover()]
 
 
 class RunDirReader:
-    """Tails a run directory's event files (`events-<pid>[.1].jsonl`, schema in `diag.rundir`).
+    """Tails a run directory's event files (`events-<pid>[.1].jsonl`, schema in `diag.engine.rundir`).
 
     Each poll reads only what was appended since the last one; the fix states and acks come from
     `rundir.read_state`, the one authority on them. Raises DiagError on an unsafe/missing dir.
@@ -260,7 +260,7 @@ class RunDirReader:
     def poll(self) -> tuple[Any, list[dict[str, Any]]]:
         from pathlib import Path
 
-        from diag import rundir
+        from diag.engine import rundir
 
         state = rundir.read_state(self.run_dir)
         d = Path(state.run_dir)

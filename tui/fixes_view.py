@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.data import FixView, fmt_value
-from tui.model import Model
-from tui.tables import fill
+from diag.tui.data import FixView, fmt_value
+from diag.tui.model import Model
+from diag.tui.tables import fill
 
 COLUMNS = ("fix", "applicability", "state", "acknowledgement")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from diag.bench import BenchResult
 from diag.findings import Finding
-from tui import data
-from tui.data import NA, FindingView, FixView, Header, SourceState, SyncRow, TimingRow
+from diag.tui import data
+from diag.tui.data import NA, FindingView, FixView, Header, SourceState, SyncRow, TimingRow
 
 SERIES_LEN = 60  # points kept per chart
 

@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from diag import __version__
-from tui import data
-from tui.backend import Backend
-from tui.model import Model
+from diag.tui import data
+from diag.tui.backend import Backend
+from diag.tui.model import Model
 
 
 def fill(backend: Backend, model: Model | None = None) -> Model:

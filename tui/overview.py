@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from tui.data import FindingView
-from tui.model import Model
-from tui.tables import fill
+from diag.tui.data import FindingView
+from diag.tui.model import Model
+from diag.tui.tables import fill
 
 COLUMNS = ("status", "probe", "summary")
 

@@ -6,9 +6,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.data import fmt_value, short_path
-from tui.model import Model
-from tui.tables import fill
+from diag.tui.data import fmt_value, short_path
+from diag.tui.model import Model
+from diag.tui.tables import fill
 
 COLUMNS = ("builder", "before", "after", "file:line", "source")
 

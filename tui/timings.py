@@ -7,10 +7,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
-from tui.charts import Charts
-from tui.data import fmt_ratio, fmt_stats
-from tui.model import Model
-from tui.tables import fill
+from diag.tui.charts import Charts
+from diag.tui.data import fmt_ratio, fmt_stats
+from diag.tui.model import Model
+from diag.tui.tables import fill
 
 COLUMNS = ("fix", "metric", "before", "after", "after/before", "source", "note")
 

@@ -23,7 +23,7 @@ def scheduler(out: str, stop: str, batches: int, pause: float, inject: bool) -> 
     from standin_scheduler import StandinScheduler
 
     if inject:  # make the agent's per-batch safe point raise: the engine must not notice
-        from diag import agent
+        from diag.engine import agent
 
         def boom() -> None:
             raise RuntimeError("injected failure in the per-batch hook")

@@ -3,8 +3,8 @@ through the real patcher, so toggling them exercises the agent's real control pa
 
 from __future__ import annotations
 
-from fixes.base import APPLICABLE, Applicability, Fix
-from fixes.patcher import Patch
+from diag.fixes.base import APPLICABLE, Applicability, Fix
+from diag.patcher import Patch
 
 
 class StandinToggleFix(Fix):
@@ -43,7 +43,7 @@ class StandinBrokenFix(StandinToggleFix):
 
 
 def register() -> None:
-    import fixes
+    from diag import fixes
 
     fixes.REGISTRY.setdefault("standin-toggle", "standin_fixes:StandinToggleFix")
     fixes.REGISTRY.setdefault("standin-broken", "standin_fixes:StandinBrokenFix")

@@ -9,7 +9,7 @@ import sys
 import click
 
 from diag import __version__
-from diag.cli_common import build_context, guarded, log, output_options, target_options
+from diag.cli.common import build_context, guarded, log, output_options, target_options
 from diag.errors import EXIT_USAGE
 
 
@@ -33,12 +33,12 @@ class LazyGroup(click.Group):
 
 
 LAZY = {
-    "env": "diag.cli_env:env",
-    "fix": "diag.cli_fix:fix",
-    "run": "diag.cli_run:run",
-    "bench": "diag.cli_bench:bench",
-    "tui": "diag.cli_tui:tui",
-    "fleet": "diag.cli_fleet:fleet",
+    "env": "diag.cli.env:env",
+    "fix": "diag.cli.fix:fix",
+    "run": "diag.cli.run:run",
+    "bench": "diag.cli.bench:bench",
+    "tui": "diag.cli.tui:tui",
+    "fleet": "diag.cli.fleet:fleet",
 }
 
 
@@ -56,8 +56,8 @@ def main(verbose: bool) -> None:
 
 def _run_probes(ctx, ids: list[str], verbose: bool):
     from diag.findings import Finding, Status
-    from probes import get
-    from probes.base import run_probe
+    from diag.probes import get
+    from diag.probes.base import run_probe
 
     findings = []
     probes = []
@@ -102,7 +102,7 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
 def diagnose(cctx: click.Context, as_json: bool, fail_on: str, execute: bool, full: bool,
              **target_kw) -> None:
     """Run every probe against the target and report."""
-    from probes import all_ids
+    from diag.probes import all_ids
 
     verbose = cctx.find_root().params["verbose"]
     ctx = build_context(**target_kw, execute=execute, full=full)
@@ -124,7 +124,7 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     """Run one probe (PROBE_ID), or list them with --list."""
     import json
 
-    from probes import REGISTRY, get
+    from diag.probes import REGISTRY, get
 
     if list_ or not probe_id:
         rows = [{"id": pid, "title": get(pid).title, "fixes": list(get(pid).fixes)}

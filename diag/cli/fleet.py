@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from diag.cli_common import guarded
+from diag.cli.common import guarded
 
 
 def _window(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
-    from diag.fleet import parse_window
+    from diag.engine.fleet import parse_window
 
     try:
         return parse_window(value)
@@ -35,7 +35,7 @@ def fleet(url: str, window_s: int, timeout: float, as_json: bool) -> None:
     """
     import json
 
-    from diag.fleet import collect, render
+    from diag.engine.fleet import collect, render
 
     report = collect(url, window_s=window_s, timeout=timeout)
     if as_json:

@@ -8,25 +8,21 @@ from pathlib import Path
 
 import click
 
-from diag.cli_common import guarded
+from diag.cli.common import guarded
 from diag.errors import EXIT_USAGE, DiagError
-
-
-def bootstrap_dir() -> Path:
-    return Path(__file__).resolve().parent / "bootstrap"
 
 
 def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
               base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment CMD runs in: bootstrap first on PYTHONPATH, the agent's DIAG_* settings."""
-    from diag import rundir
+    from diag.engine import bootstrap, rundir
 
     env = dict(os.environ if base is None else base)
-    boot = str(bootstrap_dir())
+    boot = str(bootstrap.directory())
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
     env["PYTHONPATH"] = os.pathsep.join([boot, *parts])
     env[rundir.ENV_RUN_DIR] = str(run_dir)
-    env["DIAG_HOME"] = str(Path(__file__).resolve().parent.parent)  # where `diag` is importable
+    env["DIAG_HOME"] = str(bootstrap.home())  # where `diag` is importable
     env[rundir.ENV_AGENT] = "1"
     if fix_ids:
         env[rundir.ENV_FIXES] = ",".join(fix_ids)
@@ -57,8 +53,8 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     The process becomes CMD (exec): its exit code and signals are CMD's own. The run directory
     is printed on stderr; read it with `diag fix status --run-dir DIR`.
     """
-    import fixes
-    from diag import agent, rundir
+    from diag import fixes
+    from diag.engine import agent, rundir
 
     known_fixes = fixes.all_ids()
     fx = agent._split(",".join(fix_ids), known_fixes)

@@ -31,7 +31,7 @@ PREFIX = "diag_"
 
 # Label values are kept to small, known sets; anything else is folded into "other".
 MODES = ("graph", "eager")
-# The states the agent reports (diag.agent; fixes.base applicability statuses).
+# The states the agent reports (diag.engine.agent; fixes.base applicability statuses).
 FIX_STATES = ("applied", "pending", "reverted", "refused", "failed", "upstream", "not-needed",
               "not-applicable")
 MAX_BUILDERS = 32
@@ -96,7 +96,7 @@ def install() -> bool:
         poll()
         return True
     except Exception:
-        _log.debug("diag.metrics install failed", exc_info=True)
+        _log.debug("diag.engine.metrics install failed", exc_info=True)
         return False
 
 
@@ -112,7 +112,7 @@ def _when_engine_imports_prometheus_client() -> None:
 
         wrapt.register_post_import_hook(lambda _module: poll(), "prometheus_client")
     except Exception:
-        _log.debug("diag.metrics: no post-import hook", exc_info=True)
+        _log.debug("diag.engine.metrics: no post-import hook", exc_info=True)
 
 
 def uninstall() -> None:
@@ -123,7 +123,7 @@ def uninstall() -> None:
             telemetry.remove_sink(_sink)
             _installed = False
     except Exception:
-        _log.debug("diag.metrics uninstall failed", exc_info=True)
+        _log.debug("diag.engine.metrics uninstall failed", exc_info=True)
 
 
 def poll() -> bool:
@@ -140,7 +140,7 @@ def poll() -> bool:
                     _after_fork_replay(m)
         return m is not None
     except Exception:
-        _log.debug("diag.metrics poll failed", exc_info=True)
+        _log.debug("diag.engine.metrics poll failed", exc_info=True)
         return False
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from diag.cli_common import guarded
+from diag.cli.common import guarded
 from diag.errors import EXIT_USAGE, DiagError
 
 
@@ -52,7 +52,7 @@ def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_ur
             raise DiagError(f"`diag tui` needs {need}, which is not installed here "
                             "(pip install textual); `diag diagnose` and `diag bench` work without it")
     if once:
-        from tui.once import render_once
+        from diag.tui.once import render_once
 
         click.echo(render_once(sglang=sglang, platform=platform, run_dir=run_dir,
                                server_url=server_url, execute=execute, width=width), nl=False)
@@ -60,7 +60,7 @@ def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_ur
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         raise DiagError("`diag tui` needs a terminal (use --once for a text frame)",
                         exit_code=EXIT_USAGE)
-    from tui.app import make_app
+    from diag.tui.app import make_app
 
     app = make_app(sglang, platform, run_dir, server_url, execute=execute,
                    poll_interval=poll_interval, export_path=export_path)

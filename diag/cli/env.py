@@ -6,7 +6,7 @@ import json
 
 import click
 
-from diag.cli_common import guarded, log
+from diag.cli.common import guarded, log
 
 
 @click.command()
@@ -27,7 +27,7 @@ def env(sglang: str | None, as_json: bool) -> None:
 def agent_runs() -> list[dict]:
     """Live run directories (psutil scan + registry) with each process's fix states."""
     try:
-        from diag import rundir
+        from diag.engine import rundir
 
         out = []
         for d in rundir.discover():

@@ -8,7 +8,7 @@ import json
 
 import click
 
-from diag.cli_common import guarded, log
+from diag.cli.common import guarded, log
 from diag.errors import DiagError
 
 
@@ -25,7 +25,7 @@ from diag.errors import DiagError
 def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | None,
           params: tuple[str, ...], out: str | None) -> None:
     """Measure each fix before and after (all fixes with a bench, or FIX_IDS)."""
-    import fixes
+    from diag import fixes
     from diag.bench import render
 
     ids = list(fix_ids) or [f for f in fixes.all_ids() if getattr(fixes.get(f), "bench", None)]

@@ -2,7 +2,7 @@
 control requests — inside every process of an engine, without ever taking the engine down.
 
 It is started by the bootstrap `sitecustomize` (`diag run`), by the SGLang plugin entry point, or
-by `diag.api`. Configuration comes from the environment (names in `diag.rundir`): `DIAG_RUN_DIR`,
+by `diag.api`. Configuration comes from the environment (names in `diag.engine.rundir`): `DIAG_RUN_DIR`,
 `DIAG_FIXES` (ids or `all`), `DIAG_PROBES` (runtime counters: probe ids or `all`),
 `DIAG_CONTROL_POLL`, `DIAG_EVENTS_MAX_BYTES`, `DIAG_BATCH_HOOK`, `DIAG_PLATFORM`.
 
@@ -22,7 +22,7 @@ applied (the safe point):
   afterwards see the new state. Programs with their own loop can call `diag.api.safe_point()` to
   apply pending requests at a point of their choosing instead (set `DIAG_CONTROL=manual`).
 
-Every failure is logged (logger `diag.agent`), recorded as an `error` event, and leaves that
+Every failure is logged (logger `diag.engine.agent`), recorded as an `error` event, and leaves that
 part of the engine unpatched.
 """
 
@@ -39,7 +39,8 @@ import traceback
 from collections import deque
 from typing import Any
 
-from diag import rundir, telemetry
+from diag import telemetry
+from diag.engine import rundir
 
 log = logging.getLogger("diag.agent")
 
@@ -52,9 +53,9 @@ DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
 # Runtime counters: probe id -> (module, function) returning a fixes.patcher.Patch that emits
 # telemetry. Written by the probes' and fixes' own modules; missing ones are "unavailable".
 RUNTIME_COUNTERS: dict[str, tuple[str, str]] = {
-    "metadata-syncs": ("probes.sync_counter", "runtime_patch"),
-    "draft-extend-graph": ("probes.draft_extend_runtime", "runtime_patch"),
-    "profiler-teardown": ("fixes.profiler_controlled_teardown", "runtime_patch"),
+    "metadata-syncs": ("diag.probes.sync_counter", "runtime_patch"),
+    "draft-extend-graph": ("diag.probes.draft_extend_runtime", "runtime_patch"),
+    "profiler-teardown": ("diag.fixes.profiler_controlled_teardown", "runtime_patch"),
 }
 
 # Metadata builders counted by "metadata-syncs" (SGLANG.md); only those present in the running
@@ -145,7 +146,7 @@ class Agent:
     """One per process (re-created in a forked child)."""
 
     def __init__(self, source: str = "api") -> None:
-        import fixes
+        from diag import fixes
 
         self.source = source
         self.run_dir = os.environ.get(rundir.ENV_RUN_DIR) or None
@@ -206,8 +207,8 @@ class Agent:
         try:
             import importlib.util
 
-            if importlib.util.find_spec("diag.metrics") is not None:
-                from diag import metrics
+            if importlib.util.find_spec("diag.engine.metrics") is not None:
+                from diag.engine import metrics
 
                 metrics.install()
         except Exception as e:
@@ -272,8 +273,8 @@ class Agent:
 
     def _apply(self, fid: str, target: Any = None, check: bool = True) -> tuple[str, str]:
         """Apply one fix; (state, reason). Never raises."""
-        import fixes
-        from fixes.base import APPLICABLE
+        from diag import fixes
+        from diag.fixes.base import APPLICABLE
 
         try:
             fix = fixes.get(fid)
@@ -305,7 +306,7 @@ class Agent:
             return "failed", f"{type(e).__name__}: {e}"
 
     def _fix_state(self, fid: str) -> tuple[str, str]:
-        import fixes
+        from diag import fixes
 
         fix = fixes.get(fid)
         errs = self._patch_errors(fix)
@@ -335,7 +336,7 @@ class Agent:
         return out
 
     def _revert(self, fid: str) -> tuple[bool, str, str]:
-        import fixes
+        from diag import fixes
 
         try:
             fix = fixes.get(fid)
@@ -422,8 +423,8 @@ class Agent:
         """The SYNC_BUILDERS present in the running release's source (by AST; never imported)."""
         import ast
 
+        from diag.patcher import PatchError, find_def
         from diag.target import find_importable
-        from fixes.patcher import PatchError, find_def
 
         target = find_importable()
         if target is None:
@@ -459,7 +460,7 @@ class Agent:
         if self.writer is None or self.manual:
             return
         try:
-            from fixes.patcher import Patch
+            from diag.patcher import Patch
 
             spec = os.environ.get(ENV_BATCH_HOOK, DEFAULT_BATCH_HOOK)
             patch = Patch("diag-agent-batch-hook")

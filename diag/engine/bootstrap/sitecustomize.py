@@ -44,7 +44,7 @@ def _start_agent() -> None:
     home = env.get("DIAG_HOME")
     if home and importlib.util.find_spec("diag") is None:
         sys.path.append(home)  # last: never shadows the program's own modules
-    from diag import agent
+    from diag.engine import agent
 
     agent.start("bootstrap")
 

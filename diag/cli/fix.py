@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from diag.cli_common import build_context, guarded, target_options
+from diag.cli.common import build_context, guarded, target_options
 
 
 @click.group()
@@ -21,7 +21,7 @@ def fix() -> None:
 @guarded
 def list_(as_json: bool, **target_kw) -> None:
     """Every registered fix and whether it applies to the target."""
-    import fixes
+    from diag import fixes
 
     ctx = build_context(**target_kw, execute=False)
     rows = []
@@ -49,7 +49,7 @@ def list_(as_json: bool, **target_kw) -> None:
 
 def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: float,
              as_json: bool) -> None:
-    from diag import rundir
+    from diag.engine import rundir
     from diag.errors import EXIT_FIX_FAILED, DiagError
 
     d = rundir.check_run_dir(run_dir)
@@ -78,9 +78,9 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
 
 
 def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
-    import fixes
+    from diag import fixes
     from diag.errors import EXIT_FIX_FAILED
-    from fixes.base import APPLICABLE, UPSTREAM
+    from diag.fixes.base import APPLICABLE, UPSTREAM
 
     fix = fixes.get(fix_id)
     if action == "apply":
@@ -114,7 +114,7 @@ def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
 
 
 def _check_id(fix_id: str) -> str:
-    import fixes
+    from diag import fixes
 
     if fix_id not in fixes.all_ids():
         raise click.UsageError(f"unknown fix {fix_id!r} (known: {', '.join(fixes.all_ids())})")
@@ -174,8 +174,8 @@ def _fmt_counters(c: dict) -> list[str]:
 @guarded
 def status(run_dir: str | None, as_json: bool) -> None:
     """Per engine process: fixes, runtime counters, last events (from the run directory)."""
-    from diag import rundir
-    from diag.cli_common import log
+    from diag.cli.common import log
+    from diag.engine import rundir
 
     dirs = [run_dir] if run_dir else [str(p) for p in rundir.discover()]
     states = [rundir.read_state(d) for d in dirs]
@@ -226,11 +226,11 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
           **target_kw) -> None:
     """For CI: exit 0 only when every required fix is `applicable` or `upstream` for the target
     and platform and, where the release's code loads here, its dry application fits; else 4."""
-    import fixes
-    from diag.agent import _split
+    from diag import fixes
+    from diag.engine.agent import _split
+    from diag.engine.fix_check import dry_apply
     from diag.errors import EXIT_FIX_FAILED
-    from diag.fix_check import dry_apply
-    from fixes.base import APPLICABLE, UPSTREAM
+    from diag.fixes.base import APPLICABLE, UPSTREAM
 
     req = _split(",".join(required) or "all", fixes.all_ids())
     for r in req:

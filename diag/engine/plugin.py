@@ -6,7 +6,7 @@ entry point of the group unless `SGLANG_PLUGINS` is set: then only the names in 
 are loaded (`load_plugins_by_group`, checked in 0.5.23's `sglang/srt/plugins/__init__.py`), and
 distributions of an unselected `SGLANG_PLATFORM` plugin are skipped. So:
 
-- `SGLANG_PLUGINS` unset or empty: `diag.plugin:load` is called in every engine process;
+- `SGLANG_PLUGINS` unset or empty: `diag.engine.plugin:load` is called in every engine process;
 - `SGLANG_PLUGINS=a,b`: add `diag` to the list (`SGLANG_PLUGINS=a,b,diag`) or it is not loaded.
 
 `load` does nothing unless the `DIAG_*` environment asks for the agent (`DIAG_RUN_DIR`,
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 def load() -> None:
     try:
-        from diag import agent
+        from diag.engine import agent
 
         if agent.wanted():
             agent.start("plugin")

@@ -1,7 +1,7 @@
 """`diag fix check`: can each fix go into a given SGLang release on a given platform?
 
 Two levels: `applies_to` (from the release's source, no import), and — where the release's code
-can be loaded here — a dry application in a child interpreter (`python -m diag.fix_check`): the
+can be loaded here — a dry application in a child interpreter (`python -m diag.engine.fix_check`): the
 release's tree first on `PYTHONPATH`, each fix applied, every module it patches imported, the
 patch checked in place, then reverted and checked restored. A child that cannot import the
 release (SGLang's requirements missing) says so; that is `skipped`, not a failure.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from diag import rundir
+from diag.engine import rundir
 
 DRY_TIMEOUT_S = 300.0
 
@@ -31,7 +31,7 @@ def dry_apply(target_root: str, fix_ids: list[str], platform: str,
     for k in (rundir.ENV_RUN_DIR, rundir.ENV_FIXES, rundir.ENV_PROBES):
         env.pop(k, None)
     env[rundir.ENV_AGENT] = "0"  # no agent in the child: it applies the fixes itself
-    cmd = [python or sys.executable, "-m", "diag.fix_check", target_root, platform, *fix_ids]
+    cmd = [python or sys.executable, "-m", "diag.engine.fix_check", target_root, platform, *fix_ids]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -52,7 +52,7 @@ def dry_apply(target_root: str, fix_ids: list[str], platform: str,
 
 
 def _patches(fix: Any) -> list[Any]:
-    from diag.agent import Agent
+    from diag.engine.agent import Agent
 
     return Agent._patches(fix)
 
@@ -60,8 +60,8 @@ def _patches(fix: Any) -> list[Any]:
 def _one(fid: str, target: Any, platform: str) -> dict[str, str]:
     import importlib
 
-    import fixes
-    from fixes.base import APPLICABLE
+    from diag import fixes
+    from diag.fixes.base import APPLICABLE
 
     fix = fixes.get(fid)
     a = fix.applies_to(target, platform)

@@ -1,7 +1,7 @@
 """The fleet view: per-instance diag state read from a Prometheus server's HTTP API.
 
 Every SGLang server's `/metrics` carries the `diag_*` series its engine processes record
-(`diag.metrics`). Prometheus scrapes them with the `instance` and `job` labels; this module asks
+(`diag.engine.metrics`). Prometheus scrapes them with the `instance` and `job` labels; this module asks
 Prometheus (`/api/v1/query`, `/api/v1/query_range`, stdlib urllib with a timeout) for, per
 instance: which fixes are on, syncs per step, the draft-extend eager share, SGLang's own latency
 and acceptance series, and a before/after split wherever a fix changed state in the window.

@@ -1,1 +1,0 @@
-"""The bootstrap directory `diag run` puts first on PYTHONPATH (holds only `sitecustomize`)."""

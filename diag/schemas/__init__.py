@@ -1,0 +1,1 @@
+"""JSON Schemas of diag's JSON outputs (loaded with importlib.resources)."""
