@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
-import pytest
 import psutil
+import pytest
 from tui_standins import bench_gate, bench_started, gates, standin_backend
 
 from diag.tui.app import HelpScreen, make_app

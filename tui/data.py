@@ -808,9 +808,10 @@ def fmt_value(v: Any, unit: str = "") -> str:
     return f"{text} {unit}" if unit and unit != "syncs" else text
 
 
-def fmt_stats(s: Stats | None, unit: str, compact: bool = False) -> str:
+def fmt_stats(s: Stats | None, unit: str, compact: bool = False, n: bool = True) -> str:
     """Median with IQR and n in plain notation: `167 ms (IQR 110–280, n=10)`; compact:
-    `167 ms (110–280) n=10`. A spread of zero is left out (`2 (n=9)`)."""
+    `167 ms (110–280) n=10` (`n=False`: without n, shown elsewhere). A spread of zero is left
+    out (`2 (n=9)`)."""
     if s is None:
         return "-"
     if unit == "s":
@@ -819,17 +820,18 @@ def fmt_stats(s: Stats | None, unit: str, compact: bool = False) -> str:
     else:
         med, lo, hi = sig(s.median), sig(s.p25), sig(s.p75)
         suffix = f" {unit}" if unit and unit not in ("syncs",) and not compact else ""
+    count = f" n={s.n}" if n else ""
     if s.n > 1 and lo != hi:
-        return (f"{med}{suffix} ({lo}–{hi}) n={s.n}" if compact
+        return (f"{med}{suffix} ({lo}–{hi}){count}" if compact
                 else f"{med}{suffix} (IQR {lo}–{hi}, n={s.n})")
-    return f"{med}{suffix} n={s.n}" if compact else f"{med}{suffix} (n={s.n})"
+    return f"{med}{suffix}{count}" if compact else f"{med}{suffix} (n={s.n})"
 
 
 _WORSE = {"s": "slower", "": "more"}
 _BETTER = {"s": "faster", "": "fewer"}
 
 
-def ratio_text(r: TimingRow | Row) -> tuple[str, str]:
+def ratio_text(r: TimingRow | Row, short: bool = False) -> tuple[str, str]:
     """(text, style) of after/before with its direction: `6.3× faster` green, `19× slower` red,
     or yellow with `(expected: WHY)` when the bench row declares the worse ratio expected.
     Lower is better for every before/after row diag measures (times, syncs, memory, crashes)."""
@@ -846,7 +848,7 @@ def ratio_text(r: TimingRow | Row) -> tuple[str, str]:
         return f"{sig(1 / ratio, 2)}× {_BETTER[kind]}", "bold green"
     text = f"{sig(ratio, 2)}× {_WORSE[kind]}"
     if expected:
-        return f"{text} (expected: {expected})", "yellow"
+        return (f"{text} (expected)" if short else f"{text} (expected: {expected})"), "yellow"
     return text, "bold red"
 
 

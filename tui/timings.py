@@ -14,9 +14,11 @@ from diag.tui.data import TimingRow, fmt_stats, ratio_text
 from diag.tui.model import Model
 from diag.tui.tables import Col, fill
 
-COLUMNS = (Col("fix", drop=5), Col("metric", shrink=True, min=14),
-           Col("before"), Col("after"), Col("change"),
+COLUMNS = (Col("fix", drop=5), Col("metric", shrink=True, min=12),
+           Col("before (IQR) n"), Col("after (IQR) n"), Col("change"),
            Col("source", drop=11), Col("note", drop=12))
+NARROW = tuple(Col(c.name.replace(" n", ""), c.drop, c.shrink, c.min) for c in COLUMNS)
+WIDE = 120  # below this the cells leave out n (the detail pane has it) and the why of a change
 
 
 def metric_cell(model: Model, r: TimingRow) -> Text:
@@ -64,14 +66,15 @@ class TimingsView(Vertical):
 
     def show(self, model: Model, bench_running: bool) -> None:
         out = []
+        wide = (self.size.width or self.app.size.width) >= WIDE
         for r in model.timing_rows():
-            text, style = ratio_text(r)
-            out.append((r.fix, metric_cell(model, r), fmt_stats(r.before, r.unit, True),
-                        fmt_stats(r.after, r.unit, True), Text(text, style=style), r.source,
-                        r.note))
+            text, style = ratio_text(r, short=not wide)
+            out.append((r.fix, metric_cell(model, r), fmt_stats(r.before, r.unit, True, wide),
+                        fmt_stats(r.after, r.unit, True, wide), Text(text, style=style),
+                        r.source, r.note))
         if not out:
             out.append(("-", "no timings yet", "", "", "", "", "b: bench; --run-dir/--server: live"))
-        fill(self.query_one("#timings", DataTable), COLUMNS, out)
+        fill(self.query_one("#timings", DataTable), COLUMNS if wide else NARROW, out)
         line = self.query_one("#bench-line", Static)
         bar = self.query_one("#bench-bar", ProgressBar)
         bar.display = bench_running
