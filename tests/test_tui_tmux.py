@@ -1,5 +1,5 @@
-"""End to end in a real terminal: the installed `diag tui` in 140×45 and 80×24 tmux windows, as a new
-user would start it, with the real probes and fixes on the real 0.5.17 release."""
+"""End to end in a real terminal: the installed `diag tui` in 140×45 and 80×24 tmux windows,
+as a new user would start it, with the real probes and fixes on the real 0.5.17 release."""
 
 from __future__ import annotations
 
