@@ -292,9 +292,9 @@ def test_run_dir_live_timings_syncs_and_engine_ack(release, tmp_path):
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.probes_done and app.model.engine_timings)
             by_metric = {r.metric: r for r in app.model.timing_rows()}
-            syncs = by_metric["syncs per metadata build"]
+            syncs = by_metric["syncs per call"]
             assert (syncs.before.median, syncs.after.median) == (2, 0)
-            de = by_metric["draft-extend step (eager → graph)"]
+            de = by_metric["draft-extend time, eager → graph"]
             assert de.ratio == pytest.approx(0.18 / 1.1)
             await show_tab(pilot, "tab-syncs")
             rows = cell_texts(app.query_one("#syncs"))

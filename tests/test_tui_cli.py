@@ -196,12 +196,14 @@ def test_engine_view_splits_before_after_by_fix_state_per_process():
     ]
     rows, syncs, series = data.engine_view(ev)
     by = {r.metric: r for r in rows}
-    assert by["syncs per metadata build"].before.n == 1
-    assert by["syncs per metadata build"].after.n == 2
-    assert by["metadata build host time"].ratio == pytest.approx(0.1)
-    assert by["profiler stop"].before.median == 0.5 and by["profiler stop"].after is None
+    assert by["syncs per call"].before.n == 1
+    assert by["syncs per call"].after.n == 2
+    assert by["syncs per call"].fix == "repeat-interleave-output-size"  # the probe's declaration
+    assert by["syncs time"].ratio == pytest.approx(0.1)
+    assert by["profiler-stop time"].before.median == 0.5
+    assert by["profiler-stop time"].after is None
     assert [(s.builder, s.before, s.after) for s in syncs] == [("b", 2, 0)]
-    assert series[data.SYNCS_PER_BUILD] == [2, 0, 0]
+    assert series["syncs per call"] == [2, 0, 0]
 
 
 def test_export_doc_is_json(tmp_path):

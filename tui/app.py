@@ -269,7 +269,7 @@ class DiagApp(App[None]):
         if found:
             more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
             self._post(self.model.set_source, "live engine", None,
-                       f"{found[0]}{more}: watch it with --run-dir")
+                       f"watch it with --run-dir {found[0]}{more}")
 
     def _target_failed(self, err: str) -> None:
         self.model.header.error = err

@@ -27,11 +27,18 @@ def spark(xs: list[float], width: int) -> str:
     return "".join(BLOCKS[round((x - lo) / (hi - lo) * top)] for x in xs)
 
 
-def chart_line(model: Model, name: str, width: int) -> Text:
+def chart_title(name: str) -> str:
+    """The series' name with its unit when the values are not times (which carry their own)."""
+    unit = data.series_unit(name)
+    return f"{name}" + (f" ({unit})" if unit and unit != "s" else "")
+
+
+def chart_line(model: Model, name: str, width: int, title_width: int = 0) -> Text:
     xs = list(model.series.get(name, []))
     unit = data.series_unit(name)
-    title = f"{name}" + (f" ({unit})" if unit and unit != "s" else "")
-    t = Text(f"{title:<28.28} ", style="bold")
+    title = chart_title(name)
+    tw = title_width or len(title)
+    t = Text(f"{data.shorten(title, tw):<{tw}} ", style="bold")
     if not xs:
         t.append("no points yet", style="dim")
         return t
@@ -64,8 +71,9 @@ class Charts(Static):
                              "with --server)", style="dim"))
             return
         out = Text()
+        tw = min(max(len(chart_title(n)) for n in names), max(12, width // 3))
         for i, n in enumerate(names):
             if i:
                 out.append("\n")
-            out.append_text(chart_line(model, n, width))
+            out.append_text(chart_line(model, n, width, tw))
         self.update(out)

@@ -550,6 +550,8 @@ def series_unit(label: str) -> str:
         return "syncs"
     if label.startswith(DE_PASSES):
         return "passes"
+    if label in _UNITS:
+        return _UNITS[label]
     return "s" if label.endswith(("(s)", "step", "time", "latency")) else ""
 
 
@@ -650,59 +652,88 @@ def _stats(xs: list[float]) -> Stats | None:
     return Stats.of(xs) if xs else None
 
 
+_UNITS: dict[str, str] = {}  # chart series from the run directory → unit
+
+
+def _counted_kinds() -> dict[str, tuple[str, str | None]]:
+    """Event kind → (the probe's title, the fix that addresses it), from the probes' runtime
+    counter declarations (`Probe.counter.events`, `Probe.fixes`)."""
+    from diag.probes import specs
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for sp in specs():
+        if sp.counter is not None:
+            for kind in sp.counter.events:
+                out[kind] = (sp.title, sp.fixes[0] if sp.fixes else None)
+    return out
+
+
 def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[SyncRow],
                                                        dict[str, list[float]]]:
-    """From a run directory's events: timing rows split by the fix's state in that process at the
-    time of each event (before = off, after = on), sync rows per builder, and chart series."""
+    """From a run directory's events: per counted event kind (the probes' declarations), its
+    count and its seconds split by the state of the probe's fix in that process at the time
+    of the event (before = off, after = on), and by `mode` where the events carry one; sync rows
+    per builder; chart series.
+
+    A fix's state in a process is the last event naming it: one with `fix` and `state`, or one
+    with a `fixes` map (the start and snapshot events), as `diag.engine.rundir` defines."""
+    kinds = _counted_kinds()
     on: dict[tuple[Any, str], bool] = {}  # (pid, fix) → applied
-
-    def mark(pid: Any, fid: Any, st: Any) -> None:
-        if fid and st:
-            on[(pid, fid)] = str(st) == "applied"
-
-    de: dict[str, list[float]] = {"eager": [], "graph": []}
-    syncs: dict[str, dict[bool, list[float]]] = {}
-    sync_secs: dict[bool, list[float]] = {False: [], True: []}
-    prof: dict[bool, list[float]] = {False: [], True: []}
-    series: dict[str, list[float]] = {SYNCS_PER_BUILD: [], "draft-extend step": []}
+    counts: dict[str, dict[bool, list[float]]] = {}
+    secs: dict[str, dict[bool, list[float]]] = {}
+    modes: dict[str, dict[str, list[float]]] = {}
+    builders: dict[str, dict[bool, list[float]]] = {}
+    series: dict[str, list[float]] = {}
     for e in events:
         kind, pid = e.get("kind"), e.get("pid")
-        if kind in ("start", "snapshot"):
-            for fid, st in (e.get("fixes") or {}).items():
-                mark(pid, fid, (st or {}).get("state") if isinstance(st, dict) else st)
-        elif kind in ("fix", "control_ack"):
-            mark(pid, e.get("fix"), e.get("state"))
-        elif kind == "syncs":
-            b = str(e.get("builder", "?"))
-            fixed = on.get((pid, "repeat-interleave-output-size"), False)
-            n = float(e.get("count") or 0)
-            syncs.setdefault(b, {False: [], True: []})[fixed].append(n)
-            if e.get("seconds") is not None:
-                sync_secs[fixed].append(float(e["seconds"]))
-            series[SYNCS_PER_BUILD].append(n)
-        elif kind == "draft_extend" and e.get("seconds") is not None:
-            mode = "graph" if e.get("mode") == "graph" else "eager"
-            de[mode].append(float(e["seconds"]))
-            series["draft-extend step"].append(float(e["seconds"]))
-        elif kind == "profiler_stop" and e.get("seconds") is not None:
-            prof[on.get((pid, "profiler-controlled-teardown"), False)].append(float(e["seconds"]))
+        if isinstance(e.get("fixes"), dict):
+            for fid, st in e["fixes"].items():
+                state = st.get("state") if isinstance(st, dict) else st
+                if state:
+                    on[(pid, fid)] = str(state) == "applied"
+        if e.get("fix") and e.get("state"):
+            on[(pid, str(e["fix"]))] = str(e["state"]) == "applied"
+        if kind not in kinds:
+            continue
+        name = str(kind).replace("_", "-")
+        fid = kinds[kind][1]
+        fixed = on.get((pid, fid), False) if fid else False
+        if e.get("count") is not None:
+            n = float(e["count"])
+            counts.setdefault(kind, {False: [], True: []})[fixed].append(n)
+            series.setdefault(f"{name} per call", []).append(n)
+            _UNITS[f"{name} per call"] = str(kind)
+            if e.get("builder") is not None:
+                builders.setdefault(str(e["builder"]), {False: [], True: []})[fixed].append(n)
+        if e.get("seconds") is not None:
+            t = float(e["seconds"])
+            secs.setdefault(kind, {False: [], True: []})[fixed].append(t)
+            series.setdefault(f"{name} time", []).append(t)
+            _UNITS[f"{name} time"] = "s"
+            if e.get("mode") is not None:
+                modes.setdefault(kind, {}).setdefault(str(e["mode"]), []).append(t)
     rows: list[TimingRow] = []
-    if de["eager"] or de["graph"]:
-        rows.append(TimingRow("draft-extend-allowlist", "draft-extend step (eager → graph)", "s",
-                              _stats(de["eager"]), _stats(de["graph"]), "run dir",
-                              f"{len(de['eager'])} eager, {len(de['graph'])} graph passes"))
-    if any(v[False] or v[True] for v in syncs.values()):
-        allb = {k: [x for v in syncs.values() for x in v[k]] for k in (False, True)}
-        rows.append(TimingRow("repeat-interleave-output-size", SYNCS_PER_BUILD,
-                              "syncs", _stats(allb[False]), _stats(allb[True]), "run dir"))
-    if sync_secs[False] or sync_secs[True]:
-        rows.append(TimingRow("repeat-interleave-output-size", "metadata build host time", "s",
-                              _stats(sync_secs[False]), _stats(sync_secs[True]), "run dir"))
-    if prof[False] or prof[True]:
-        rows.append(TimingRow("profiler-controlled-teardown", "profiler stop", "s",
-                              _stats(prof[False]), _stats(prof[True]), "run dir"))
+    for kind, (_title, fid) in kinds.items():
+        label = fid or "(engine)"
+        name = str(kind).replace("_", "-")
+        if kind in counts:
+            c = counts[kind]
+            rows.append(TimingRow(label, f"{name} per call", str(kind),
+                                  _stats(c[False]), _stats(c[True]), "run dir"))
+        if kind in secs:
+            t = secs[kind]
+            rows.append(TimingRow(label, f"{name} time", "s", _stats(t[False]),
+                                  _stats(t[True]), "run dir"))
+        if len(modes.get(kind, {})) >= 1:
+            m = modes[kind]
+            names = sorted(m)
+            first, last = names[0], names[-1]
+            note = ", ".join(f"{len(m[k])} {k}" for k in names)
+            if len(names) > 1:
+                rows.append(TimingRow(label, f"{name} time, {first} → {last}", "s",
+                                      _stats(m[first]), _stats(m[last]), "run dir", note))
     srows = [SyncRow(b, "", _median(v[False]), _median(v[True]), "run dir")
-             for b, v in sorted(syncs.items())]
+             for b, v in sorted(builders.items())]
     return rows, srows, series
 
 

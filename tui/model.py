@@ -139,9 +139,12 @@ class Model:
 
     def fix_rows(self) -> list[FixView]:
         out = []
+        srv_age = self._live_age("server")
         for v in self.fixes.values():
-            live = "; ".join(x for x in (self.engine_states.get(v.id),
-                                         self.server_states.get(v.id)) if x)
+            srv = self.server_states.get(v.id)
+            if srv and self.is_stale(srv_age):
+                srv = srv.replace("server:", f"server (STALE {data.fmt_age(srv_age)}):", 1)
+            live = "; ".join(x for x in (self.engine_states.get(v.id), srv) if x)
             out.append(v if not live else FixView(v.id, v.title, v.applicability, v.reason,
                                                   f"{v.state}; {live}", v.revertible, v.bench,
                                                   v.ack))

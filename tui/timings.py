@@ -67,7 +67,7 @@ class TimingsView(Vertical):
     def show(self, model: Model, bench_running: bool) -> None:
         out = []
         wide = (self.size.width or self.app.size.width) >= WIDE
-        for r in model.timing_rows():
+        for r in self.table_rows(model):
             text, style = ratio_text(r, short=not wide)
             out.append((r.fix, metric_cell(model, r), fmt_stats(r.before, r.unit, True, wide),
                         fmt_stats(r.after, r.unit, True, wide), Text(text, style=style),
@@ -83,8 +83,15 @@ class TimingsView(Vertical):
         self.show_detail(model)
         self.query_one(Charts).show(model)
 
+    @staticmethod
+    def table_rows(model: Model) -> list[TimingRow]:
+        """Rows with a before or an after; a live-only value (a server's series now) is in the
+        charts below, with its scale and age."""
+        return [r for r in model.timing_rows() if r.before is not None or r.after is not None
+                or r.age is None]
+
     def selected(self, model: Model) -> TimingRow | None:
-        rows = model.timing_rows()
+        rows = self.table_rows(model)
         row = self.query_one("#timings", DataTable).cursor_row
         return rows[row] if rows and 0 <= row < len(rows) else None
 
