@@ -414,10 +414,10 @@ class DiagApp(App[None]):
                 try:
                     state, events = b.poll_run_dir()
                     live = len(state.live)
-                    text = (f"{live} of {len(state.processes)} processes live, "
-                            f"{len(events)} events")
+                    text = f"{live}/{len(state.processes)} processes live, {len(events)} events"
                     view = data.engine_view(events)  # here, not on the UI thread
-                    self._post(self._engine, name, state, view, text, live)
+                    procs = data.engine_processes(state, events)
+                    self._post(self._engine, name, state, view, procs, text, live)
                 except Exception as e:
                     self._post(self.model.set_source, name, False, f"unreadable: {_why(e)}")
             if b.server_url:
@@ -430,8 +430,8 @@ class DiagApp(App[None]):
         finally:
             self._polling = False
 
-    def _engine(self, name: str, state, view, text: str, live: int) -> None:
-        for line in self.model.set_engine_view(state, view):
+    def _engine(self, name: str, state, view, procs, text: str, live: int) -> None:
+        for line in self.model.set_engine_view(state, view, procs):
             self.say(line)
         self.model.set_source(name, True if live else False, text if live else
                               f"no live process: {text}")

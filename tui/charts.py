@@ -15,12 +15,15 @@ from diag.tui.model import Model
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def spark(xs: list[float], width: int) -> str:
-    """The last `width` points as block characters between their min (▁) and max (█)."""
+def spark(xs: list[float], width: int, lo: float | None = None,
+          hi: float | None = None) -> str:
+    """The last `width` points as block characters between `lo` (▁) and `hi` (█), by default
+    the min and max of the points drawn; all equal: a flat mid-height line."""
     xs = xs[-width:] if width > 0 else []
     if not xs:
         return ""
-    lo, hi = min(xs), max(xs)
+    lo = min(xs) if lo is None else lo
+    hi = max(xs) if hi is None else hi
     if hi == lo:
         return BLOCKS[3] * len(xs)
     top = len(BLOCKS) - 1
@@ -44,13 +47,17 @@ def chart_line(model: Model, name: str, width: int, title_width: int = 0) -> Tex
         return t
     age = model.age(name)
     stale = model.is_stale(age)
-    lo, hi = min(xs), max(xs)
-    scale = (f"constant {data.fmt_value(lo, unit)}" if lo == hi else
-             f"min {data.fmt_value(lo, unit)} max {data.fmt_value(hi, unit)}")
-    tail = f" {scale} · now {data.fmt_value(xs[-1], unit)}"
     when = f" · {'STALE ' if stale else ''}{data.fmt_age(age)}" if age is not None else ""
-    room = max(4, width - t.cell_len - len(tail) - len(when) - 1)
-    t.append(spark(xs, min(room, 60)), style="yellow" if stale else "cyan")
+    window = 60
+    for _ in range(2):  # the points drawn and the scale beside them are the same ones
+        shown = xs[-window:]
+        lo, hi = min(shown), max(shown)
+        scale = (f"constant {data.fmt_value(lo, unit)}" if lo == hi else
+                 f"min {data.fmt_value(lo, unit)} max {data.fmt_value(hi, unit)}")
+        tail = f" {scale} · now {data.fmt_value(shown[-1], unit)}"
+        window = max(4, min(60, width - tw - 1 - len(tail) - len(when)))
+    xs = shown
+    t.append(spark(xs, len(xs), lo, hi), style="yellow" if stale else "cyan")
     t.append(tail)
     t.append(when, style="bold yellow" if stale else "dim")
     return t

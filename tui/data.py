@@ -398,17 +398,22 @@ class ProcessView:
     error: str  # the newest agent error, "where: message"
 
 
-def engine_processes(state: Any) -> list[ProcessView]:
+def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> list[ProcessView]:
     """Every process of the run (live first): its fixes, newest event and agent errors.
 
     The agent's errors are the events its `Aggregator` counts under `errors`; the newest one's
-    text is the last event that carries `where` and `message` (the error event's fields)."""
+    text is the last event that carries `where` and `message` (the error event's fields), from
+    `events` (all kept so far) or else the process's last events."""
+    errors: dict[Any, str] = {}
+    for ev in events or []:
+        if "where" in ev and "message" in ev:
+            errors[ev.get("pid")] = f"{ev['where']}: {ev['message']}"
     out = []
     for p in state.processes.values():
         fixes = ", ".join(f"{fid}={(st or {}).get('state')}" for fid, st in sorted(p.fixes.items()))
         last = p.last_events[-1] if p.last_events else {}
-        err = ""
-        for ev in reversed(p.last_events):
+        err = errors.get(p.pid, "")
+        for ev in reversed(p.last_events if not err else []):
             if "where" in ev and "message" in ev:
                 err = f"{ev['where']}: {ev['message']}"
                 break
@@ -546,12 +551,12 @@ def series_unit(label: str) -> str:
     for lab, unit in SERVER_SERIES.values():
         if lab == label:
             return unit
+    if label in _UNITS:
+        return _UNITS[label]
     if label == SYNCS_PER_BUILD or label.startswith("syncs"):
         return "syncs"
     if label.startswith(DE_PASSES):
         return "passes"
-    if label in _UNITS:
-        return _UNITS[label]
     return "s" if label.endswith(("(s)", "step", "time", "latency")) else ""
 
 

@@ -50,6 +50,7 @@ class Model:
     sources: dict[str, SourceState] = field(default_factory=dict)
     source_ok_at: dict[str, float] = field(default_factory=dict)  # name → last good read
     requests: dict[str, tuple[str, str]] = field(default_factory=dict)  # id → (fix, action)
+    _points: dict[str, int] = field(default_factory=dict)  # run-dir series → points so far
     message: str = ""
     poll_interval: float = 1.0
     now: Callable[[], float] = time.monotonic
@@ -69,24 +70,26 @@ class Model:
 
     def set_engine(self, state: Any, events: list[dict[str, Any]]) -> None:
         """A run directory's state (`rundir.read_state`) and all its events so far."""
-        self.set_engine_view(state, data.engine_view(events))
+        self.set_engine_view(state, data.engine_view(events),
+                             data.engine_processes(state, events))
 
     def set_engine_view(self, state: Any, view: tuple[list[TimingRow], list[SyncRow],
-                                                      dict[str, list[float]]]) -> list[str]:
+                                                      dict[str, list[float]]],
+                        procs: list[ProcessView] | None = None) -> list[str]:
         """As `set_engine`, with `data.engine_view(events)` already computed (off the UI thread:
         it walks every event kept, up to `RunDirReader.MAX_EVENTS`). Returns the lines of the
         control requests acknowledged since the last call ("apply FIX: pid 1 ok → applied")."""
         self.engine_timings, self.engine_syncs, series = view
         self.engine_states = data.engine_fix_states(state)
-        self.engine_procs = data.engine_processes(state)
+        self.engine_procs = procs if procs is not None else data.engine_processes(state)
         for fid, text in data.engine_acks(state).items():
             if fid in self.fixes:
                 self.fixes[fid].ack = text
         t = self.now()
         for name, xs in series.items():
-            old = list(self.series.get(name, []))
             self.series[name] = deque(xs[-SERIES_LEN:], maxlen=SERIES_LEN)
-            if xs and (xs[-SERIES_LEN:] != old or name not in self.series_at):
+            if xs and len(xs) != self._points.get(name):  # new points came in
+                self._points[name] = len(xs)
                 self.series_at[name] = t
         said = []
         for rid, (fid, action) in list(self.requests.items()):
