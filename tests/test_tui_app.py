@@ -32,6 +32,17 @@ async def until(pilot, cond, timeout: float = 20.0) -> None:
     await pilot.pause()
 
 
+def _plain(renderable, width: int) -> str:
+    """A rich renderable as plain text at `width` columns."""
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(renderable)
+    return buf.getvalue()
+
+
 def cell_texts(table) -> list[list[str]]:
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
@@ -65,7 +76,9 @@ def test_overview_lists_findings_and_detail_follows_selection(release):
             await pilot.press("question_mark")
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
-            help_ = str(app.screen.query_one("#help").render())
+            from diag.tui.app import help_text
+
+            help_ = _plain(help_text(app.BINDINGS), 200)  # what the help screen shows
             for b in app.BINDINGS:  # generated from the bindings
                 assert (b.key_display or b.key) in help_ and (b.tooltip or "") in help_
             await pilot.press("x")
@@ -493,5 +506,36 @@ def test_server_values_go_stale_when_the_server_stops_answering(release):
             assert "unreachable (last ok 12 s ago)" in header
             charts = str(app.query_one("#charts").render())
             assert "STALE 12 s ago" in charts and "accept length" in charts
+
+    asyncio.run(go())
+
+
+def test_r_shows_progress_while_the_probes_rerun(release):
+    import itertools
+    import threading
+
+    from tui_standins import standin_findings
+
+    backend = standin_backend(release)
+    calls = itertools.count()
+
+    def runner(ctx, pid):
+        if next(calls) >= 3:  # the rerun's probes wait until the test has looked
+            gate_open.wait(10)
+        return standin_findings(pid)
+
+    gate_open = threading.Event()
+    backend._probe_runner = runner
+    app = make_app(backend=backend)
+
+    async def go():
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.probes_done)
+            await pilot.press("r")
+            await until(pilot, lambda: "probes: 0/3 done; running" in app.model.message)
+            assert [v.state for v in app.model.finding_rows()] == ["running"] * 3
+            gate_open.set()
+            await until(pilot, lambda: app.probes_done)
+            assert app.model.message == "probes: 3/3 done; r reruns them"
 
     asyncio.run(go())

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -36,26 +38,23 @@ MIN_POLL_S = 0.25
 TABLES = {"tab-overview": "#findings", "tab-fixes": "#fixes", "tab-timings": "#timings",
           "tab-syncs": "#syncs"}
 
-ABOUT = ("The selected fix: on Fixes the row under the cursor, on Overview the selected "
-         "finding's fix, on Timings the row's fix, on Syncs the fix the sync counts are about. "
-         "Values are median (IQR p25–p75, n samples); the change is after/before with its "
-         "direction. Live values carry their age and turn yellow (STALE) when a source stops "
-         "answering. Ctrl+P opens the command palette with the same actions.")
+ABOUT = ("Selected fix: the Fixes row; on Overview the finding's fix; on Timings the row's; on "
+         "Syncs the one the counts are about. Values: median (IQR p25–p75, n); change: "
+         "after/before. Live values show their age, STALE when a source stops answering.")
 
 
-def help_text(bindings: list[Binding]) -> Text:
-    """The help, generated from the app's key bindings (key, what it does, how)."""
-    t = Text()
-    t.append("diag tui", style="bold")
-    t.append(": findings, fixes and before/after timings of SGLang speculative decoding\n\n")
-    keys = [(b.key_display or b.key, b.tooltip or b.description) for b in bindings
-            if b.description]
-    width = max(len(k) for k, _ in keys)
-    for k, what in keys:
-        t.append(f"  {k:<{width}}  ", style="bold")
-        t.append(f"{what}\n")
-    t.append(f"\n{ABOUT}\n\nPress any key to close.", style="dim")
-    return t
+def help_text(bindings: list[Binding]) -> Group:
+    """The help, generated from the app's key bindings (key, what it does)."""
+    head = Text()
+    head.append("diag tui", style="bold")
+    head.append(": findings, fixes and before/after timings of SGLang speculative decoding")
+    keys = Table(show_header=False, box=None, padding=(0, 2, 0, 2))
+    keys.add_column(no_wrap=True, style="bold")
+    keys.add_column(ratio=1)
+    for b in bindings:
+        if b.description:
+            keys.add_row(b.key_display or b.key, b.tooltip or b.description)
+    return Group(head, keys, Text(f"{ABOUT}\nPress any key to close.", style="dim"))
 
 
 class HelpScreen(ModalScreen[None]):
