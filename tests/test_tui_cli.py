@@ -165,6 +165,10 @@ def test_width_80_once_lines_and_whole_fix_ids(release):
     assert max(len(line) for line in lines) <= 80
     for fid in fixes.all_ids():
         assert any(line.startswith(fid + "  ") for line in lines), fid
+    # the configuration reaches the probes (diag diagnose's options): 0.5.17's HIP gate
+    # (sglang/srt/speculative/eagle_worker_v2.py:403) admits only AiterMultiStepDraftBackend,
+    # and dsv4 drafts with DeepseekV4HipRadixBackend, so draft-extend runs eager: FAIL for dsv4
+    assert "FAIL   draft-extend-graph" in lines and "no attention backend given" not in r.stdout
 
 
 def test_constant_and_empty_series_look_different():
