@@ -184,9 +184,21 @@ class Cond:
     unknown: bool = False
 
 
-def cond(e: ast.AST, facts: dict[str, str]) -> Cond:
+def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] | None = None,
+         depth: int = 0) -> Cond:
+    """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
+    method that returns a forward-mode test of its argument), read through."""
+    env = env or {}
+    if depth > 6:
+        return Cond(ALL, ALL, True)
+    if isinstance(e, ast.Name) and e.id in env.get("locals", {}):
+        return cond(env["locals"][e.id], facts, env, depth + 1)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
+            e.func.attr in env.get("helpers", {}):
+        return cond(env["helpers"][e.func.attr], facts, env, depth + 1)
     if isinstance(e, ast.BoolOp):
-        parts = [cond(v, facts) for v in e.values]
+        parts = [cond(v, facts, env, depth + 1) for v in e.values]
         unk = any(p.unknown for p in parts)
         if isinstance(e.op, ast.And):
             t = ALL
@@ -199,7 +211,7 @@ def cond(e: ast.AST, facts: dict[str, str]) -> Cond:
                 t, f = t | p.true, f & p.false
         return Cond(t, f, unk)
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-        c = cond(e.operand, facts)
+        c = cond(e.operand, facts, env, depth + 1)
         return Cond(c.false, c.true, c.unknown)
     if isinstance(e, ast.Constant) and isinstance(e.value, bool):
         return Cond(ALL, NONE) if e.value else Cond(NONE, ALL)
@@ -237,17 +249,63 @@ def cond(e: ast.AST, facts: dict[str, str]) -> Cond:
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
         if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
-                right.value is None and facts.get(left.id) in ("none", "host"):
-            is_none = facts[left.id] == "none"
+                right.value is None and facts.get(left.id) == "none":
+            # every caller passes None (a host value may still be None: it decides nothing)
             if isinstance(op, ast.Is):
-                return Cond(ALL, NONE) if is_none else Cond(NONE, ALL)
+                return Cond(ALL, NONE)
             if isinstance(op, ast.IsNot):
-                return Cond(NONE, ALL) if is_none else Cond(ALL, NONE)
+                return Cond(NONE, ALL)
     if isinstance(e, ast.Name) and facts.get(e.id) == "none":
         return Cond(NONE, ALL)
     if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):
         return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step",)))
     return Cond(ALL, ALL)
+
+
+def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
+    """Whether `e` is a test of the forward mode (a predicate, or a mode helper's call)."""
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                n.func.attr in _PREDICATES or (n.func.attr in helpers and isinstance(
+                    n.func.value, ast.Name) and n.func.value.id == "self")):
+            return True
+    return False
+
+
+def mode_helpers(tree: ast.Module) -> dict[str, ast.AST]:
+    """Methods whose last statement returns a forward-mode test (`_is_speculative_paged_mode`):
+    a call to one is read as that test."""
+    out: dict[str, ast.AST] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for m in c.body:
+            if isinstance(m, ast.FunctionDef) and m.body and isinstance(m.body[-1], ast.Return) \
+                    and m.body[-1].value is not None and _mode_expr(m.body[-1].value, {}):
+                out[m.name] = m.body[-1].value
+    return out
+
+
+def mode_guards(tree: ast.Module) -> dict[str, frozenset]:
+    """Methods that return only under forward-mode tests and raise otherwise
+    (`_GraphBucket.of`): the code after a call to one runs only for the modes it returns for."""
+    out: dict[str, frozenset] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for m in c.body:
+            body = m.body if isinstance(m, ast.FunctionDef) else []
+            if len(body) < 2 or not isinstance(body[-1], ast.Raise):
+                continue
+            tests = [st for st in body[:-1] if isinstance(st, ast.If) and not st.orelse
+                     and len(st.body) == 1 and isinstance(st.body[0], ast.Return)]
+            if len(tests) != len(body) - 1 or not all(_mode_expr(t.test, {}) for t in tests):
+                continue
+            returns = NONE
+            for t in tests:
+                returns |= cond(t.test, {}).true
+            out[m.name] = returns
+    return out
 
 
 def path_class(state: frozenset, unknown: bool) -> str:
@@ -353,8 +411,6 @@ class _Kinds:
             fact = (facts or {}).get(a.arg)
             if fact == "host":  # every caller in the file passes a host value
                 self.params[a.arg] = "host"
-            elif fact == "none":  # every caller passes None: nothing is read from it
-                self.params[a.arg] = "scalar"
             elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
                 self.params[a.arg] = "host"
             elif "Tensor" in ann:
@@ -467,6 +523,18 @@ class _Scan:
                      and "forward_mode" in ast.unparse(n.value)
                      and not ast.unparse(n.value).endswith("forward_mode")]
         self.facts = facts | {"@mode-vars": ",".join(mode_vars)}
+        helpers = getattr(resolve, "mode_helpers", {})
+        self.guards: dict[str, frozenset] = getattr(resolve, "mode_guards", {})
+        counts: dict[str, int] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+        self.env = {"helpers": helpers, "locals": {
+            n.targets[0].id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+            and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}}
         self.kinds = _Kinds(fn, facts)
         self.sites: list[Site] = []
         self.with_os: list[Site] = []
@@ -484,9 +552,11 @@ class _Scan:
     def stmt(self, st: ast.stmt, state: frozenset, unknown: bool) -> frozenset:
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return state  # nested definitions run elsewhere, if at all
+        if isinstance(st, (ast.If, ast.While, ast.Assert)):
+            self.truth_test(st.test, state, unknown)
         if isinstance(st, ast.If):
             self.expr(st.test, state, unknown)
-            c = cond(st.test, self.facts)
+            c = cond(st.test, self.facts, self.env)
             unk = unknown or c.unknown
             return self.block(st.body, state & c.true, unk) | \
                 self.block(st.orelse, state & c.false, unk)
@@ -505,9 +575,15 @@ class _Scan:
                 out |= self.block(h.body, state, unknown)
             out = self.block(st.orelse, out, unknown)
             return self.block(st.finalbody, out, unknown) if st.finalbody else out
+        if isinstance(st, (ast.Assign, ast.Expr)) and isinstance(st.value, ast.Call) and \
+                isinstance(st.value.func, ast.Attribute) and \
+                st.value.func.attr in self.guards and any(
+                    "forward_mode" in ast.unparse(a) for a in st.value.args):
+            self.expr(st.value, state, unknown)  # `bucket = _GraphBucket.of(forward_mode)`
+            return state & self.guards[st.value.func.attr]
         if isinstance(st, ast.Assert):  # what follows runs only where it holds
             self.expr(st.test, state, unknown)
-            c = cond(st.test, self.facts)
+            c = cond(st.test, self.facts, self.env)
             return state & c.true
         if isinstance(st, ast.Match):
             self.expr(st.subject, state, unknown)
@@ -526,14 +602,14 @@ class _Scan:
             return
         if isinstance(e, ast.IfExp):
             self.expr(e.test, state, unknown)
-            c = cond(e.test, self.facts)
+            c = cond(e.test, self.facts, self.env)
             self.expr(e.body, state & c.true, unknown or c.unknown)
             self.expr(e.orelse, state & c.false, unknown or c.unknown)
             return
         if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
             for v in e.values:
                 self.expr(v, state, unknown)
-                c = cond(v, self.facts)
+                c = cond(v, self.facts, self.env)
                 state = state & (c.true if isinstance(e.op, ast.And) else c.false)
                 unknown = unknown or c.unknown
             return
@@ -541,6 +617,24 @@ class _Scan:
             self.call(e, state, unknown)
         for child in ast.iter_child_nodes(e):
             self.expr(child, state, unknown)
+
+    def truth_test(self, test: ast.AST, state: frozenset, unknown: bool) -> None:
+        """`if torch.all(t == n):` / `if t.any():` of a device tensor: `bool()` reads it back."""
+        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test = test.operand
+        if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Attribute) or \
+                test.func.attr not in ("all", "any"):
+            return
+        f = test.func
+        is_torch = isinstance(f.value, ast.Name) and f.value.id == "torch"
+        arg = (test.args[0] if test.args else None) if is_torch else f.value
+        if arg is None:
+            return
+        inner = arg.left if isinstance(arg, ast.Compare) else arg
+        verdict, why = _classify(self.kinds.of(inner, test.lineno), f"`{_src(inner, 40)}`")
+        if verdict:
+            self.add(test, state, unknown, "bool()", verdict,
+                     why + "; a branch on it reads the result back", 1)
 
     def call(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
         target = self.resolve(self.backend, call)
@@ -695,6 +789,8 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
             return f.id, funcs[f.id]
         return None
 
+    resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
+    resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
     out: dict[tuple[str, str], tuple[str, str, ast.FunctionDef]] = {}
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
