@@ -236,7 +236,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             # `bucket = _GraphBucket.of(forward_batch.forward_mode)`; `bucket == _GraphBucket.X`
             modes = _member_modes(right)
             if modes is None or not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
-                return Cond(ALL, ALL, True)
+                return Cond(ALL, ALL)  # a member that names no mode: not a test of the mode
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.Is)) else Cond(f, t)
         if ast.unparse(left).endswith("forward_mode") or _enum_modes(left) is not None:
@@ -305,6 +305,30 @@ def mode_guards(tree: ast.Module) -> dict[str, frozenset]:
             for t in tests:
                 returns |= cond(t.test, {}).true
             out[m.name] = returns
+    return out
+
+
+_CONFIG = re.compile(r"\bserver_args\b|\bget_spec\(\)|get_global_server_args\(\)")
+
+
+def config_attrs(tree: ast.Module) -> dict[str, set[str]]:
+    """Per class, the `self.X` set only from the server arguments (`get_spec().num_...`,
+    `server_args.x`) or constants: host values, never a device tensor."""
+    out: dict[str, set[str]] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        seen: dict[str, bool] = {}
+        for n in ast.walk(c):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                            t.value.id == "self":
+                        ok = isinstance(n.value, ast.Constant) or bool(
+                            _CONFIG.search(ast.unparse(n.value)))
+                        seen[t.attr] = seen.get(t.attr, True) and ok
+        out[c.name] = {a for a, ok in seen.items() if ok}
     return out
 
 
@@ -417,6 +441,7 @@ class _Kinds:
                 self.params[a.arg] = "tensor"
             elif ann in ("int", "bool", "float"):
                 self.params[a.arg] = "scalar"
+        self.config: set[str] = set()
         self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
         for n in ast.walk(fn):
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and \
@@ -443,6 +468,8 @@ class _Kinds:
         if isinstance(e, ast.Attribute):
             if e.attr.endswith("_cpu"):
                 return "host"
+            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
+                return "scalar"  # set from the server arguments (a Python number)
             if e.attr in _DEVICE_FIELDS:
                 return "tensor"
             return "unknown"
@@ -536,6 +563,8 @@ class _Scan:
             and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
             and counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}}
         self.kinds = _Kinds(fn, facts)
+        host_attrs = getattr(resolve, "host_attrs", None)
+        self.kinds.config = host_attrs(backend) if host_attrs else set()
         self.sites: list[Site] = []
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
@@ -791,6 +820,21 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
+    configs = config_attrs(tree)
+
+    def host_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
+        seen = seen if seen is not None else set()
+        cls = classes.get(backend)
+        if cls is None or backend in seen:
+            return set()
+        seen.add(backend)
+        out = set(configs.get(backend, set()))
+        for b in cls.bases:
+            if isinstance(b, ast.Name):
+                out |= host_attrs(b.id, seen)
+        return out
+
+    resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
     out: dict[tuple[str, str], tuple[str, str, ast.FunctionDef]] = {}
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
