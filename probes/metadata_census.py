@@ -193,6 +193,9 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
         return Cond(ALL, ALL, True)
     if isinstance(e, ast.Name) and e.id in env.get("locals", {}):
         return cond(env["locals"][e.id], facts, env, depth + 1)
+    if isinstance(e, ast.Name) and e.id in env.get("params", {}):
+        true, false = env["params"][e.id]  # where the callers pass it truthy / falsy
+        return Cond(true, false)
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
             isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
             e.func.attr in env.get("helpers", {}):
@@ -535,6 +538,8 @@ class _Edge:
     state: frozenset
     unknown: bool  # the call sits under a forward-mode test the census cannot read
     args: dict[str, str]  # callee parameter -> "none" | "host" | "other"
+    truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
+    # callee parameter -> (pairs where the argument may be true, where it may be false)
 
 
 class _Scan:
@@ -542,7 +547,8 @@ class _Scan:
     statement: branches narrow them, an early `return` removes its branch from what follows."""
 
     def __init__(self, fn: ast.FunctionDef, qual: str, backend: str, rel: str,
-                 facts: dict[str, str], resolve: Any) -> None:
+                 facts: dict[str, str], resolve: Any,
+                 params: dict[str, tuple[frozenset, frozenset]] | None = None) -> None:
         self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
         self.resolve = resolve
         mode_vars = [n.targets[0].id for n in ast.walk(fn) if isinstance(n, ast.Assign)
@@ -558,7 +564,10 @@ class _Scan:
                 for t in n.targets:
                     if isinstance(t, ast.Name):
                         counts[t.id] = counts.get(t.id, 0) + 1
-        self.env = {"helpers": helpers, "locals": {
+        assigned = set(counts)
+        self.env = {"helpers": helpers,
+                    "params": {k: v for k, v in (params or {}).items() if k not in assigned},
+                    "locals": {
             n.targets[0].id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
             and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
             and counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}}
@@ -669,10 +678,12 @@ class _Scan:
         target = self.resolve(self.backend, call)
         if target is not None:
             (cqual, cfn) = target
-            self.edges.append(_Edge((cqual, self.backend), state, unknown, self._args(cfn, call)))
+            args, truth = self._args(cfn, call, state)
+            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth))
         self.check(call, state, unknown)
 
-    def _args(self, callee: ast.FunctionDef, call: ast.Call) -> dict[str, str]:
+    def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
+              ) -> tuple[dict[str, str], dict[str, tuple[frozenset, frozenset]]]:
         params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
         if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
             params = params[1:]
@@ -683,20 +694,23 @@ class _Scan:
         given: dict[str, ast.AST] = dict(zip(params, call.args))
         if any(isinstance(a, ast.Starred) for a in call.args) or \
                 any(k.arg is None for k in call.keywords):
-            return {}  # *args / **kwargs: the census cannot match arguments to parameters
+            return {}, {}  # *args / **kwargs: the census cannot match arguments to parameters
         given |= {k.arg: k.value for k in call.keywords if k.arg}
         out = {}
+        truth = {}
         for name in params + [a.arg for a in callee.args.kwonlyargs]:
             value = given.get(name, defaults.get(name))
             if value is None:
                 continue
+            c = cond(value, self.facts, self.env)
+            truth[name] = (state & c.true, state & c.false)
             if isinstance(value, ast.Constant) and value.value is None:
                 out[name] = "none"
             elif name in given and self.kinds.of(value, call.lineno) == "host":
                 out[name] = "host"
             else:
                 out[name] = "other"
-        return out
+        return out, truth
 
     def add(self, call: ast.Call, state: frozenset, unknown: bool, kind: str, verdict: str,
             why: str, n: int) -> None:
@@ -868,18 +882,19 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
     unknown: dict[tuple[str, str], bool] = {}
     facts: dict[tuple[str, str], dict[str, str]] = {}
     scans: dict[tuple[str, str], _Scan] = {}
+    truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
     for _ in range(12):
         scans = {}
         for qual, backend, fn in builders:
             key = (qual, backend)
-            s = _Scan(fn, qual, backend, rel, facts.get(key, {}), resolve)
+            s = _Scan(fn, qual, backend, rel, facts.get(key, {}), resolve, truths.get(key))
             s.run(entry.get(key, NONE), unknown.get(key, False))
             scans[key] = s
         callers: dict[tuple[str, str], list[_Edge]] = {}
         for s in scans.values():
             for e in s.edges:
                 callers.setdefault(e.callee, []).append(e)
-        new_entry, new_unknown, new_facts = {}, {}, {}
+        new_entry, new_unknown, new_facts, new_truths = {}, {}, {}, {}
         for key in keys:
             name = key[0].rsplit(".", 1)[-1]
             edges = callers.get(key, [])
@@ -896,9 +911,14 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
                     if len(vals) == 1 and vals <= {"none", "host"}:
                         agreed[pname] = vals.pop()
                 new_facts[key] = agreed
-        if new_entry == entry and new_facts == facts and new_unknown == unknown:
+                pnames = set.intersection(*(set(e.truth) for e in edges))
+                new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
+                                       frozenset().union(*(e.truth[p][1] for e in edges)))
+                                   for p in pnames}
+        if new_entry == entry and new_facts == facts and new_unknown == unknown and \
+                new_truths == truths:
             break
-        entry, unknown, facts = new_entry, new_unknown, new_facts
+        entry, unknown, facts, truths = new_entry, new_unknown, new_facts, new_truths
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
     return list(dict.fromkeys(names)), [scans[(q, b)] for q, b, _ in order]
