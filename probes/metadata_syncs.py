@@ -14,7 +14,6 @@ from diag.context import Context
 from diag.findings import Finding, Status, location, metric, note, row
 from diag.probes.base import Probe
 
-MAX_LOCATIONS = 60
 TIMEOUT_S = 20.0
 
 
@@ -98,7 +97,7 @@ class MetadataSyncsProbe(Probe):
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
-        for s in listed[:MAX_LOCATIONS]:
+        for s in listed:  # every site, on the path or not: none is dropped
             r = reach(s)
             where = {"reaches": "on the path under audit", "not-on-path": "not on it",
                      "capture-only": "only under graph capture", "unreachable": "cannot run",
@@ -111,14 +110,6 @@ class MetadataSyncsProbe(Probe):
                 data={"builder": s.function, "backend": registry_name(s.backend),
                       "call": s.kind, "syncs": s.syncs, "paths": list(s.paths), "reach": r,
                       "source": "static"}))
-        if len(listed) > MAX_LOCATIONS:
-            left = listed[MAX_LOCATIONS:]
-            by = {}
-            for s in left:
-                by[reach(s)] = by.get(reach(s), 0) + 1
-            ev.append(note(f"... and {len(left)} more sites ("
-                           + ", ".join(f"{n} {k}" for k, n in sorted(by.items()))
-                           + f"; --json lists the first {MAX_LOCATIONS})"))
         unsure = [s for s in c.sites if s.verdict == "cannot-tell"]
         ev.append(note(f"{len(unsure)} calls the census cannot classify (device or host "
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "
