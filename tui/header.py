@@ -41,22 +41,20 @@ def source_state(m: Model, name: str, full: bool) -> tuple[str, str]:
     return text, "dim"
 
 
+def configured(name: str) -> bool:
+    """A source the user named (--server, --run-dir): always in the header; others (an engine
+    found on this machine) only when there is room."""
+    return name.startswith(("server ", "run dir "))
+
+
 def header_text(m: Model, width: int) -> Text:
     """The header, at most `width` cells: what must be seen first, the rest when it fits."""
     h = m.header
     target = (Text(f"target error: {h.error}", style="bold red") if h.error
               else Text(h.target, style="bold"))
     plat = Text(data.fmt_value(h.platform))
-    extras = [Text(f"GPU: {data.fmt_value(h.gpu)}", style="dim"),
-              Text(f"diag {__version__}", style="dim")]
-
-    def line(full: bool, more: list[Text], tgt: Text) -> Text:
-        out = Text()
-        for i, part in enumerate([tgt, plat] + [src(n, full) for n in m.sources] + more):
-            if i:
-                out.append(SEP, style="dim")
-            out.append_text(part)
-        return out
+    required = [n for n in m.sources if configured(n)]
+    optional = [n for n in m.sources if not configured(n)]
 
     def src(name: str, full: bool) -> Text:
         text, style = source_state(m, name, full)
@@ -64,14 +62,29 @@ def header_text(m: Model, width: int) -> Text:
         t.append(text, style=style)
         return t
 
-    for full, more in ((True, extras), (False, extras), (False, extras[:1]), (False, [])):
-        out = line(full, more, target)
+    def line(full: bool, n_extra: int, tgt: Text) -> Text:
+        extras = [src(n, full) for n in optional] + [
+            Text(f"GPU: {data.fmt_value(h.gpu)}", style="dim"),
+            Text(f"diag {__version__}", style="dim")]
+        out = Text()
+        parts = [tgt, plat] + [src(n, full) for n in required] + extras[:n_extra]
+        for i, part in enumerate(parts):
+            if i:
+                out.append(SEP, style="dim")
+            out.append_text(part)
+        return out
+
+    n_all = len(optional) + 2
+    for full, n in [(True, n_all)] + [(False, k) for k in range(n_all, -1, -1)]:
+        out = line(full, n, target)
         if out.cell_len <= width:
+            if n < n_all and line(False, n + 1, target).cell_len > width and n < len(optional) + 1:
+                out = line(False, n + 1, target)  # the next part, cut at the end, still helps
+                out.truncate(width, overflow="ellipsis")
             return out
-    out = line(False, [], target)
-    if out.cell_len > width:  # the target text gives way last (the error is also in the status)
-        over = out.cell_len - width
-        tgt = Text(data.shorten(target.plain, max(8, target.cell_len - over)), style=target.style)
-        out = line(False, [], tgt)
+    out = line(False, 0, target)
+    over = out.cell_len - width  # the target text gives way last (the error is also in the status)
+    tgt = Text(data.shorten(target.plain, max(8, target.cell_len - over)), style=target.style)
+    out = line(False, 0, tgt)
     out.truncate(width, overflow="ellipsis")
     return out

@@ -91,7 +91,8 @@ def fill(table: DataTable, cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -
     """Replace the table's rows (and columns, so widths shrink back), keeping the cursor row."""
     width = table.size.width or (table.app.size.width if table.is_attached else 0)
     shown, cells = fit_rows(cols, rows, width)
-    sig = (width, tuple(c.name for c in shown),
+    # the table's own size too: one filled while hidden (size 0) is filled again once shown
+    sig = (table.size.width, width, tuple(c.name for c in shown),
            tuple(tuple((c.plain, str(c.style)) for c in r) for r in cells))
     if getattr(table, "_diag_rows", None) == sig:
         return  # unchanged: no rebuild (no flicker; a table on a hidden screen keeps its layout)
