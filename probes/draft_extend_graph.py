@@ -52,6 +52,8 @@ def _hint(v: Verdict, platform: str, gate: GateInfo, name: str) -> str | None:
         return "drop --disable-cuda-graph"
     if cause == "unsupported":
         return "check --attention-backend against this release's backends (table above)"
+    if cause == "no_draft_extend_backend":
+        return "pick an attention backend for which this release builds a draft-extend backend"
     return None
 
 
@@ -70,7 +72,17 @@ class DraftExtendGraphProbe(Probe):
 
     def _static(self, ctx: Context) -> Finding:
         t, plat, cfg = ctx.target, ctx.platform, ctx.config
-        gate = read_gate(t)
+        info = ctx.cache.get("server_info")
+        gate = read_gate(t, environ=dict(os.environ),
+                         server_args=srv.server_args(info) if isinstance(info, dict) else None)
+        if gate.broken:
+            return self.finding(
+                Status.ERROR, f"target error: {gate.problem}",
+                evidence=[location(gate.file or "?", gate.line, None,
+                                   f"the {gate.worker} EAGLE worker of this tree: {gate.broken}")]
+                + ([note(f"worker selected by {gate.selection}")] if gate.selection else []),
+                hint="the SGLang tree is incomplete or edited: reinstall it or pass a release "
+                     "(--sglang VERSION)", fixes=[], target_error=True)
         if not gate.recognised:
             return self.finding(
                 Status.WARN, f"gate not recognised in {gate.file}: {gate.problem}",
@@ -84,6 +96,8 @@ class DraftExtendGraphProbe(Probe):
         multi = bool(_server_arg(ctx, "enable_multi_layer_eagle"))
         ev: list[Evidence] = [location(gate.file, gate.line, f"{gate.worker_class}.{gate.method}",
                                        _gate_detail(gate, plat))]
+        if gate.selection:
+            ev.append(note(f"worker selected by {gate.selection}"))
         if killed:
             ev.append(note(f"{gate.kill_switch_env} is set in this environment"))
         rows, eager = self._table(gate, bm, plat, cfg.speculative_num_steps, killed,

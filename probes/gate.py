@@ -1140,15 +1140,16 @@ def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
                         op, right = node.test.ops[0], node.test.comparators[0]
                         if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) \
                                 and isinstance(right.value, str):
-                            new = [c.value for st in node.body for c in ast.walk(st)
-                                   if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                                   and c.value != right.value and c.value.isidentifier()
-                                   and c is not right]
-                            sets = [c for st in node.body for c in ast.walk(st)
-                                    if (isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
-                                        and c.func.id == "setattr") or isinstance(c, ast.Assign)]
-                            if sets and new:
-                                out.setdefault(right.value, (new[-1], f"{rel}:{node.lineno}"))
+                            new = []
+                            for c in (c for st in node.body for c in ast.walk(st)):
+                                v = (c.args[2] if isinstance(c, ast.Call) and isinstance(
+                                    c.func, ast.Name) and c.func.id == "setattr"
+                                    and len(c.args) == 3 else c.value
+                                    if isinstance(c, ast.Assign) else None)
+                                if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                                    new.append(v.value)
+                            if new:
+                                out.setdefault(right.value, (new[0], f"{rel}:{node.lineno}"))
                         elif isinstance(op, ast.In) and isinstance(right, ast.Name) \
                                 and right.id in dicts:
                             dn = dicts[right.id]
