@@ -69,9 +69,10 @@ def parse_file(path: Path) -> ast.Module | None:
     """Parsed module, cached by (path, mtime, size): `diag diagnose` reads the same files often."""
     try:
         st = path.stat()
+        real = path.resolve()  # a linked copy of a tree shares the parse
     except OSError:
         return None
-    key = (str(path), st.st_mtime_ns, st.st_size)
+    key = (str(real), st.st_mtime_ns, st.st_size)
     tree = _AST_CACHE.get(key)
     if tree is None:
         try:
@@ -305,7 +306,7 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
     info.graphs_disabled_check = _graphs_disabled(method)
     scope = _Scope(target, tree, cls, method, relfile)
 
-    hip_assign = _var_assignment(method, HIP_VAR)
+    hip_assign = _var_assignment(method, HIP_VAR) or _hip_var_by_shape(method)
     if hip_assign is not None:
         name, value, lineno = hip_assign
         info.variable, info.line = name, lineno
@@ -383,6 +384,31 @@ def _var_assignment(method: ast.FunctionDef, pattern: re.Pattern):
     return found
 
 
+def _hip_var_by_shape(method: ast.FunctionDef):
+    """The HIP gate under another name: a variable assigned a non-constant value inside an
+    `if _is_hip:` block (or from an expression testing `_is_hip`) and read later in the method:
+    (name, value, line) of its last such assignment."""
+    found = None
+    for node in ast.walk(method):
+        if isinstance(node, ast.If) and platform_truth(node.test, "hip") is True \
+                and platform_truth(node.test, "cuda") is False:
+            for stmt in (n for st in node.body for n in ast.walk(st)):
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                        and isinstance(stmt.targets[0], ast.Name)
+                        and not isinstance(stmt.value, ast.Constant)
+                        and not isinstance(stmt.value, (ast.List, ast.Tuple, ast.Set))
+                        and _name_loaded(method, stmt.targets[0].id)):
+                    found = (stmt.targets[0].id, stmt.value, stmt.lineno)
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.BoolOp)
+              and isinstance(node.value.op, ast.And)
+              and any(platform_truth(v, "hip") is True and platform_truth(v, "cuda") is False
+                      for v in node.value.values)
+              and _name_loaded(method, node.targets[0].id)):
+            found = (node.targets[0].id, node.value, node.lineno)
+    return found
+
+
 def _name_loaded(method: ast.FunctionDef, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                for n in ast.walk(method))
@@ -455,6 +481,9 @@ _BUILTINS = frozenset({"isinstance", "type", "tuple", "list", "set", "frozenset"
                        "hasattr", "len", "any", "all", "bool"})
 
 
+_MODINFO: dict[int, tuple[ast.Module, tuple]] = {}
+
+
 class _Scope:
     """Resolves a gate expression to `Check`s: names bound in the method (class lists, locals
     holding `self.<attr>`), the helper methods and functions it calls (parameters bound to the
@@ -473,6 +502,15 @@ class _Scope:
     # -- modules ------------------------------------------------------------------------
     @staticmethod
     def _modinfo_of(tree: ast.Module, rel: str, dotted: str) -> tuple:
+        hit = _MODINFO.get(id(tree))
+        if hit is not None and hit[0] is tree:
+            return hit[1]
+        info = _Scope._build_modinfo(tree, rel, dotted)
+        _MODINFO[id(tree)] = (tree, info)
+        return info
+
+    @staticmethod
+    def _build_modinfo(tree: ast.Module, rel: str, dotted: str) -> tuple:
         assigns: dict[str, ast.AST] = {}
         classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
         funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -495,19 +533,34 @@ class _Scope:
                     imports.setdefault(a.asname or a.name, (mod, a.name))
         return rel, assigns, classes, funcs, imports
 
+    def _path(self, dotted: str) -> Path | None:
+        parts = dotted.split(".")
+        if parts[0] != "sglang":
+            return None
+        for path in (self.target.root.joinpath(*parts[:-1], parts[-1] + ".py"),
+                     self.target.root.joinpath(*parts, "__init__.py")):
+            if path.is_file():
+                return path
+        return None
+
     def _module(self, dotted: str) -> tuple | None:
         if dotted not in self._mods:
             self._mods[dotted] = None
-            parts = dotted.split(".")
-            if parts[0] == "sglang":
-                for path in (self.target.root.joinpath(*parts[:-1], parts[-1] + ".py"),
-                             self.target.root.joinpath(*parts, "__init__.py")):
-                    tree = parse_file(path)
-                    if tree is not None:
-                        self._mods[dotted] = self._modinfo_of(tree, self.target.relpath(path),
-                                                              dotted)
-                        break
+            path = self._path(dotted)
+            tree = parse_file(path) if path is not None else None
+            if tree is not None:
+                self._mods[dotted] = self._modinfo_of(tree, self.target.relpath(path), dotted)
         return self._mods[dotted]
+
+    def _defines_class(self, dotted: str, name: str) -> bool:
+        """A top-level `class name` in the module, by its text (no parse of a big backend
+        module just to learn that an imported name is the class it says)."""
+        path = self._path(dotted)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace") if path else ""
+        except OSError:
+            return False
+        return re.search(rf"^class {re.escape(name)}\b", text, re.M) is not None
 
     # -- checks ---------------------------------------------------------------------------
     def checks(self, expr: ast.AST, follow: bool = True) -> list[Check]:
@@ -643,6 +696,8 @@ class _Scope:
             return self._classes(assigns[n], None, mod, depth + 1)
         if n in imports:
             dotted, orig = imports[n]
+            if self._defines_class(dotted, orig):
+                return [orig]
             other = self._module(dotted)
             if other is None:
                 sub = self._module(f"{dotted}.{orig}")
