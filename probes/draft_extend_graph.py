@@ -122,10 +122,14 @@ class DraftExtendGraphProbe(Probe):
                                     hint=_hint(v, plat, gate, name))
             return self.finding(Status.WARN, f"{what}: {v.reason}", evidence=ev,
                                 hint=_hint(v, plat, gate, name))
+        steps_bound = [e.data["backend"] for e in rows
+                       if e.kind == "row" and "needs --speculative-num-steps" in (e.detail or "")]
         if eager:
+            also = (f"; {', '.join(steps_bound)} only with --speculative-num-steps >= 2"
+                    if steps_bound else "")
             return self.finding(
                 Status.WARN, f"on {plat.upper()} draft-extend runs eager for "
-                             f"{', '.join(eager)} (no attention backend given: pass "
+                             f"{', '.join(eager)}{also} (no attention backend given: pass "
                              "--attention-backend or --server for a verdict)",
                 evidence=ev, hint=f"{FIX_ID} adds the missing backends to the allow-list"
                 if plat == "hip" else None)
@@ -223,6 +227,8 @@ def _server_arg(ctx: Context, name: str):
 def _cls(info: BackendInfo | None) -> str:
     if info is None:
         return "(unknown to the release)"
+    if info.draft_extend_none:
+        return "None (the factory builds none)"
     return info.draft_extend_class or ("(no draft backend)" if not info.has_draft_factory_entry
                                        else "(class not found)")
 
