@@ -636,19 +636,20 @@ class _Scope:
             return self._home[3][f.id], False
         return None, False
 
-    def _subject(self, node: ast.AST, func: ast.FunctionDef, subj: dict[str, str]) -> str | None:
+    def _subject(self, node: ast.AST, func: ast.FunctionDef, subj: dict[str, str],
+                 depth: int = 0) -> str | None:
         """The worker attribute an expression reads: `self.x`, a parameter bound to it, or a
         local `b = self.x`."""
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
                 node.value.id == "self" or subj.get(node.value.id) == "self"):
             return node.attr
-        if isinstance(node, ast.Name):
+        if isinstance(node, ast.Name) and depth < 4:
             if node.id in subj and subj[node.id] != "self":
                 return subj[node.id]
             for a in ast.walk(func):
                 if (isinstance(a, ast.Assign) and len(a.targets) == 1
                         and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id):
-                    return self._subject(a.value, func, subj) if a.value is not node else None
+                    return self._subject(a.value, func, subj, depth + 1)
         return None
 
     def _classes(self, node: ast.AST, func: ast.FunctionDef | None, mod: tuple,
