@@ -12,7 +12,7 @@ from typing import Any
 
 from diag.context import Context
 from diag.findings import Finding, Status, location, metric, note, row
-from diag.probes.base import Probe
+from diag.probes.base import Counter, Probe
 
 MAX_LOCATIONS = 40
 TIMEOUT_S = 20.0
@@ -21,7 +21,9 @@ TIMEOUT_S = 20.0
 class MetadataSyncsProbe(Probe):
     id = "metadata-syncs"
     title = "implicit device->host syncs in attention metadata builders"
+    concern = "implicit device->host syncs in attention metadata builders"
     fixes = ("repeat-interleave-output-size",)
+    counter = Counter("diag.probes.sync_counter:runtime_patch", ("syncs",))
 
     def run(self, ctx: Context) -> Finding:
         from diag.probes.metadata_census import (

@@ -42,18 +42,25 @@ NA: Any = _NotApplicable()
 # Expected failures: their message is already one readable line.
 DiagErrorTypes = (DiagError,)
 
-# Probe ids and the concern each one checks, shown before any probe has run.
-CONCERNS: dict[str, str] = {
-    "draft-extend-graph": "draft-extend falls back to eager (graph-capture gate)",
-    "metadata-syncs": "implicit device->host syncs in attention metadata builders",
-    "profiler-teardown": "torch.profiler stop / cyclic-GC teardown",
-}
+def concern(probe_id: str) -> str:
+    """The problem a probe watches (its declaration), shown before it has run."""
+    from diag.probes import spec
 
-FIX_OF_PROBE = {
-    "draft-extend-graph": "draft-extend-allowlist",
-    "metadata-syncs": "repeat-interleave-output-size",
-    "profiler-teardown": "profiler-controlled-teardown",
-}
+    try:
+        return spec(probe_id).concern
+    except Exception:
+        return ""
+
+
+def fix_of_probe(probe_id: str) -> str | None:
+    """The first fix a probe declares as addressing it (None: none)."""
+    from diag.probes import spec
+
+    try:
+        fixes = spec(probe_id).fixes
+    except Exception:
+        return None
+    return fixes[0] if fixes else None
 
 
 def short_error(e: BaseException) -> str:
@@ -118,7 +125,7 @@ class FindingView:
 
 
 def pending_findings(probe_ids: list[str]) -> list[FindingView]:
-    return [FindingView(p, "pending", p, CONCERNS.get(p, "")) for p in probe_ids]
+    return [FindingView(p, "pending", p, concern(p)) for p in probe_ids]
 
 
 def probe_ids() -> list[str]:
