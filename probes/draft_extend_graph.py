@@ -15,6 +15,7 @@ from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
 from diag.probes.base import Counter, Probe
 from diag.probes.gate import (
+    DRAFT_UTILS_FILE,
     EAGER,
     GRAPH,
     UNSUPPORTED,
@@ -23,6 +24,7 @@ from diag.probes.gate import (
     Verdict,
     backend_map,
     env_bool,
+    parse_problem,
     read_gate,
     verdict,
 )
@@ -78,13 +80,16 @@ class DraftExtendGraphProbe(Probe):
         gate = read_gate(t, environ=dict(os.environ),
                          server_args=srv.server_args(info) if isinstance(info, dict) else None)
         if gate.broken:
-            return self.finding(
-                Status.ERROR, f"target error: {gate.problem}",
-                evidence=[location(gate.file or "?", gate.line, None,
-                                   f"the {gate.worker} EAGLE worker of this tree: {gate.broken}")]
-                + ([note(f"worker selected by {gate.selection}")] if gate.selection else []),
-                hint="the SGLang tree is incomplete or edited: reinstall it or pass a release "
-                     "(--sglang VERSION)", fixes=[], target_error=True)
+            return self._broken(gate.problem, gate.file, gate.line,
+                                f"the {gate.worker} EAGLE worker of this tree: {gate.broken}",
+                                [note(f"worker selected by {gate.selection}")]
+                                if gate.selection else [])
+        factory = parse_problem(t.file(DRAFT_UTILS_FILE))
+        if factory is not None and t.file(DRAFT_UTILS_FILE).parent.is_dir():
+            rel = t.relpath(t.file(DRAFT_UTILS_FILE))
+            what, line = factory
+            return self._broken(f"{rel} {'is ' + what if what in ('missing', 'empty') else what}",
+                                rel, line, f"the draft backend factory of this tree: {what}", [])
         if not gate.recognised:
             return self.finding(
                 Status.WARN, f"gate not recognised in {gate.file}: {gate.problem}",
@@ -137,6 +142,15 @@ class DraftExtendGraphProbe(Probe):
                 if plat == "hip" else None)
         return self.finding(Status.OK, f"on {plat.upper()} every listed backend's draft-extend "
                                        "is captured as a graph", evidence=ev)
+
+    def _broken(self, problem: str, file: str | None, line: int | None, detail: str,
+                extra: list[Evidence]) -> Finding:
+        """A tree whose source cannot be read: a target error (exit 3), not a gate shape."""
+        return self.finding(
+            Status.ERROR, f"target error: {problem}",
+            evidence=[location(file or "?", line, None, detail), *extra],
+            hint="the SGLang tree is incomplete or edited: reinstall it or pass a release "
+                 "(--sglang VERSION)", fixes=[], target_error=True)
 
     def _table(self, gate: GateInfo, bm: dict[str, BackendInfo], plat: str,
                steps: int | None, killed: bool, disabled: bool, multi: bool,

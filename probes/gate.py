@@ -88,6 +88,9 @@ def parse_problem(path: Path) -> tuple[str, int | None] | None:
     (...)", line), or None when it parses to something."""
     if not path.is_file():
         return "missing", None
+    tree = parse_file(path)  # cached: the common case costs nothing more
+    if tree is not None:
+        return ("empty", None) if not tree.body else None
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -163,6 +166,8 @@ class GateInfo:
     # How the release picks this worker, e.g. "SGLANG_ENABLE_SPEC_V2 unset (default False)
     # -> v1 (sglang/srt/speculative/spec_info.py:81)"; None where there is one worker only.
     selection: str | None = None
+    # Names of the CUDA allow-list that could not be followed: CUDA verdicts are then unknown.
+    cuda_unresolved: list[str] = field(default_factory=list)
 
     @property
     def hip_classes(self) -> list[str]:
@@ -330,6 +335,7 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
         info.cuda_policy = _inline_policy(capture_if.test, "cuda")
         if info.cuda_policy == "allowlist":
             info.cuda_checks = cuda_scope.checks(capture_if.test, follow=False)
+    info.cuda_unresolved = list(cuda_scope.unresolved)
     if info.hip_policy == "unknown":
         return _unrecognised(info, f"the capture condition names no HIP rule: "
                                    f"{info.capture_condition[:160]}")
@@ -1298,6 +1304,9 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
                                   f"allow-list ({ml.method})", "multi_layer")
     if kill_switch_set and gate.kill_switch_env:
         return Verdict(EAGER, f"kill switch {gate.kill_switch_env} set", "kill_switch")
+    if platform != "hip" and gate.cuda_unresolved:
+        return Verdict(UNKNOWN, "CUDA allow-list not recognised: "
+                                + "; ".join(gate.cuda_unresolved), "unknown")
     policy = gate.hip_policy if platform == "hip" else gate.cuda_policy
     checks = gate.hip_checks if platform == "hip" else gate.cuda_checks
     where = f"{gate.worker_class}.{gate.method}"

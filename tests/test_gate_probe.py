@@ -84,6 +84,25 @@ def test_broken_worker_is_a_target_error(tree_0523, damage, what, line):
         path.write_text(original)
 
 
+def test_broken_factory_is_a_target_error(tree_0523):
+    path = tree_0523 / "sglang/srt/speculative/draft_utils.py"
+    original = path.read_text()
+    try:
+        path.write_text(original.replace("def create_draft_extend_backend(self):",
+                                         "def create_draft_extend_backend(self:", 1))
+        line = 1 + original.splitlines().index("    def create_draft_extend_backend(self):")
+        r = probe("--sglang", str(tree_0523), "--json")
+        doc = _doc(r)
+        f = doc["findings"][0]
+        assert r.exit_code == doc["exit_code"] == 3 and f["status"] == "error"
+        assert f["summary"].startswith("target error: sglang/srt/speculative/draft_utils.py "
+                                       "does not parse (SyntaxError at line")
+        loc = next(e for e in f["evidence"] if e["kind"] == "location")
+        assert loc["file"] == "sglang/srt/speculative/draft_utils.py" and loc["line"] == line
+    finally:
+        path.write_text(original)
+
+
 def test_unrecognised_gate_stays_a_warning(tree_0523):
     """A worker that parses but has no gate of a known shape: `warn`, not a target error."""
     path = tree_0523 / WORKER
