@@ -115,6 +115,19 @@ def test_unrecognised_gate_stays_a_warning(tree_0523):
         f = doc["findings"][0]
         assert f["status"] == "warn" and "not recognised" in f["summary"]
         assert "target_error" not in f and r.exit_code == doc["exit_code"] == 0
+        # a name in the allow-list that binds nothing the analysis can follow: not a guess
+        edited = original.replace(
+            "or isinstance(self.draft_extend_attn_backend, QwenSparseAttnBackend)",
+            "or isinstance(self.draft_extend_attn_backend, _qsa_types())")
+        assert edited != original
+        line = 1 + next(i for i, ln in enumerate(edited.splitlines()) if "_qsa_types()" in ln)
+        path.write_text(edited)
+        for backend in ([], ["--attention-backend", "qsa"], ["--attention-backend", "dsa"]):
+            r = probe("--sglang", str(tree_0523), "--json", *backend)
+            f = _doc(r)["findings"][0]
+            assert f["status"] == "warn" and "not recognised" in f["summary"], f["summary"]
+            assert f"_qsa_types() (sglang/srt/speculative/eagle_worker_v2.py:{line})" \
+                in f["summary"]
     finally:
         path.write_text(original)
 
