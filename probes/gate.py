@@ -4,12 +4,17 @@ Why: whether speculative decoding's draft-extend phase is captured as a CUDA/HIP
 eager is decided by a few lines in the EAGLE draft worker (`supports_hip*draft_extend_graph`,
 an `isinstance` allow-list). The gate moved between methods and was renamed across releases
 (SGLANG.md), so everything here is found by name and shape, never by line, and SGLang is never
-imported. Three parts:
+imported. Parts:
 
-- `read_gate(target)` → `GateInfo`: where the gate is and what it admits, per platform;
+- `select_worker(target, environ, server_args)`: which EAGLE worker runs (v1 or v2, where a
+  release has both: `SGLANG_ENABLE_SPEC_V2`, or a server's `disable_overlap_schedule`);
+- `read_gate(target, environ=..., server_args=...)` → `GateInfo`: where that worker's gate is
+  and what it admits, per platform, every name in it resolved (`_Scope`), or why not
+  (`broken` for a worker file that is missing, empty or does not parse);
 - `backend_map(target, platform)` → `{name: BackendInfo}`: which classes each
-  `--attention-backend` name builds for the draft (decode and draft-extend), from
-  `attention_registry.py` and `speculative/draft_utils.py`;
+  `--attention-backend` name builds for the draft (decode and draft-extend, or None), from
+  `attention_registry.py` and `speculative/draft_utils.py`, plus the aliases the release's
+  argument handling rewrites (`backend_aliases`);
 - `verdict(gate, info, platform, num_steps, ...)` → `Verdict(mode, reason)`, a pure function.
 """
 
