@@ -84,8 +84,9 @@ class DraftExtendGraphProbe(Probe):
                                 f"the {gate.worker} EAGLE worker of this tree: {gate.broken}",
                                 [note(f"worker selected by {gate.selection}")]
                                 if gate.selection else [])
+        # (a missing draft_utils.py is not broken: older trees keep the factory elsewhere)
         factory = parse_problem(t.file(DRAFT_UTILS_FILE))
-        if factory is not None and t.file(DRAFT_UTILS_FILE).parent.is_dir():
+        if factory is not None and factory[0] != "missing":
             rel = t.relpath(t.file(DRAFT_UTILS_FILE))
             what, line = factory
             return self._broken(f"{rel} {'is ' + what if what in ('missing', 'empty') else what}",
