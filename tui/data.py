@@ -647,7 +647,9 @@ def fmt_ratio(r: float | None) -> str:
 def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixView],
                timings: list[TimingRow], syncs: list[SyncRow],
                sources: list[SourceState]) -> dict[str, Any]:
-    """Everything on screen, as a JSON document (schema_version 1, `kind: diag-tui`)."""
+    """Everything on screen, as a JSON document (`kind: diag-tui`; schema diag-tui-v1.json)."""
+    from diag.schemas import SCHEMA_VERSION
+
     def st(s: Stats | None):
         return None if s is None else {"median": s.median, "p25": s.p25, "p75": s.p75,
                                        "min": s.min, "n": s.n}
@@ -656,7 +658,7 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         return None if v is NA else v
 
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "kind": "diag-tui",
         "exported_at": time.time(),
         "target": header.target, "version": val(header.version),

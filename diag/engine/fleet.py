@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.errors import DiagError, ServerError
+from diag.schemas import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 BY = "job, instance"
 # Before/after figures for at most this many changes (the most recent): each costs two windows
 # of ~11 queries, and a flapping fix or a fleet-wide restart would otherwise mean thousands.
