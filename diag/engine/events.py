@@ -326,7 +326,8 @@ class CounterEvent(Event):
         """Record this event into its series."""
 
     # The fleet view: per-instance figures over a window, from this kind's series.
-    fleet_defaults: ClassVar[dict[str, Any]] = {}
+    fleet_defaults: ClassVar[dict[str, Any]] = {}  # in an instance row with no window data
+    fleet_empty: ClassVar[dict[str, Any]] = {}  # its figures for an instance without its series
     fleet_compared: ClassVar[tuple[tuple[str, str, str], ...]] = ()  # (key, label, unit)
 
     @classmethod
@@ -334,6 +335,10 @@ class CounterEvent(Event):
                      ) -> dict[Any, dict[str, Any]]:
         """{instance key: {figure: value}} from Prometheus (`query(expr)` -> {key: value})."""
         return {}
+
+    @classmethod
+    def fleet_window_empty(cls) -> dict[str, Any]:
+        return json.loads(json.dumps(cls.fleet_empty))
 
 
 def _num(value: Any, default: float | None = 0.0) -> Any:
@@ -391,6 +396,8 @@ class Syncs(CounterEvent):
             metric("metadata_build_seconds").labels(builder=builder).inc(self.seconds)
 
     fleet_defaults: ClassVar[dict[str, Any]] = {"syncs_per_step": None}
+    fleet_empty: ClassVar[dict[str, Any]] = {"metadata_builds": None, "syncs": None,
+                                             "syncs_per_step": None, "builders": {}}
     fleet_compared: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("syncs_per_step", "syncs/step", ""),)
 
@@ -454,6 +461,9 @@ class DraftExtend(CounterEvent):
             metric("draft_extend_seconds").labels(mode=mode).observe(self.seconds)
 
     fleet_defaults: ClassVar[dict[str, Any]] = {"draft_extend_eager_share": None}
+    fleet_empty: ClassVar[dict[str, Any]] = {"draft_extend_passes": {},
+                                             "draft_extend_eager_share": None,
+                                             "draft_extend_mean_s": {}}
     fleet_compared: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("draft_extend_eager_share", "draft-extend eager", "%"),)
 
@@ -523,6 +533,8 @@ class ProfilerStop(CounterEvent):
             metric("profiler_stop_seconds").observe(self.seconds)
         if self.collected and self.collected > 0:
             metric("profiler_stop_collected_objects").inc(self.collected)
+
+    fleet_empty: ClassVar[dict[str, Any]] = {"profiler_stops": None, "profiler_stop_mean_s": None}
 
     @classmethod
     def fleet_window(cls, query, by, rng):
