@@ -485,38 +485,26 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
                                                        dict[str, list[float]]]:
     """From a run directory's events: timing rows split by the fix's state in that process at the
     time of each event (before = off, after = on), sync rows per builder, and chart series."""
-    on: dict[tuple[Any, str], bool] = {}  # (pid, fix) → applied
-
-    def mark(pid: Any, fid: Any, st: Any) -> None:
-        if fid and st:
-            on[(pid, fid)] = str(st) == "applied"
+    from diag.engine import events as ev_types
 
     de: dict[str, list[float]] = {"eager": [], "graph": []}
     syncs: dict[str, dict[bool, list[float]]] = {}
     sync_secs: dict[bool, list[float]] = {False: [], True: []}
     prof: dict[bool, list[float]] = {False: [], True: []}
     series: dict[str, list[float]] = {"syncs per call": [], "draft-extend step (s)": []}
-    for e in events:
-        kind, pid = e.get("kind"), e.get("pid")
-        if kind in ("start", "snapshot"):
-            for fid, st in (e.get("fixes") or {}).items():
-                mark(pid, fid, (st or {}).get("state") if isinstance(st, dict) else st)
-        elif kind in ("fix", "control_ack"):
-            mark(pid, e.get("fix"), e.get("state"))
-        elif kind == "syncs":
-            b = str(e.get("builder", "?"))
-            fixed = on.get((pid, "repeat-interleave-output-size"), False)
-            n = float(e.get("count") or 0)
-            syncs.setdefault(b, {False: [], True: []})[fixed].append(n)
-            if e.get("seconds") is not None:
-                sync_secs[fixed].append(float(e["seconds"]))
+    for e, fixed in ev_types.replay(events):  # fixed: a fix addressing its probe was on
+        if isinstance(e, ev_types.Syncs):
+            n = float(e.count or 0)
+            syncs.setdefault(str(e.builder), {False: [], True: []})[fixed].append(n)
+            if "seconds" in e.raw and e.seconds is not None:
+                sync_secs[fixed].append(float(e.seconds))
             series["syncs per call"].append(n)
-        elif kind == "draft_extend" and e.get("seconds") is not None:
-            mode = "graph" if e.get("mode") == "graph" else "eager"
-            de[mode].append(float(e["seconds"]))
-            series["draft-extend step (s)"].append(float(e["seconds"]))
-        elif kind == "profiler_stop" and e.get("seconds") is not None:
-            prof[on.get((pid, "profiler-controlled-teardown"), False)].append(float(e["seconds"]))
+        elif isinstance(e, ev_types.DraftExtend) and e.seconds is not None:
+            mode = "graph" if e.mode == "graph" else "eager"
+            de[mode].append(e.seconds)
+            series["draft-extend step (s)"].append(e.seconds)
+        elif isinstance(e, ev_types.ProfilerStop) and e.seconds is not None:
+            prof[fixed].append(e.seconds)
     rows: list[TimingRow] = []
     if de["eager"] or de["graph"]:
         rows.append(TimingRow("draft-extend-allowlist", "draft-extend step (eager → graph)", "s",
