@@ -5,9 +5,6 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-PLATFORMS = ("hip", "cuda")
-
-
 @dataclass(frozen=True)
 class TorchInfo:
     present: bool
