@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class TorchInfo:
     present: bool
