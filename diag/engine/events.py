@@ -116,7 +116,7 @@ def parse(doc: dict[str, Any]) -> Event:
             default = f.default if f.default is not dataclasses.MISSING else \
                 (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
             value, ok = _coerce(doc[f.name], default, str(f.type))
-            kw[f.name] = value if value is not None or f.name not in ("ts",) else 0.0
+            kw[f.name] = 0.0 if value is None and f.name == "ts" else value
             if not ok:
                 extra[f.name] = doc[f.name]
     for k, v in doc.items():
@@ -560,6 +560,17 @@ def declared_kinds() -> dict[str, list[str]]:
             for k in spec.counter.events:
                 out.setdefault(k, []).append(spec.id)
     return out
+
+
+def started(e: Event) -> float | None:
+    """When a process's agent started, from its first event (a start, or a snapshot carrying
+    it): to tell a live process from a later one that reuses its pid."""
+    if isinstance(e, Start):
+        return e.started
+    if isinstance(e, Snapshot) and isinstance(e.start, dict):
+        v, ok = _coerce(e.start.get("started"), None, "float")
+        return v if ok else None
+    return None
 
 
 # ----------------------------------------------------------------------------- the fold

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diag.engine import events
 from diag.engine.events import Fold
 from diag.errors import DiagError
 from diag.schemas import SCHEMA_VERSION
@@ -401,8 +402,7 @@ def _has_live_process(d: Path) -> bool:
         started = None
         ev = _first_event(d / f"events-{pid}.jsonl")  # a start, or a snapshot carrying it
         if ev is not None:
-            started = ev.get("started") if ev.get("kind") == "start" else \
-                (ev.get("start") or {}).get("started")
+            started = events.started(events.parse(ev))
         if _alive(pid, started):
             return True
     return False
