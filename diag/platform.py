@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
+PLATFORMS = ("hip", "cuda")
+
 
 @dataclass(frozen=True)
 class TorchInfo:

@@ -498,8 +498,10 @@ class ProfilerStop(CounterEvent):
     controlled: bool | None = None
     freed: bool | None = None
     function: str | None = None
-    teardown: str | None = None  # cycle-broken | gc-collect (the fix's teardown)
+    teardown: str | None = None  # how the fix freed it: cycle-broken | gc-collect
     teardown_s: float | None = None
+    heap_blocks: int | None = None  # with a sink: the heap then, and what a full collection
+    full_gc_est_s: float | None = None  # would cost (an estimate from measured ones)
     series: ClassVar[tuple[Series, ...]] = (
         Series("profiler_stops", "counter", (), "stops",
                "torch.profiler stops (teardowns) observed."),
@@ -508,7 +510,10 @@ class ProfilerStop(CounterEvent):
                (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)),
         Series("profiler_stop_collected_objects", "counter", (), "objects",
                "Objects freed by the garbage collection at profiler stop."),
+        Series("profiler_teardowns", "counter", ("how",), "stops",
+               "Profiler stops torn down by the fix, by how (cycle-broken, gc-collect)."),
     )
+    TEARDOWNS: ClassVar[tuple[str, ...]] = ("cycle-broken", "gc-collect")
 
     @staticmethod
     def empty() -> dict:
@@ -518,14 +523,24 @@ class ProfilerStop(CounterEvent):
         section["stops"] = section.get("stops", 0) + 1
         section["seconds"] = section.get("seconds", 0.0) + float(self.seconds or 0.0)
         section["collected"] = section.get("collected", 0) + int(self.collected or 0)
+        if self.teardown:
+            td = section.setdefault("teardown", {})
+            td[str(self.teardown)] = td.get(str(self.teardown), 0) + 1
+            section["teardown_s"] = section.get("teardown_s", 0.0) + float(self.teardown_s or 0.0)
+        if self.heap_blocks is not None:  # the latest heap and full-collection estimate
+            section["heap_blocks"] = self.heap_blocks
+            section["full_gc_est_s"] = self.full_gc_est_s
         return section
 
     @classmethod
     def describe(cls, section: dict) -> list[str]:
         if not section.get("stops"):
             return []
+        td = ", ".join(f"{k} {v}" for k, v in sorted((section.get("teardown") or {}).items()))
+        est = section.get("full_gc_est_s")
         return [f"profiler stops: {section['stops']}, {section['seconds']:.3f} s, "
-                f"{section['collected']} objects collected"]
+                f"{section['collected']} objects collected" + (f"; teardown: {td}" if td else "")
+                + (f"; a full collection now: ~{est:.3f} s (estimate)" if est else "")]
 
     def record(self, metric: Metric, label: Label) -> None:
         metric("profiler_stops").inc()
@@ -533,6 +548,8 @@ class ProfilerStop(CounterEvent):
             metric("profiler_stop_seconds").observe(self.seconds)
         if self.collected and self.collected > 0:
             metric("profiler_stop_collected_objects").inc(self.collected)
+        if self.teardown in self.TEARDOWNS:
+            metric("profiler_teardowns").labels(how=self.teardown).inc()
 
     fleet_empty: ClassVar[dict[str, Any]] = {"profiler_stops": None, "profiler_stop_mean_s": None}
 
