@@ -140,3 +140,15 @@ def test_every_declared_counter_event_kind_is_defined():
     still folded and counted, but has no section, text or series)."""
     defined = {c.kind for c in events.counter_kinds()}
     assert set(events.declared_kinds()) <= defined
+
+
+def test_the_event_schema_covers_every_kind_and_field():
+    """Each event class has its branch in event-v1.json, naming each of its fields."""
+    import dataclasses
+
+    doc = json.loads(files("diag").joinpath("schemas", "event-v1.json").read_text())
+    branches = {b["if"]["properties"]["kind"]["const"]: b["then"] for b in doc["allOf"]}
+    for k, cls in events.kinds().items():
+        assert k in branches, k
+        fields = {f.name for f in dataclasses.fields(cls)} - {"ts", "pid", "n", "extra", "raw"}
+        assert fields <= set(branches[k]["properties"]), (k, fields - set(branches[k]["properties"]))
