@@ -53,16 +53,6 @@ _agent: Agent | None = None
 _start_lock = threading.Lock()
 
 
-def _counter(probe_id: str) -> Any:
-    """The runtime counter a registered probe declares (`diag.probes.base.Counter`), or None."""
-    from diag import probes
-
-    try:
-        return probes.spec(probe_id).counter
-    except Exception:  # unknown id, or a probe module that does not import here
-        return None
-
-
 def _counter_ids() -> list[str]:
     """The probes with a runtime counter, from the registry."""
     from diag import probes
@@ -385,7 +375,16 @@ class Agent:
             if emit:
                 telemetry.emit("probe", probe=pid, state=state, reason=reason)
 
-        counter = _counter(pid)
+        from diag import probes
+
+        try:
+            counter = probes.spec(pid).counter
+        except KeyError:  # not a registered probe
+            counter = None
+        except Exception as e:  # its module does not import here
+            self.error(f"runtime counter {pid}", e)
+            set_state("failed", f"{type(e).__name__}: {e}")
+            return
         if counter is None:
             set_state("unavailable", f"no runtime counter for {pid!r} "
                                      f"(known: {', '.join(_counter_ids())})")
