@@ -107,6 +107,28 @@ def test_tui_export(tmp_path):
     check("tui-export-v1.json", doc)
 
 
+def test_tui_export_with_engine_rows(tmp_path):
+    """Timing rows and engine processes from a run directory the real EventWriter wrote."""
+    from diag.engine import rundir
+    from diag.tui import data
+
+    d = rundir.create_run_dir(tmp_path / "D")
+    w = rundir.EventWriter(d, pid=4242)
+    fix = next(s.fixes[0] for s in probes.specs() if s.counter and "syncs" in s.counter.events)
+    w.write({"kind": "start", "fixes": {fix: {"state": "pending", "reason": ""}}, "started": 1.0})
+    w.write({"kind": "syncs", "builder": "B.f", "count": 2, "seconds": 0.002})
+    w.write({"kind": "fix", "fix": fix, "state": "applied", "reason": ""})
+    w.write({"kind": "syncs", "builder": "B.f", "count": 0, "seconds": 0.001})
+    w.write({"kind": "error", "where": "x", "message": "y"})
+    w.close()
+    evs = [json.loads(line) for line in (d / "events-4242.jsonl").read_text().splitlines()]
+    timings, syncs, _ = data.engine_view(evs)
+    procs = data.engine_processes(rundir.read_state(d), evs)
+    assert timings and syncs and procs[0].errors == 1
+    doc = data.export_doc(data.Header("t"), [], [], timings, syncs, [], procs)
+    check("tui-export-v1.json", json.loads(json.dumps(doc, default=str)))
+
+
 def test_the_event_schema_rejects_what_the_fold_would_misread():
     ok = {"ts": 1.0, "kind": "syncs", "pid": 3, "n": 0, "builder": "b", "count": 2,
           "seconds": 0.1}
