@@ -11,8 +11,8 @@ import click
 from diag import __version__
 from diag.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL
 from diag.findings import SEVERITY, Finding, Status
+from diag.schemas import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 FAIL_ON = {"warn": 1, "fail": 2}
 
 _STYLE = {

@@ -47,10 +47,6 @@ class Target:
         except ValueError:
             return str(path)
 
-    def at_least(self, version: str) -> bool:
-        v = self.parsed_version
-        return v is not None and v >= Version(version)
-
     def to_dict(self) -> dict:
         return {"root": str(self.root), "version": self.version, "origin": self.origin}
 

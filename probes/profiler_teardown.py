@@ -406,8 +406,7 @@ class ProfilerTeardownProbe(Probe):
     title = "Profiler teardown (reference cycle freed by the cyclic GC)"
     concern = "torch.profiler stop / cyclic-GC teardown"
     fixes = ("profiler-controlled-teardown",)
-    counter = Counter(
-        "diag.fixes.profiler_controlled_teardown:runtime_patch", ("profiler_stop",))
+    counter = Counter("diag.probes.profiler_runtime:runtime_patch", ("profiler_stop",))
 
     def prepare(self, ctx: Context) -> None:
         if ctx.execute and _torch_importable() is None:

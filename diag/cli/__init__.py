@@ -124,17 +124,22 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     """Run one probe (PROBE_ID), or list them with --list."""
     import json
 
-    from diag.probes import REGISTRY, get
+    from diag.probes import REGISTRY
 
     if list_ or not probe_id:
-        rows = [{"id": pid, "title": get(pid).title, "fixes": list(get(pid).fixes)}
-                for pid in REGISTRY]
+        from diag.probes import specs
+        from diag.schemas import SCHEMA_VERSION
+
+        rows = [{"id": s.id, "title": s.title, "fixes": list(s.fixes), "concern": s.concern,
+                 "counter": list(s.counter.events) if s.counter is not None else None}
+                for s in specs()]
         if as_json:
-            click.echo(json.dumps({"schema_version": 1, "probes": rows}, indent=2))
+            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "probes": rows}, indent=2))
         else:
             for r in rows:
                 fixes = f"  (fix: {', '.join(r['fixes'])})" if r["fixes"] else ""
-                click.echo(f"{r['id']:<22} {r['title']}{fixes}")
+                counter = "  [runtime counter]" if r["counter"] is not None else ""
+                click.echo(f"{r['id']:<22} {r['title']}{fixes}{counter}")
         if not list_:
             log("name a probe to run it: diag probe ID")
             sys.exit(EXIT_USAGE)

@@ -1,4 +1,4 @@
-"""`diag fix ...`: applicability of every fix to a target, and (later) apply/revert/status/check."""
+"""`diag fix ...`: applicability of every fix to a target, apply/revert, status of a run, check."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import click
 
 from diag.cli.common import build_context, guarded, target_options
+from diag.schemas import SCHEMA_VERSION
 
 
 @click.group()
@@ -35,7 +36,7 @@ def list_(as_json: bool, **target_kw) -> None:
         rows.append({"id": fid, "title": f.title, "status": status, "reason": reason,
                      "depends_on": list(f.depends_on), "addresses": list(f.addresses)})
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "target": ctx.target.to_dict(),
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
                                "platform": ctx.platform, "fixes": rows}, indent=2))
         return
     click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
@@ -44,7 +45,7 @@ def list_(as_json: bool, **target_kw) -> None:
 
 
 # ----------------------------------------------------------------------------- apply / revert
-# (issue 6: in this process, or in a running engine through its run directory)
+# (in this process, or in a running engine through its run directory)
 
 
 def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: float,
@@ -66,7 +67,7 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
              "reason": (ev.get("reason") if ev else f"no acknowledgement within {timeout:g} s")}
             for p, ev in sorted(acks.items())]
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "run_dir": str(d), "request": rid,
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "run_dir": str(d), "request": rid,
                                "fix": fix_id, "action": action, "processes": rows}, indent=2))
     else:
         for r in rows:
@@ -105,7 +106,7 @@ def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
             except Exception as e:
                 state, reason, ok = "failed", f"{type(e).__name__}: {e}", False
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "fix": fix_id, "action": action,
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "fix": fix_id, "action": action,
                                "ok": ok, "state": state, "reason": reason}, indent=2))
     else:
         click.echo(f"{fix_id}: {state}" + (f"  ({reason})" if reason else ""))
@@ -151,21 +152,6 @@ revert_cmd = _control_command("revert")
 # ----------------------------------------------------------------------------- status
 
 
-def _fmt_counters(c: dict) -> list[str]:
-    out = []
-    for b, v in sorted(c.get("syncs", {}).items()):
-        out.append(f"syncs {b}: {v['syncs']} in {v['calls']} calls, {v['seconds'] * 1e3:.2f} ms")
-    for m, v in sorted(c.get("draft_extend", {}).items()):
-        out.append(f"draft-extend {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms")
-    p = c.get("profiler_stop", {})
-    if p.get("stops"):
-        out.append(f"profiler stops: {p['stops']}, {p['seconds']:.3f} s, "
-                   f"{p['collected']} objects collected")
-    if c.get("errors"):
-        out.append(f"agent errors: {c['errors']}")
-    return out
-
-
 @fix.command("status")
 @click.option("--run-dir", type=click.Path(), metavar="DIR",
               help="The run directory (default: every live run found on this machine).")
@@ -176,11 +162,12 @@ def status(run_dir: str | None, as_json: bool) -> None:
     """Per engine process: fixes, runtime counters, last events (from the run directory)."""
     from diag.cli.common import log
     from diag.engine import rundir
+    from diag.engine.events import describe_counters
 
     dirs = [run_dir] if run_dir else [str(p) for p in rundir.discover()]
     states = [rundir.read_state(d) for d in dirs]
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "runs": [s.to_dict() for s in states]},
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": [s.to_dict() for s in states]},
                               indent=2, default=str))
         return
     if not states:
@@ -201,7 +188,7 @@ def status(run_dir: str | None, as_json: bool) -> None:
             for pid_, st in sorted(p.probes.items()):
                 reason = f"  ({st.get('reason')})" if st.get("reason") else ""
                 click.echo(f"    counter {pid_:<26} {st.get('state')}{reason}")
-            for line in _fmt_counters(p.counters):
+            for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
             if p.last_events:
                 kinds = ", ".join(str(e.get("kind")) for e in p.last_events[-5:])
@@ -256,7 +243,7 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
             (r["dry"] is None or r["dry"].get("status") != "does-not-fit")
     ok = all(r["ok"] for r in rows if r["required"])
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "target": ctx.target.to_dict(),
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
                                "platform": ctx.platform, "ok": ok, "fixes": rows}, indent=2))
     else:
         click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))

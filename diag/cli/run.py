@@ -39,8 +39,8 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
 @click.option("--fix", "fix_ids", multiple=True, metavar="ID|all",
               help="Apply this fix in every engine process (repeatable; `all` for every fix).")
 @click.option("--probe", "probe_ids", multiple=True, metavar="ID|all",
-              help="Switch on this runtime counter (metadata-syncs, draft-extend-graph, "
-                   "profiler-teardown; repeatable; `all`).")
+              help="Switch on the runtime counter of this probe (repeatable; `all`; `diag probe "
+                   "--list` shows which probes have one).")
 @click.option("--run-dir", type=click.Path(), metavar="DIR",
               help="Where the agents write events (created mode 0700). Default: a new directory "
                    "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
@@ -53,7 +53,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     The process becomes CMD (exec): its exit code and signals are CMD's own. The run directory
     is printed on stderr; read it with `diag fix status --run-dir DIR`.
     """
-    from diag import fixes
+    from diag import fixes, probes
     from diag.engine import agent, rundir
 
     known_fixes = fixes.all_ids()
@@ -62,11 +62,12 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     if bad:
         raise DiagError(f"unknown fix {bad[0]!r} (known: {', '.join(known_fixes)}, all)",
                         exit_code=EXIT_USAGE)
-    pr = agent._split(",".join(probe_ids), list(agent.RUNTIME_COUNTERS))
-    bad = [p for p in pr if p not in agent.RUNTIME_COUNTERS]
+    counters = probes.with_counter()
+    pr = agent._split(",".join(probe_ids), counters)
+    bad = [p for p in pr if p not in counters]
     if bad:
         raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
-                        f"{', '.join(agent.RUNTIME_COUNTERS)}, all)", exit_code=EXIT_USAGE)
+                        f"{', '.join(counters)}, all)", exit_code=EXIT_USAGE)
     existed = run_dir is not None and Path(run_dir).expanduser().exists()
     d = rundir.create_run_dir(run_dir)
     rundir.write_meta(d, cmd=list(cmd), fixes=fx, probes=pr, launcher_pid=os.getpid())
