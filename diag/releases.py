@@ -132,6 +132,8 @@ def download_failure(version: str, output: str) -> str:
     if m:
         return (f"no such release: the package index has no sglang wheel to download "
                 f"(sglang=={version}: from versions: none); {LOCAL_HINT}")
+    if "No module named pip" in output:
+        return f"cannot download sglang=={version}: {sys.executable} has no pip; {LOCAL_HINT}"
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR")]
     why = (errors or lines or ["no wheel downloaded"])[-1]  # "No module named pip": no ERROR
