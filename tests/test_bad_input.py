@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_schema import check_report
 from standin_sglang_server import StandinSGLangServer, free_port, server_info
 
 from diag.releases import DEFAULT_RELEASE
@@ -60,6 +61,7 @@ def test_without_torch_no_profiler_finding_is_ok(notorch_python, release):
     p = _run([str(notorch_python), "-m", "diag", "probe", "profiler-teardown", "--full",
               "--sglang", "0.5.17", "--platform", "hip", "--json"])
     doc = json.loads(p.stdout)
+    check_report(doc)
     statuses = [f["status"] for f in doc["findings"]]
     assert "ok" not in statuses, doc["findings"]
     # 0.5.17 profiler_manager.py:298 `_stop_profile` stops at :320 and drops the profiler at :381
