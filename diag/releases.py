@@ -77,8 +77,8 @@ def fetch(version: str, log=None) -> Path:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired as e:
-            raise TargetError(f"cannot reach the package index: downloading sglang=={version} "
-                              f"got no answer in {e.timeout:g} s; {LOCAL_HINT}") from None
+            raise TargetError(f"downloading sglang=={version} did not finish in {e.timeout:g} s "
+                              f"(a slow or unreachable package index); {LOCAL_HINT}") from None
         wheels = sorted(dl.glob("sglang-*.whl")) if dl.exists() else []
         if proc.returncode != 0 or not wheels:
             raise TargetError(download_failure(version, proc.stdout + "\n" + proc.stderr))
@@ -136,7 +136,7 @@ def download_failure(version: str, output: str) -> str:
         return f"cannot download sglang=={version}: {sys.executable} has no pip; {LOCAL_HINT}"
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR")]
-    why = (errors or lines or ["no wheel downloaded"])[-1]  # "No module named pip": no ERROR
+    why = (errors or lines or ["no wheel downloaded"])[-1]
     return f"cannot download sglang=={version}: {why[:300]}"
 
 
