@@ -109,7 +109,7 @@ def test_without_torch_fix_check_is_unverified_not_ok(notorch_python, release, t
     line = [ln for ln in p.stderr.splitlines() if "unverified" in ln]
     assert len(line) == 1, p.stderr
     assert f"the dry run failed in {bare / 'bin' / 'python'}" in line[0]
-    assert "ModuleNotFoundError: No module named" in line[0]
+    assert "ModuleNotFoundError: No module named 'packaging'" in line[0]  # diag was found
 
     p = _run(base + ["--python", str(tmp_path / "no-such-python")])
     assert p.returncode == 2
