@@ -137,8 +137,7 @@ class DraftExtendGraphProbe(Probe):
                     if steps_bound else "")
             return self.finding(
                 Status.WARN, f"on {plat.upper()} draft-extend runs eager for "
-                             f"{', '.join(eager)}{also} (no attention backend given: pass "
-                             "--attention-backend or --server for a verdict)",
+                             f"{', '.join(eager)}{also} ({_ask_for_backend(ctx)})",
                 evidence=ev, hint=f"{FIX_ID} adds the missing backends to the allow-list"
                 if plat == "hip" else None)
         return self.finding(Status.OK, f"on {plat.upper()} every listed backend's draft-extend "
@@ -180,8 +179,9 @@ class DraftExtendGraphProbe(Probe):
         ev: list[Evidence] = []
         if err:
             return self._live_finding(Status.WARN, f"{title}: server evidence unavailable: {err}",
-                                      ev, hint="check the URL and that the server finished "
-                                               "starting (--server http://HOST:PORT)")
+                                      ev, hint=f"{ctx.server_url} did not give its server "
+                                               "info: check that it is SGLang's HTTP server and "
+                                               "has finished starting")
         ranks = srv.draft_extend_startup(info)
         version = info.get("version")
         if version and ctx.target.version and str(version) != ctx.target.version:
@@ -217,8 +217,8 @@ class DraftExtendGraphProbe(Probe):
             return self._live_finding(
                 Status.FAIL, f"{title}: not captured (draft_extend = 0.0 s): every draft-extend "
                              "runs eager", ev,
-                hint=f"{FIX_ID} lets the gate capture it (run `diag diagnose --server URL` "
-                     "for the static reason)")
+                hint=f"{FIX_ID} lets the gate capture it (the static {self.id} finding of "
+                     "this run gives the gate's reason)")
         if any(v == 0.0 for v in values):
             return self._live_finding(Status.WARN, f"{title}: captured on some ranks only", ev)
         return self._live_finding(Status.OK, f"{title}: captured at startup "
@@ -234,6 +234,18 @@ class DraftExtendGraphProbe(Probe):
     def _live_finding(self, status: Status, summary: str, ev: list[Evidence],
                       hint: str | None = None) -> Finding:
         return self.finding(status, summary, evidence=ev, hint=hint)
+
+
+def _ask_for_backend(ctx: Context) -> str:
+    """What to pass for a verdict; never `--server` when one was given (say what it lacked)."""
+    if not ctx.server_url:
+        return "no attention backend given: pass --attention-backend or --server for a verdict"
+    err = ctx.cache.get("server_error")
+    if err:
+        return f"the server's arguments could not be read ({err}): pass --attention-backend " \
+               "for a verdict"
+    return "the server's arguments name no attention backend: pass --attention-backend for a " \
+           "verdict"
 
 
 def _server_arg(ctx: Context, name: str):

@@ -9,12 +9,23 @@ import sys
 import click
 
 from diag import __version__
-from diag.cli.common import build_context, guarded, log, output_options, target_options
+from diag.cli.common import (
+    build_context,
+    exit_broken_pipe,
+    guarded,
+    log,
+    output_options,
+    target_options,
+)
 from diag.errors import EXIT_USAGE
 
 
 class LazyGroup(click.Group):
-    """Subcommands that live in other modules, imported only when named (or listed by --help)."""
+    """Subcommands that live in other modules, imported only when named (or listed by --help).
+
+    It also owns the closed-pipe exit for every command: click's own handler exits 1 when
+    `--help` or `--version` meets a closed stdout; here that is 141 and quiet, as in `guarded`.
+    """
 
     def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -24,6 +35,18 @@ class LazyGroup(click.Group):
         present = {n for n, path in self.lazy.items()
                    if importlib.util.find_spec(path.split(":")[0]) is not None}
         return sorted(set(super().list_commands(ctx)) | present)
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:  # `diag --help`, `diag --version` print while parsing
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            exit_broken_pipe()
+
+    def invoke(self, ctx: click.Context):
+        try:  # every subcommand, its --help and its output, guarded or not
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            exit_broken_pipe()
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:

@@ -203,25 +203,35 @@ def status(run_dir: str | None, as_json: bool) -> None:
               help="Fixes that must be applicable or upstream (repeatable; default: all).")
 @click.option("--dry/--no-dry", default=True, show_default=True,
               help="Also apply each applicable fix in a child interpreter with the release's "
-                   "code loaded (skipped when SGLang's requirements are not installed there).")
+                   "code loaded; a fix whose dry run cannot run there is unverified (exit 4). "
+                   "--no-dry accepts the static check alone.")
 @click.option("--python", "python", metavar="PATH",
               help="Interpreter for the dry application (one with SGLang's requirements).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, fixes: [...]}.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, verdict, fixes: [...]}.")
 @target_options
 @guarded
 def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: bool,
           **target_kw) -> None:
     """For CI: exit 0 only when every required fix is `applicable` or `upstream` for the target
-    and platform and, where the release's code loads here, its dry application fits; else 4."""
+    and platform and, unless --no-dry, each applicable one's dry application fits; else 4
+    (a dry application that could not run leaves the fix unverified, also 4)."""
+    import shutil
+
     from diag import fixes
     from diag.engine.agent import _split
     from diag.engine.fix_check import dry_apply
-    from diag.errors import EXIT_FIX_FAILED
+    from diag.errors import EXIT_FIX_FAILED, EXIT_USAGE, DiagError
     from diag.fixes.base import APPLICABLE, UPSTREAM
 
     req = _split(",".join(required) or "all", fixes.all_ids())
     for r in req:
         _check_id(r)
+    if python is not None:
+        found = shutil.which(python)
+        if found is None:
+            raise DiagError(f"--python {python}: no such interpreter (not found or not "
+                            "executable)", exit_code=EXIT_USAGE)
+        python = found
     ctx = build_context(**target_kw, execute=False)
     rows = []
     for fid in fixes.all_ids():
@@ -239,19 +249,42 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
             if r["id"] in res:
                 r["dry"] = res[r["id"]]
     for r in rows:
-        r["ok"] = r["status"] in (APPLICABLE, UPSTREAM) and \
-            (r["dry"] is None or r["dry"].get("status") != "does-not-fit")
-    ok = all(r["ok"] for r in rows if r["required"])
+        r["verdict"] = _check_verdict(r, dry, APPLICABLE, UPSTREAM)
+        r["ok"] = r["verdict"] == "ok"
+    verdicts = {r["verdict"] for r in rows if r["required"]}
+    verdict = "fail" if "fail" in verdicts else "unverified" if "unverified" in verdicts else "ok"
+    ok = verdict == "ok"
+    unverified = [r for r in rows if r["required"] and r["verdict"] == "unverified"]
     if as_json:
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
-                               "platform": ctx.platform, "ok": ok, "fixes": rows}, indent=2))
+                               "platform": ctx.platform, "ok": ok, "verdict": verdict,
+                               "fixes": rows}, indent=2))
     else:
         click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
+        marks = {"ok": "ok  ", "fail": "FAIL", "unverified": "UNVERIFIED"}
         for r in rows:
-            mark = ("ok  " if r["ok"] else "FAIL") if r["required"] else "-   "
+            mark = marks[r["verdict"]] if r["required"] else "-   "
             click.echo(f"{mark} {r['id']:<32} {r['status']:<11} {r['reason']}")
             if r["dry"]:
                 click.echo(f"     dry application: {r['dry']['status']}: {r['dry']['reason']}")
-        click.echo(f"{'all required fixes fit' if ok else 'a required fix does not fit'}")
+        click.echo({"ok": "all required fixes fit", "fail": "a required fix does not fit",
+                    "unverified": "a required fix is unverified: its dry application could "
+                                  "not run"}[verdict])
+    if unverified and verdict == "unverified":  # one line on stderr says why, in text and JSON
+        r = unverified[0]
+        click.echo(f"diag: fix check: {r['id']} unverified: {r['dry']['reason']} (or --no-dry "
+                   "to accept the static check alone)", err=True)
     if not ok:
         sys.exit(EXIT_FIX_FAILED)
+
+
+def _check_verdict(r: dict, dry: bool, applicable: str, upstream: str) -> str:
+    """ok | fail | unverified for one row of `fix check`."""
+    if r["status"] == upstream:
+        return "ok"  # nothing to apply: upstream has it
+    if r["status"] != applicable:
+        return "fail"
+    if not dry:
+        return "ok"  # --no-dry: the static check is what was asked for
+    st = (r["dry"] or {}).get("status")
+    return "ok" if st == "fits" else "fail" if st == "does-not-fit" else "unverified"

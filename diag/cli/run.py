@@ -69,8 +69,8 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
         raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
                         f"{', '.join(counters)}, all)", exit_code=EXIT_USAGE)
     existed = run_dir is not None and Path(run_dir).expanduser().exists()
-    d = rundir.create_run_dir(run_dir)
-    rundir.write_meta(d, cmd=list(cmd), fixes=fx, probes=pr, launcher_pid=os.getpid())
+    d = _make_run_dir(run_dir, existed, cmd=list(cmd), fixes=fx, probes=pr,
+                      launcher_pid=os.getpid())
     rundir.register(d)
     env = build_env(d, fx, pr)
     click.echo(f"diag: run directory {d}", err=True)
@@ -82,3 +82,23 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
         rundir.discard(d, remove_dir=not existed)
         raise DiagError(f"cannot run {cmd[0]!r}: {e.strerror}",
                         exit_code=127 if isinstance(e, FileNotFoundError) else 126) from None
+
+
+def _make_run_dir(run_dir: str | None, existed: bool, **meta) -> Path:
+    """Create the run directory and its run.json; an unusable place (a file, read-only, no
+    permission) is one line and exit 3, never a traceback."""
+    from diag.engine import rundir
+
+    d = None
+    try:
+        d = rundir.create_run_dir(run_dir)
+        rundir.write_meta(d, **meta)
+    except OSError as e:
+        if d is not None:
+            rundir.discard(d, remove_dir=not existed)
+        where = e.filename or d or run_dir
+        default = "" if run_dir else " (the default place: pass --run-dir DIR, or set " \
+                                     "XDG_RUNTIME_DIR or DIAG_CACHE_DIR)"
+        raise DiagError(f"cannot create the run directory {where}: {e.strerror}{default}") \
+            from None
+    return d
