@@ -187,6 +187,30 @@ def locate_stops(target: Target) -> list[StopSite]:
     return sites
 
 
+V2_ENV = "SGLANG_PROFILE_V2"
+
+
+def v2_in_use(ctx: Context) -> str | None:
+    """Where the configuration under audit turns the V2 profiler on (None: it does not): the
+    env var in diag's environment, or a live server's arguments (`ctx.cache["server_info"]`)."""
+    from diag.probes.gate import env_bool
+
+    if env_bool(os.environ.get(V2_ENV)):
+        return f"{V2_ENV}={os.environ[V2_ENV]} in diag's environment"
+    info = ctx.cache.get("server_info")
+    if isinstance(info, dict):
+        from diag.server import server_args
+
+        try:
+            args = server_args(info)
+        except (TypeError, ValueError, AttributeError):
+            args = {}
+        for k, v in (args or {}).items():
+            if str(k).upper() == V2_ENV and env_bool(str(v)):
+                return f"{k}={v} in the server's arguments"
+    return None
+
+
 # ------------------------------------------------------------------------------ heap and GC cost
 
 
@@ -279,6 +303,7 @@ class CycleReport:
     collected: int  # what gc.collect() freed (a collection right before makes this the cycle's)
     collect_seconds: float
     path: list[str] = field(default_factory=list)  # profile -> ... -> profile
+    collect_cost: dict[str, Any] = field(default_factory=dict)  # measure_collect_cost()
 
 
 def _edge(parent: Any, child: Any) -> str:
@@ -394,7 +419,8 @@ def runtime_cycle() -> CycleReport:
     finally:
         if was_enabled:
             gc.enable()
-    return CycleReport(torch.__version__, alive, freed, collected, secs, path)
+    return CycleReport(torch.__version__, alive, freed, collected, secs, path,
+                       measure_collect_cost())
 
 
 def _cycle_cache_key() -> str | None:
@@ -532,9 +558,14 @@ class ProfilerTeardownProbe(Probe):
                        "cyclic GC" + (" (and so does the V2 path)" if bad_v2 else ""))
         elif bad_v2:
             s = bad_v2[0]
-            status = Status.WARN
+            used = v2_in_use(ctx)
+            status = (Status.FAIL if ctx.platform == "hip" else Status.WARN) if used \
+                else Status.WARN
             summary = (f"default stop collects at once, but the V2 path (SGLANG_PROFILE_V2) "
-                       f"{s.qualname} ({s.file}:{s.line}) drops the profiler without gc.collect()")
+                       f"{s.qualname} ({s.file}:{s.line}) drops the profiler without gc.collect()"
+                       + (f"; the configuration under audit uses it ({used})" if used else
+                          "; only a configuration with SGLANG_PROFILE_V2 set uses it (not set "
+                          "in diag's environment nor in the server's arguments)"))
         else:
             how = " (patched in this process)" if patched else ""
             return self.finding(Status.OK, "every profiler stop drops the profiler and collects "
@@ -557,6 +588,19 @@ class ProfilerTeardownProbe(Probe):
               metric("collect_time", round(rep.collect_seconds, 6), "s")]
         if rep.path:
             ev.append(row("reference cycle of a stopped profiler", path=" ".join(rep.path)))
+        cost = rep.collect_cost or {}
+        if cost.get("s_per_object"):
+            per = cost["s_per_object"]
+            ev.append(metric("full collection cost per live object", round(per * 1e9, 2), "ns",
+                             detail=f"measured: gc.collect() took {cost['collect_s'] * 1e3:.1f} "
+                                    f"ms with {cost['tracked_objects']} tracked objects"))
+            ev.append(note("upstream's teardown (gc.collect() at the stop) in a scheduler holding "
+                           f"1e6 / 1e7 live objects: ~{per * 1e6:.2f} s / ~{per * 1e7:.1f} s per "
+                           "stop, every request stalled meanwhile (an estimate: the measured cost "
+                           "per object times the heap size); profiler-controlled-teardown breaks "
+                           "the cycle instead and collects nothing. Inside an engine, the agent's "
+                           "profiler-teardown counter reports the heap (pymalloc blocks) and the "
+                           "cost estimated from its own automatic full collections with each stop"))
         if reused_at:
             ev.append(note(f"runtime check reused from the diag cache (measured {reused_at} "
                            f"on this machine with the same torch and diag code); "

@@ -159,8 +159,11 @@ def _fmt_counters(c: dict) -> list[str]:
         out.append(f"draft-extend {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms")
     p = c.get("profiler_stop", {})
     if p.get("stops"):
+        td = ", ".join(f"{k} {v}" for k, v in sorted(p.get("teardown", {}).items()))
+        est = p.get("full_gc_est_s")
         out.append(f"profiler stops: {p['stops']}, {p['seconds']:.3f} s, "
-                   f"{p['collected']} objects collected")
+                   f"{p['collected']} objects collected" + (f"; teardown: {td}" if td else "")
+                   + (f"; a full collection now: ~{est:.3f} s (estimate)" if est else ""))
     if c.get("errors"):
         out.append(f"agent errors: {c['errors']}")
     return out

@@ -60,6 +60,8 @@ SERIES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
                               "Time of one torch.profiler stop including its teardown."),
     "profiler_stop_collected_objects": ("counter", (), "objects",
                                         "Objects freed by the garbage collection at profiler stop."),
+    "profiler_teardowns": ("counter", ("how",), "stops",
+                           "Profiler stops torn down by the fix, by how (cycle-broken, gc-collect)."),
     "fix_state": ("gauge", ("fix", "state"), "processes",
                   "Live engine processes in which a diag fix is in this state (livesum)."),
     "agent_processes": ("gauge", (), "processes",
@@ -283,6 +285,9 @@ def _record(m: dict[str, Any], event: dict[str, Any]) -> None:
         collected = _number(event.get("collected"))
         if collected > 0:
             m["profiler_stop_collected_objects"].inc(collected)
+        how = event.get("teardown")
+        if how in ("cycle-broken", "gc-collect"):
+            m["profiler_teardowns"].labels(how=how).inc()
 
 
 def _set_fix(m: dict[str, Any], fix: str, state: str) -> None:

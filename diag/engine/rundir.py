@@ -28,7 +28,9 @@ Event schema (schema_version 1). Every event has ``ts`` (epoch seconds), ``kind`
   start/fix/control_ack that names it.
 - ``syncs``: ``builder``, ``count``, ``seconds`` (one call of a metadata builder).
 - ``draft_extend``: ``mode`` (graph | eager), ``seconds``, ``batch`` (one draft-extend pass).
-- ``profiler_stop``: ``seconds``, ``collected``, ``path`` (one profiler stop and teardown).
+- ``profiler_stop``: ``seconds``, ``collected``, ``path`` (one profiler stop and teardown);
+  with the fix on also ``teardown`` (cycle-broken | gc-collect) and ``teardown_s``; with a sink,
+  ``heap_blocks`` and ``full_gc_est_s`` (an estimate, from measured automatic collections).
 - ``control_ack``: ``request`` (id), ``fix``, ``action`` (apply | revert), ``ok`` (bool),
   ``state``, ``reason``.
 - ``error``: ``where``, ``message``. The agent hit a failure and left the engine unpatched.
@@ -247,6 +249,13 @@ class Aggregator:
             p["stops"] += 1
             p["seconds"] += float(ev.get("seconds") or 0.0)
             p["collected"] += int(ev.get("collected") or 0)
+            if ev.get("teardown"):  # how the fix freed it: cycle-broken | gc-collect
+                td = p.setdefault("teardown", {})
+                td[str(ev["teardown"])] = td.get(str(ev["teardown"]), 0) + 1
+                p["teardown_s"] = p.get("teardown_s", 0.0) + float(ev.get("teardown_s") or 0.0)
+            if ev.get("heap_blocks") is not None:  # the latest heap and full-collection estimate
+                p["heap_blocks"] = ev["heap_blocks"]
+                p["full_gc_est_s"] = ev.get("full_gc_est_s")
         elif kind == "error":
             c["errors"] += 1
 
