@@ -219,13 +219,16 @@ def test_bench_runs_on_cpu_with_counts_and_says_time_is_not_measured(release):
     from diag.fixes.bench_metadata import run
 
     release("0.5.17")
-    res = run({"quick": True, "sglang": "0.5.17"}, lambda msg: None)
+    res = run({"quick": True, "sglang": "0.5.17", "guard_every": 10}, lambda msg: None)
     assert res.skipped is None
     syncs = next(r for r in res.rows if r.metric == "syncs per call")
     assert (syncs.before.median, syncs.after.median) == (2, 0)
+    # guarded, 1 call in 10 checked over 2 x 10 calls: 2 checking syncs in 20 calls
+    guarded = next(r for r in res.rows if r.metric.startswith("syncs per call, guarded"))
+    assert guarded.after.median == pytest.approx(0.1) and "20 calls" in guarded.metric
     assert any("outputs identical before/after: yes" in n for n in res.notes)
     if res.device.startswith("cpu"):
-        assert len(res.rows) == 1 and any("not measured on CPU" in n for n in res.notes)
+        assert len(res.rows) == 2 and any("not measured on CPU" in n for n in res.notes)
 
 
 def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
