@@ -31,6 +31,7 @@ from diag.bench import BenchResult, Row, Stats
 ID = "repeat-interleave-output-size"
 TITLE = "metadata builder: repeat_interleave output_size (real SGLang code)"
 PATH = "draft-extend"
+WARMUP = 10  # untimed calls first: the host side of the builder settles (allocator, interpreter)
 
 
 def _queue(torch: Any, ms: float) -> Callable[[], None]:
@@ -113,12 +114,15 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
             out.append(float(rep.count))
         return out
 
-    def host_times(p: h.Prepared, n: int, warmup: int = 2) -> list[float]:
+    def host_times(p: h.Prepared, n: int, warmup: int = WARMUP,
+                   after_warmup: Callable[[], None] | None = None) -> list[float]:
         """Host time of the builder call alone, each behind ~queue_ms of queued GPU work."""
         fn, me, kw = p.fn, p.self_obj, p.kwargs
         samples = []
         q0, q1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for i in range(n + warmup):
+            if i == warmup and after_warmup is not None:
+                after_warmup()
             p.reset()
             torch.cuda.synchronize()
             q0.record()
@@ -139,7 +143,7 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
         me = h.backend_self()
         kw = dict(inp.kwargs, _diag_output_size=inp.locals_["num_tokens"])
         out = []
-        for _ in range(n + 2):
+        for _ in range(n + WARMUP):
             inp.core.unified = None
             torch.cuda.synchronize()
             queue()
@@ -147,7 +151,7 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
             fn(me, **kw)
             out.append(time.perf_counter() - t0)
             torch.cuda.synchronize()
-        return out[2:]
+        return out[WARMUP:]
 
     progress("before: as released")
     before = h.prepare(cls, inp)
@@ -166,7 +170,8 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
         after.fn(after.self_obj, **after.kwargs)
         out_after = after.outputs()
         c_after = counts(after)
-        t_after = host_times(after, repeats) if gpu else None
+        # as many calls as the guarded series, so that both means cover the same warm state
+        t_after = host_times(after, rounds * every) if gpu else None
         t_bare = bare_times(repeats) if gpu else None
     finally:
         patch.revert()
@@ -178,8 +183,7 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
         g = h.prepare(cls, inp, expr)
         ri.reset_guard()
         c_guard = counts(g, rounds * every)
-        ri.reset_guard()
-        t_guard = host_times(g, rounds * every, warmup=0) if gpu else None
+        t_guard = host_times(g, rounds * every, after_warmup=ri.reset_guard) if gpu else None
     finally:
         guarded.revert()
         ri.reset_guard()
