@@ -14,7 +14,9 @@ child processes (`probes.profiler_reproducer`), only with `ctx.full`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
+import importlib.util
 import json
 import os
 import subprocess
@@ -22,6 +24,7 @@ import sys
 import time
 import types
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -384,8 +387,37 @@ def _render_path(obj: Any, parents: dict[int, tuple[Any, Any]], last: Any) -> li
     return steps
 
 
-def runtime_cycle() -> CycleReport:
+@contextlib.contextmanager
+def _compiler_stack_left_out(torch: Any) -> Iterator[None]:
+    """While inside, `hasattr(torch, "_inductor")` is False unless it is already imported.
+
+    Why: `_KinetoProfile.prepare_trace` asks it only to read inductor's `triton.cudagraphs`
+    flag (False by default), and torch's lazy `__getattr__` then imports torch._inductor and
+    torch._dynamo: seconds, more than the rest of the check, for a flag that plays no part in the
+    reference cycle. Restored on leaving; the check's own process only.
+    """
+    if "torch._inductor" in sys.modules or "__getattr__" not in vars(torch):
+        yield
+        return
+    orig = vars(torch)["__getattr__"]
+
+    def getattr_(name: str) -> Any:
+        if name == "_inductor":
+            raise AttributeError(name)
+        return orig(name)
+
+    torch.__getattr__ = getattr_
+    try:
+        yield
+    finally:
+        torch.__getattr__ = orig
+
+
+def runtime_cycle(lean: bool = False) -> CycleReport:
     """Start and stop a CPU-only profiler, drop it, and see whether only `gc.collect()` frees it.
+
+    `lean`: keep torch's compiler stack out (`_compiler_stack_left_out`), for diag's own
+    processes that import nothing else of torch.
 
     The automatic GC is disabled for the few lines between `del` and the check, and the
     collection runs right away (a controlled teardown), so this process never meets the late
@@ -401,8 +433,13 @@ def runtime_cycle() -> CycleReport:
         p.stop()
         return p
 
-    once()  # a first profile creates one-time garbage (lazy imports); leave it out of the count
-    gc.collect()
+    with _compiler_stack_left_out(torch) if lean else contextlib.nullcontext():
+        once()  # a first profile creates one-time garbage (lazy imports): not in the count
+        gc.collect()
+        return _checked_cycle(torch, once)
+
+
+def _checked_cycle(torch: Any, once: Any) -> CycleReport:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -472,6 +509,23 @@ def collect_cycle_child(child: subprocess.Popen, timeout: float = 120.0) -> Cycl
     return rep
 
 
+CYCLE_REPORT = "profiler-cycle-report"  # ctx.cache: a CycleReport measured in this run
+
+
+def _cached_cycle() -> tuple[CycleReport, str] | None:
+    """The stored report and when it was measured, without importing torch; None: a miss."""
+    from diag import cache
+
+    digest = _cycle_cache_key()
+    hit = cache.load("profiler_cycle", digest) if digest is not None else None
+    if hit is None:
+        return None
+    try:
+        return CycleReport(**hit["value"]), str(hit.get("stored_at") or "earlier")
+    except TypeError:
+        return None
+
+
 def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
     """`runtime_cycle()`, reused from the disk cache (diag.cache) when one was measured with
     the same torch (version and location), Python and this module's source; the answer depends
@@ -514,7 +568,8 @@ class ProfilerTeardownProbe(Probe):
     fixes = ("profiler-controlled-teardown",)
 
     def prepare(self, ctx: Context) -> None:
-        if ctx.execute and _torch_importable() is None:
+        if ctx.execute and CYCLE_REPORT not in ctx.cache \
+                and importlib.util.find_spec("torch") is not None:
             ctx.cache["profiler-cycle-child"] = start_cycle_child()
 
     def run(self, ctx: Context) -> list[Finding]:
@@ -577,12 +632,20 @@ class ProfilerTeardownProbe(Probe):
 
     # (b) -------------------------------------------------------------------------------------
     def runtime(self, ctx: Context, static: Finding) -> Finding:
-        why = _torch_importable()
-        if why:
-            return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
+        rep = ctx.cache.pop(CYCLE_REPORT, None)  # measured in this run by diag's torch worker
         child = ctx.cache.pop("profiler-cycle-child", None)
-        rep = collect_cycle_child(child) if child is not None else None
-        rep, reused_at = (rep, None) if rep is not None else cached_runtime_cycle()
+        if rep is None and child is not None:
+            rep = collect_cycle_child(child)
+        reused_at = None
+        if rep is None:
+            hit = _cached_cycle()  # torch itself is imported only to measure
+            if hit is not None:
+                rep, reused_at = hit
+            else:
+                why = _torch_importable()
+                if why:
+                    return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
+                rep, reused_at = cached_runtime_cycle()
         ev = [metric("alive_after_del", rep.alive_after_del),
               metric("collected_by_gc_collect", rep.collected, "objects"),
               metric("collect_time", round(rep.collect_seconds, 6), "s")]
@@ -637,4 +700,4 @@ class ProfilerTeardownProbe(Probe):
 if __name__ == "__main__" and sys.argv[1:] == ["--cycle-json"]:
     from dataclasses import asdict
 
-    print(json.dumps(asdict(runtime_cycle())))
+    print(json.dumps(asdict(runtime_cycle(lean=True))))
