@@ -526,6 +526,17 @@ def _cached_cycle() -> tuple[CycleReport, str] | None:
         return None
 
 
+def store_cycle(rep: CycleReport) -> None:
+    """Keep a report measured elsewhere in this run (diag's torch worker) in the cache."""
+    from dataclasses import asdict
+
+    from diag import cache
+
+    digest = _cycle_cache_key()
+    if digest is not None:
+        cache.store("profiler_cycle", digest, asdict(rep))
+
+
 def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
     """`runtime_cycle()`, reused from the disk cache (diag.cache) when one was measured with
     the same torch (version and location), Python and this module's source; the answer depends
