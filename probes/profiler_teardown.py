@@ -280,19 +280,10 @@ def heap_watch() -> HeapWatch:
     return _watch
 
 
-def measure_collect_cost(objects: int = 200_000) -> dict[str, Any]:
-    """Measured cost of a full collection per live GC-tracked object and per heap block, with
-    `objects` extra live objects (for the diagnose child only: it runs a full collection)."""
-    gc.collect()
-    held = [[] for _ in range(objects)]
-    blocks = sys.getallocatedblocks()
-    tracked = len(gc.get_objects())
-    t0 = time.perf_counter()
-    gc.collect()
-    secs = time.perf_counter() - t0
-    del held
-    return {"collect_s": secs, "tracked_objects": tracked, "heap_blocks": blocks,
-            "s_per_object": secs / max(tracked, 1), "s_per_block": secs / max(blocks, 1)}
+def collect_cost(seconds: float, tracked: int, blocks: int) -> dict[str, Any]:
+    """A full collection's measured cost, per live GC-tracked object and per heap block."""
+    return {"collect_s": seconds, "tracked_objects": tracked, "heap_blocks": blocks,
+            "s_per_object": seconds / max(tracked, 1), "s_per_block": seconds / max(blocks, 1)}
 
 
 # ------------------------------------------------------------------------------ runtime cycle
@@ -306,7 +297,7 @@ class CycleReport:
     collected: int  # what gc.collect() freed (a collection right before makes this the cycle's)
     collect_seconds: float
     path: list[str] = field(default_factory=list)  # profile -> ... -> profile
-    collect_cost: dict[str, Any] = field(default_factory=dict)  # measure_collect_cost()
+    collect_cost: dict[str, Any] = field(default_factory=dict)  # collect_cost() of the check
 
 
 def _edge(parent: Any, child: Any) -> str:
@@ -435,7 +426,6 @@ def runtime_cycle(lean: bool = False) -> CycleReport:
 
     with _compiler_stack_left_out(torch) if lean else contextlib.nullcontext():
         once()  # a first profile creates one-time garbage (lazy imports): not in the count
-        gc.collect()
         return _checked_cycle(torch, once)
 
 
@@ -445,10 +435,11 @@ def _checked_cycle(torch: Any, once: Any) -> CycleReport:
     try:
         prof = once()
         path = find_cycle(prof)
-        gc.collect()  # other garbage of the stop, while the profiler is still referenced
+        gc.collect()  # other garbage (the first profile's too), while this one is referenced
         ref = weakref.ref(prof)
         del prof
         alive = ref() is not None
+        tracked, blocks = len(gc.get_objects()), sys.getallocatedblocks()
         t0 = time.perf_counter()
         collected = gc.collect()
         secs = time.perf_counter() - t0
@@ -457,7 +448,7 @@ def _checked_cycle(torch: Any, once: Any) -> CycleReport:
         if was_enabled:
             gc.enable()
     return CycleReport(torch.__version__, alive, freed, collected, secs, path,
-                       measure_collect_cost())
+                       collect_cost(secs, tracked, blocks))
 
 
 def _cycle_cache_key() -> str | None:

@@ -39,7 +39,7 @@ def test_stopped_profiler_is_in_a_cycle_on_local_torch():
     assert ".action_map <dict>" in text and "<bound method" in text
     assert rep.path[-1] == ".__self__ (the same object)"
     cost = rep.collect_cost
-    assert cost["tracked_objects"] >= 200_000 and cost["s_per_object"] > 0
+    assert cost["tracked_objects"] > 1000 and cost["s_per_object"] > 0
 
 
 def test_heap_watch_times_full_collections_it_did_not_run():
