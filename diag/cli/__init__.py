@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -107,6 +108,9 @@ def _run_probes(ctx, ids: list[str], verbose: bool):
     return [f for pid in ids for f in results[pid]]
 
 
+ENV_WORKER = "DIAG_PROBE_WORKER"  # "0": run every probe in this process (no torch worker)
+
+
 def _worker_probes(ctx, ids: list[str]) -> list[str]:
     """The probes to run in the torch worker: those that run torch, when torch is there and
     something is to be measured (caching off, or the profiler cycle check not cached)."""
@@ -116,7 +120,7 @@ def _worker_probes(ctx, ids: list[str]) -> list[str]:
 
     wanted = [p for p in TORCH_PROBES if p in ids]
     if not ctx.execute or not wanted or importlib.util.find_spec("torch") is None \
-            or "torch" in sys.modules:
+            or "torch" in sys.modules or os.environ.get(ENV_WORKER, "") == "0":
         return []
     from diag import cache
     from diag.probes.profiler_teardown import _cached_cycle
