@@ -488,6 +488,7 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     syncs: dict[str, dict[bool, list[float]]] = {}
     sync_secs: dict[bool, list[float]] = {False: [], True: []}
     prof: dict[bool, list[float]] = {False: [], True: []}
+    teardowns: dict[str, int] = {}  # how the fix tore stops down (cycle-broken | gc-collect)
     series: dict[str, list[float]] = {"syncs per call": [], "draft-extend step (s)": []}
     for e in events:
         kind, pid = e.get("kind"), e.get("pid")
@@ -510,6 +511,9 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
             series["draft-extend step (s)"].append(float(e["seconds"]))
         elif kind == "profiler_stop" and e.get("seconds") is not None:
             prof[on.get((pid, "profiler-controlled-teardown"), False)].append(float(e["seconds"]))
+            if e.get("teardown"):
+                how = str(e["teardown"])
+                teardowns[how] = teardowns.get(how, 0) + 1
     rows: list[TimingRow] = []
     if de["eager"] or de["graph"]:
         rows.append(TimingRow("draft-extend-allowlist", "draft-extend step (eager → graph)", "s",
@@ -524,7 +528,8 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
                               _stats(sync_secs[False]), _stats(sync_secs[True]), "run dir"))
     if prof[False] or prof[True]:
         rows.append(TimingRow("profiler-controlled-teardown", "profiler stop", "s",
-                              _stats(prof[False]), _stats(prof[True]), "run dir"))
+                              _stats(prof[False]), _stats(prof[True]), "run dir",
+                              ", ".join(f"{k} {v}" for k, v in sorted(teardowns.items()))))
     srows = [SyncRow(b, "", _median(v[False]), _median(v[True]), "run dir")
              for b, v in sorted(syncs.items())]
     return rows, srows, series
