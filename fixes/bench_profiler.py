@@ -9,8 +9,9 @@ small workload, and is stopped by a stop method shaped like SGLang's before 0.5.
 "without" (released): the dropped profiler is left to the cyclic GC; "with": the same stop
 wrapped by the fix's real `wrap_stop` (cycles broken at the stop, `gc.collect()` only if that
 did not free it); "upstream": 0.5.18's shape (drop, then `gc.collect()`), the third figure.
-Measured: stop time, RSS growth (psutil), stopped profilers not yet freed, how the fix tore
-down, crashes. Params: cycles, children, heap_objects (default 0), gpu (auto|0|1), timeout.
+"without" and "with" run side by side (two children at once: load on a shared host hits both
+alike), "upstream" after them. Measured: stop time, RSS growth (psutil), stopped profilers not
+yet freed, how the fix tore down, crashes. Params: cycles, children, heap_objects (default 0), gpu (auto|0|1), timeout.
 """
 
 from __future__ import annotations
@@ -145,11 +146,20 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     except Exception as e:
         return BenchResult("profiler-controlled-teardown", TITLE, "none", skipped=f"no torch: {e}")
     series: dict[str, list[dict]] = {"without": [], "with": [], "upstream": []}
+    from concurrent.futures import ThreadPoolExecutor
+
     for i in range(children):
-        for mode in series:
-            progress(f"profiler bench: {mode}, child {i + 1}/{children}, {cycles} cycles, "
-                     f"{heap_objects} live objects")
-            series[mode].append(_run_child(mode, cycles, gpu, timeout, heap_objects))
+        # "without" and "with" run at the same time, so that the machine's load (other work on
+        # a shared host) changes both alike; "upstream" (seconds of collections) runs after
+        progress(f"profiler bench: without and with, side by side, child {i + 1}/{children}, "
+                 f"{cycles} cycles, {heap_objects} live objects")
+        with ThreadPoolExecutor(2) as pool:
+            pair = {m: pool.submit(_run_child, m, cycles, gpu, timeout, heap_objects)
+                    for m in ("without", "with")}
+        for m, fut in pair.items():
+            series[m].append(fut.result())
+        progress(f"profiler bench: upstream, child {i + 1}/{children}")
+        series["upstream"].append(_run_child("upstream", cycles, gpu, timeout, heap_objects))
     ok = {m: [r for r in rs if "stop_s" in r] for m, rs in series.items()}
     device = next((r["device"] for rs in ok.values() for r in rs), "unknown")
     res = BenchResult("profiler-controlled-teardown", TITLE, device,
