@@ -126,6 +126,43 @@ _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda
                        r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
 
 
+def _unparse(node: ast.AST) -> str:
+    """`ast.unparse`, kept on the node: the fixpoint in `_analyse` rescans every builder, and
+    the same conditions and calls are read again on each pass."""
+    text = getattr(node, "_diag_src", None)
+    if text is None:
+        text = ast.unparse(node)
+        try:
+            node._diag_src = text  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    return text
+
+
+def _walk(node: ast.AST) -> list[ast.AST]:
+    """The nodes of `ast.walk(node)`, in its (breadth-first) order, as a list: twice as fast."""
+    out, i, node_t = [node], 0, ast.AST
+    while i < len(out):
+        n = out[i]
+        i += 1
+        for name in n._fields:
+            v = getattr(n, name, None)
+            if isinstance(v, list):
+                out.extend([x for x in v if isinstance(x, node_t)])
+            elif isinstance(v, node_t):
+                out.append(v)
+    return out
+
+
+def _inner(fn: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes under `fn` in walk order, kept on it (without `fn` itself: no reference
+    cycle): `_builders` and `_FnInfo` both walk every builder."""
+    out = getattr(fn, "_diag_inner", None)
+    if out is None:
+        out = fn._diag_inner = _walk(fn)[1:]  # type: ignore[attr-defined]
+    return out
+
+
 def _modes(modes: set[str], phases: tuple[str, ...] = PHASES) -> frozenset:
     return frozenset((m, p) for m in modes for p in phases)
 
@@ -231,7 +268,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             return Cond(_modes(base | extra), _modes(set(MODES) - base))
         return Cond(_modes(true), _modes(set(MODES) - true))
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
-            e.func.attr.startswith("is_") and ast.unparse(e.func.value).endswith("forward_mode"):
+            e.func.attr.startswith("is_") and _unparse(e.func.value).endswith("forward_mode"):
         return Cond(ALL, ALL, True)  # a forward-mode predicate this table does not know
     if isinstance(e, ast.Compare) and len(e.ops) == 1:
         left, op, right = e.left, e.ops[0], e.comparators[0]
@@ -242,7 +279,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
                 return Cond(ALL, ALL)  # a member that names no mode: not a test of the mode
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.Is)) else Cond(f, t)
-        if ast.unparse(left).endswith("forward_mode") or _enum_modes(left) is not None:
+        if _unparse(left).endswith("forward_mode") or _enum_modes(left) is not None:
             if _enum_modes(left) is not None:
                 left, right = right, left
             modes = _enum_modes(right)
@@ -267,7 +304,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
 
 def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
     """Whether `e` is a test of the forward mode (a predicate, or a mode helper's call)."""
-    for n in ast.walk(e):
+    for n in _walk(e):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
                 n.func.attr in _PREDICATES or (n.func.attr in helpers and isinstance(
                     n.func.value, ast.Name) and n.func.value.id == "self")):
@@ -317,22 +354,25 @@ _CONFIG = re.compile(r"\bserver_args\b|\bget_spec\(\)|get_global_server_args\(\)
 def config_attrs(tree: ast.Module) -> dict[str, set[str]]:
     """Per class, the `self.X` set only from the server arguments (`get_spec().num_...`,
     `server_args.x`) or constants: host values, never a device tensor."""
-    out: dict[str, set[str]] = {}
-    for c in tree.body:
-        if not isinstance(c, ast.ClassDef):
-            continue
-        seen: dict[str, bool] = {}
-        for n in ast.walk(c):
+    return {c.name: class_config_attrs(c) for c in tree.body if isinstance(c, ast.ClassDef)}
+
+
+def class_config_attrs(c: ast.ClassDef) -> set[str]:
+    """`config_attrs` of one class (assignments are statements: all of them lie under the
+    members of its body, whose walks `_inner` keeps)."""
+    seen: dict[str, bool] = {}
+    for item in c.body:
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else _walk(item)
+        for n in nodes:
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                 for t in targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
                             t.value.id == "self":
                         ok = isinstance(n.value, ast.Constant) or bool(
-                            _CONFIG.search(ast.unparse(n.value)))
+                            _CONFIG.search(_unparse(n.value)))
                         seen[t.attr] = seen.get(t.attr, True) and ok
-        out[c.name] = {a for a, ok in seen.items() if ok}
-    return out
+    return {a for a, ok in seen.items() if ok}
 
 
 def path_class(state: frozenset, unknown: bool) -> str:
@@ -415,7 +455,7 @@ class Census:
 
 
 def _src(node: ast.AST, limit: int = 90) -> str:
-    text = " ".join(ast.unparse(node).split())
+    text = " ".join(_unparse(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -430,11 +470,12 @@ def _root_name(e: ast.AST) -> str | None:
 class _Kinds:
     """Guesses whether an expression is a device tensor, a host value, a scalar, or unknown."""
 
-    def __init__(self, fn: ast.FunctionDef, facts: dict[str, str] | None = None) -> None:
+    def __init__(self, fn: ast.FunctionDef, facts: dict[str, str] | None = None,
+                 assigned: dict[str, list[tuple[int, ast.AST]]] | None = None) -> None:
         self.params: dict[str, str] = {}
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         for a in args:
-            ann = ast.unparse(a.annotation) if a.annotation is not None else ""
+            ann = _unparse(a.annotation) if a.annotation is not None else ""
             fact = (facts or {}).get(a.arg)
             if fact == "host":  # every caller in the file passes a host value
                 self.params[a.arg] = "host"
@@ -445,13 +486,7 @@ class _Kinds:
             elif ann in ("int", "bool", "float"):
                 self.params[a.arg] = "scalar"
         self.config: set[str] = set()
-        self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and \
-                    isinstance(n.targets[0], ast.Name):
-                self.assigned.setdefault(n.targets[0].id, []).append((n.lineno, n.value))
-            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
-                self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
+        self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
 
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
         if depth > 8:
@@ -490,7 +525,7 @@ class _Kinds:
             return self.of(ast.Attribute(e.args[0], e.args[1].value, ast.Load()), line, depth + 1)
         if isinstance(e, ast.Call):
             f = e.func
-            fname = ast.unparse(f)
+            fname = _unparse(f)
             if fname in _SCALAR_CALLS:
                 return "scalar"
             dev = [k.value for k in e.keywords if k.arg == "device"]
@@ -542,36 +577,56 @@ class _Edge:
     # callee parameter -> (pairs where the argument may be true, where it may be false)
 
 
+class _FnInfo:
+    """What a builder's body says by itself (its assignments), whatever its callers pass: read
+    once per builder, not on every pass of the fixpoint in `_analyse`."""
+
+    def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
+        mode_vars: list[str] = []
+        counts: dict[str, int] = {}
+        single: list[ast.Assign] = []  # `name = value`, in walk order
+        # name -> [(line, value)] of `name = value` / `name: T = value` (for _Kinds)
+        self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
+        for n in _inner(fn):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+                if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                    single.append(n)
+                    self.assigned.setdefault(n.targets[0].id, []).append((n.lineno, n.value))
+                    text = _unparse(n.value)
+                    if "forward_mode" in text and not text.endswith("forward_mode"):
+                        mode_vars.append(n.targets[0].id)
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
+                self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
+        self.mode_vars = ",".join(mode_vars)
+        self.names = set(counts)  # every name assigned in the body
+        # names assigned once from a forward-mode test (read through by `cond`)
+        self.locals = {n.targets[0].id: n.value for n in single
+                       if counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}
+
+
 class _Scan:
     """One builder walked statement by statement, with the (mode, phase) pairs that reach each
     statement: branches narrow them, an early `return` removes its branch from what follows."""
 
     def __init__(self, fn: ast.FunctionDef, qual: str, backend: str, rel: str,
                  facts: dict[str, str], resolve: Any,
-                 params: dict[str, tuple[frozenset, frozenset]] | None = None) -> None:
+                 params: dict[str, tuple[frozenset, frozenset]] | None = None,
+                 info: _FnInfo | None = None) -> None:
         self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
         self.resolve = resolve
-        mode_vars = [n.targets[0].id for n in ast.walk(fn) if isinstance(n, ast.Assign)
-                     and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-                     and "forward_mode" in ast.unparse(n.value)
-                     and not ast.unparse(n.value).endswith("forward_mode")]
-        self.facts = facts | {"@mode-vars": ",".join(mode_vars)}
         helpers = getattr(resolve, "mode_helpers", {})
+        if info is None:
+            info = _FnInfo(fn, helpers)
+        self.facts = facts | {"@mode-vars": info.mode_vars}
         self.guards: dict[str, frozenset] = getattr(resolve, "mode_guards", {})
-        counts: dict[str, int] = {}
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Assign):
-                for t in n.targets:
-                    if isinstance(t, ast.Name):
-                        counts[t.id] = counts.get(t.id, 0) + 1
-        assigned = set(counts)
         self.env = {"helpers": helpers,
-                    "params": {k: v for k, v in (params or {}).items() if k not in assigned},
-                    "locals": {
-            n.targets[0].id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
-            and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-            and counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}}
-        self.kinds = _Kinds(fn, facts)
+                    "params": {k: v for k, v in (params or {}).items()
+                               if k not in info.names},
+                    "locals": info.locals}
+        self.kinds = _Kinds(fn, facts, info.assigned)
         host_attrs = getattr(resolve, "host_attrs", None)
         self.kinds.config = host_attrs(backend) if host_attrs else set()
         self.sites: list[Site] = []
@@ -616,7 +671,7 @@ class _Scan:
         if isinstance(st, (ast.Assign, ast.Expr)) and isinstance(st.value, ast.Call) and \
                 isinstance(st.value.func, ast.Attribute) and \
                 st.value.func.attr in self.guards and any(
-                    "forward_mode" in ast.unparse(a) for a in st.value.args):
+                    "forward_mode" in _unparse(a) for a in st.value.args):
             self.expr(st.value, state, unknown)  # `bucket = _GraphBucket.of(forward_mode)`
             return state & self.guards[st.value.func.attr]
         if isinstance(st, ast.Assert):  # what follows runs only where it holds
@@ -834,7 +889,12 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
-    configs = config_attrs(tree)
+    configs: dict[str, set[str]] = {}  # class -> config_attrs, for the classes asked about
+
+    def class_config(name: str) -> set[str]:
+        if name not in configs:
+            configs[name] = class_config_attrs(classes[name])
+        return configs[name]
 
     def host_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
         seen = seen if seen is not None else set()
@@ -842,7 +902,7 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
         if cls is None or backend in seen:
             return set()
         seen.add(backend)
-        out = set(configs.get(backend, set()))
+        out = set(class_config(backend))
         for b in cls.bases:
             if isinstance(b, ast.Name):
                 out |= host_attrs(b.id, seen)
@@ -860,7 +920,7 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
         if (qual, backend) in out:
             continue
         out[(qual, backend)] = (qual, backend, fn)
-        for n in ast.walk(fn):
+        for n in _inner(fn):
             if isinstance(n, ast.Call):
                 found = resolve(backend, n)
                 if found:
@@ -883,13 +943,24 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
     facts: dict[tuple[str, str], dict[str, str]] = {}
     scans: dict[tuple[str, str], _Scan] = {}
     truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
+    helpers = getattr(resolve, "mode_helpers", {})
+    infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
+    # A scan depends only on its builder and these inputs: one whose inputs did not change
+    # since the last pass is the scan that pass made (so it is kept, not redone).
+    made: dict[tuple[str, str], tuple[tuple, _Scan]] = {}
     for _ in range(12):
         scans = {}
         for qual, backend, fn in builders:
             key = (qual, backend)
-            s = _Scan(fn, qual, backend, rel, facts.get(key, {}), resolve, truths.get(key))
-            s.run(entry.get(key, NONE), unknown.get(key, False))
+            inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
+                      truths.get(key) or {})
+            if key in made and made[key][0] == inputs:
+                scans[key] = made[key][1]
+                continue
+            s = _Scan(fn, qual, backend, rel, inputs[2], resolve, inputs[3], infos[id(fn)])
+            s.run(inputs[0], inputs[1])
             scans[key] = s
+            made[key] = (inputs, s)
         callers: dict[tuple[str, str], list[_Edge]] = {}
         for s in scans.values():
             for e in s.edges:
