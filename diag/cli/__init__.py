@@ -78,27 +78,41 @@ def main(verbose: bool) -> None:
     """
 
 
-def _run_probes(ctx, ids: list[str], verbose: bool):
+def _start_worker(ids: list[str], execute: bool) -> tuple[list[str], object | None]:
+    """(the probes for the torch worker, the started worker), or ([], None) when none is
+    needed or it cannot start. Called before the target is resolved: the worker's torch import
+    is the longest step of a cold run, so it starts first."""
+    remote = _worker_probes(execute, ids)
+    if not remote:
+        return [], None
+    from diag.cli import probe_worker
+
+    proc = probe_worker.start(remote)
+    return (remote, proc) if proc is not None else ([], None)
+
+
+def _stop_worker(worker: tuple[list[str], object | None]) -> None:
+    if worker[1] is not None:
+        from diag.cli import probe_worker
+
+        probe_worker.stop(worker[1])
+
+
+def _run_probes(ctx, ids: list[str], verbose: bool,
+                worker: tuple[list[str], object | None] | None = None):
     """Run the probes `ids` and return their findings in that order.
 
     When a probe that runs torch has work to do (nothing cached), those probes run in the torch
-    worker (`diag.cli.probe_worker`), started first so that its torch import overlaps the
-    parsing here (the census it needs is computed here and handed over); the others run here,
-    in the meantime. This process never imports torch then. A worker that fails changes
-    nothing: its probes run here.
+    worker (`diag.cli.probe_worker`, `worker` when the caller started it already), started
+    first so that its torch import overlaps the parsing here (the census it needs is computed
+    here and handed over); the others run here, in the meantime. This process never imports
+    torch then. A worker that fails changes nothing: its probes run here.
     """
     from diag.findings import Finding, Status
     from diag.probes import get
     from diag.probes.base import run_probe
 
-    remote = _worker_probes(ctx, ids)
-    proc = None
-    if remote:
-        from diag.cli import probe_worker
-
-        proc = probe_worker.start()
-        if proc is None:
-            remote = []
+    remote, proc = worker if worker is not None else _start_worker(ids, ctx.execute)
     results: dict[str, list] = {pid: [] for pid in ids}
     probes = []
     for pid in ids:
@@ -134,7 +148,7 @@ def _run_probes(ctx, ids: list[str], verbose: bool):
 ENV_WORKER = "DIAG_PROBE_WORKER"  # "0": run every probe in this process (no torch worker)
 
 
-def _worker_probes(ctx, ids: list[str]) -> list[str]:
+def _worker_probes(execute: bool, ids: list[str]) -> list[str]:
     """The probes to run in the torch worker: those that run torch, when torch is there and
     something is to be measured (caching off, or the profiler cycle check not cached)."""
     import importlib.util
@@ -142,7 +156,7 @@ def _worker_probes(ctx, ids: list[str]) -> list[str]:
     from diag.cli.probe_worker import TORCH_PROBES
 
     wanted = [p for p in TORCH_PROBES if p in ids]
-    if not ctx.execute or not wanted or importlib.util.find_spec("torch") is None \
+    if not execute or not wanted or importlib.util.find_spec("torch") is None \
             or "torch" in sys.modules or os.environ.get(ENV_WORKER, "") == "0":
         return []
     from diag import cache
@@ -213,8 +227,19 @@ def diagnose(cctx: click.Context, as_json: bool, fail_on: str, execute: bool, fu
     from diag.probes import all_ids
 
     verbose = cctx.find_root().params["verbose"]
-    ctx = build_context(**target_kw, execute=execute, full=full)
-    _emit(ctx, _run_probes(ctx, all_ids(), verbose), as_json, fail_on, verbose)
+    _diagnose(all_ids(), verbose, as_json, fail_on, execute, full, target_kw)
+
+
+def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execute: bool,
+              full: bool, target_kw: dict) -> None:
+    """Start the torch worker, resolve the target meanwhile, run `ids` and report."""
+    worker = _start_worker(ids, execute)
+    try:
+        ctx = build_context(**target_kw, execute=execute, full=full)
+    except BaseException:
+        _stop_worker(worker)
+        raise
+    _emit(ctx, _run_probes(ctx, ids, verbose, worker), as_json, fail_on, verbose)
 
 
 @main.command()
@@ -255,8 +280,7 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     if probe_id not in REGISTRY:
         raise click.UsageError(f"unknown probe {probe_id!r} (known: {', '.join(REGISTRY)})")
     verbose = cctx.find_root().params["verbose"]
-    ctx = build_context(**target_kw, execute=execute, full=full)
-    _emit(ctx, _run_probes(ctx, [probe_id], verbose), as_json, fail_on, verbose)
+    _diagnose([probe_id], verbose, as_json, fail_on, execute, full, target_kw)
 
 
 if __name__ == "__main__":

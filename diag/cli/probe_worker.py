@@ -2,14 +2,15 @@
 
 Why: importing torch takes seconds, and the probes that execute real code (the metadata builders,
 the profiler cycle check) need it, while the others (and the metadata census, an AST scan of
-~140 files) need none. The parent starts this worker first; the worker imports torch at once
-while the parent parses; then the parent hands over the context (and the census it computed)
-on stdin, the worker runs its probes and sends the findings back on stdout. One torch import in
-all, overlapped with the parsing on a second core; the parent never imports torch.
+~140 files) need none. The parent starts this worker first (before it resolves the target); the
+worker imports torch at once and then measures the profiler cycle, which needs nothing from the
+parent, while the parent computes the census; then the parent hands over the context (and the
+census) on stdin, the worker runs its probes and sends the findings back on stdout. One torch
+import in all, overlapped with the parsing on a second core; the parent never imports torch.
 
-Protocol (parent and its own child, so pickle): stdin one pickled `Job`; stdout one pickled
-`{"findings": [...], "torch": str | None}` (`torch`: why torch did not import, when it did not).
-A worker that fails leaves the parent to run the probes itself, as before.
+Protocol (parent and its own child, so pickle): argv the probe ids; stdin one pickled `Job`;
+stdout one pickled `{"findings": [...], "torch": str | None}` (`torch`: why torch did not
+import, when it did not). A worker that fails leaves the parent to run the probes itself.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from diag.context import Context, SpecConfig
-from diag.target import Target
+if TYPE_CHECKING:  # imported in the worker after torch (torch's import is the critical path)
+    from diag.context import SpecConfig
+    from diag.target import Target
 
 # Probes whose runs need torch, run in the worker (in this order among themselves).
 TORCH_PROBES = ("metadata-syncs", "profiler-teardown")
@@ -43,29 +46,41 @@ class Job:
     cache: dict[str, Any] = field(default_factory=dict)  # picklable ctx.cache entries
 
 
-def start() -> subprocess.Popen | None:
-    """Start the worker (it begins importing torch at once); None when it cannot start."""
+def start(probes: list[str]) -> subprocess.Popen | None:
+    """Start the worker for `probes` (it begins importing torch at once); None when it cannot
+    start."""
     from diag.home import home
 
     root = str(home())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     try:
-        return subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker"],
+        return subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker", *probes],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     except OSError:
         return None
 
 
 def send(proc: subprocess.Popen, job: Job) -> bool:
-    """Hand `job` to the worker (it runs while the caller goes on); False if it is gone."""
+    """Hand `job` to the worker without waiting for it to read it (it reads it once torch is
+    imported and the cycle measured; the pipe holds 64 KiB and a census is larger): a thread
+    writes it while the caller goes on. False if it cannot be pickled."""
     try:
-        proc.stdin.write(pickle.dumps(job))
-        proc.stdin.close()
-        return True
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        data = pickle.dumps(job)
+    except (pickle.PicklingError, TypeError, AttributeError):
         stop(proc)
         return False
+
+    def write() -> None:
+        try:
+            proc.stdin.write(data)
+            proc.stdin.close()
+        except (OSError, ValueError):  # the worker is gone: collect() says so
+            pass
+
+    proc._diag_writer = threading.Thread(target=write, daemon=True)  # type: ignore[attr-defined]
+    proc._diag_writer.start()  # type: ignore[attr-defined]
+    return True
 
 
 def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
@@ -74,6 +89,9 @@ def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
     try:
         out = proc.stdout.read()
         proc.wait(timeout=timeout)
+        writer = getattr(proc, "_diag_writer", None)
+        if writer is not None:
+            writer.join(timeout=timeout)
     except (subprocess.TimeoutExpired, OSError):
         stop(proc)
         return None
@@ -98,17 +116,35 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _main() -> int:
+def _cycle_first(probes: list[str]) -> Any:
+    """The profiler cycle check, measured before the job arrives (it needs only torch): the
+    parent is computing the census meanwhile. None when not wanted or already cached."""
+    if "profiler-teardown" not in probes:
+        return None
+    from diag.probes import profiler_teardown as pt
+
+    if pt._cached_cycle() is not None:
+        return None
+    # measured here, inline: torch is imported already, and this process uses nothing of
+    # torch's compiler stack, so the check may leave it out (`lean`)
+    rep = pt.runtime_cycle(lean=True)
+    pt.store_cycle(rep)
+    return rep
+
+
+def _main(argv: list[str]) -> int:
     why = None
     try:
         import torch  # noqa: F401  (first: this is what overlaps the parent's parsing)
     except Exception as e:
         why = f"{type(e).__name__}: {e}"
+    early = _cycle_first(argv) if why is None else None
     job: Job = pickle.loads(sys.stdin.buffer.read())  # noqa: S301  (from our parent)
     if why:
         sys.stdout.buffer.write(pickle.dumps({"findings": [], "torch": why}))
         return 0
     from diag.cli.common import log
+    from diag.context import Context
     from diag.probes import get
     from diag.probes.base import run_probe
 
@@ -116,14 +152,15 @@ def _main() -> int:
                   server_url=job.server_url, run_dir=job.run_dir, execute=job.execute,
                   full=job.full, log=log, cache=dict(job.cache))
     if job.execute and "profiler-teardown" in job.probes:
-        # measured here, inline: torch is imported already, and this process uses nothing of
-        # torch's compiler stack, so the check may leave it out (`lean`)
         from diag.probes import profiler_teardown as pt
 
-        if pt.CYCLE_REPORT not in ctx.cache and pt._cached_cycle() is None:
-            rep = pt.runtime_cycle(lean=True)
-            pt.store_cycle(rep)
-            ctx.cache[pt.CYCLE_REPORT] = rep
+        if pt.CYCLE_REPORT not in ctx.cache:
+            if early is not None:
+                ctx.cache[pt.CYCLE_REPORT] = early
+            elif pt._cached_cycle() is None:
+                rep = pt.runtime_cycle(lean=True)
+                pt.store_cycle(rep)
+                ctx.cache[pt.CYCLE_REPORT] = rep
     findings = []
     for pid in job.probes:
         findings.extend(run_probe(get(pid), ctx, verbose=job.verbose))
@@ -132,7 +169,7 @@ def _main() -> int:
 
 
 if __name__ == "__main__":
-    rc = _main()
+    rc = _main(sys.argv[1:])
     # The answer is out: skip the interpreter's teardown of torch (over a second; the parent
     # waits for this process to end). Nothing here needs it: files were written atomically.
     sys.stdout.flush()
