@@ -1001,11 +1001,17 @@ _SEED_TEXT = re.compile(r"\bdef\s+(init_forward_metadata|_?(build|make|prepare|a
 
 
 def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
-    source = path.read_text(encoding="utf-8", errors="replace")
+    return scan_source(path.read_text(encoding="utf-8", errors="replace"), path, rel)
+
+
+def scan_source(source: str, path: Path, rel: str | Any
+                ) -> tuple[list[str], list[Site], list[Site]]:
+    """`scan_file` of a file already read; `rel` may be a callable that gives it (only a file
+    that can define a builder needs its relative path)."""
     if not _SEED_TEXT.search(source):
         return [], [], []
     tree = ast.parse(source, str(path))
-    names, scans = _analyse(tree, rel)
+    names, scans = _analyse(tree, rel() if callable(rel) else rel)
     sites, with_os = [], []
     seen: set[tuple[str, int, int, str]] = set()
     for scan in scans:
@@ -1018,6 +1024,7 @@ def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
                 sites.append(site)
         with_os.extend(scan.with_os)
     return names, sites, with_os
+
 
 def census(target: Target, use_cache: bool = True) -> Census:
     """Scan every module under sglang/srt/layers/attention (raises FileNotFoundError if absent).
@@ -1052,16 +1059,31 @@ def census(target: Target, use_cache: bool = True) -> Census:
 
 def _scan_all(target: Target, paths: list[Path]) -> Census:
     out = Census(str(target.root))
-    for path in paths:
-        rel = target.relpath(path)
-        out.files += 1
+    root = target.root.resolve()
+
+    def relpath(path: Path) -> str:  # Target.relpath, with the root resolved once
         try:
-            names, sites, with_os = scan_file(path, rel)
+            return str(path.resolve().relative_to(root))
+        except ValueError:
+            return str(path)
+
+    for path in paths:
+        out.files += 1
+        source = path.read_text(encoding="utf-8", errors="replace")
+        rel: list[str] = []  # computed for the files that can define a builder only
+
+        def rel_of(path: Path = path, rel: list[str] = rel) -> str:
+            if not rel:
+                rel.append(relpath(path))
+            return rel[0]
+
+        try:
+            names, sites, with_os = scan_source(source, path, rel_of)
         except (SyntaxError, ValueError, RecursionError) as e:
-            out.errors.append(f"{rel}: {type(e).__name__}: {e}")
+            out.errors.append(f"{rel_of()}: {type(e).__name__}: {e}")
             continue
         if names:
-            out.builders[rel] = names
+            out.builders[rel_of()] = names
         out.sites.extend(sites)
         out.with_output_size.extend(with_os)
     return out
