@@ -154,6 +154,22 @@ def _walk(node: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _kids(node: ast.AST) -> list[ast.AST]:
+    """`ast.iter_child_nodes(node)` as a list kept on the node: every pass of the fixpoint
+    walks the same expressions again."""
+    out = getattr(node, "_diag_kids", None)
+    if out is None:
+        out, node_t = [], ast.AST
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if isinstance(v, list):
+                out.extend([x for x in v if isinstance(x, node_t)])
+            elif isinstance(v, node_t):
+                out.append(v)
+        node._diag_kids = out  # type: ignore[attr-defined]
+    return out
+
+
 def _inner(fn: ast.FunctionDef) -> list[ast.AST]:
     """The nodes under `fn` in walk order, kept on it (without `fn` itself: no reference
     cycle): `_builders` and `_FnInfo` both walk every builder."""
@@ -683,7 +699,7 @@ class _Scan:
             for case in st.cases:
                 self.block(case.body, state, unknown)
             return state
-        for child in ast.iter_child_nodes(st):
+        for child in _kids(st):
             if isinstance(child, ast.expr):
                 self.expr(child, state, unknown)
         if isinstance(st, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
@@ -708,7 +724,7 @@ class _Scan:
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
-        for child in ast.iter_child_nodes(e):
+        for child in _kids(e):
             self.expr(child, state, unknown)
 
     def truth_test(self, test: ast.AST, state: frozenset, unknown: bool) -> None:
