@@ -88,14 +88,40 @@ class Backend:
         return self.run_dir is not None
 
     def apply(self, fix_id: str) -> str:
+        """In this process through the orchestrator (dependencies first, the same refusals as
+        every other caller); raises FixError on a refusal."""
         if self.engine:
             return data.request_engine_fix(self.run_dir, fix_id, "apply")
-        return data.apply_fix(self.fix(fix_id), self.ctx.target if self.ctx else None)
+        if self._fixes is not None:  # a test's own instances, not in the registry
+            return data.apply_fix(self.fix(fix_id))
+        from diag.errors import FixError
+        from diag.fixes import orchestrator
+
+        ctx = self.ctx
+        res = orchestrator.apply([fix_id], platform=ctx.platform if ctx else None,
+                                 config=ctx.config if ctx else None)
+        o = res[fix_id]
+        if not o.ok:
+            raise FixError(f"{fix_id}: {o.state}: {o.reason}")
+        deps = [f"{d} {r.state}" for d, r in res.items() if d != fix_id]
+        return f"applied in this process: {o.state}" + (f" (with {', '.join(deps)})"
+                                                       if deps else "")
 
     def revert(self, fix_id: str) -> str:
         if self.engine:
             return data.request_engine_fix(self.run_dir, fix_id, "revert")
-        return data.revert_fix(self.fix(fix_id))
+        if self._fixes is not None:
+            return data.revert_fix(self.fix(fix_id))
+        from diag.errors import FixError
+        from diag.fixes import orchestrator
+
+        res = orchestrator.revert([fix_id])
+        bad = [o for o in res.values() if not o.ok]
+        if bad:
+            raise FixError("; ".join(o.reason for o in bad))
+        others = [d for d in res if d != fix_id]
+        return "reverted in this process" + (f" (and {', '.join(others)}, which depend on it)"
+                                             if others else "")
 
     def bench(self, fix_id: str, progress: Callable[[str], None]) -> BenchResult:
         return data.run_bench(self.fix(fix_id), self.bench_params, progress)
