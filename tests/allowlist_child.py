@@ -119,7 +119,7 @@ def dependency_case(m, backend, fix) -> dict:
     out["sites"] = [s.function for s in fix._unfixed_syncs(type(backend))]
     if out["sites"]:
         other = fixes.get("repeat-interleave-output-size")
-        other.apply()
+        other.apply(None, "hip")
         out["other_applied"] = other.is_applied()
         out["after_output_size"] = capture(m, backend)
         other.revert()
@@ -154,11 +154,12 @@ def main() -> None:
     from diag.target import from_path
 
     root = Path(os.environ["DIAG_RELEASE_ROOT"])
-    fix = DraftExtendAllowlistFix(target=from_path(root))
+    fix = DraftExtendAllowlistFix()
+    target = from_path(root)
     res: dict = {"version": VERSION, "order": ORDER}
 
     if ORDER == "apply-first":
-        fix.apply()
+        fix.apply(target, "hip")
         res["module_loaded_at_apply"] = WORKER in sys.modules
         res["pending_at_apply"] = fix._patch.pending
     import importlib
@@ -174,14 +175,14 @@ def main() -> None:
     if ORDER == "import-first":
         original = vars(cls)[method]
         res["without"] = {k: capture(m, v) for k, v in b.items()}
-        fix.apply()
+        fix.apply(target, "hip")
     else:
         res["patch_errors"] = fix.errors
         original = getattr(vars(cls)[method], "__wrapped__", None)
 
     wrapped = vars(cls)[method]
     res["wrapped"] = wrapped is not original and getattr(wrapped, "__wrapped__", None) is original
-    fix.apply()  # twice: a no-op
+    fix.apply(target, "hip")  # twice: a no-op
     res["twice_same_object"] = vars(cls)[method] is wrapped
     res["with"] = {k: capture(m, v) for k, v in b.items()}
     res["records"] = [r.__dict__ for r in fix.records]
