@@ -97,9 +97,9 @@ class Backend:
         from diag.errors import FixError
         from diag.fixes import orchestrator
 
-        ctx = self.ctx
-        res = orchestrator.apply([fix_id], platform=ctx.platform if ctx else None,
-                                 config=ctx.config if ctx else None)
+        ctx = self.ctx  # the TUI's target: the patch waits for its import in this process
+        res = orchestrator.apply([fix_id], ctx.target if ctx else None,
+                                 ctx.platform if ctx else None, ctx.config if ctx else None)
         o = res[fix_id]
         if not o.ok:
             raise FixError(f"{fix_id}: {o.state}: {o.reason}")
