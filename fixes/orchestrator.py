@@ -155,7 +155,8 @@ def apply(ids: list[str], target: Target | None = None, platform: str | None = N
         out[fid] = _outcome(fid, "apply", st)
         return out[fid]
 
-    for fid in order(ids):
+    order(ids)  # unknown ids and cycles raise here, before anything is applied
+    for fid in ids:
         r = one(fid)
         if atomic and not r.ok and r.state != NOT_NEEDED:
             for done in reversed(applied_now):
