@@ -47,7 +47,7 @@ CALLER = "init_forward_metadata_prefill"
 PARAM = "_diag_output_size"
 PATHS = ("draft", "all")
 
-INSTEAD = ("the other syncs need a host-side count in SGLang itself (no diag fix rewrites "
+INSTEAD = ("these syncs need a host-side count in SGLang itself (no diag fix rewrites "
            "them); watch them per step with `diag run --probe metadata-syncs`")
 
 MISMATCHES: list[dict[str, Any]] = []  # guarded mode: host count != device sum, per call

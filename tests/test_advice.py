@@ -121,3 +121,17 @@ def test_fix_list_answers_for_the_configuration_given_or_read_from_a_server():
                   "--attention-backend", "triton").output
     assert "--attention-backend triton (options)" in text.splitlines()[0]
     assert "instead: on HIP sglang 0.5.18 captures draft-extend for" in text
+
+
+def test_a_capture_that_would_sync_is_refused_with_the_site():
+    """0.5.13.post1 `layers/attention/dsa_backend.py:1109` (`_apply_cuda_graph_metadata`, on the
+    capture path): `torch.repeat_interleave(page_indices, repeats=extend_seq_lens, dim=0)`
+    without output_size; no diag fix rewrites it, so allow-listing DSA there would sync under
+    capture: refused in `fix list`, and the finding names no fix and says where."""
+    report, listed = _both("0.5.13.post1", "dsa")
+    row = listed["draft-extend-allowlist"]
+    assert row["status"] == "refused"
+    assert "no fix removes: sglang/srt/layers/attention/dsa_backend.py:1109 " \
+           "DeepseekSparseAttnBackend._apply_cuda_graph_metadata" in row["reason"]
+    de = [f for f in report["findings"] if f["probe"] == "draft-extend-graph"][0]
+    assert de["fixes"] == [] and "dsa_backend.py:1109" in de["hint"]
