@@ -135,3 +135,35 @@ def test_a_capture_that_would_sync_is_refused_with_the_site():
            "DeepseekSparseAttnBackend._apply_cuda_graph_metadata" in row["reason"]
     de = [f for f in report["findings"] if f["probe"] == "draft-extend-graph"][0]
     assert de["fixes"] == [] and "dsa_backend.py:1109" in de["hint"]
+
+
+def _de_finding(hint: str):
+    from diag.findings import Finding, Status, row
+
+    return Finding("draft-extend-graph", Status.WARN, "Draft-extend graph capture", "eager", [
+        row(backend="dsv4", draft_extend="DeepseekV4HipRadixBackend", mode="eager"),
+        row(backend="triton", draft_extend="TritonAttnBackend", mode="eager"),
+        row(backend="aiter", draft_extend="AiterAttnBackend", mode="graph")],
+        hint=hint, fixes=["draft-extend-allowlist"])
+
+
+def test_advise_keeps_a_fix_only_when_it_changes_the_finding():
+    from diag.findings import Finding, Status
+    from diag.fixes.advice import advise
+    from diag.fixes.base import APPLICABLE, Applicability
+
+    hint = "draft-extend-allowlist adds the missing backends to the allow-list"
+    f = _de_finding(hint)
+    advise([f], {"draft-extend-allowlist": Applicability(
+        APPLICABLE, "captures DSV4", changes=("DeepseekV4HipRadixBackend",))})
+    assert f.fixes == ["draft-extend-allowlist"] and f.hint == hint  # an eager row it captures
+    f = _de_finding(hint)
+    advise([f], {"draft-extend-allowlist": Applicability(
+        APPLICABLE, "captures QSA", "use dsv4", changes=("QwenSparseAttnBackend",))})
+    assert f.fixes == []
+    assert f.hint == ("no diag fix applies: draft-extend-allowlist would not change this: it "
+                      "captures QwenSparseAttnBackend, not dsv4, triton. Instead: use dsv4")
+    ok = Finding("profiler-teardown", Status.OK, "t", "fine",
+                 hint="apply profiler-controlled-teardown", fixes=["profiler-controlled-teardown"])
+    advise([ok], {"profiler-controlled-teardown": Applicability(APPLICABLE, "adds it")})
+    assert ok.fixes == [] and ok.hint is None  # nothing to change: no advice toward a fix
