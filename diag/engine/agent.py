@@ -231,7 +231,7 @@ class Agent:
                                       if on and f not in self.fix_ids]
                 for fid in ids:
                     if self.desired.get(fid, True):
-                        self._set_fix(fid, *self._apply(fid, target), emit=emit)
+                        self._set_fix(fid, *self._apply(fid, target, emit=emit), emit=emit)
                     else:
                         self._set_fix(fid, "reverted", "reverted by a control request", emit=emit)
                 for pid in self.probe_ids:
@@ -247,7 +247,8 @@ class Agent:
         if emit and old != self.fixes[fid]:
             telemetry.emit("fix", fix=fid, state=state, reason=reason)
 
-    def _apply(self, fid: str, target: Any = None, check: bool = True) -> tuple[str, str]:
+    def _apply(self, fid: str, target: Any = None, check: bool = True,
+               emit: bool = True) -> tuple[str, str]:
         """Apply one fix through the orchestrator (dependencies first, their states emitted);
         (state, reason). Never raises. `check` is kept for callers: applicability is always
         judged (from the importable SGLang's source, found without importing it)."""
@@ -265,7 +266,7 @@ class Agent:
             return "failed", f"{type(e).__name__}: {e}"
         for dep, o in res.items():
             if dep != fid:
-                self._set_fix(dep, o.state, o.reason)
+                self._set_fix(dep, o.state, o.reason, emit=emit)
         o = res[fid]
         if o.state == "failed":
             self._fix_error(f"apply {fid}", o.reason)
