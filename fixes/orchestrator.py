@@ -23,6 +23,7 @@ from diag.fixes.base import (
     APPLICABLE,
     FAILED,
     NOT_APPLIED,
+    NO_SGLANG,
     NOT_NEEDED,
     REFUSED,
     UPSTREAM,
@@ -134,7 +135,9 @@ def apply(ids: list[str], target: Target | None = None, platform: str | None = N
         for dep in fix.depends_on:
             d = one(dep)
             if not d.ok and d.state != NOT_NEEDED:
-                fix._last = st = FixState(REFUSED, f"needs {dep}, which is {d.state}: {d.reason}")
+                why = d.reason if d.reason == NO_SGLANG else \
+                    f"needs {dep}, which is {d.state}: {d.reason}"
+                fix._last = st = FixState(REFUSED, why)
                 break
         if st is None:
             try:
