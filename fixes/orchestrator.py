@@ -22,8 +22,8 @@ from diag.errors import FixError
 from diag.fixes.base import (
     APPLICABLE,
     FAILED,
-    NOT_APPLIED,
     NO_SGLANG,
+    NOT_APPLIED,
     NOT_NEEDED,
     REFUSED,
     UPSTREAM,
