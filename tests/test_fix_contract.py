@@ -24,7 +24,8 @@ from conftest import RELEASES
 from diag import fixes
 from diag.fixes import orchestrator
 
-pytestmark = [pytest.mark.sglang_import, pytest.mark.release, pytest.mark.slow]
+pytestmark = [pytest.mark.sglang_import, pytest.mark.release, pytest.mark.slow,
+              pytest.mark.timeout(900)]  # six children, two at a time, on a loaded machine
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PY = REPO / ".venv-sglang" / "bin" / "python"
@@ -70,13 +71,25 @@ def test_contract(results, release, fid, version):
     if r["status"] != "applicable":
         assert r["apply_state"] == r["status"] and r["patched"] is False, r
     else:
-        assert "import_error" not in r, r["import_error"]
+        if "import_error" in r:  # not run is not passed: say which module and why
+            pytest.skip(f"sglang {version}'s module cannot be imported in .venv-sglang: "
+                        f"{r['import_error']}")
         assert r["entries"], r
         assert r["state_after_apply"] == "applied" and r["replaced"] and r["marked"], r
         assert r["state_after_apply_again"] == "applied" and r["apply_again_same_objects"], r
         assert r["state_after_revert"] == "reverted" and r["originals_identical"], r
         assert r["state"] == "reverted"
     assert r["revert_when_not_applied"].startswith(f"{fid} is not applied in this process"), r
+
+
+def test_most_cases_really_ran(results):
+    """The applicable cases whose modules import here: all but the oldest releases' profiler
+    modules (0.5.9's `scheduler_profiler_mixin` needs sgl-kernel's JIT path at import)."""
+    ran = [(f, v) for v in RELEASES for f, r in results[v]["fixes"].items()
+           if r["status"] == "applicable" and "import_error" not in r]
+    want = [(f, v) for v in RELEASES for f in EXPECTED_APPLICABLE
+            if v in EXPECTED_APPLICABLE[f] and (f, v) != ("profiler-controlled-teardown", "0.5.9")]
+    assert sorted(ran) == sorted(want)
 
 
 @pytest.mark.parametrize("fid", [s.id for s in fixes.specs()])
