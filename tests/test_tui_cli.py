@@ -13,6 +13,7 @@ from threading import Thread
 import pytest
 from click.testing import CliRunner
 
+from diag import fixes, probes
 from diag.cli import main
 from diag.tui import data
 from diag.tui.model import Model
@@ -39,9 +40,7 @@ def test_once_renders_every_tab_with_the_real_probes(release):
     assert r.exit_code == 0, r.output
     out = r.stdout
     for part in ("sglang 0.5.17 [release] │ hip", "Overview", "Fixes",
-                 "Timings", "Syncs", "draft-extend-graph", "metadata-syncs", "profiler-teardown",
-                 "draft-extend-allowlist", "repeat-interleave-output-size",
-                 "profiler-controlled-teardown"):
+                 "Timings", "Syncs", *probes.all_ids(), *fixes.all_ids()):
         assert part in out, part
     assert "Traceback" not in out
     assert max(len(line) for line in out.splitlines()) <= 80  # CliRunner: no terminal, 80 wide, with file:line, reach the Syncs table

@@ -12,10 +12,24 @@ from test_tui_app import show_tab, until
 from tui_standins import bench_gate, gates, standin_backend
 
 from diag.tui.app import make_app
+from diag.tui.tables import FittedTable
 
 pytestmark = pytest.mark.release
 SIZES = [(80, 24), (140, 45), (200, 60)]
 IDS = [f"{w}x{h}" for w, h in SIZES]
+
+
+def _fitted(app) -> bool:
+    """Every shown table has been fitted to its current width (a resize refits it; a snapshot
+    taken between the resize and the refit would catch a layout no one sees for long)."""
+    return all(getattr(t, "_diag_rows", (t.size.width,))[0] == t.size.width
+               for t in app.query(FittedTable) if t.size.width)
+
+
+async def settle(pilot) -> None:
+    await until(pilot, lambda: _fitted(pilot.app))
+    await pilot.wait_for_scheduled_animations()
+    await until(pilot, lambda: _fitted(pilot.app))
 
 
 def _app(release):
@@ -32,7 +46,7 @@ def test_snapshot_overview(release, snap_compare, size):
     async def before(pilot):
         await _ready(pilot)
         await pilot.press("down")
-        await until(pilot, lambda: True)
+        await settle(pilot)
 
     assert snap_compare(_app(release), terminal_size=size, run_before=before)
 
@@ -44,7 +58,7 @@ def test_snapshot_fixes_after_apply(release, snap_compare, size):
         await pilot.press("2")
         await pilot.press("a")
         await until(pilot, lambda: pilot.app.model.fixes["standin-fix"].state == "applied")
-        await pilot.wait_for_scheduled_animations()
+        await settle(pilot)
 
     app = _app(release)
     try:
@@ -64,7 +78,7 @@ def test_snapshot_timings_after_bench(release, snap_compare, size, tmp_path):
         await pilot.press("b")
         await until(pilot, lambda: "standin-fix" in pilot.app.model.bench
                     and not pilot.app.bench_running, timeout=30)
-        await pilot.wait_for_scheduled_animations()
+        await settle(pilot)
 
     assert snap_compare(_app(release), terminal_size=size, run_before=before)
 
@@ -74,8 +88,7 @@ def test_snapshot_syncs(release, snap_compare, size):
     async def before(pilot):
         await _ready(pilot)
         await pilot.press("4")
-        await until(pilot, lambda: True)
-        await pilot.wait_for_scheduled_animations()
+        await settle(pilot)
 
     assert snap_compare(_app(release), terminal_size=size, run_before=before)
 

@@ -679,29 +679,23 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     of the event (before = off, after = on), and by `mode` where the events carry one; sync rows
     per builder; chart series.
 
-    A fix's state in a process is the last event naming it: one with `fix` and `state`, or one
-    with a `fixes` map (the start and snapshot events), as `diag.engine.rundir` defines."""
+    A fix's state in a process is the last event naming it (start, fix, control_ack, snapshot),
+    folded by `diag.engine.events.replay`."""
+    from diag.engine import events as ev_types
+
     kinds = _counted_kinds()
-    on: dict[tuple[Any, str], bool] = {}  # (pid, fix) → applied
     counts: dict[str, dict[bool, list[float]]] = {}
     secs: dict[str, dict[bool, list[float]]] = {}
     modes: dict[str, dict[str, list[float]]] = {}
     builders: dict[str, dict[bool, list[float]]] = {}
     series: dict[str, list[float]] = {}
-    for e in events:
-        kind, pid = e.get("kind"), e.get("pid")
-        if isinstance(e.get("fixes"), dict):
-            for fid, st in e["fixes"].items():
-                state = st.get("state") if isinstance(st, dict) else st
-                if state:
-                    on[(pid, fid)] = str(state) == "applied"
-        if e.get("fix") and e.get("state"):
-            on[(pid, str(e["fix"]))] = str(e["state"]) == "applied"
+    # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
+    # probe whose counter emits the kind was applied in that process at that moment
+    for ev, fixed in ev_types.replay(events):
+        e, kind = ev.raw, ev.name
         if kind not in kinds:
             continue
         name = str(kind).replace("_", "-")
-        fid = kinds[kind][1]
-        fixed = on.get((pid, fid), False) if fid else False
         if e.get("count") is not None:
             n = float(e["count"])
             counts.setdefault(kind, {False: [], True: []})[fixed].append(n)
@@ -934,7 +928,9 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
                timings: list[TimingRow], syncs: list[SyncRow],
                sources: list[SourceState],
                processes: list[ProcessView] | None = None) -> dict[str, Any]:
-    """Everything on screen, as a JSON document (schema_version 1, `kind: diag-tui`)."""
+    """Everything on screen, as a JSON document (`kind: diag-tui`; schema tui-export-v1.json)."""
+    from diag.schemas import SCHEMA_VERSION
+
     def st(s: Stats | None):
         return None if s is None else {"median": s.median, "p25": s.p25, "p75": s.p75,
                                        "min": s.min, "n": s.n}
@@ -943,7 +939,7 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         return None if v is NA else v
 
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "kind": "diag-tui",
         "exported_at": time.time(),
         "target": header.target, "version": val(header.version),

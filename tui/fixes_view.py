@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 from diag.tui import data
 from diag.tui.data import FixView, fmt_value
 from diag.tui.model import Model
-from diag.tui.tables import Col, fill
+from diag.tui.tables import Col, FittedTable, fill
 
 COLUMNS = (Col("fix"), Col("applicability"), Col("state", shrink=True, min=14),
            Col("acknowledgement", drop=10))
@@ -62,7 +62,7 @@ class FixesView(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="fixes", cursor_type="row", zebra_stripes=True)
+        yield FittedTable(id="fixes", cursor_type="row", zebra_stripes=True)
         yield Static("a: apply the selected fix   u: revert it   b: bench it", id="fix-detail")
         with VerticalScroll(id="engine-box"):
             yield Static(id="engine")

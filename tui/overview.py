@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 
 from diag.tui.data import FindingView
 from diag.tui.model import Model
-from diag.tui.tables import Col, fill
+from diag.tui.tables import Col, FittedTable, fill
 
 COLUMNS = (Col("status"), Col("probe"), Col("summary", shrink=True, min=20))
 
@@ -42,7 +42,7 @@ class Overview(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+        yield FittedTable(id="findings", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="finding-detail-box"):
             yield Static("select a finding for its evidence", id="finding-detail")
 

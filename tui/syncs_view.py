@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Static
 
 from diag.tui.data import SyncRow, fmt_value, short_path
 from diag.tui.model import Model
-from diag.tui.tables import Col, fill
+from diag.tui.tables import Col, FittedTable, fill
 
 COLUMNS = (Col("builder", shrink=True, min=28), Col("before"), Col("after"),
            Col("file:line", drop=5), Col("source", drop=4))
@@ -35,7 +35,7 @@ class SyncsView(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="syncs", cursor_type="row", zebra_stripes=True)
+        yield FittedTable(id="syncs", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="sync-detail-box"):
             yield Static(id="sync-detail")
         yield Static(LEGEND, id="syncs-note")

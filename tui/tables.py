@@ -87,8 +87,19 @@ def fit_rows(cols: Sequence[Col], rows: Sequence[Sequence[Any]],
     return [cols[i] for i in shown], out
 
 
+class FittedTable(DataTable):
+    """A DataTable that fits its columns again whenever its own width changes (a table laid out
+    in a hidden tab, or before the first layout, would otherwise keep the widths of that moment)."""
+
+    def on_resize(self) -> None:
+        src = getattr(self, "_diag_src", None)
+        if src is not None:
+            fill(self, *src)
+
+
 def fill(table: DataTable, cols: Sequence[Col], rows: Sequence[Sequence[Any]]) -> None:
     """Replace the table's rows (and columns, so widths shrink back), keeping the cursor row."""
+    table._diag_src = (cols, rows)
     width = table.size.width or (table.app.size.width if table.is_attached else 0)
     shown, cells = fit_rows(cols, rows, width)
     # the table's own size too: one filled while hidden (size 0) is filled again once shown

@@ -12,7 +12,7 @@ from diag.tui import data
 from diag.tui.charts import Charts
 from diag.tui.data import TimingRow, fmt_stats, ratio_text
 from diag.tui.model import Model
-from diag.tui.tables import Col, fill
+from diag.tui.tables import Col, FittedTable, fill
 
 COLUMNS = (Col("fix", drop=5), Col("metric", shrink=True, min=12),
            Col("before (IQR) n"), Col("after (IQR) n"), Col("change"),
@@ -59,7 +59,7 @@ class TimingsView(Vertical):
         yield Static("bench: b runs the selected fix's bench (all with none selected); "
                      "values are median (IQR p25–p75) n=samples", id="bench-line")
         yield ProgressBar(total=None, show_eta=False, id="bench-bar")
-        yield DataTable(id="timings", cursor_type="row", zebra_stripes=True)
+        yield FittedTable(id="timings", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="timing-detail-box"):
             yield Static(id="timing-detail")
         yield Charts(id="charts")

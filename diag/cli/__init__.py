@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
 
 from diag import __version__
-from diag.cli.common import build_context, guarded, log, output_options, target_options
+from diag.cli.common import (
+    build_context,
+    exit_broken_pipe,
+    guarded,
+    log,
+    output_options,
+    target_options,
+)
 from diag.errors import EXIT_USAGE
 
 
 class LazyGroup(click.Group):
-    """Subcommands that live in other modules, imported only when named (or listed by --help)."""
+    """Subcommands that live in other modules, imported only when named (or listed by --help).
+
+    It also owns the closed-pipe exit for every command: click's own handler exits 1 when
+    `--help` or `--version` meets a closed stdout; here that is 141 and quiet, as in `guarded`.
+    """
 
     def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -24,6 +36,18 @@ class LazyGroup(click.Group):
         present = {n for n, path in self.lazy.items()
                    if importlib.util.find_spec(path.split(":")[0]) is not None}
         return sorted(set(super().list_commands(ctx)) | present)
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:  # `diag --help`, `diag --version` print while parsing
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            exit_broken_pipe()
+
+    def invoke(self, ctx: click.Context):
+        try:  # every subcommand, its --help and its output, guarded or not
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            exit_broken_pipe()
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
@@ -55,27 +79,108 @@ def main(verbose: bool) -> None:
 
 
 def _run_probes(ctx, ids: list[str], verbose: bool):
+    """Run the probes `ids` and return their findings in that order.
+
+    When a probe that runs torch has work to do (nothing cached), those probes run in the torch
+    worker (`diag.cli.probe_worker`), started first so that its torch import overlaps the
+    parsing here (the census it needs is computed here and handed over); the others run here,
+    in the meantime. This process never imports torch then. A worker that fails changes
+    nothing: its probes run here.
+    """
     from diag.findings import Finding, Status
     from diag.probes import get
     from diag.probes.base import run_probe
 
-    findings = []
+    remote = _worker_probes(ctx, ids)
+    proc = None
+    if remote:
+        from diag.cli import probe_worker
+
+        proc = probe_worker.start()
+        if proc is None:
+            remote = []
+    results: dict[str, list] = {pid: [] for pid in ids}
     probes = []
     for pid in ids:
         try:
             probes.append(get(pid))
         except Exception as e:  # a probe that cannot load is reported like one that crashed
-            findings.append(Finding(probe=pid, status=Status.ERROR, title=pid,
-                                    summary=f"probe cannot load: {type(e).__name__}: {e}",
-                                    hint="re-run with -v for the traceback and report it"))
-    for probe in probes:
+            results[pid].append(Finding(probe=pid, status=Status.ERROR, title=pid,
+                                        summary=f"probe cannot load: {type(e).__name__}: {e}",
+                                        hint="re-run with -v for the traceback and report it"))
+    local = [p for p in probes if p.id not in remote]
+    if proc is not None and not _hand_over(proc, ctx, remote, verbose):
+        proc, remote, local = None, [], probes
+    for probe in local:
         try:
             probe.prepare(ctx)
         except Exception as e:  # run() then does the work itself
             log(f"{probe.id}: background start failed ({type(e).__name__}: {e})")
-    for probe in probes:
-        findings.extend(run_probe(probe, ctx, verbose=verbose))
-    return findings
+    for probe in local:
+        results[probe.id].extend(run_probe(probe, ctx, verbose=verbose))
+    if proc is not None:
+        from diag.cli import probe_worker
+
+        got = probe_worker.collect(proc)
+        if got is None:  # the worker failed: run its probes here, as without it
+            log("torch worker failed; running its probes here")
+        for probe in (p for p in probes if p.id in remote):
+            mine = [f for f in got if f.probe == probe.id] if got is not None else None
+            results[probe.id].extend(mine if mine is not None else
+                                     run_probe(probe, ctx, verbose=verbose))
+    return [f for pid in ids for f in results[pid]]
+
+
+ENV_WORKER = "DIAG_PROBE_WORKER"  # "0": run every probe in this process (no torch worker)
+
+
+def _worker_probes(ctx, ids: list[str]) -> list[str]:
+    """The probes to run in the torch worker: those that run torch, when torch is there and
+    something is to be measured (caching off, or the profiler cycle check not cached)."""
+    import importlib.util
+
+    from diag.cli.probe_worker import TORCH_PROBES
+
+    wanted = [p for p in TORCH_PROBES if p in ids]
+    if not ctx.execute or not wanted or importlib.util.find_spec("torch") is None \
+            or "torch" in sys.modules or os.environ.get(ENV_WORKER, "") == "0":
+        return []
+    from diag import cache
+    from diag.probes.profiler_teardown import _cached_cycle
+
+    if cache.enabled() and _cached_cycle() is not None:
+        return []  # a warm run: the results are cached, no torch needed
+    return wanted
+
+
+def _hand_over(proc, ctx, remote: list[str], verbose: bool) -> bool:
+    """Send the worker its job (with the census computed here meanwhile); False if it failed."""
+    import pickle
+
+    from diag.cli import probe_worker
+
+    extra = {}
+    if "metadata-syncs" in remote:
+        try:
+            from diag.probes.metadata_census import census
+
+            extra[probe_worker.CENSUS_KEY.format(root=ctx.target.root)] = census(ctx.target)
+        except Exception:  # the probe computes (and reports) it itself
+            pass
+    shared = {}
+    for k, v in {**ctx.cache, **extra}.items():
+        try:
+            pickle.dumps(v)
+        except Exception:
+            continue
+        shared[k] = v
+    job = probe_worker.Job(remote, ctx.target, ctx.platform, ctx.config, ctx.server_url,
+                           ctx.run_dir, ctx.execute, ctx.full, verbose, shared)
+    if not probe_worker.send(proc, job):
+        return False
+    for k, v in extra.items():  # the same census serves the probes here too
+        ctx.cache.setdefault(k, v)
+    return True
 
 
 def _advise(ctx, findings):
@@ -98,6 +203,9 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
     else:
         line = f"diag {__version__}: {ctx.target.describe()}, platform {ctx.platform}"
         click.echo(render_human(findings, line, verbose=verbose))
+    import gc
+
+    gc.freeze()  # exiting: no final collection walk over the parsed sources (~0.5 s)
     sys.exit(exit_code(findings, fail_on))
 
 
@@ -134,17 +242,22 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     """Run one probe (PROBE_ID), or list them with --list."""
     import json
 
-    from diag.probes import REGISTRY, get
+    from diag.probes import REGISTRY
 
     if list_ or not probe_id:
-        rows = [{"id": pid, "title": get(pid).title, "fixes": list(get(pid).fixes)}
-                for pid in REGISTRY]
+        from diag.probes import specs
+        from diag.schemas import SCHEMA_VERSION
+
+        rows = [{"id": s.id, "title": s.title, "fixes": list(s.fixes), "concern": s.concern,
+                 "counter": list(s.counter.events) if s.counter is not None else None}
+                for s in specs()]
         if as_json:
-            click.echo(json.dumps({"schema_version": 1, "probes": rows}, indent=2))
+            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "probes": rows}, indent=2))
         else:
             for r in rows:
                 fixes = f"  (fix: {', '.join(r['fixes'])})" if r["fixes"] else ""
-                click.echo(f"{r['id']:<22} {r['title']}{fixes}")
+                counter = "  [runtime counter]" if r["counter"] is not None else ""
+                click.echo(f"{r['id']:<22} {r['title']}{fixes}{counter}")
         if not list_:
             log("name a probe to run it: diag probe ID")
             sys.exit(EXIT_USAGE)
