@@ -37,7 +37,7 @@ from diag.patcher import Patch
 from diag.probes import profiler_runtime
 from diag.probes.profiler_runtime import torch_profiles as _torch_profiles
 from diag.probes.profiler_teardown import StopSite, locate_stops
-from diag.target import Target, find_importable
+from diag.target import Target
 
 FIX_ID = "profiler-controlled-teardown"
 # ------------------------------------------------------------------------------ helpers
