@@ -224,7 +224,6 @@ def test_recorder_and_fix_stacked_emit_once(release, fix, events, tmp_path, monk
     """The agent's recorder applied first, the fix over it: one event, collected at the stop;
     the fix reverted while the recorder still wraps it: recording only again."""
     t = release("0.5.17")
-    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: t)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
         rec = runtime_patch(t)
@@ -341,6 +340,6 @@ def test_wrap_stop_falls_back_to_gc_collect_when_a_cycle_cannot_be_cut(events):
 def test_apply_without_sglang_is_a_clear_error(monkeypatch):
     from diag.errors import FixError
 
-    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: None)
+    monkeypatch.setattr("diag.target.find_importable", lambda: None)  # the base looks here
     with pytest.raises(FixError, match="sglang is not importable in this process"):
         ProfilerControlledTeardownFix().apply()
