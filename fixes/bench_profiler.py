@@ -22,12 +22,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from diag.bench import BenchResult, Row, Stats
 
-_ROOT = Path(__file__).resolve().parents[1]
 MARK = "BENCH-PROFILER "
 TITLE = "profiler stop: left to the cyclic GC vs controlled teardown"
 
@@ -115,7 +113,9 @@ def _child(mode: str, cycles: int, gpu_arg: str, heap_objects: int = 0) -> None:
 def _run_child(mode: str, cycles: int, gpu: str, timeout: float,
                heap_objects: int = 0) -> dict[str, Any]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH")) if p)
+    from diag.home import home
+
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(home()), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-c", "import sys; from diag.fixes.bench_profiler import _child; "
            "_child(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))", mode,
            str(cycles), gpu, str(heap_objects)]

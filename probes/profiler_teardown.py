@@ -472,7 +472,9 @@ def start_cycle_child() -> subprocess.Popen | None:
     digest = _cycle_cache_key()
     if digest is not None and cache.load("profiler_cycle", digest) is not None:
         return None
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from diag.home import home
+
+    root = str(home())  # never diag/ itself (its platform.py would shadow the stdlib's)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.Popen([sys.executable, "-m", "diag.probes.profiler_teardown", "--cycle-json"],

@@ -45,7 +45,9 @@ class Job:
 
 def start() -> subprocess.Popen | None:
     """Start the worker (it begins importing torch at once); None when it cannot start."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from diag.home import home
+
+    root = str(home())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     try:
