@@ -78,7 +78,7 @@ class UpstreamStandInFix(StandInFix):
     title = "Stand-in upstream fix (test only)"
     bench = None
 
-    def applies_to(self, target, platform) -> Applicability:
+    def applies_to(self, target, platform, config=None) -> Applicability:
         return Applicability(UPSTREAM, "stand-in: the release already has it")
 
 
