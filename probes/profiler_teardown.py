@@ -629,12 +629,13 @@ class ProfilerTeardownProbe(Probe):
                           "in diag's environment nor in the server's arguments)"))
         else:
             how = " (patched in this process)" if patched else ""
-            return self.finding(Status.OK, "every profiler stop drops the profiler and collects "
+            return self.finding(Status.OK, "every profiler stop drops the profiler and frees it "
                                 f"at once{how}", evidence=ev)
         return self.finding(
             status, summary, evidence=ev,
-            hint="apply profiler-controlled-teardown (drops the profiler and collects right "
-                 "after the stop), or upgrade to >= 0.5.18 for the default path")
+            hint="apply profiler-controlled-teardown (frees the stopped profiler at the stop by "
+                 "breaking its reference cycle, no full collection), or upgrade to >= 0.5.18 for "
+                 "the default path")
 
     # (b) -------------------------------------------------------------------------------------
     def runtime(self, ctx: Context, static: Finding) -> Finding:

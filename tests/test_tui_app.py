@@ -124,7 +124,7 @@ def test_apply_and_revert_in_this_process_show_state_and_ack(release):
             assert row[2] == "applied" and "applied in this process" in row[3]
             assert mod.value() == 42  # the real Patch replaced the function
             await pilot.press("u")
-            await until(pilot, lambda: app.model.fixes["standin-fix"].state == "not applied")
+            await until(pilot, lambda: app.model.fixes["standin-fix"].state == "reverted")
             assert "reverted in this process" in cell_texts(app.query_one("#fixes"))[0][3]
             assert mod.value is original  # the identical object is back
 
@@ -380,13 +380,15 @@ def test_real_fix_applies_and_reverts_in_this_process(release):
             assert backend.fix(fid).is_applied()
             await pilot.press("u")
             await until(pilot, lambda: "reverted" in app.model.fixes[fid].ack)
-            assert app.model.fixes[fid].state == "not applied"
+            assert app.model.fixes[fid].state == "reverted"
             assert not backend.fix(fid).is_applied()
 
     try:
         asyncio.run(go())
-    finally:
-        backend.fix(fid).revert()
+    finally:  # the dependency applied with it, or both when the test failed half-way
+        from diag.fixes import orchestrator
+
+        orchestrator.revert([f for f, st in orchestrator.states().items() if st.active])
 
 
 def test_a_live_engine_is_named_in_the_header(release, tmp_path, monkeypatch):

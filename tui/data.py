@@ -148,7 +148,16 @@ def run_probe(ctx, probe_id: str) -> list[Finding]:
         probe = get(probe_id)
     except Exception as e:
         return [Finding(probe_id, Status.ERROR, probe_id, f"probe not available: {short_error(e)}")]
-    return _run(probe, ctx)
+    found = _run(probe, ctx)
+    try:  # the fixes a finding names: the same resolution as `diag diagnose` and `fix list`
+        from diag.fixes.advice import advise, resolve
+
+        return advise(found, resolve(ctx))
+    except Exception as e:  # never name a fix that was not resolved here
+        for f in found:
+            f.fixes = []
+            f.hint = f"{f.hint + '; ' if f.hint else ''}fix advice unavailable: {short_error(e)}"
+        return found
 
 
 def finding_view(f: Finding) -> FindingView:
@@ -189,11 +198,17 @@ def get_fix(fix_id: str):
 
 def applicability(fix, ctx) -> tuple[str, str]:
     """(status, reason) of a fix for the TUI's target, platform and configuration: the one lookup
-    every tab and `a` use (swapped for `diag.fixes.advice.resolve` once that lands)."""
+    every tab and `a` use — the orchestrator's, as `diag fix list` and `diag diagnose` answer."""
     if ctx is None:
         return NA, ""
     try:
-        a = fix.applies_to(ctx.target, ctx.platform)
+        from diag import fixes
+        from diag.fixes import orchestrator
+
+        if fix.id in fixes.REGISTRY and fixes.get(fix.id) is fix:
+            a = orchestrator.judge(fix.id, ctx.target, ctx.platform, ctx.config)
+        else:  # a fix handed to the TUI directly (not registered): its own answer
+            a = fix.applies_to(ctx.target, ctx.platform, ctx.config)
         return a.status, a.reason
     except Exception as e:
         return "error", short_error(e)
@@ -208,14 +223,13 @@ def fix_view(fix, ctx=None) -> FixView:
 
 
 def fix_state(fix) -> Any:
+    """The fix's state in this process, from its one source (`Fix.state()`)."""
     try:
-        if not fix.is_applied():
-            return "not applied"
+        st = fix.state()
     except Exception:
         return NA
-    patch = getattr(fix, "patch", None) or getattr(fix, "_patch", None)
-    pending = getattr(patch, "pending", None)
-    return "applied (pending import)" if pending else "applied"
+    return {"applied": "applied", "pending": "applied (pending import)",
+            "not-applied": "not applied"}.get(st.state, st.state)
 
 
 def refusal(fix, ctx) -> str | None:
