@@ -10,6 +10,11 @@ caches, the release download, page cache). Prints the medians and the ratio diag
 `--cold` runs every diag with `DIAG_NO_CACHE=1`, so nothing measured earlier is reused (the
 release itself stays downloaded): the first run after an install or an upgrade. Each round
 alternates which command goes first.
+
+The load average before and after is printed with the ratio: a cold diag spreads ~4 s of CPU
+over two processes (the torch worker's import and checks, the parent's census and gate), while
+collect_env spends ~2.5 s in one, so on a host whose cores are busy with other work the ratio
+rises towards the ratio of CPU times; on free cores the two processes overlap.
 """
 
 from __future__ import annotations
@@ -57,11 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, cmd in cmds.items():  # warm-up, not counted
         _time(cmd, envs[name])
     names = list(cmds)
+    load_before = os.getloadavg()
     for i in range(a.repeats):
         for name in names if i % 2 == 0 else reversed(names):
             s, rc = _time(cmds[name], envs[name])
             samples[name].append(s)
             codes[name].add(rc)
+    load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in samples.items()}
     ratio = med["diag diagnose"] / med["collect_env"]
     doc = {"repeats": a.repeats, "sglang": a.sglang, "cold": a.cold, "python": sys.executable,
@@ -69,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
            "median_s": med, "min_s": {k: min(v) for k, v in samples.items()},
            "max_s": {k: max(v) for k, v in samples.items()},
            "exit_codes": {k: sorted(v) for k, v in codes.items()},
-           "ratio_diag_over_collect_env": ratio}
+           "ratio_diag_over_collect_env": ratio, "cpus": os.cpu_count(),
+           "loadavg_before": load_before, "loadavg_after": load_after}
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -78,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{k:<14} median {med[k]:6.2f} s  min {min(v):6.2f}  max {max(v):6.2f}  "
                   f"(n={len(v)}, exit {sorted(codes[k])})")
         print(f"ratio diag/collect_env = {ratio:.2f} "
-              f"({'within' if ratio <= 1 else 'OVER'} the bar of 1.0)")
+              f"({'within' if ratio <= 1 else 'OVER'} the bar of 1.0); load average "
+              f"{load_before[0]:.2f} -> {load_after[0]:.2f} on {os.cpu_count()} CPUs")
     return 0
 
 

@@ -116,6 +116,21 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _cycle_quietly(pt: Any) -> Any:
+    """`runtime_cycle(lean=True)` with fd 2 on /dev/null: torch's profiler (kineto) prints a
+    line per start and stop there, as in the cycle child (whose stderr is /dev/null too)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        return pt.runtime_cycle(lean=True)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _cycle_first(probes: list[str]) -> Any:
     """The profiler cycle check, measured before the job arrives (it needs only torch): the
     parent is computing the census meanwhile. None when not wanted or already cached."""
@@ -127,7 +142,7 @@ def _cycle_first(probes: list[str]) -> Any:
         return None
     # measured here, inline: torch is imported already, and this process uses nothing of
     # torch's compiler stack, so the check may leave it out (`lean`)
-    rep = pt.runtime_cycle(lean=True)
+    rep = _cycle_quietly(pt)
     pt.store_cycle(rep)
     return rep
 
@@ -158,7 +173,7 @@ def _main(argv: list[str]) -> int:
             if early is not None:
                 ctx.cache[pt.CYCLE_REPORT] = early
             elif pt._cached_cycle() is None:
-                rep = pt.runtime_cycle(lean=True)
+                rep = _cycle_quietly(pt)
                 pt.store_cycle(rep)
                 ctx.cache[pt.CYCLE_REPORT] = rep
     findings = []
