@@ -177,6 +177,22 @@ def store_cache_cpu(k, v, k_cache, v_cache, indices, row_dim: int) -> None:
     v_cache.view(-1, row_dim)[indices] = v.reshape(-1, row_dim).to(v_cache.dtype)
 
 
+def copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc, src_loc) -> None:
+    """kernels/ops/kvcache/cache_move.py `copy_all_layer_kv_cache_tiled` (Triton): in every
+    buffer (given by address and row stride in bytes) copy rows src_loc -> tgt_loc, all reads
+    before the writes. The buffers are reached through their addresses, as the kernel does."""
+    import ctypes
+
+    if tgt_loc.numel() == 0:
+        return
+    rows = int(torch.maximum(tgt_loc.max(), src_loc.max())) + 1
+    tgt, src = tgt_loc.long(), src_loc.long()
+    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist()):
+        raw = (ctypes.c_uint8 * (rows * stride)).from_address(ptr)
+        view = torch.frombuffer(raw, dtype=torch.uint8).view(rows, stride)
+        view[tgt] = view[src].clone()
+
+
 def init_cpu_threads_env(cpu_ids: Optional[str]) -> str:
     """srt/distributed/bootstrap.py: the real one binds OpenMP threads; nothing to bind here."""
     return f"stand-in: threads not bound ({cpu_ids})"
@@ -372,7 +388,7 @@ OPERATORS = {name: globals()[name].__doc__.splitlines()[0] for name in (
     *_TORCH_OPS,
     "assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu",
     "assign_draft_cache_locs_contiguous_cpu", "build_draft_decode_metadata_cpu",
-    "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu", "build_tree_kernel_efficient_cpu",
+    "copy_all_layer_kv_cache_cpu", "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu", "build_tree_kernel_efficient_cpu",
     "verify_tree_greedy_cpu",
 )}
 
