@@ -56,8 +56,8 @@ def test_toggle_in_running_child_between_batches(tmp_path):
         r = _fix_cli("apply", "standin-toggle", d, "--pid", str(child))
         assert r.returncode == 0, r.stdout + r.stderr
         ack = json.loads(r.stdout)["processes"]
-        assert ack == [{"pid": child, "acknowledged": True, "ok": True, "state": "applied",
-                        "reason": ""}]
+        assert ack == [{"pid": child, "engine": True, "acknowledged": True, "ok": True,
+                        "state": "applied", "reason": "", "waited": True}]
         n_applied = len(_batches(out))
         time.sleep(0.3)
         r = _fix_cli("revert", "standin-toggle", d, "--pid", str(child))

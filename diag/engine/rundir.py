@@ -20,7 +20,10 @@ Event schema (schema_version 1). Every event has ``ts`` (epoch seconds), ``kind`
   ({id: {state, reason}}), ``control`` ("poll" at start; a ``control`` event says "batch" once the
   per-batch hook is in).
 - ``sglang``: ``version``, ``root``: SGLang was imported in this process (the release found).
-- ``control``: ``mode`` ("batch" | "poll"): where this process applies control requests.
+- ``control``: ``mode`` ("batch" | "poll"): where this process applies control requests;
+  ``engine`` (bool, optional): whether it is an engine process (runs batches: a per-batch hook
+  ran, or its title names an SGLang scheduler), ``reason``. `diag fix apply` waits only for
+  engine processes when the run has one.
 - ``probe``: ``probe``, ``state`` (on | pending | unavailable | failed), ``reason``: a runtime
   counter.
 - ``fix``: ``fix``, ``state`` (applied | pending | reverted | refused | upstream | not-needed |
@@ -199,6 +202,7 @@ class Aggregator:
         self.acks: dict[str, dict[str, Any]] = {}
         self.probes: dict[str, dict[str, Any]] = {}
         self.control = "poll"
+        self.engine = False
         self.sglang: str | None = None
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
 
@@ -210,6 +214,7 @@ class Aggregator:
             self.fixes.update(ev.get("fixes") or {})
             self.probes.update(ev.get("probes_state") or {})
             self.control = ev.get("control") or self.control
+            self.engine = bool(ev.get("engine", self.engine))
             self.sglang = ev.get("sglang") or self.sglang
             if ev.get("start") and self.start is None:
                 self.start = ev["start"]
@@ -226,6 +231,7 @@ class Aggregator:
             self.sglang = ev.get("version")
         elif kind == "control" and ev.get("mode"):
             self.control = ev["mode"]
+            self.engine = bool(ev.get("engine", self.engine))
         elif kind == "fix" and ev.get("fix"):
             self.fixes[ev["fix"]] = {"state": ev.get("state"), "reason": ev.get("reason", "")}
         elif kind == "control_ack":
@@ -309,7 +315,7 @@ class EventWriter:
         snap = {"ts": time.time(), "kind": "snapshot", "pid": self.pid, "n": next(self._n),
                 "counters": self.agg.counters, "fixes": self.agg.fixes, "start": self.agg.start,
                 "probes_state": self.agg.probes, "control": self.agg.control,
-                "sglang": self.agg.sglang}
+                "engine": self.agg.engine, "sglang": self.agg.sglang}
         line = json.dumps(snap, default=str) + "\n"
         self._fh.write(line)
         self._size += len(line)
@@ -340,11 +346,13 @@ class ProcessState:
     start: dict[str, Any] | None = None
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {state, reason}
     control: str = "poll"  # where control requests are applied: "batch" or "poll"
+    engine: bool = False  # runs batches (a scheduler): control requests must reach it
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
-                "probes": self.probes, "control": self.control, "counters": self.counters,
+                "probes": self.probes, "control": self.control, "engine": self.engine,
+                "counters": self.counters,
                 "last_events": self.last_events}
 
 
@@ -412,7 +420,8 @@ def read_process(run_dir: Path, pid: int) -> ProcessState:
                         started=s.get("started"), sglang=agg.sglang or s.get("sglang"),
                         alive=_alive(pid, s.get("started")), fixes=agg.fixes,
                         counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
-                        start=agg.start, probes=agg.probes, control=agg.control)
+                        start=agg.start, probes=agg.probes, control=agg.control,
+                        engine=agg.engine)
 
 
 def pids_in(run_dir: Path) -> list[int]:
@@ -472,24 +481,30 @@ def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None,
-             timeout: float = 10.0, interval: float = 0.05) -> dict[int, dict[str, Any] | None]:
+             timeout: float = 10.0, interval: float = 0.05, engines_only: bool = False) -> dict[int, dict[str, Any] | None]:
     """Wait until the addressed live processes acknowledged `request_id`.
 
     Returns {pid: control_ack event or None (not acknowledged in time)} for every live process
-    addressed (all live processes of the run when `pid` is None).
+    addressed (all live processes of the run when `pid` is None). With `engines_only`, once the
+    run has an engine process (`ProcessState.engine`) only engine processes are waited for; the
+    others are in the result with whatever they acknowledged by then.
     """
     d = check_run_dir(run_dir)
     deadline = time.monotonic() + timeout
     while True:
         acks: dict[int, dict[str, Any] | None] = {}
+        engines: set[int] = set()
         pids = [pid] if pid is not None else pids_in(d)
         for p in pids:
             ps = read_process(d, p)
+            if ps.engine:
+                engines.add(p)
             if ps.acks.get(request_id) is not None:
                 acks[p] = ps.acks[request_id]
             elif ps.alive:
                 acks[p] = None
-        if not acks or all(v is not None for v in acks.values()) or time.monotonic() > deadline:
+        waited = [p for p in acks if p in engines] if engines_only and engines else list(acks)
+        if not acks or all(acks[p] is not None for p in waited) or time.monotonic() > deadline:
             return acks  # nothing live to wait for, all acknowledged, or out of time
         time.sleep(interval)
 
