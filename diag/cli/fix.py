@@ -205,8 +205,9 @@ def status(run_dir: str | None, as_json: bool) -> None:
             click.echo("  no process has written events yet")
         for p in s.processes.values():
             argv = " ".join(p.argv)[:60]
+            role = "engine process" if p.engine else "not an engine process"
             click.echo(f"  pid {p.pid} (parent {p.ppid}) {'live' if p.alive else 'exited'}"
-                       f"  control at {p.control}  {argv}")
+                       f"  {role}  control at {p.control}  {argv}")
             for fid, st in sorted(p.fixes.items()):
                 reason = f"  ({st.get('reason')})" if st.get("reason") else ""
                 click.echo(f"    fix {fid:<30} {st.get('state')}{reason}")

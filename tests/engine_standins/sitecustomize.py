@@ -23,3 +23,13 @@ if os.environ.get("DIAG_STANDIN_AMX") == "1":
         import sys
 
         sys.stderr.write(f"engine_standins sitecustomize: {type(err).__name__}: {err}\n")
+
+if os.environ.get("DIAG_STANDIN_FAULT_FIX") == "1":  # the engine lane's fault test
+    try:
+        import standin_fault_fix
+
+        standin_fault_fix.register()
+    except Exception as err:
+        import sys
+
+        sys.stderr.write(f"engine_standins sitecustomize: {type(err).__name__}: {err}\n")

@@ -12,8 +12,6 @@ NotImplementedError naming itself when called, so a path these ports do not cove
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
@@ -98,7 +96,7 @@ def rotary_embedding_cpu(positions, query, key, head_size: int, cos_sin_cache, i
 
 
 # ---------------------------------------------------------------- attention and KV cache
-def _attend(q, k, v, sm_scale: float, logit_cap: float, mask: Optional[torch.Tensor]):
+def _attend(q, k, v, sm_scale: float, logit_cap: float, mask: torch.Tensor | None):
     """q [Q, H, D], k/v [L, Hkv, D]: softmax attention as torch_native_backend's sdpa call."""
     rep = q.shape[1] // k.shape[1]
     if rep > 1:
@@ -140,7 +138,7 @@ def decode_attention_cpu(query, k_cache, v_cache, k_scale: float, v_scale: float
 
 def extend_attention_cpu(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, k_scale: float,
                          v_scale: float, req_to_token, req_pool_indices, seq_lens, extend_seq_lens,
-                         extend_start_loc, max_len_extend: Optional[int], sm_scale: float,
+                         extend_start_loc, max_len_extend: int | None, sm_scale: float,
                          logit_cap: float, is_cross: bool, sliding_window: int, encoder_lens, sinks,
                          tree_mask, is_causal: bool) -> None:
     """intel_amx_backend.py forward_extend (K/V already in the cache): each request's new tokens
@@ -193,7 +191,7 @@ def copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc, src_loc) -> None:
         view[tgt] = view[src].clone()
 
 
-def init_cpu_threads_env(cpu_ids: Optional[str]) -> str:
+def init_cpu_threads_env(cpu_ids: str | None) -> str:
     """srt/distributed/bootstrap.py: the real one binds OpenMP threads; nothing to bind here."""
     return f"stand-in: threads not bound ({cpu_ids})"
 
@@ -328,7 +326,6 @@ def build_tree_kernel_efficient_cpu(parent_list, selected_index, verified_seq_le
 def verify_tree_greedy_cpu(predicts, accept_index, accept_token_num, candidates, retrive_index,
                            retrive_next_token, retrive_next_sibling, target_predict) -> None:
     """spec_tree.py `verify_tree_greedy_kernel_triton`, one request at a time."""
-    nd = candidates.shape[1]
     ns = accept_index.shape[1]
     tp = target_predict.flatten()
     for bx in range(candidates.shape[0]):

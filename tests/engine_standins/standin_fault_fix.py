@@ -1,0 +1,44 @@
+"""STAND-IN fix (not one of diag's) for the engine lane's fault test: its patch of the real
+scheduler raises while it is applied, inside the real server's scheduler process. The agent must
+contain it (an `error` event, the fix `failed`) and the server must go on serving."""
+
+from __future__ import annotations
+
+from diag.fixes.base import APPLICABLE, Applicability, Fix
+from diag.patcher import Patch
+
+FIX_ID = "standin-engine-fault"
+
+
+def _raising_factory(original):
+    raise RuntimeError("injected failure while patching Scheduler.process_input_requests")
+
+
+class EngineFaultFix(Fix):
+    id = FIX_ID
+    title = "stand-in: a patch of the real scheduler that raises"
+
+    def __init__(self) -> None:
+        self._patch: Patch | None = None
+
+    def applies_to(self, target, platform) -> Applicability:
+        return Applicability(APPLICABLE, "stand-in")
+
+    def apply(self) -> None:
+        self._patch = Patch(self.id).add("sglang.srt.managers.scheduler",
+                                         "Scheduler.process_input_requests", _raising_factory)
+        self._patch.apply()
+
+    def revert(self) -> None:
+        if self._patch is not None:
+            self._patch.revert()
+            self._patch = None
+
+    def is_applied(self) -> bool:
+        return self._patch is not None and self._patch.applied
+
+
+def register() -> None:
+    from diag import fixes
+
+    fixes.REGISTRY.setdefault(FIX_ID, "standin_fault_fix:EngineFaultFix")
