@@ -139,3 +139,27 @@ def bigram_greedy(model_dir: Path, first: int, steps: int) -> list[int]:
         tok = int(torch.argmax(w["lm_head.weight"] @ norm(h, w["model.norm.weight"])))
         out.append(tok)
     return out
+
+
+def in_env(python: str | Path, *args: str) -> object:
+    """Run this module's CLI with the SGLang environment's python (it has tokenizers and
+    safetensors; the test environment does not); its JSON answer."""
+    import subprocess
+
+    r = subprocess.run([str(python), __file__, *map(str, args)], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode:
+        raise RuntimeError(f"engine_models {args[0]}: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+if __name__ == "__main__":
+    import sys
+
+    cmd, *rest = sys.argv[1:]
+    if cmd == "make":
+        print(json.dumps({k: str(v) for k, v in make_models(Path(rest[0]), int(rest[1])).items()}))
+    elif cmd == "greedy":
+        print(json.dumps(bigram_greedy(Path(rest[0]), int(rest[1]), int(rest[2]))))
+    else:
+        raise SystemExit(f"unknown command {cmd!r}")

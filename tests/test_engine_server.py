@@ -65,14 +65,15 @@ def _wait(what: str, check, timeout: float = 60.0, interval: float = 0.2):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    return engine_models.make_models(tmp_path_factory.mktemp("models"), seed=0)
+    why = engine_server.missing_env()
+    if why:
+        pytest.skip(why)
+    made = engine_models.in_env(engine_server.VENV_PY, "make", tmp_path_factory.mktemp("models"), 0)
+    return {k: Path(v) for k, v in made.items()}
 
 
 @pytest.fixture(scope="module")
 def server(release, models, tmp_path_factory):
-    why = engine_server.missing_env()
-    if why:
-        pytest.skip(why)
     t = release("0.5.23")
     tmp = tmp_path_factory.mktemp("engine")
     d = tmp / "run"
@@ -94,7 +95,8 @@ def _scheduler(d: Path) -> rundir.ProcessState:
 def test_eagle_tokens_are_the_targets_and_drafts_are_accepted(server, models):
     doc = server.generate(PROMPT, 24)
     # The bigram target's greedy continuation, computed from its weights in plain torch.
-    assert doc["output_ids"] == engine_models.bigram_greedy(models["bigram"], PROMPT[-1], 24)
+    assert doc["output_ids"] == engine_models.in_env(engine_server.VENV_PY, "greedy",
+                                                     models["bigram"], PROMPT[-1], 24)
     meta = doc["meta_info"]
     assert meta["spec_verify_ct"] > 0
     assert meta["spec_accept_length"] > 1.0, meta  # the accepted path ran
@@ -176,8 +178,12 @@ def test_tui_once_shows_live_server_values(server):
     r = _cli("tui", "--server", server.url, "--once", "--no-execute", "--width", "160")
     assert r.returncode == 0, r.stderr
     assert f"server {server.url}: ok" in r.stdout
-    row = next(line for line in r.stdout.splitlines() if "accept length" in line)
-    assert "(server)" in row and "now " in row, row
+    lines = [line for line in r.stdout.splitlines() if "accept length" in line]
+    # /server_info internal_states[].avg_spec_accept_length: every draft is accepted, so it is
+    # the number of draft tokens this test launched with (3)
+    assert any("avg accept length = 3.0 tokens" in line for line in lines), lines
+    # and the live-values row read from /metrics (sglang:spec_accept_length)
+    assert any(line.startswith("(server)") and "now " in line for line in lines), lines
 
 
 def test_profile_with_num_steps_stops_through_the_controlled_teardown(server, tmp_path):
