@@ -191,6 +191,7 @@ def test_profile_with_num_steps_stops_through_the_controlled_teardown(server, tm
     r = _cli("fix", "apply", FIX, "--run-dir", str(server.run_dir), "--json", "--timeout", "60")
     assert r.returncode == 0, r.stdout + r.stderr
     code, body = server.post("/start_profile", {"num_steps": 2, "activities": ["CPU"],
+                                                "profile_by_stage": True,  # V2 needs it
                                                 "output_dir": str(tmp_path / "prof")})
     assert code == 200, body
     for _ in range(3):
