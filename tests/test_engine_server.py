@@ -77,8 +77,12 @@ def server(release, models, tmp_path_factory):
     t = release("0.5.23")
     tmp = tmp_path_factory.mktemp("engine")
     d = tmp / "run"
+    # --fix at start: `ProfileManager.__init__` binds `on_stop=self._do_stop`
+    # (srt/utils/profile_utils.py:77) when the scheduler starts, so a V2 stop triggered by
+    # num_steps only goes through a patch that was in before then.
     s = engine_server.start(
         t.root, models["bigram"], tmp / "server.log", draft=models["draft"], run_dir=d,
+        diag_args=("--probe", "all", "--fix", FIX),
         extra_env={"SGLANG_PROFILE_V2": "1", "DIAG_STANDIN_FAULT_FIX": "1"})
     sys.stderr.write(f"engine lane: server ready in {s.ready_s:.1f} s\n")
     try:
