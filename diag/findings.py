@@ -21,7 +21,8 @@ SEVERITY = {Status.OK: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status
 
 @dataclass
 class Evidence:
-    """One typed piece of evidence: a metric, a source location, or a table row."""
+    """One typed piece of evidence: a metric, a source location, a table row or a note; any kind
+    may carry `data`, machine-readable fields (a row is nothing else)."""
 
     kind: str  # "metric" | "location" | "row" | "note"
     metric: str | None = None
@@ -55,14 +56,16 @@ class Evidence:
 
 
 def metric(name: str, value: Any, unit: str | None = None, threshold: Any = None,
-           detail: str | None = None) -> Evidence:
+           detail: str | None = None, data: dict[str, Any] | None = None) -> Evidence:
+    """`data`: machine-readable fields for renderers (the TUI reads these, never `detail`)."""
     return Evidence("metric", metric=name, value=value, unit=unit, threshold=threshold,
-                    detail=detail)
+                    detail=detail, data=data)
 
 
 def location(file: str, line: int | None, function: str | None = None,
-             detail: str | None = None) -> Evidence:
-    return Evidence("location", file=file, line=line, function=function, detail=detail)
+             detail: str | None = None, data: dict[str, Any] | None = None) -> Evidence:
+    return Evidence("location", file=file, line=line, function=function, detail=detail,
+                    data=data)
 
 
 def row(detail: str | None = None, **data: Any) -> Evidence:

@@ -1,4 +1,8 @@
-"""Fix registry: one line per fix, `id -> "module:Class"`, imported only when used."""
+"""Fix registry: one line per fix, `id -> "module:Class"`, imported only when used.
+
+A fix declares on its class what the rest of diag needs (id, title, the probes it addresses, the
+fixes it depends on, its bench); callers iterate over `specs()` and never name a fix id.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +37,16 @@ def _get(fix_id: str) -> Fix:
         module, cls = path.split(":")
         _instances[fix_id] = getattr(importlib.import_module(module), cls)()
     return _instances[fix_id]
+
+
+def spec(fix_id: str) -> type[Fix]:
+    """The fix's class: its declarations (title, addresses, depends_on, bench), nothing applied."""
+    return type(get(fix_id))
+
+
+def specs() -> list[type[Fix]]:
+    """Every registered fix's class, in registry order."""
+    return [spec(f) for f in REGISTRY]
 
 
 def all_ids() -> list[str]:

@@ -182,7 +182,7 @@ def transform_builder(guarded: bool):
         fn.args.kwonlyargs.append(_locate(ast.arg(PARAM), fn))
         fn.args.kw_defaults.append(_locate(ast.Constant(None), fn))
         if guarded:
-            imp = ast.parse("from fixes.repeat_interleave_output_size import "
+            imp = ast.parse(f"from {__name__} import "
                             "checked_output_size as _diag_checked").body[0]
             fn.body.insert(0, _locate(imp, fn.body[0]))
         n = 0

@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
 from typing import ClassVar
 
 from diag.context import Context
 from diag.findings import Finding, Status
 
 
+@dataclass(frozen=True)
+class Counter:
+    """A probe's runtime counter inside an engine: `patch` names a function ("module:function")
+    that returns a `diag.patcher.Patch` emitting telemetry events of the kinds in `events`."""
+
+    patch: str
+    events: tuple[str, ...] = ()
+
+
 class Probe:
-    """A check. `run` returns one finding or several; it must not print or exit."""
+    """A check. `run` returns one finding or several; it must not print or exit.
+
+    Declarations (class attributes) are all that diag's other layers know of a probe: `concern`
+    is the one-line problem it watches (TUI, help), `fixes` the fix ids that address it,
+    `counter` its runtime counter (None: static only)."""
 
     id: ClassVar[str]
     title: ClassVar[str]
+    concern: ClassVar[str] = ""
     fixes: ClassVar[tuple[str, ...]] = ()
+    counter: ClassVar[Counter | None] = None
 
     def prepare(self, ctx: Context) -> None:
         """Called for every probe before any runs: start slow work in the background here

@@ -13,7 +13,7 @@ from diag import server as srv
 from diag.context import Context
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
-from diag.probes.base import Probe
+from diag.probes.base import Counter, Probe
 from diag.probes.gate import (
     EAGER,
     GRAPH,
@@ -58,7 +58,9 @@ def _hint(v: Verdict, platform: str, gate: GateInfo, name: str) -> str | None:
 class DraftExtendGraphProbe(Probe):
     id = "draft-extend-graph"
     title = "Draft-extend graph capture"
+    concern = "draft-extend falls back to eager (graph-capture gate)"
     fixes = (FIX_ID,)
+    counter = Counter("diag.probes.draft_extend_runtime:runtime_patch", ("draft_extend",))
 
     def run(self, ctx: Context) -> list[Finding]:
         out = [self._static(ctx)]

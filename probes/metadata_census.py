@@ -6,17 +6,29 @@ Builders: the methods named `init_forward_metadata*` (and `_build_*meta*`, `_mak
 same class or a base class in the same module, and module-level functions of the same module).
 
 Each sync-prone call in a builder gets one verdict:
-- `syncs`: a device tensor is read from the host (2 syncs for `repeat_interleave` without
-  `output_size`, 1 otherwise);
-- `host-mirror`: the value read is a host mirror (`*_cpu` names) - no sync;
-- `capture-only`: under an `if ...capture...` branch or in a `*capture*` function: runs while a
-  graph is captured, not per step;
+- `syncs`: a device tensor is read from the host on some per-step path (2 syncs for
+  `repeat_interleave` without `output_size`, 1 otherwise);
+- `host-mirror`: the value read is a host mirror (`*_cpu` names, or a host value at every
+  caller in the file) - no sync;
+- `capture-only`: reached only while a CUDA graph is captured (capture flags such as
+  `in_capture` / `is_capture_mode`, `*capture*` entry points), not per step;
+- `unreachable`: in a branch that cannot run (an `else` that contradicts the branch around it,
+  a helper no reachable call reaches);
 - `cannot-tell`: the census cannot say whether the tensor lives on the device.
+
+Paths: every statement carries the (forward mode, phase) pairs that can reach it. Forward-mode
+predicates (`forward_mode.is_target_verify()`, `is_draft_extend_v2()`, `== ForwardMode.X`, a
+local derived from the mode such as `_GraphBucket.of(forward_mode)`), capture flags, asserts and
+early returns narrow them; a helper gets the union of its callers' pairs at the call sites, an
+entry point what its name says (`*verify*`, `*draft_extend*`, `*decode*`, `*capture*`).
+A parameter every caller in the file passes as `None` or as a host value is read as such.
+A forward-mode test the census cannot read makes the site's path `cannot-tell`.
 
 What it cannot tell (by construction): types are guessed from names, annotations, assignments in
 the same function and well-known ForwardBatch fields; bool-mask indexing and `if tensor:` are not
-detected; calls through other modules are not followed; a branch that never runs on the platform
-is still counted. The executed harness (probes.builder_harness) measures what it can run.
+detected; calls through other modules are not followed; conditions on anything but the forward
+mode and capture flags are taken to go both ways (paths are "may reach"). The executed harness
+(probes.builder_harness) measures what it can run.
 """
 
 from __future__ import annotations
@@ -69,7 +81,272 @@ BACKEND_NAMES = {
 # Helpers that build metadata but are called from forward(), not from init_forward_metadata*.
 _NAMED_BUILDER = re.compile(r"^_?(build|make|prepare|attach|compute)_\w*meta")
 
-VERDICTS = ("syncs", "host-mirror", "capture-only", "cannot-tell")
+VERDICTS = ("syncs", "host-mirror", "capture-only", "unreachable", "cannot-tell")
+
+# --- forward-mode paths -------------------------------------------------------------------
+# A site's reach is the set of (mode, phase) pairs under which the branches around it can run.
+# Modes follow ForwardMode (forward_batch_info.py of 0.5.17-0.5.23): EXTEND/MIXED/SPLIT_PREFILL
+# are the target's extend, DRAFT_EXTEND(_V2) the draft's, DLLM_EXTEND/PREBUILT "other".
+MODES = ("target-extend", "draft-extend", "target-verify", "decode", "idle", "other")
+PHASES = ("step", "capture")  # per-step run (eager or graph replay) / graph capture
+State = frozenset
+ALL: frozenset = frozenset((m, p) for m in MODES for p in PHASES)
+NONE: frozenset = frozenset()
+PATH_CLASSES = ("per-step", "capture-only", "unreachable", "cannot-tell")
+
+_ENUM_MODES = {"EXTEND": "target-extend", "MIXED": "target-extend",
+               "SPLIT_PREFILL": "target-extend", "DRAFT_EXTEND": "draft-extend",
+               "DRAFT_EXTEND_V2": "draft-extend", "TARGET_VERIFY": "target-verify",
+               "DECODE": "decode", "IDLE": "idle", "DLLM_EXTEND": "other", "PREBUILT": "other"}
+# predicate -> (modes where it is true, modes it adds when include_draft_extend_v2 is true)
+_PREDICATES: dict[str, tuple[set[str], set[str]]] = {
+    "is_target_verify": ({"target-verify"}, set()),
+    "is_draft_extend": ({"draft-extend"}, set()),
+    "is_draft_extend_v2": ({"draft-extend"}, set()),
+    "is_decode": ({"decode"}, set()),
+    "is_idle": ({"idle"}, set()),
+    "is_decode_or_idle": ({"decode", "idle"}, set()),
+    "is_extend": ({"target-extend", "target-verify", "other"}, {"draft-extend"}),
+    "is_prefill": ({"target-extend", "target-verify", "other"}, {"draft-extend"}),
+    "is_extend_without_speculative": ({"target-extend", "other"}, set()),
+    "is_extend_or_draft_extend_or_mixed": ({"target-extend"}, {"draft-extend"}),
+    "is_context_parallel_extend": ({"target-extend"}, {"draft-extend"}),
+    "is_mixed": ({"target-extend"}, set()),
+    "is_split_prefill": ({"target-extend"}, set()),
+    "is_dllm_extend": ({"other"}, set()),
+    "is_prebuilt": ({"other"}, set()),
+    "is_cuda_graph": ({"decode", "target-verify", "idle", "other"}, set()),
+    "is_cpu_graph": ({"decode"}, set()),
+}
+# Flags that are true only while a CUDA graph is captured.
+_CAPTURE_FLAG = re.compile(r"^(get_)?(is_|in_)?(cuda_graph_)?captur(e|ing)(_mode)?$"
+                           r"|^is_current_stream_capturing$|^is_in_capture$")
+# Entry points the model runner or graph runners call from outside the file.
+_EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
+                       r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
+
+
+def _modes(modes: set[str], phases: tuple[str, ...] = PHASES) -> frozenset:
+    return frozenset((m, p) for m in modes for p in phases)
+
+
+def seed_state(name: str) -> frozenset:
+    """What the name of an entry point says about when it runs (the rest: callers, branches)."""
+    phases = ("capture",) if "capture" in name and "replay" not in name else \
+        ("step",) if "replay" in name else PHASES
+    for hint, mode in (("verify", "target-verify"), ("draft_extend", "draft-extend"),
+                       ("decode", "decode")):
+        if hint in name:
+            return _modes({mode}, phases)
+    return _modes(set(MODES), phases)
+
+
+def _last_name(e: ast.AST) -> str:
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return e.id if isinstance(e, ast.Name) else ""
+
+
+def _enum_modes(e: ast.AST) -> set[str] | None:
+    elts = e.elts if isinstance(e, (ast.Tuple, ast.List, ast.Set)) else [e]
+    out: set[str] = set()
+    for x in elts:
+        if not (isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name)
+                and x.value.id == "ForwardMode" and x.attr in _ENUM_MODES):
+            return None
+        out.add(_ENUM_MODES[x.attr])
+    return out
+
+
+def _member_modes(e: ast.AST) -> set[str] | None:
+    """Modes named by a member of an enum derived from the forward mode (`_GraphBucket.X`)."""
+    if not isinstance(e, ast.Attribute):
+        return None
+    name, out = e.attr.upper(), set()
+    for token, modes in (("DECODE", {"decode"}), ("IDLE", {"idle"}),
+                         ("TARGET_VERIFY", {"target-verify"}), ("DRAFT_EXTEND", {"draft-extend"})):
+        if token in name:
+            out |= modes
+    if not out and name in ("EXTEND", "PREFILL"):
+        out = {"target-extend"}
+    return out or None
+
+
+@dataclass
+class Cond:
+    """Where a condition may be true and where it may be false; `unknown` when a forward-mode
+    test was seen that the census cannot read."""
+
+    true: frozenset
+    false: frozenset
+    unknown: bool = False
+
+
+def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] | None = None,
+         depth: int = 0) -> Cond:
+    """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
+    method that returns a forward-mode test of its argument), read through."""
+    env = env or {}
+    if depth > 6:
+        return Cond(ALL, ALL, True)
+    if isinstance(e, ast.Name) and e.id in env.get("locals", {}):
+        return cond(env["locals"][e.id], facts, env, depth + 1)
+    if isinstance(e, ast.Name) and e.id in env.get("params", {}):
+        true, false = env["params"][e.id]  # where the callers pass it truthy / falsy
+        return Cond(true, false)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
+            e.func.attr in env.get("helpers", {}):
+        return cond(env["helpers"][e.func.attr], facts, env, depth + 1)
+    if isinstance(e, ast.BoolOp):
+        parts = [cond(v, facts, env, depth + 1) for v in e.values]
+        unk = any(p.unknown for p in parts)
+        if isinstance(e.op, ast.And):
+            t = ALL
+            f = NONE
+            for p in parts:
+                t, f = t & p.true, f | p.false
+        else:
+            t, f = NONE, ALL
+            for p in parts:
+                t, f = t | p.true, f & p.false
+        return Cond(t, f, unk)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        c = cond(e.operand, facts, env, depth + 1)
+        return Cond(c.false, c.true, c.unknown)
+    if isinstance(e, ast.Constant) and isinstance(e.value, bool):
+        return Cond(ALL, NONE) if e.value else Cond(NONE, ALL)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            e.func.attr in _PREDICATES:
+        base, extra = _PREDICATES[e.func.attr]
+        flag = [k.value for k in e.keywords if k.arg == "include_draft_extend_v2"] or \
+            e.args[:1]
+        if not extra or not flag or (isinstance(flag[0], ast.Constant) and not flag[0].value):
+            true = set(base)
+        elif isinstance(flag[0], ast.Constant):
+            true = base | extra
+        else:  # include_draft_extend_v2=<a variable>: draft-extend may go either way
+            return Cond(_modes(base | extra), _modes(set(MODES) - base))
+        return Cond(_modes(true), _modes(set(MODES) - true))
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            e.func.attr.startswith("is_") and ast.unparse(e.func.value).endswith("forward_mode"):
+        return Cond(ALL, ALL, True)  # a forward-mode predicate this table does not know
+    if isinstance(e, ast.Compare) and len(e.ops) == 1:
+        left, op, right = e.left, e.ops[0], e.comparators[0]
+        if isinstance(left, ast.Name) and left.id in facts.get("@mode-vars", "").split(","):
+            # `bucket = _GraphBucket.of(forward_batch.forward_mode)`; `bucket == _GraphBucket.X`
+            modes = _member_modes(right)
+            if modes is None or not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+                return Cond(ALL, ALL)  # a member that names no mode: not a test of the mode
+            t, f = _modes(modes), _modes(set(MODES) - modes)
+            return Cond(t, f) if isinstance(op, (ast.Eq, ast.Is)) else Cond(f, t)
+        if ast.unparse(left).endswith("forward_mode") or _enum_modes(left) is not None:
+            if _enum_modes(left) is not None:
+                left, right = right, left
+            modes = _enum_modes(right)
+            if modes is None or not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn,
+                                                    ast.Is, ast.IsNot)):
+                return Cond(ALL, ALL, True)
+            t, f = _modes(modes), _modes(set(MODES) - modes)
+            return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
+        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
+                right.value is None and facts.get(left.id) == "none":
+            # every caller passes None (a host value may still be None: it decides nothing)
+            if isinstance(op, ast.Is):
+                return Cond(ALL, NONE)
+            if isinstance(op, ast.IsNot):
+                return Cond(NONE, ALL)
+    if isinstance(e, ast.Name) and facts.get(e.id) == "none":
+        return Cond(NONE, ALL)
+    if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):
+        return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step",)))
+    return Cond(ALL, ALL)
+
+
+def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
+    """Whether `e` is a test of the forward mode (a predicate, or a mode helper's call)."""
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                n.func.attr in _PREDICATES or (n.func.attr in helpers and isinstance(
+                    n.func.value, ast.Name) and n.func.value.id == "self")):
+            return True
+    return False
+
+
+def mode_helpers(tree: ast.Module) -> dict[str, ast.AST]:
+    """Methods whose last statement returns a forward-mode test (`_is_speculative_paged_mode`):
+    a call to one is read as that test."""
+    out: dict[str, ast.AST] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for m in c.body:
+            if isinstance(m, ast.FunctionDef) and m.body and isinstance(m.body[-1], ast.Return) \
+                    and m.body[-1].value is not None and _mode_expr(m.body[-1].value, {}):
+                out[m.name] = m.body[-1].value
+    return out
+
+
+def mode_guards(tree: ast.Module) -> dict[str, frozenset]:
+    """Methods that return only under forward-mode tests and raise otherwise
+    (`_GraphBucket.of`): the code after a call to one runs only for the modes it returns for."""
+    out: dict[str, frozenset] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for m in c.body:
+            body = m.body if isinstance(m, ast.FunctionDef) else []
+            if len(body) < 2 or not isinstance(body[-1], ast.Raise):
+                continue
+            tests = [st for st in body[:-1] if isinstance(st, ast.If) and not st.orelse
+                     and len(st.body) == 1 and isinstance(st.body[0], ast.Return)]
+            if len(tests) != len(body) - 1 or not all(_mode_expr(t.test, {}) for t in tests):
+                continue
+            returns = NONE
+            for t in tests:
+                returns |= cond(t.test, {}).true
+            out[m.name] = returns
+    return out
+
+
+_CONFIG = re.compile(r"\bserver_args\b|\bget_spec\(\)|get_global_server_args\(\)")
+
+
+def config_attrs(tree: ast.Module) -> dict[str, set[str]]:
+    """Per class, the `self.X` set only from the server arguments (`get_spec().num_...`,
+    `server_args.x`) or constants: host values, never a device tensor."""
+    out: dict[str, set[str]] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        seen: dict[str, bool] = {}
+        for n in ast.walk(c):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                            t.value.id == "self":
+                        ok = isinstance(n.value, ast.Constant) or bool(
+                            _CONFIG.search(ast.unparse(n.value)))
+                        seen[t.attr] = seen.get(t.attr, True) and ok
+        out[c.name] = {a for a, ok in seen.items() if ok}
+    return out
+
+
+def path_class(state: frozenset, unknown: bool) -> str:
+    if not state:
+        return "unreachable"
+    if unknown:
+        return "cannot-tell"
+    if not any(p == "step" for _, p in state):
+        return "capture-only"
+    return "per-step"
+
+
+def step_paths(state: frozenset) -> tuple[str, ...]:
+    return tuple(m for m in MODES if (m, "step") in state)
 
 
 @dataclass(frozen=True)
@@ -82,10 +359,25 @@ class Site:
     kind: str  # repeat_interleave | item | tolist | cpu | numpy | nonzero | ... | int()
     verdict: str  # one of VERDICTS
     why: str
-    syncs: int  # syncs per execution when verdict == "syncs" (else 0)
+    syncs: int  # syncs each time the call runs, when it reads a device tensor (else 0); it
+    # counts per step only where verdict == "syncs" (not capture-only or unreachable)
+    col: int = 0  # column of the call: two calls on one line are two sites
+    paths: tuple[str, ...] = ()  # MODES that reach it per step (eager run or graph replay)
+    path_class: str = "per-step"  # one of PATH_CLASSES
 
     def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        return self.__dict__.copy() | {"paths": list(self.paths)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Site:
+        return cls(**(d | {"paths": tuple(d.get("paths", ()))}))
+
+    def reach(self, modes: set[str] | frozenset[str]) -> str:
+        """`reaches` | `not-on-path` | `capture-only` | `unreachable` | `cannot-tell` for a
+        configuration whose per-step paths are `modes`."""
+        if self.path_class != "per-step":
+            return self.path_class
+        return "reaches" if set(self.paths) & set(modes) else "not-on-path"
 
 
 @dataclass
@@ -102,7 +394,7 @@ class Census:
         for s in self.sites:
             row = out.setdefault(s.backend, dict.fromkeys(VERDICTS, 0) | {"sync_count": 0})
             row[s.verdict] += 1
-            row["sync_count"] += s.syncs
+            row["sync_count"] += s.syncs if s.verdict == "syncs" else 0
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,8 +406,8 @@ class Census:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Census:
         return cls(d["root"], d["files"], {k: list(v) for k, v in d["builders"].items()},
-                   [Site(**s) for s in d["sites"]],
-                   [Site(**s) for s in d["with_output_size"]], list(d["errors"]))
+                   [Site.from_dict(s) for s in d["sites"]],
+                   [Site.from_dict(s) for s in d["with_output_size"]], list(d["errors"]))
 
     def syncing(self, backends: set[str] | None = None) -> list[Site]:
         return [s for s in self.sites if s.verdict == "syncs"
@@ -138,17 +430,21 @@ def _root_name(e: ast.AST) -> str | None:
 class _Kinds:
     """Guesses whether an expression is a device tensor, a host value, a scalar, or unknown."""
 
-    def __init__(self, fn: ast.FunctionDef) -> None:
+    def __init__(self, fn: ast.FunctionDef, facts: dict[str, str] | None = None) -> None:
         self.params: dict[str, str] = {}
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         for a in args:
             ann = ast.unparse(a.annotation) if a.annotation is not None else ""
-            if a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
+            fact = (facts or {}).get(a.arg)
+            if fact == "host":  # every caller in the file passes a host value
+                self.params[a.arg] = "host"
+            elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
                 self.params[a.arg] = "host"
             elif "Tensor" in ann:
                 self.params[a.arg] = "tensor"
             elif ann in ("int", "bool", "float"):
                 self.params[a.arg] = "scalar"
+        self.config: set[str] = set()
         self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
         for n in ast.walk(fn):
             if isinstance(n, ast.Assign) and len(n.targets) == 1 and \
@@ -175,6 +471,8 @@ class _Kinds:
         if isinstance(e, ast.Attribute):
             if e.attr.endswith("_cpu"):
                 return "host"
+            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
+                return "scalar"  # set from the server arguments (a Python number)
             if e.attr in _DEVICE_FIELDS:
                 return "tensor"
             return "unknown"
@@ -186,6 +484,10 @@ class _Kinds:
                 if k in kinds:
                     return k
             return "scalar"
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" \
+                and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and \
+                isinstance(e.args[1].value, str):  # getattr(forward_batch, "name", None)
+            return self.of(ast.Attribute(e.args[0], e.args[1].value, ast.Load()), line, depth + 1)
         if isinstance(e, ast.Call):
             f = e.func
             fname = ast.unparse(f)
@@ -218,21 +520,6 @@ class _Kinds:
         return "unknown"
 
 
-def _capture_only(chain: list[ast.AST], fn_name: str) -> bool:
-    if "capture" in fn_name:
-        return True
-    for parent, child in zip(chain, chain[1:]):
-        if isinstance(parent, ast.If):
-            test = ast.unparse(parent.test)
-            if "capture" not in test:
-                continue
-            negated = test.startswith("not ")
-            in_body = any(child is s for s in parent.body)
-            if in_body != negated:
-                return True
-    return False
-
-
 def _classify(kind: str, what: str) -> tuple[str, str]:
     if kind == "host":
         return "host-mirror", f"{what} is a host value (a *_cpu mirror or a host copy)"
@@ -243,36 +530,214 @@ def _classify(kind: str, what: str) -> tuple[str, str]:
     return "cannot-tell", f"cannot tell whether {what} lives on the device"
 
 
-def _scan_function(fn: ast.FunctionDef, qual: str, backend: str, rel: str) -> tuple[list[Site],
-                                                                                     list[Site]]:
-    kinds = _Kinds(fn)
-    sites: list[Site] = []
-    with_os: list[Site] = []
+@dataclass
+class _Edge:
+    """A call from one builder to another (a same-class method or a module function)."""
 
-    def visit(node: ast.AST, chain: list[ast.AST]) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
-                                  ast.ClassDef)):
-                continue  # nested definitions run elsewhere, if at all
-            if isinstance(child, ast.Call):
-                check(child, [*chain, node, child])
-            visit(child, [*chain, node])
+    callee: tuple[str, str]  # (qualname, backend)
+    state: frozenset
+    unknown: bool  # the call sits under a forward-mode test the census cannot read
+    args: dict[str, str]  # callee parameter -> "none" | "host" | "other"
+    truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
+    # callee parameter -> (pairs where the argument may be true, where it may be false)
 
-    def add(call: ast.Call, chain: list[ast.AST], kind: str, verdict: str, why: str,
-            n: int) -> None:
+
+class _Scan:
+    """One builder walked statement by statement, with the (mode, phase) pairs that reach each
+    statement: branches narrow them, an early `return` removes its branch from what follows."""
+
+    def __init__(self, fn: ast.FunctionDef, qual: str, backend: str, rel: str,
+                 facts: dict[str, str], resolve: Any,
+                 params: dict[str, tuple[frozenset, frozenset]] | None = None) -> None:
+        self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
+        self.resolve = resolve
+        mode_vars = [n.targets[0].id for n in ast.walk(fn) if isinstance(n, ast.Assign)
+                     and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                     and "forward_mode" in ast.unparse(n.value)
+                     and not ast.unparse(n.value).endswith("forward_mode")]
+        self.facts = facts | {"@mode-vars": ",".join(mode_vars)}
+        helpers = getattr(resolve, "mode_helpers", {})
+        self.guards: dict[str, frozenset] = getattr(resolve, "mode_guards", {})
+        counts: dict[str, int] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+        assigned = set(counts)
+        self.env = {"helpers": helpers,
+                    "params": {k: v for k, v in (params or {}).items() if k not in assigned},
+                    "locals": {
+            n.targets[0].id: n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+            and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}}
+        self.kinds = _Kinds(fn, facts)
+        host_attrs = getattr(resolve, "host_attrs", None)
+        self.kinds.config = host_attrs(backend) if host_attrs else set()
+        self.sites: list[Site] = []
+        self.with_os: list[Site] = []
+        self.edges: list[_Edge] = []
+
+    def run(self, state: frozenset, unknown: bool) -> None:
+        self.block(self.fn.body, state, unknown)
+
+    # statements -> the state that falls through
+    def block(self, stmts: list[ast.stmt], state: frozenset, unknown: bool) -> frozenset:
+        for st in stmts:
+            state = self.stmt(st, state, unknown)
+        return state
+
+    def stmt(self, st: ast.stmt, state: frozenset, unknown: bool) -> frozenset:
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return state  # nested definitions run elsewhere, if at all
+        if isinstance(st, (ast.If, ast.While, ast.Assert)):
+            self.truth_test(st.test, state, unknown)
+        if isinstance(st, ast.If):
+            self.expr(st.test, state, unknown)
+            c = cond(st.test, self.facts, self.env)
+            unk = unknown or c.unknown
+            return self.block(st.body, state & c.true, unk) | \
+                self.block(st.orelse, state & c.false, unk)
+        if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
+            self.expr(st.iter if not isinstance(st, ast.While) else st.test, state, unknown)
+            self.block(st.body, state, unknown)
+            self.block(st.orelse, state, unknown)
+            return state
+        if isinstance(st, (ast.With, ast.AsyncWith)):
+            for item in st.items:
+                self.expr(item.context_expr, state, unknown)
+            return self.block(st.body, state, unknown)
+        if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            out = self.block(st.body, state, unknown)
+            for h in st.handlers:
+                out |= self.block(h.body, state, unknown)
+            out = self.block(st.orelse, out, unknown)
+            return self.block(st.finalbody, out, unknown) if st.finalbody else out
+        if isinstance(st, (ast.Assign, ast.Expr)) and isinstance(st.value, ast.Call) and \
+                isinstance(st.value.func, ast.Attribute) and \
+                st.value.func.attr in self.guards and any(
+                    "forward_mode" in ast.unparse(a) for a in st.value.args):
+            self.expr(st.value, state, unknown)  # `bucket = _GraphBucket.of(forward_mode)`
+            return state & self.guards[st.value.func.attr]
+        if isinstance(st, ast.Assert):  # what follows runs only where it holds
+            self.expr(st.test, state, unknown)
+            c = cond(st.test, self.facts, self.env)
+            return state & c.true
+        if isinstance(st, ast.Match):
+            self.expr(st.subject, state, unknown)
+            for case in st.cases:
+                self.block(case.body, state, unknown)
+            return state
+        for child in ast.iter_child_nodes(st):
+            if isinstance(child, ast.expr):
+                self.expr(child, state, unknown)
+        if isinstance(st, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+            return NONE
+        return state
+
+    def expr(self, e: ast.AST, state: frozenset, unknown: bool) -> None:
+        if isinstance(e, ast.Lambda):
+            return
+        if isinstance(e, ast.IfExp):
+            self.expr(e.test, state, unknown)
+            c = cond(e.test, self.facts, self.env)
+            self.expr(e.body, state & c.true, unknown or c.unknown)
+            self.expr(e.orelse, state & c.false, unknown or c.unknown)
+            return
+        if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
+            for v in e.values:
+                self.expr(v, state, unknown)
+                c = cond(v, self.facts, self.env)
+                state = state & (c.true if isinstance(e.op, ast.And) else c.false)
+                unknown = unknown or c.unknown
+            return
+        if isinstance(e, ast.Call):
+            self.call(e, state, unknown)
+        for child in ast.iter_child_nodes(e):
+            self.expr(child, state, unknown)
+
+    def truth_test(self, test: ast.AST, state: frozenset, unknown: bool) -> None:
+        """`if torch.all(t == n):` / `if t.any():` of a device tensor: `bool()` reads it back."""
+        while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test = test.operand
+        if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Attribute) or \
+                test.func.attr not in ("all", "any"):
+            return
+        f = test.func
+        is_torch = isinstance(f.value, ast.Name) and f.value.id == "torch"
+        arg = (test.args[0] if test.args else None) if is_torch else f.value
+        if arg is None:
+            return
+        inner = arg.left if isinstance(arg, ast.Compare) else arg
+        verdict, why = _classify(self.kinds.of(inner, test.lineno), f"`{_src(inner, 40)}`")
+        if verdict:
+            self.add(test, state, unknown, "bool()", verdict,
+                     why + "; a branch on it reads the result back", 1)
+
+    def call(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
+        target = self.resolve(self.backend, call)
+        if target is not None:
+            (cqual, cfn) = target
+            args, truth = self._args(cfn, call, state)
+            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth))
+        self.check(call, state, unknown)
+
+    def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
+              ) -> tuple[dict[str, str], dict[str, tuple[frozenset, frozenset]]]:
+        params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+        if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+            params = params[1:]
+        defaults = dict(zip([a.arg for a in callee.args.args][::-1],
+                            callee.args.defaults[::-1]))
+        defaults |= {a.arg: d for a, d in zip(callee.args.kwonlyargs, callee.args.kw_defaults)
+                     if d is not None}
+        given: dict[str, ast.AST] = dict(zip(params, call.args))
+        if any(isinstance(a, ast.Starred) for a in call.args) or \
+                any(k.arg is None for k in call.keywords):
+            return {}, {}  # *args / **kwargs: the census cannot match arguments to parameters
+        given |= {k.arg: k.value for k in call.keywords if k.arg}
+        out = {}
+        truth = {}
+        for name in params + [a.arg for a in callee.args.kwonlyargs]:
+            value = given.get(name, defaults.get(name))
+            if value is None:
+                continue
+            c = cond(value, self.facts, self.env)
+            truth[name] = (state & c.true, state & c.false)
+            if isinstance(value, ast.Constant) and value.value is None:
+                out[name] = "none"
+            elif name in given and self.kinds.of(value, call.lineno) == "host":
+                out[name] = "host"
+            else:
+                out[name] = "other"
+        return out, truth
+
+    def add(self, call: ast.Call, state: frozenset, unknown: bool, kind: str, verdict: str,
+            why: str, n: int) -> None:
         if not verdict:
             return
-        if verdict != "host-mirror" and _capture_only(chain, fn.name):
+        pclass = path_class(state, unknown)
+        syncs = n if verdict == "syncs" else 0  # what the call costs where it runs
+        if pclass == "unreachable":
+            verdict, why = "unreachable", "in a branch that cannot run (its condition " \
+                "contradicts the branches around it, or no caller reaches it)"
+        elif pclass == "capture-only" and verdict != "host-mirror":
             verdict, why = "capture-only", "runs only while a graph is captured"
-        sites.append(Site(rel, call.lineno, qual, backend, _src(call), kind, verdict, why,
-                          n if verdict == "syncs" else 0))
+        self.sites.append(Site(self.rel, call.lineno, self.qual, self.backend, _src(call), kind,
+                               verdict, why, syncs, call.col_offset,
+                               step_paths(state), pclass))
 
-    def check(call: ast.Call, chain: list[ast.AST]) -> None:
+    def check(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
+        kinds, rel, qual, backend = self.kinds, self.rel, self.qual, self.backend
         f = call.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
         is_torch = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
             f.value.id == "torch"
         line = call.lineno
+
+        def add(kind: str, verdict: str, why: str, n: int) -> None:
+            self.add(call, state, unknown, kind, verdict, why, n)
+
         if name == "repeat_interleave":
             kw = {k.arg: k.value for k in call.keywords}
             if is_torch:
@@ -281,22 +746,25 @@ def _scan_function(fn: ast.FunctionDef, qual: str, backend: str, rel: str) -> tu
                 reps = call.args[0] if call.args else kw.get("repeats")
             if reps is None:
                 return
-            if "output_size" in kw and not (isinstance(kw["output_size"], ast.Constant)
-                                            and kw["output_size"].value is None):
-                with_os.append(Site(rel, line, qual, backend, _src(call), name, "no-sync",
-                                    "output_size given", 0))
-                if not isinstance(kw["output_size"], ast.IfExp):
+            out_size = kw.get("output_size")
+            if isinstance(out_size, ast.Name) and self.facts.get(out_size.id) == "none":
+                out_size = None  # every caller passes None for it
+            if out_size is not None and not (isinstance(out_size, ast.Constant)
+                                             and out_size.value is None):
+                self.with_os.append(Site(rel, line, qual, backend, _src(call), name, "no-sync",
+                                         "output_size given", 0, call.col_offset,
+                                         step_paths(state), path_class(state, unknown)))
+                if not isinstance(out_size, ast.IfExp):
                     return
-                verdict, why = "cannot-tell", "output_size is conditional (None on some calls)"
-                add(call, chain, name, verdict, why, 2)
+                add(name, "cannot-tell", "output_size is conditional (None on some calls)", 2)
                 return
             verdict, why = _classify(kinds.of(reps, line), f"repeats `{_src(reps, 40)}`")
             if verdict == "syncs":
                 why += "; no output_size: PyTorch reads the total back (2 syncs)"
-            add(call, chain, name, verdict, why, 2)
+            add(name, verdict, why, 2)
         elif isinstance(f, ast.Attribute) and name in _HOST_READ_METHODS and not call.args:
             verdict, why = _classify(kinds.of(f.value, line), f"`{_src(f.value, 40)}`")
-            add(call, chain, name, verdict, why, 1)
+            add(name, verdict, why, 1)
         elif isinstance(f, ast.Attribute) and name == "to" and any(
                 isinstance(a, ast.Constant) and a.value == "cpu"
                 for a in [*call.args, *(k.value for k in call.keywords)]) and not any(
@@ -304,7 +772,7 @@ def _scan_function(fn: ast.FunctionDef, qual: str, backend: str, rel: str) -> tu
                                                  and not k.value.value)
                 for k in call.keywords):  # a non-blocking copy does not wait by itself
             verdict, why = _classify(kinds.of(f.value, line), f"`{_src(f.value, 40)}`")
-            add(call, chain, "to(cpu)", verdict, why, 1)
+            add("to(cpu)", verdict, why, 1)
         elif name in _DYNAMIC and (is_torch or isinstance(f, ast.Attribute)):
             arg = call.args[0] if is_torch and call.args else f.value if not is_torch else None
             if arg is None:
@@ -312,21 +780,26 @@ def _scan_function(fn: ast.FunctionDef, qual: str, backend: str, rel: str) -> tu
             verdict, why = _classify(kinds.of(arg, line), f"`{_src(arg, 40)}`")
             if verdict == "syncs":
                 why += f"; {name} has a data-dependent output size"
-            add(call, chain, name, verdict, why, 1)
-        elif isinstance(f, ast.Name) and name in ("int", "float", "bool") and call.args and \
-                isinstance(call.args[0], ast.Call) and \
-                isinstance(call.args[0].func, ast.Attribute) and \
-                call.args[0].func.attr in _REDUCTIONS:
-            inner = call.args[0].func.value
-            verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
-            add(call, chain, f"{name}()", verdict, why, 1)
+            add(name, verdict, why, 1)
+        elif isinstance(f, ast.Name) and name in ("int", "float", "bool") and len(call.args) == 1:
+            arg = call.args[0]
+            if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
+                    arg.func.attr in _REDUCTIONS:
+                inner = arg.func.value
+                verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
+                add(f"{name}()", verdict, why, 1)
+            elif isinstance(arg, (ast.Subscript, ast.Name)):
+                # int(t[i]) of a device tensor reads one element back; a name only when the
+                # census knows it holds a device tensor (ints of Python values are common)
+                k = kinds.of(arg, line)
+                if k == "tensor" or (k == "host" and isinstance(arg, ast.Subscript)):
+                    verdict, why = _classify(k, f"`{_src(arg, 40)}`")
+                    add(f"{name}()", verdict, why, 1)
 
-    visit(fn, [])
-    return sites, with_os
 
-
-def _builders(tree: ast.Module) -> list[tuple[str, str, ast.FunctionDef]]:
-    """(qualname, backend, def) of the init_forward_metadata* family and what it calls."""
+def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
+    """(qualname, backend, def) of the init_forward_metadata* family and what it calls, and the
+    resolver from (backend, call) to the (qualname, def) it calls."""
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
     funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
 
@@ -348,7 +821,35 @@ def _builders(tree: ast.Module) -> list[tuple[str, str, ast.FunctionDef]]:
                     return found
         return None
 
-    out: dict[str, tuple[str, str, ast.FunctionDef]] = {}
+    def resolve(backend: str, call: ast.Call) -> tuple[str, ast.FunctionDef] | None:
+        f = call.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id == "self" and backend in classes:
+            found = lookup(backend, f.attr, set())
+            if found:
+                return f"{found[0]}.{f.attr}", found[1]
+        elif isinstance(f, ast.Name) and f.id in funcs:
+            return f.id, funcs[f.id]
+        return None
+
+    resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
+    resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
+    configs = config_attrs(tree)
+
+    def host_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
+        seen = seen if seen is not None else set()
+        cls = classes.get(backend)
+        if cls is None or backend in seen:
+            return set()
+        seen.add(backend)
+        out = set(configs.get(backend, set()))
+        for b in cls.bases:
+            if isinstance(b, ast.Name):
+                out |= host_attrs(b.id, seen)
+        return out
+
+    resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
+    out: dict[tuple[str, str], tuple[str, str, ast.FunctionDef]] = {}
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
         for mname, m in methods(cls).items():
@@ -356,24 +857,71 @@ def _builders(tree: ast.Module) -> list[tuple[str, str, ast.FunctionDef]]:
                 todo.append((f"{cname}.{mname}", cname, m))
     while todo:
         qual, backend, fn = todo.pop()
-        if qual in out:
+        if (qual, backend) in out:
             continue
-        out[qual] = (qual, backend, fn)
-        cls_name = qual.split(".")[0] if "." in qual else None
+        out[(qual, backend)] = (qual, backend, fn)
         for n in ast.walk(fn):
-            if not isinstance(n, ast.Call):
-                continue
-            f = n.func
-            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                    f.value.id == "self" and cls_name:
-                found = lookup(backend, f.attr, set())
+            if isinstance(n, ast.Call):
+                found = resolve(backend, n)
                 if found:
-                    owner, m = found
-                    todo.append((f"{owner}.{f.attr}", backend, m))
-            elif isinstance(f, ast.Name) and f.id in funcs:
-                todo.append((f.id, backend, funcs[f.id]))
-    return list(out.values())
+                    todo.append((found[0], backend, found[1]))
+    return list(out.values()), resolve
 
+
+def _is_seed(qual: str) -> bool:
+    name = qual.rsplit(".", 1)[-1]
+    return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
+
+
+def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
+    """Walk every builder until what reaches each one (the union over its callers' branches,
+    and, for an entry point, what its name says) and its callers' argument facts settle."""
+    builders, resolve = _builders(tree)
+    keys = [(q, b) for q, b, _ in builders]
+    entry: dict[tuple[str, str], frozenset] = {}
+    unknown: dict[tuple[str, str], bool] = {}
+    facts: dict[tuple[str, str], dict[str, str]] = {}
+    scans: dict[tuple[str, str], _Scan] = {}
+    truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
+    for _ in range(12):
+        scans = {}
+        for qual, backend, fn in builders:
+            key = (qual, backend)
+            s = _Scan(fn, qual, backend, rel, facts.get(key, {}), resolve, truths.get(key))
+            s.run(entry.get(key, NONE), unknown.get(key, False))
+            scans[key] = s
+        callers: dict[tuple[str, str], list[_Edge]] = {}
+        for s in scans.values():
+            for e in s.edges:
+                callers.setdefault(e.callee, []).append(e)
+        new_entry, new_unknown, new_facts, new_truths = {}, {}, {}, {}
+        for key in keys:
+            name = key[0].rsplit(".", 1)[-1]
+            edges = callers.get(key, [])
+            external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
+            st = seed_state(name) if external else NONE
+            for e in edges:
+                st |= e.state
+            new_entry[key] = st
+            new_unknown[key] = any(e.unknown and e.state for e in edges)
+            if edges and not external:
+                agreed: dict[str, str] = {}
+                for pname in {p for e in edges for p in e.args}:
+                    vals = {e.args.get(pname, "other") for e in edges}
+                    if len(vals) == 1 and vals <= {"none", "host"}:
+                        agreed[pname] = vals.pop()
+                new_facts[key] = agreed
+                pnames = set.intersection(*(set(e.truth) for e in edges))
+                new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
+                                       frozenset().union(*(e.truth[p][1] for e in edges)))
+                                   for p in pnames}
+        if new_entry == entry and new_facts == facts and new_unknown == unknown and \
+                new_truths == truths:
+            break
+        entry, unknown, facts, truths = new_entry, new_unknown, new_facts, new_truths
+    names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
+    order = sorted(builders, key=lambda b: b[2].lineno)
+    return list(dict.fromkeys(names)), [scans[(q, b)] for q, b, _ in order]
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts
 # from seeds only): it is not parsed. A textual superset of the seed names, so nothing is missed.
@@ -386,18 +934,19 @@ def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
     if not _SEED_TEXT.search(source):
         return [], [], []
     tree = ast.parse(source, str(path))
-    names, sites, with_os = [], [], []
-    seen: set[tuple[str, int]] = set()
-    for qual, backend, fn in sorted(_builders(tree), key=lambda b: b[2].lineno):
-        names.append(qual)
-        s, w = _scan_function(fn, qual, backend, rel)
-        for site in s:  # a helper reached from two backends is listed once per backend
-            if (site.backend, site.line) not in seen:
-                seen.add((site.backend, site.line))
+    names, scans = _analyse(tree, rel)
+    sites, with_os = [], []
+    seen: set[tuple[str, int, int, str]] = set()
+    for scan in scans:
+        # a helper reached from two backends is listed once per backend; every call on a line
+        # is its own site (an outer host read keeps the inner `.cpu()` that syncs)
+        for site in scan.sites:
+            key = (site.backend, site.line, site.col, site.kind)
+            if key not in seen:
+                seen.add(key)
                 sites.append(site)
-        with_os.extend(w)
+        with_os.extend(scan.with_os)
     return names, sites, with_os
-
 
 def census(target: Target, use_cache: bool = True) -> Census:
     """Scan every module under sglang/srt/layers/attention (raises FileNotFoundError if absent).

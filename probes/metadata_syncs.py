@@ -12,16 +12,32 @@ from typing import Any
 
 from diag.context import Context
 from diag.findings import Finding, Status, location, metric, note, row
-from diag.probes.base import Probe
+from diag.probes.base import Counter, Probe
 
-MAX_LOCATIONS = 40
 TIMEOUT_S = 20.0
+
+
+def audited_paths(steps: int | None) -> tuple[str, ...]:
+    """The per-step paths of speculative decoding: the draft's extend after each verify, the
+    target's verify, and the draft's decode steps (none with `--speculative-num-steps 1`). The
+    target's own extend (prefill) runs once per request, not per step: not audited."""
+    return ("draft-extend", "target-verify") + (("decode",) if steps is None or steps > 1
+                                                else ())
+
+
+def registry_name(backend_class: str) -> str:
+    from diag.probes.metadata_census import BACKEND_NAMES
+
+    names = [n for n, classes in BACKEND_NAMES.items() if backend_class in classes]
+    return names[0] if names else backend_class
 
 
 class MetadataSyncsProbe(Probe):
     id = "metadata-syncs"
     title = "implicit device->host syncs in attention metadata builders"
+    concern = "implicit device->host syncs in attention metadata builders"
     fixes = ("repeat-interleave-output-size",)
+    counter = Counter("diag.probes.sync_counter:runtime_patch", ("syncs",))
 
     def run(self, ctx: Context) -> Finding:
         from diag.probes.metadata_census import (
@@ -37,55 +53,104 @@ class MetadataSyncsProbe(Probe):
         key = f"metadata_census:{target.root}"
         c = ctx.cache.get(key) or census(target)
         ctx.cache[key] = c
-        name = ctx.config.attention_backend
-        hot_backends = BACKEND_NAMES.get(name or "", set()) if name else \
-            DRAFT_EXTEND_BACKENDS.get(ctx.platform, set())
-        scope = f"--attention-backend {name}" if name else f"{ctx.platform} draft-extend path"
-        # repeat_interleave first (two syncs each, and what the fix addresses), then by place
-        syncing = sorted(c.syncing(), key=lambda s: (s.kind != "repeat_interleave", -s.syncs,
-                                                     s.file, s.line))
-        hot = [s for s in syncing if s.backend in hot_backends]
-        cold = [s for s in syncing if s.backend not in hot_backends]
-        ev = [metric("sync sites (static, per-step path)", len(syncing), "sites", 0),
-              metric(f"sync sites on the {scope}", len(hot), "sites", 0)]
+        cfg = ctx.config
+        name = cfg.attention_backend
+        paths = audited_paths(cfg.speculative_num_steps)
+        draft_name = cfg.draft_attention_backend or name
+        if name:  # the configuration under audit: the target verifies, the draft extends/decodes
+            target_classes = BACKEND_NAMES.get(name, set())
+            draft_classes = BACKEND_NAMES.get(draft_name or "", set())
+            scope = f"--attention-backend {name}" + (
+                f" (draft {draft_name})" if draft_name != name else "") + \
+                f" path ({', '.join(paths)})"
+        else:  # nothing configured: what each backend on the platform's draft-extend path does
+            target_classes = draft_classes = DRAFT_EXTEND_BACKENDS.get(ctx.platform, set())
+            scope = f"{ctx.platform} draft-extend backends' paths ({', '.join(paths)})"
+
+        def modes_of(backend: str) -> set[str]:
+            out = set()
+            if backend in target_classes:
+                out |= {p for p in paths if p == "target-verify"}
+            if backend in draft_classes:
+                out |= {p for p in paths if p != "target-verify"}
+            return out
+
+        def reach(s) -> str:
+            modes = modes_of(s.backend)
+            return s.reach(modes) if modes else (
+                s.path_class if s.path_class != "per-step" else "not-on-path")
+
+        # per-step syncs: repeat_interleave first (two syncs each, what the fix addresses)
+        order = {"reaches": 0, "cannot-tell": 1, "not-on-path": 2, "capture-only": 3,
+                 "unreachable": 4}
+        listed = sorted((s for s in c.sites if s.syncs or s.verdict == "cannot-tell"),
+                        key=lambda s: (order[reach(s)], s.verdict != "syncs",
+                                       s.kind != "repeat_interleave", -s.syncs, s.file, s.line,
+                                       s.col))
+        syncing = [s for s in c.sites if s.verdict == "syncs"]
+        hot = [s for s in syncing if reach(s) == "reaches"]
+        unsure_path = [s for s in syncing if reach(s) == "cannot-tell"]
+        cold = [s for s in syncing if reach(s) not in ("reaches", "cannot-tell")]
+        ev = [metric("sync sites (static, per-step path)", len(syncing), "sites", 0,
+                     data={"source": "static", "syncs": sum(s.syncs for s in syncing)}),
+              metric(f"sync sites on the {scope}", len(hot), "sites", 0,
+                     data={"source": "static", "paths": list(paths),
+                           "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
-        for s in (hot + cold)[:MAX_LOCATIONS]:
-            tag = "draft-extend backend" if s.backend in hot_backends else "other backend"
-            ev.append(location(s.file, s.line, s.function,
-                               f"{s.kind}: {s.why} ({s.syncs} sync{'s' if s.syncs > 1 else ''};"
-                               f" {tag}) `{s.call}`"))
-        if len(syncing) > MAX_LOCATIONS:
-            ev.append(note(f"... and {len(syncing) - MAX_LOCATIONS} more sync sites (--json "
-                           f"lists the first {MAX_LOCATIONS})"))
+        for s in listed:  # every site, on the path or not: none is dropped
+            r = reach(s)
+            where = {"reaches": "on the path under audit", "not-on-path": "not on it",
+                     "capture-only": "only under graph capture", "unreachable": "cannot run",
+                     "cannot-tell": "path cannot tell"}[r]
+            paths_txt = ", ".join(s.paths) if s.paths else "no per-step path"
+            ev.append(location(
+                s.file, s.line, s.function,
+                f"{s.kind}: {s.why} ({s.syncs} sync{'s' if s.syncs != 1 else ''} when it runs;"
+                f" {paths_txt}; {where}) `{s.call}`",
+                data={"builder": s.function, "backend": registry_name(s.backend),
+                      "call": s.kind, "syncs": s.syncs, "paths": list(s.paths), "reach": r,
+                      "source": "static"}))
         unsure = [s for s in c.sites if s.verdict == "cannot-tell"]
         ev.append(note(f"{len(unsure)} calls the census cannot classify (device or host "
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "
                        f"mirrors, {sum(s.verdict == 'capture-only' for s in c.sites)} run only "
-                       f"under graph capture; bool-mask indexing is not detected statically"))
+                       f"under graph capture, {sum(s.verdict == 'unreachable' for s in c.sites)}"
+                       f" sit in branches that cannot run; bool-mask indexing is not detected "
+                       f"statically"))
         for backend, counts in sorted(c.by_backend().items()):
-            ev.append(row(backend=backend, on_path="yes" if backend in hot_backends else "no",
+            ev.append(row(backend=backend, on_path="yes" if modes_of(backend) else "no",
                           syncs=counts["syncs"], sync_count=counts["sync_count"],
                           host_mirror=counts["host-mirror"], capture_only=counts["capture-only"],
+                          unreachable=counts["unreachable"],
                           cannot_tell=counts["cannot-tell"]))
+        if name and not target_classes:
+            ev.append(note(f"--attention-backend {name}: the census does not know which "
+                           f"backend classes serve it; no site is counted for it"))
         for err in c.errors:
             ev.append(note(f"not scanned: {err}"))
 
-        if hot:
+        # fail only for a sync proven on the configured path; nothing configured: at most warn
+        if hot and name:
             status = Status.FAIL
-        elif cold or disagreements:
+        elif hot or unsure_path or cold or disagreements:
             status = Status.WARN
         else:
             status = Status.OK
         named = []
-        for s in hot + [s for s in cold if s.kind == "repeat_interleave"] + cold:
+        for s in hot + unsure_path + [s for s in cold if s.kind == "repeat_interleave"] + cold:
             label = f"{s.function} ({s.kind})"
             if label not in named:
                 named.append(label)
         total = sum(s.syncs for s in syncing)
         summary = (f"{len(syncing)} sync sites ({total} syncs if each runs once) in metadata "
                    f"builders; {len(hot)} on the {scope}")
+        if hot and not name:
+            backends = sorted({registry_name(s.backend) for s in hot})
+            modes = sorted({p for s in hot for p in s.paths if p in paths})
+            summary += (f" (would sync with --attention-backend {'/'.join(backends)} on "
+                        f"{', '.join(modes)}; pass --attention-backend or --server to audit one)")
         if named:
             summary += ": " + ", ".join(named[:6]) + (" ..." if len(named) > 6 else "")
         hint = None
@@ -124,7 +189,8 @@ class MetadataSyncsProbe(Probe):
                 ev.append(metric(f"measured syncs per call: {h.ATTACH} ({path})", m.syncs,
                                  "syncs", 0, f"{mode}, real code of sglang {ctx.target.version}"
                                  f", batch 64" + (f"; at {', '.join(sorted(set(m.sites)))}"
-                                                  if m.sites else "")))
+                                                  if m.sites else ""),
+                                 data=_measured_data(ctx, m, static)))
             if len(set(got.values())) > 1:
                 out.append(f"{path}: gpu {got.get('gpu')} != cpu {got.get('cpu')}")
                 ev.append(note(f"disagreement on {path}: GPU counted {got.get('gpu')}, the CPU "
@@ -179,3 +245,22 @@ def _measure(ctx: Context, path: str, mode: str, fresh: bool) -> tuple[Any, str 
     if digest is not None and m.executed:
         cache.store("builder_syncs", digest, asdict(m))
     return m, None
+
+
+def _measured_data(ctx: Context, m: Any, static: list) -> dict[str, Any]:
+    """The fields of one measured count: where the first sync was seen (else the builder's
+    first static site), how, on which path."""
+    from diag.probes import builder_harness as h
+
+    file, line = ctx.target.relpath(ctx.target.file(h.DSV4_FILE)), None
+    if m.sites:
+        where = sorted(m.sites)[0].split(" ", 1)[0]
+        f, _, ln = where.rpartition(":")
+        if ln.isdigit():
+            file, line = f, int(ln)
+    if line is None and static:
+        line = min(s.line for s in static)
+    return {"builder": f"{h.DSV4_CLASS}.{h.ATTACH}", "file": file, "line": line,
+            "syncs": m.syncs, "path": m.path,
+            "source": "gpu-sync-debug" if m.mode == "gpu" else "cpu-counter",
+            "release": ctx.target.version}

@@ -27,7 +27,7 @@ from typing import Any
 
 from diag.context import Context
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
-from diag.probes.base import Probe
+from diag.probes.base import Counter, Probe
 from diag.target import Target
 
 # Where the profiler stop lives, per release (SGLANG.md); the method is found by shape.
@@ -404,7 +404,10 @@ def _torch_importable() -> str | None:
 class ProfilerTeardownProbe(Probe):
     id = "profiler-teardown"
     title = "Profiler teardown (reference cycle freed by the cyclic GC)"
+    concern = "torch.profiler stop / cyclic-GC teardown"
     fixes = ("profiler-controlled-teardown",)
+    counter = Counter(
+        "diag.fixes.profiler_controlled_teardown:runtime_patch", ("profiler_stop",))
 
     def prepare(self, ctx: Context) -> None:
         if ctx.execute and _torch_importable() is None:

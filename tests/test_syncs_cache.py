@@ -47,7 +47,8 @@ def test_census_cached_equals_fresh_and_edit_invalidates(tmp_path, tmp_cache):
     again = census(t)
     assert again.to_dict() == first.to_dict() == census(t, use_cache=False).to_dict()
     f = t.file("srt/layers/attention/standin_backend.py")
-    f.write_text(BUILDER + "        x = forward_batch.seq_lens.tolist()\n")
+    f.write_text(BUILDER.replace("        return n", "        x = forward_batch.seq_lens.tolist()\n"
+                                 "        return n, x"))
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
     edited = census(t)
     assert len(edited.syncing()) == 2, "an edited file must be scanned again"

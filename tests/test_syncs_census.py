@@ -67,39 +67,83 @@ def test_host_mirrors_and_capture_only_are_told_apart(censuses):
     assert not c.errors
 
 
-def _ctx(target, execute=False, backend=None):
+def _ctx(target, execute=False, backend=None, steps=None):
     return Context(target=target, platform="hip", execute=execute,
-                   config=SpecConfig(attention_backend=backend))
+                   config=SpecConfig(attention_backend=backend, speculative_num_steps=steps))
 
 
-def test_probe_0517_fails_naming_the_builder_with_measured_counts(release):
-    [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.17"), execute=True))
+SITE_KEYS = {"builder", "backend", "call", "syncs", "paths", "reach", "source"}
+MEASURED_KEYS = {"builder", "file", "line", "syncs", "path", "source", "release"}
+
+
+def test_probe_0517_fails_on_the_configured_dsv4_path_with_measured_counts(release):
+    [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.17"), execute=True,
+                                                      backend="dsv4"))
     assert f.status == Status.FAIL
     assert "_attach_unified_kv_prefill_meta" in f.summary
     measured = [e for e in f.evidence if e.kind == "metric" and e.metric.startswith("measured")]
-    assert [(m.metric.split("(")[-1], m.value) for m in measured] == [
-        ("draft-extend)", 2), ("target-extend)", 2)]
+    assert [(m.data["path"], m.data["syncs"]) for m in measured] == [
+        ("draft-extend", 2), ("target-extend", 2)]
+    for m in measured:
+        assert set(m.data) == MEASURED_KEYS and m.data["builder"] == ATTACH
+        assert m.data["source"] == "cpu-counter" and m.data["release"] == "0.5.17"
+        # the counter's site is the repeat_interleave line the census names
+        assert m.data["file"].endswith("deepseek_v4_backend_hip_radix.py")
     locs = [e for e in f.evidence if e.kind == "location"]
     assert locs[0].function == ATTACH and locs[0].line and locs[0].file.endswith(
         "deepseek_v4_backend_hip_radix.py")
+    assert locs[0].data["reach"] == "reaches" and locs[0].data["call"] == "repeat_interleave"
+    assert measured[0].data["line"] == locs[0].line
     assert "repeat-interleave-output-size" in f.fixes
 
 
-def test_probe_0523_names_still_syncing_builders(release):
-    [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.23")))
+def test_probe_without_a_configuration_is_at_most_warn(release):
+    """issue 13: with no backend and no server nothing is proven on a configured path."""
+    for v in ("0.5.17", "0.5.23"):
+        [f] = run_probe(get_probe("metadata-syncs"), _ctx(release(v)))
+        assert f.status == Status.WARN, (v, f.summary)
+        assert "would sync with --attention-backend" in f.summary and "dsa" in f.summary
+        assert not any(e.kind == "metric" and e.metric.startswith("measured")
+                       for e in f.evidence)
+
+
+def test_probe_0523_fails_on_the_configured_dsa_path(release):
+    [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.23"), backend="dsa"))
     assert f.status == Status.FAIL
     assert "DeepseekSparseAttnBackend.init_forward_metadata" in f.summary
-    assert "QwenSparseAttnBackend._metadata_from_forward_batch" in f.summary
-    funcs = {e.function for e in f.evidence if e.kind == "location"}
-    assert {"MiniMaxSparseAttnBackend._build_prefill_meta",
-            "DeepseekV4AttnBackend._build_late_layer_tail_metadata"} <= funcs
-    assert not any(e.kind == "metric" and e.metric.startswith("measured") for e in f.evidence)
+    hot = [e for e in f.evidence if e.kind == "location" and e.data["reach"] == "reaches"]
+    assert hot and {e.data["backend"] for e in hot} == {"dsa"}
+    # dsa_backend.py:1233 sits in an else that contradicts its branch: listed, never counted
+    [dead] = [e for e in f.evidence if e.kind == "location" and e.line == 1233
+              and e.file.endswith("/dsa_backend.py")]
+    assert dead.data["reach"] == "unreachable" and dead.data["paths"] == []
+    # dsa_backend.py:1082 runs only under `... if in_capture else ...`: capture-only
+    [cap] = [e for e in f.evidence if e.kind == "location" and e.line == 1082
+             and e.file.endswith("/dsa_backend.py")]
+    assert cap.data["reach"] == "capture-only"
+    for e in f.evidence:
+        if e.kind == "location":
+            assert set(e.data) == SITE_KEYS and e.data["source"] == "static"
+
+
+def test_probe_0518_dsv4_one_step_draft_extend_does_not_reach_the_fixed_call(release):
+    """0.5.18 gave draft-extend its output_size (the `need_compress` branch): the census sees
+    the remaining repeat_interleave on target-extend/verify only, not on draft-extend."""
+    [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.18"), backend="dsv4"))
+    [site] = [e for e in f.evidence if e.kind == "location" and e.function == ATTACH]
+    assert site.data["paths"] == ["target-extend", "target-verify", "other"]
+    assert site.data["reach"] == "reaches"  # target-verify is on the audited path
 
 
 def test_probe_backend_option_narrows_the_highlight(release):
     [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.23"), backend="triton"))
     assert f.status in (Status.WARN, Status.FAIL)
     assert "--attention-backend triton" in f.summary
+    # triton_backend.py:1126 reaches target-extend/draft-extend: draft-extend is audited
+    [s] = [e for e in f.evidence if e.kind == "location" and e.line == 1126
+           and e.file.endswith("/triton_backend.py")]
+    assert s.data["reach"] == "reaches" and "draft-extend" in s.data["paths"]
+    assert f.status == Status.FAIL
 
 
 def test_probe_skips_a_tree_without_attention_builders(tmp_path):
@@ -113,12 +157,14 @@ def test_probe_json_through_the_cli(release):
 
     release("0.5.17")
     r = CliRunner().invoke(main, ["probe", "metadata-syncs", "--sglang", "0.5.17",
-                                  "--no-execute", "--json"])
+                                  "--no-execute", "--json", "--attention-backend", "dsv4"])
     assert r.exit_code == 1, r.output
     doc = json.loads(r.stdout)
     [f] = doc["findings"]
+    assert f["status"] == "fail"
     loc = next(e for e in f["evidence"] if e["kind"] == "location")
-    assert {"file", "line", "function"} <= set(loc)
+    assert {"file", "line", "function", "data"} <= set(loc)
+    assert set(loc["data"]) == SITE_KEYS
 
 
 def test_factories_without_a_device_are_host_tensors(tmp_path):
@@ -137,3 +183,77 @@ def test_factories_without_a_device_are_host_tensors(tmp_path):
     _, sites, _ = scan_file(src, "sglang/srt/layers/attention/standin_backend.py")
     verdicts = {s.line: s.verdict for s in sites}
     assert verdicts == {6: "host-mirror", 7: "syncs", 8: "syncs", 9: "syncs"}
+
+
+def test_every_call_on_a_line_getattr_fields_and_int_of_an_indexed_tensor(tmp_path):
+    """issue 12 under-counts, on a stand-in builder (AST only): the inner `.cpu()` under an
+    outer host read, `getattr(forward_batch, "seq_lens", None)` and `int(t[0])` of a device
+    tensor are sites; `int(n)` of a Python value is not."""
+    from diag.probes.metadata_census import scan_file
+
+    src = tmp_path / "standin_backend.py"
+    src.write_text(
+        "class StandInBackend:\n"
+        "    def init_forward_metadata(self, forward_batch):\n"
+        "        a = forward_batch.extend_prefix_lens.cpu().tolist()\n"
+        "        b = getattr(forward_batch, 'seq_lens', None).tolist()\n"
+        "        c = int(forward_batch.extend_seq_lens[0])\n"
+        "        n = len(a)\n"
+        "        d = int(n)\n"
+        "        return a, b, c, d\n")
+    _, sites, _ = scan_file(src, "sglang/srt/layers/attention/standin_backend.py")
+    got = sorted((s.line, s.kind, s.verdict) for s in sites)
+    assert got == [(3, "cpu", "syncs"), (3, "tolist", "host-mirror"), (4, "tolist", "syncs"),
+                   (5, "int()", "syncs")]
+
+
+def test_paths_from_branches_capture_flags_and_callers(tmp_path):
+    """Stand-in builder (AST only): a contradicting else is unreachable, a capture flag makes
+    capture-only, a parameter every caller passes as None decides its `is None` test, and a
+    helper gets the modes of its call sites."""
+    from diag.probes.metadata_census import scan_file
+
+    src = tmp_path / "standin_backend.py"
+    src.write_text(
+        "class StandInBackend:\n"
+        "    def init_forward_metadata(self, forward_batch, in_capture=False):\n"
+        "        if forward_batch.forward_mode.is_draft_extend_v2():\n"
+        "            if forward_batch.forward_mode.is_draft_extend_v2():\n"
+        "                self._helper(forward_batch.seq_lens)\n"
+        "            else:\n"
+        "                forward_batch.seq_lens.tolist()\n"
+        "        if in_capture:\n"
+        "            forward_batch.seq_lens.cpu()\n"
+        "        if forward_batch.forward_mode.is_decode():\n"
+        "            return\n"
+        "        forward_batch.seq_lens.max().item()\n"
+        "\n"
+        "    def _helper(self, lens, extra=None):\n"
+        "        lens.sum().item()\n"
+        "        if extra is not None:\n"
+        "            extra.tolist()\n")
+    _, sites, _ = scan_file(src, "sglang/srt/layers/attention/standin_backend.py")
+    got = {s.line: (s.verdict, s.paths, s.path_class) for s in sites}
+    assert got[7] == ("unreachable", (), "unreachable")
+    assert got[9] == ("capture-only", (), "capture-only")
+    assert got[12][0] == "syncs" and "decode" not in got[12][1]
+    assert got[15] == ("cannot-tell", ("draft-extend",), "per-step")  # `lens`: no annotation
+    assert got[17] == ("unreachable", (), "unreachable")
+
+
+def test_tui_sync_rows_read_data_not_prose(release):
+    """The TUI's Syncs rows come from evidence data: blanking every detail changes nothing."""
+    import dataclasses
+
+    from diag.tui.data import finding_sync_rows
+
+    [f] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.17"), execute=True,
+                                                      backend="dsv4"))
+    rows = finding_sync_rows([f])
+    blank = dataclasses.replace(f, evidence=[dataclasses.replace(e, detail=None)
+                                             for e in f.evidence])
+    assert finding_sync_rows([blank]) == rows
+    assert rows[0].builder == "_attach_unified_kv_prefill_meta (draft-extend)"
+    assert rows[0].before == 2 and rows[0].source == "measured (cpu)"
+    static = [r for r in rows if r.source.startswith("static")]
+    assert static[0].builder == ATTACH and static[0].source == "static, DE path"

@@ -168,5 +168,5 @@ def test_export_doc_is_json(tmp_path):
     path = data.write_export(m.export(), str(tmp_path / "x.json"))
     doc = json.loads(open(path).read())
     assert doc["findings"] == [{"probe": "draft-extend-graph", "status": "pending",
-                                "summary": data.CONCERNS["draft-extend-graph"]}]
+                                "summary": data.concern("draft-extend-graph")}]
     assert doc["gpu"] is None  # NA becomes null

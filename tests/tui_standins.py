@@ -20,6 +20,7 @@ from diag.tui.backend import Backend
 STANDIN_MODULE = "diag_tui_standin_module"
 DSV4 = "sglang/srt/layers/attention/deepseek_v4_backend_hip_radix.py"
 MEASURED = "measured syncs per call: _attach_unified_kv_prefill_meta (draft-extend)"
+ATTACH = "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta"
 
 
 def standin_findings(probe_id: str) -> list[Finding]:
@@ -34,11 +35,17 @@ def standin_findings(probe_id: str) -> list[Finding]:
         return [Finding(probe_id, Status.WARN, "Metadata-builder syncs",
                         "stand-in: 2 syncs per call in _attach_unified_kv_prefill_meta",
                         [metric(MEASURED, 2, "syncs", 0, detail=f"cpu, stand-in; at {DSV4}:1116 "
-                                "_attach_unified_kv_prefill_meta"),
-                         location(DSV4, 1116,
-                                  "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta",
+                                "_attach_unified_kv_prefill_meta",
+                                data={"builder": ATTACH, "file": DSV4, "line": 1116, "syncs": 2,
+                                      "path": "draft-extend", "source": "cpu-counter",
+                                      "release": "0.5.17"}),
+                         location(DSV4, 1116, ATTACH,
                                   "repeat_interleave: no output_size (2 syncs; draft-extend "
-                                  "backend)")],
+                                  "backend)",
+                                  data={"builder": ATTACH, "backend": "dsv4",
+                                        "call": "repeat_interleave", "syncs": 2,
+                                        "paths": ["target-extend", "draft-extend"],
+                                        "reach": "reaches", "source": "static"})],
                         fixes=["standin-fix"])]
     return [Finding(probe_id, Status.FAIL, "Profiler teardown",
                     "stand-in: the stopped profiler is left to the cyclic GC",

@@ -389,7 +389,7 @@ class DiagApp(App[None]):
         if tab == "tab-overview":
             f = self.w_overview.selected(self.model)
             if f:
-                return (f.fixes[0] if f.fixes else data.FIX_OF_PROBE.get(f.probe))
+                return (f.fixes[0] if f.fixes else data.fix_of_probe(f.probe))
             return None
         if tab == "tab-timings":
             return self.w_timings.selected_fix(self.model)

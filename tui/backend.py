@@ -56,10 +56,7 @@ class Backend:
     # ---------------------------------------------------------------- probes
 
     def probe_ids(self) -> list[str]:
-        try:
-            return data.probe_ids()
-        except Exception:
-            return list(data.CONCERNS)
+        return data.probe_ids()
 
     def run_probe(self, probe_id: str) -> list[Finding]:
         return self._probe_runner(self.ctx, probe_id)

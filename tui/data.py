@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,18 +41,25 @@ NA: Any = _NotApplicable()
 # Expected failures: their message is already one readable line.
 DiagErrorTypes = (DiagError,)
 
-# Probe ids and the concern each one checks, shown before any probe has run.
-CONCERNS: dict[str, str] = {
-    "draft-extend-graph": "draft-extend falls back to eager (graph-capture gate)",
-    "metadata-syncs": "implicit device->host syncs in attention metadata builders",
-    "profiler-teardown": "torch.profiler stop / cyclic-GC teardown",
-}
+def concern(probe_id: str) -> str:
+    """The problem a probe watches (its declaration), shown before it has run."""
+    from diag.probes import spec
 
-FIX_OF_PROBE = {
-    "draft-extend-graph": "draft-extend-allowlist",
-    "metadata-syncs": "repeat-interleave-output-size",
-    "profiler-teardown": "profiler-controlled-teardown",
-}
+    try:
+        return spec(probe_id).concern
+    except Exception:
+        return ""
+
+
+def fix_of_probe(probe_id: str) -> str | None:
+    """The first fix a probe declares as addressing it (None: none)."""
+    from diag.probes import spec
+
+    try:
+        fixes = spec(probe_id).fixes
+    except Exception:
+        return None
+    return fixes[0] if fixes else None
 
 
 def short_error(e: BaseException) -> str:
@@ -118,7 +124,7 @@ class FindingView:
 
 
 def pending_findings(probe_ids: list[str]) -> list[FindingView]:
-    return [FindingView(p, "pending", p, CONCERNS.get(p, "")) for p in probe_ids]
+    return [FindingView(p, "pending", p, concern(p)) for p in probe_ids]
 
 
 def probe_ids() -> list[str]:
@@ -534,15 +540,11 @@ def _median(xs: list[float]) -> Any:
     return Stats.of(xs).median if xs else NA
 
 
-_SYNCS_IN = re.compile(r"\((\d+) syncs?\b")
-_AT = re.compile(r"\bat (\S+:\d+)")
-_MEASURED = "measured syncs per call: "
-
-
 def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
-    """Per-builder syncs from the metadata-syncs finding: measured counts first (metric evidence
-    'measured syncs per call: FN (path)'), then the static census's sites grouped per function
-    (location evidence; '(N syncs' in its detail), draft-extend-path builders before others."""
+    """Per-builder syncs from the metadata-syncs finding, read from evidence `data` (never
+    `detail`): measured counts first (`metric` with data.source `cpu-counter`/`gpu-sync-debug`),
+    then the static census's sites grouped per builder (`location` with data.source `static`),
+    those on the path under audit (data.reach `reaches`) before others."""
     measured: list[SyncRow] = []
     census: dict[str, SyncRow] = {}
     sites: dict[str, int] = {}
@@ -550,25 +552,30 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
         if f.probe != "metadata-syncs":
             continue
         for e in f.evidence:
-            if e.kind == "metric" and e.metric and e.metric.startswith(_MEASURED):
-                at = _AT.search(e.detail or "")
-                how = (e.detail or "").split(",")[0] or "measured"
-                measured.append(SyncRow(e.metric[len(_MEASURED):], at.group(1) if at else "",
-                                        e.value, NA, f"measured ({how})"))
-            elif e.kind == "location" and e.function:
-                m = _SYNCS_IN.search(e.detail or "")
-                n = int(m.group(1)) if m else NA
-                where = "DE path" if "draft-extend" in (e.detail or "") else "other"
-                row = census.get(e.function)
+            d = e.data or {}
+            if e.kind == "metric" and d.get("builder") and d.get("source") != "static":
+                loc = f"{d['file']}:{d['line']}" if d.get("file") and d.get("line") else \
+                    str(d.get("file") or "")
+                how = {"cpu-counter": "cpu", "gpu-sync-debug": "gpu"}.get(
+                    str(d.get("source")), str(d.get("source", "measured")))
+                # "method (path)": the shape the bench join (tui/model.py) matches on
+                name = f"{str(d['builder']).rsplit('.', 1)[-1]} ({d.get('path', '?')})"
+                measured.append(SyncRow(name, loc, d.get("syncs", NA), NA, f"measured ({how})"))
+            elif e.kind == "location" and d.get("source") == "static" and d.get("builder"):
+                fn = str(d["builder"])
+                n = d.get("syncs", NA)
+                where = "DE path" if d.get("reach") == "reaches" else str(d.get("reach", "other"))
+                row = census.get(fn)
                 if row is None:
                     loc = f"{e.file}:{e.line}" if e.line else str(e.file)
-                    census[e.function] = SyncRow(e.function, loc, n, NA, f"static, {where}")
-                    sites[e.function] = 1
+                    census[fn] = SyncRow(fn, loc, n, NA, f"static, {where}")
+                    sites[fn] = 1
                 else:
-                    sites[e.function] += 1
+                    sites[fn] += 1
                     row.before = row.before + n if row.before is not NA and n is not NA else NA
-            elif e.kind == "row" and e.data and e.data.get("builder"):
-                d = e.data
+                    if where == "DE path":
+                        row.source = "static, DE path"
+            elif e.kind == "row" and d.get("builder"):
                 measured.append(SyncRow(str(d["builder"]), str(d.get("location", "")),
                                         d.get("before", d.get("syncs", NA)), d.get("after", NA),
                                         "probe"))
