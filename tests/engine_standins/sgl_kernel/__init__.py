@@ -396,6 +396,50 @@ IMPORT_ONLY = ("apply_rotary_pos_emb_cpu", "flash_attn_varlen_func", "conv3d_emb
                "fused_sigmoid_gating_delta_rule_update_cpu", "fused_gdn_gating_cpu")
 
 
+# Releases before the KV-scale arguments (0.5.17, 0.5.18, 0.5.19: intel_amx_backend.py passes
+# no k_scale/v_scale, and extend has no is_causal) call the attention operators with this ABI.
+_OLD_ATTENTION = {
+    "decode_attention_cpu": (
+        "(Tensor query, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor(c!) output, Tensor? key, "
+        "Tensor? value, Tensor loc, Tensor(d!) attn_logits, Tensor req_to_token, "
+        "Tensor req_pool_indices, Tensor seq_lens, float sm_scale, float logit_cap, "
+        "bool is_cross, int sliding_window, Tensor? encoder_lens, Tensor? sinks) -> ()"),
+    "extend_attention_cpu": (
+        "(Tensor q_extend, Tensor? k_extend, Tensor? v_extend, Tensor(a!) o_extend, "
+        "Tensor k_buffer, Tensor v_buffer, Tensor req_to_token, Tensor req_pool_indices, "
+        "Tensor seq_lens, Tensor extend_seq_lens, Tensor extend_start_loc, int? max_len_extend, "
+        "float sm_scale, float logit_cap, bool is_cross, int sliding_window, "
+        "Tensor? encoder_lens, Tensor? sinks, Tensor? tree_mask) -> ()"),
+}
+
+
+def _old_decode(q, kc, vc, o, k, v, loc, logits, r2t, rpi, sl, sm, cap, cross, win, enc, sinks):
+    decode_attention_cpu(q, kc, vc, 1.0, 1.0, o, k, v, loc, logits, r2t, rpi, sl, sm, cap, cross,
+                         win, enc, sinks)
+
+
+def _old_extend(q, k, v, o, kb, vb, r2t, rpi, sl, el, es, mx, sm, cap, cross, win, enc, sinks,
+                tree_mask):
+    extend_attention_cpu(q, k, v, o, kb, vb, 1.0, 1.0, r2t, rpi, sl, el, es, mx, sm, cap, cross,
+                         win, enc, sinks, tree_mask, True)
+
+
+def _old_abi() -> bool:
+    """Whether the installed SGLang's intel_amx backend calls the attention operators without
+    KV scales (read from its source; sglang is being imported, so it is not imported here)."""
+    try:
+        import importlib.util
+        import os
+
+        spec = importlib.util.find_spec("sglang")
+        root = list(spec.submodule_search_locations)[0]
+        path = os.path.join(root, "srt", "layers", "attention", "intel_amx_backend.py")
+        with open(path, encoding="utf-8") as fh:
+            return "key_scale" not in fh.read()
+    except Exception:
+        return False
+
+
 def _register() -> None:
     if hasattr(torch.ops.sgl_kernel, "convert_weight_packed"):
         return
@@ -403,9 +447,14 @@ def _register() -> None:
         setattr(torch.ops.sgl_kernel, name, _not_implemented(name))
     global _LIB
     _LIB = torch.library.Library("sgl_kernel", "DEF")  # noqa: PLW0603 (kept alive with the module)
+    old = _old_abi()
     for name, schema in _TORCH_OPS.items():
+        fn = globals()[name]
+        if old and name in _OLD_ATTENTION:
+            schema = _OLD_ATTENTION[name]
+            fn = _old_decode if name == "decode_attention_cpu" else _old_extend
         _LIB.define(name + schema)
-        _LIB.impl(name, globals()[name], "CompositeImplicitAutograd")
+        _LIB.impl(name, fn, "CompositeImplicitAutograd")
 
 
 _register()
