@@ -47,6 +47,8 @@ class Row:
     before: Stats | None
     after: Stats | None
     note: str | None = None
+    # Why a worse after/before is expected (e.g. "collects at the stop"): shown beside the ratio.
+    expected: str | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -75,7 +77,8 @@ class BenchResult:
     def from_dict(cls, d: dict[str, Any]) -> BenchResult:
         rows = [Row(r["metric"], r["unit"],
                     Stats(**r["before"]) if r.get("before") else None,
-                    Stats(**r["after"]) if r.get("after") else None, r.get("note"))
+                    Stats(**r["after"]) if r.get("after") else None, r.get("note"),
+                    r.get("expected"))
                 for r in d.get("rows", [])]
         return cls(d["id"], d["title"], d["device"], d.get("params", {}), rows,
                    d.get("notes", []), d.get("skipped"))

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from diag import __version__
+from diag.schemas import SCHEMA_VERSION
 
 # Variables that change the code paths diag looks at (SGLANG.md), shown set or not.
 RELEVANT_VARS = (
@@ -110,7 +111,7 @@ def servers_part() -> list[dict[str, Any]]:
 
 def collect(sglang: str | None = None, log=None) -> dict[str, Any]:
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "tool": {"name": "diag", "version": __version__},
         "python": {"version": pyplatform.python_version(), "executable": sys.executable},
         "os": pyplatform.platform(),

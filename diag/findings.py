@@ -85,8 +85,12 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     hint: str | None = None
     fixes: list[str] = field(default_factory=list)
+    # The target itself is broken (a worker file missing, empty or not parsing): the run
+    # exits 3 like any target error; in JSON only when true.
+    target_error: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"target_error": True} if self.target_error else {}
         return {
             "probe": self.probe,
             "status": self.status.value,
@@ -95,6 +99,7 @@ class Finding:
             "evidence": [e.to_dict() for e in self.evidence],
             "hint": self.hint,
             "fixes": list(self.fixes),
+            **extra,
         }
 
     @classmethod
@@ -103,5 +108,6 @@ class Finding:
             probe=d["probe"], status=Status(d["status"]), title=d["title"],
             summary=d["summary"], evidence=[Evidence(**e) for e in d.get("evidence", [])],
             hint=d.get("hint"), fixes=list(d.get("fixes", [])),
+            target_error=bool(d.get("target_error", False)),
         )
 

@@ -11,13 +11,15 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from diag.errors import TargetError
 
 # The release `diag diagnose` audits when no sglang is importable and no --sglang is given.
 DEFAULT_RELEASE = "0.5.23"
 
-VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([._-]?(post|rc|a|b|dev)\d+)*$")
 DOWNLOAD_TIMEOUT_S = 300
+LOCAL_HINT = "pass --sglang PATH to audit an SGLang tree on disk"
 
 
 def cache_root() -> Path:
@@ -30,7 +32,14 @@ def cache_root() -> Path:
 
 
 def looks_like_version(text: str) -> bool:
-    return bool(VERSION_RE.match(text))
+    """A PEP 440 version that starts with a digit (`0.5.17`, `0.5.12.post1`, `0.0.0.999`)."""
+    if not text[:1].isdigit():
+        return False
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def release_dir(version: str) -> Path:
@@ -60,18 +69,19 @@ def fetch(version: str, log=None) -> Path:
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{version}-") as tmp:
         dl = Path(tmp) / "dl"
         # Only the sources are read, so ask for the wheel whatever this interpreter is.
+        # -vv: pip logs why an index page could not be fetched only at debug level.
         cmd = [sys.executable, "-m", "pip", "download", f"sglang=={version}", "--no-deps",
                "--only-binary=:all:", "--python-version", "3.11",
                "--platform", "manylinux_2_34_x86_64", "--platform", "any",
-               "--implementation", "cp", "-q", "-d", str(dl)]
+               "--implementation", "cp", "-vv", "-d", str(dl)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired as e:
-            raise TargetError(f"downloading sglang=={version} timed out after {e.timeout}s") from e
+            raise TargetError(f"downloading sglang=={version} did not finish in {e.timeout:g} s "
+                              f"(a slow or unreachable package index); {LOCAL_HINT}") from None
         wheels = sorted(dl.glob("sglang-*.whl")) if dl.exists() else []
         if proc.returncode != 0 or not wheels:
-            why = _last_error_line(proc.stderr) or "no wheel downloaded"
-            raise TargetError(f"cannot download sglang=={version}: {why}")
+            raise TargetError(download_failure(version, proc.stdout + "\n" + proc.stderr))
         unpack = Path(tmp) / "tree"
         with zipfile.ZipFile(wheels[0]) as zf:
             members = [m for m in zf.namelist() if _wanted(m)]
@@ -96,7 +106,56 @@ def _wanted(member: str) -> bool:
     return member.endswith((".py", "METADATA", "entry_points.txt", "RECORD")) or member.endswith("/")
 
 
-def _last_error_line(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+_FETCH_FAILED = re.compile(r"^Could not fetch URL (\S+?): (.*?)(?: - skipping)?$", re.M)
+_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+# What pip says about an index page it could not fetch when the index itself is out of reach
+# (pip/_internal/index/collector.py: connection error, timed out, SSL); an HTTP 404 is not.
+_UNREACHABLE = ("connection error", "timed out", "ssl", "proxy", "407", "500 ", "502 ", "503 ",
+                "504 ")
+
+
+def download_failure(version: str, output: str) -> str:
+    """One line for a failed `pip download sglang==X`: the index could not be reached (with
+    pip's cause), the release does not exist there, or pip's own last error."""
+    m = _FROM_VERSIONS.search(output)
+    listed = [v.strip() for v in m.group(1).split(",") if v.strip() != "none"] if m else []
+    listed = [v for v in listed if v]
+    if listed:  # an index answered with the releases it has: this one is not among them
+        newest = sorted(listed, key=_sort_key)[-3:]
+        return (f"no such release: sglang=={version} is not on the package index (its newest: "
+                f"{', '.join(newest)}); {LOCAL_HINT}")
+    for url, reason in _FETCH_FAILED.findall(output):
+        if any(k in reason.lower() for k in _UNREACHABLE):
+            return (f"cannot reach the package index ({url}: {_cause(reason)}); check pip's "
+                    f"index and proxy settings (`pip config list`), or {LOCAL_HINT}")
+    if m:
+        return (f"no such release: the package index has no sglang wheel to download "
+                f"(sglang=={version}: from versions: none); {LOCAL_HINT}")
+    if "No module named pip" in output:
+        return f"cannot download sglang=={version}: {sys.executable} has no pip; {LOCAL_HINT}"
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR")]
-    return (errors or lines or [""])[-1]  # e.g. "No module named pip" has no ERROR prefix
+    why = (errors or lines or ["no wheel downloaded"])[-1]
+    return f"cannot download sglang=={version}: {why[:300]}"
+
+
+def _cause(reason: str) -> str:
+    """pip's reason, short: `Connection refused`, `proxy: Connection refused`, `timed out`."""
+    low = reason.lower()
+    errno = _ERRNO.findall(reason)
+    if errno:
+        cause = errno[-1].strip()
+    elif "timed out" in low:
+        cause = "timed out"
+    else:
+        cause = reason.strip()[:200]
+    return f"proxy: {cause}" if "proxyerror" in low or "proxy" in low and "connect" in low \
+        else cause
+
+
+def _sort_key(v: str) -> Version:
+    try:
+        return Version(v)
+    except InvalidVersion:
+        return Version("0")

@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 from diag import __version__
-from diag.errors import EXIT_FINDINGS, EXIT_OK
+from diag.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL
 from diag.findings import SEVERITY, Finding, Status
+from diag.schemas import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 FAIL_ON = {"warn": 1, "fail": 2}
 
 _STYLE = {
@@ -25,6 +25,10 @@ _STYLE = {
 
 
 def exit_code(findings: list[Finding], fail_on: str) -> int:
+    """1 for a finding at or above `fail_on`; 3 (a target error) when a finding says the target
+    itself is broken, whatever `fail_on`."""
+    if any(f.target_error for f in findings):
+        return EXIT_OPERATIONAL
     threshold = FAIL_ON[fail_on]
     return EXIT_FINDINGS if any(SEVERITY[f.status] >= threshold for f in findings) else EXIT_OK
 

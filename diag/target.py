@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from diag import releases
-from diag.errors import TargetError
+from diag.errors import EXIT_USAGE, TargetError
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,6 @@ class Target:
         except ValueError:
             return str(path)
 
-    def at_least(self, version: str) -> bool:
-        v = self.parsed_version
-        return v is not None and v >= Version(version)
-
     def to_dict(self) -> dict:
         return {"root": str(self.root), "version": self.version, "origin": self.origin}
 
@@ -73,7 +69,8 @@ def resolve(spec: str | None, log=None) -> Target:
         return from_path(p)
     if releases.looks_like_version(spec):
         return from_release(spec, log=log)
-    raise TargetError(f"--sglang {spec!r} is neither an existing path nor a release version")
+    raise TargetError(f"--sglang {spec!r} is neither an existing path nor a release version "
+                      f"(e.g. {releases.DEFAULT_RELEASE})", exit_code=EXIT_USAGE)
 
 
 def find_importable() -> Target | None:

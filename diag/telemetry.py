@@ -18,9 +18,8 @@ _sinks: list[Sink] = []
 _lock = threading.Lock()
 _log = logging.getLogger("diag.telemetry")
 
-# Event kinds (the `kind` field): "syncs" (builder, count, seconds), "draft_extend" (mode:
-# graph|eager, seconds, batch), "profiler_stop" (seconds, collected, path), "fix" (fix, state,
-# reason), "control_ack", "error" (where, message), "start".
+# Event kinds (the `kind` field) and their fields are defined in `diag.engine.events`; a probe's
+# runtime counter declares the kinds it emits (`diag.probes.base.Counter.events`).
 
 
 def add_sink(sink: Sink) -> None:

@@ -15,6 +15,7 @@ from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
 from diag.probes.base import Counter, Probe
 from diag.probes.gate import (
+    DRAFT_UTILS_FILE,
     EAGER,
     GRAPH,
     UNSUPPORTED,
@@ -23,6 +24,7 @@ from diag.probes.gate import (
     Verdict,
     backend_map,
     env_bool,
+    parse_problem,
     read_gate,
     verdict,
 )
@@ -52,6 +54,8 @@ def _hint(v: Verdict, platform: str, gate: GateInfo, name: str) -> str | None:
         return "drop --disable-cuda-graph"
     if cause == "unsupported":
         return "check --attention-backend against this release's backends (table above)"
+    if cause == "no_draft_extend_backend":
+        return "pick an attention backend for which this release builds a draft-extend backend"
     return None
 
 
@@ -72,7 +76,21 @@ class DraftExtendGraphProbe(Probe):
 
     def _static(self, ctx: Context) -> Finding:
         t, plat, cfg = ctx.target, ctx.platform, ctx.config
-        gate = read_gate(t)
+        info = ctx.cache.get("server_info")
+        gate = read_gate(t, environ=dict(os.environ),
+                         server_args=srv.server_args(info) if isinstance(info, dict) else None)
+        if gate.broken:
+            return self._broken(gate.problem, gate.file, gate.line,
+                                f"the {gate.worker} EAGLE worker of this tree: {gate.broken}",
+                                [note(f"worker selected by {gate.selection}")]
+                                if gate.selection else [])
+        # (a missing draft_utils.py is not broken: older trees keep the factory elsewhere)
+        factory = parse_problem(t.file(DRAFT_UTILS_FILE))
+        if factory is not None and factory[0] != "missing":
+            rel = t.relpath(t.file(DRAFT_UTILS_FILE))
+            what, line = factory
+            return self._broken(f"{rel} {'is ' + what if what in ('missing', 'empty') else what}",
+                                rel, line, f"the draft backend factory of this tree: {what}", [])
         if not gate.recognised:
             return self.finding(
                 Status.WARN, f"gate not recognised in {gate.file}: {gate.problem}",
@@ -86,6 +104,8 @@ class DraftExtendGraphProbe(Probe):
         multi = bool(_server_arg(ctx, "enable_multi_layer_eagle"))
         ev: list[Evidence] = [location(gate.file, gate.line, f"{gate.worker_class}.{gate.method}",
                                        _gate_detail(gate, plat))]
+        if gate.selection:
+            ev.append(note(f"worker selected by {gate.selection}"))
         if killed:
             ev.append(note(f"{gate.kill_switch_env} is set in this environment"))
         rows, eager = self._table(gate, bm, plat, cfg.speculative_num_steps, killed,
@@ -110,15 +130,27 @@ class DraftExtendGraphProbe(Probe):
                                     hint=_hint(v, plat, gate, name))
             return self.finding(Status.WARN, f"{what}: {v.reason}", evidence=ev,
                                 hint=_hint(v, plat, gate, name))
+        steps_bound = [e.data["backend"] for e in rows
+                       if e.kind == "row" and "needs --speculative-num-steps" in (e.detail or "")]
         if eager:
+            also = (f"; {', '.join(steps_bound)} only with --speculative-num-steps >= 2"
+                    if steps_bound else "")
             return self.finding(
                 Status.WARN, f"on {plat.upper()} draft-extend runs eager for "
-                             f"{', '.join(eager)} (no attention backend given: pass "
-                             "--attention-backend or --server for a verdict)",
+                             f"{', '.join(eager)}{also} ({_ask_for_backend(ctx)})",
                 evidence=ev, hint=f"{FIX_ID} adds the missing backends to the allow-list"
                 if plat == "hip" else None)
         return self.finding(Status.OK, f"on {plat.upper()} every listed backend's draft-extend "
                                        "is captured as a graph", evidence=ev)
+
+    def _broken(self, problem: str, file: str | None, line: int | None, detail: str,
+                extra: list[Evidence]) -> Finding:
+        """A tree whose source cannot be read: a target error (exit 3), not a gate shape."""
+        return self.finding(
+            Status.ERROR, f"target error: {problem}",
+            evidence=[location(file or "?", line, None, detail), *extra],
+            hint="the SGLang tree is incomplete or edited: reinstall it or pass a release "
+                 "(--sglang VERSION)", fixes=[], target_error=True)
 
     def _table(self, gate: GateInfo, bm: dict[str, BackendInfo], plat: str,
                steps: int | None, killed: bool, disabled: bool, multi: bool,
@@ -147,8 +179,9 @@ class DraftExtendGraphProbe(Probe):
         ev: list[Evidence] = []
         if err:
             return self._live_finding(Status.WARN, f"{title}: server evidence unavailable: {err}",
-                                      ev, hint="check the URL and that the server finished "
-                                               "starting (--server http://HOST:PORT)")
+                                      ev, hint=f"{ctx.server_url} did not give its server "
+                                               "info: check that it is SGLang's HTTP server and "
+                                               "has finished starting")
         ranks = srv.draft_extend_startup(info)
         version = info.get("version")
         if version and ctx.target.version and str(version) != ctx.target.version:
@@ -184,8 +217,8 @@ class DraftExtendGraphProbe(Probe):
             return self._live_finding(
                 Status.FAIL, f"{title}: not captured (draft_extend = 0.0 s): every draft-extend "
                              "runs eager", ev,
-                hint=f"{FIX_ID} lets the gate capture it (run `diag diagnose --server URL` "
-                     "for the static reason)")
+                hint=f"{FIX_ID} lets the gate capture it (the static {self.id} finding of "
+                     "this run gives the gate's reason)")
         if any(v == 0.0 for v in values):
             return self._live_finding(Status.WARN, f"{title}: captured on some ranks only", ev)
         return self._live_finding(Status.OK, f"{title}: captured at startup "
@@ -203,6 +236,18 @@ class DraftExtendGraphProbe(Probe):
         return self.finding(status, summary, evidence=ev, hint=hint)
 
 
+def _ask_for_backend(ctx: Context) -> str:
+    """What to pass for a verdict; never `--server` when one was given (say what it lacked)."""
+    if not ctx.server_url:
+        return "no attention backend given: pass --attention-backend or --server for a verdict"
+    err = ctx.cache.get("server_error")
+    if err:
+        return f"the server's arguments could not be read ({err}): pass --attention-backend " \
+               "for a verdict"
+    return "the server's arguments name no attention backend: pass --attention-backend for a " \
+           "verdict"
+
+
 def _server_arg(ctx: Context, name: str):
     info = ctx.cache.get("server_info")
     return srv.server_args(info).get(name) if isinstance(info, dict) else None
@@ -211,6 +256,8 @@ def _server_arg(ctx: Context, name: str):
 def _cls(info: BackendInfo | None) -> str:
     if info is None:
         return "(unknown to the release)"
+    if info.draft_extend_none:
+        return "None (the factory builds none)"
     return info.draft_extend_class or ("(no draft backend)" if not info.has_draft_factory_entry
                                        else "(class not found)")
 

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from diag import telemetry
 from diag.patcher import Patch
+from diag.target import Target
 
 PATCH_ID = "draft-extend-runtime"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
@@ -132,7 +133,13 @@ def _wrap_can_run(original: Callable) -> Callable:
     return can_run_recorded
 
 
-def runtime_patch(target_version: str | None) -> Patch:
-    """The hooks as one revertible Patch (apply it in the engine process; the agent does)."""
+def hook_patch(target_version: str | None) -> Patch:
+    """The hooks for a release version as one revertible Patch (None: the newest layout)."""
     (wm, wq), (rm, rq) = hook_targets(target_version)
     return Patch(PATCH_ID).add(wm, wq, _wrap_pass).add(rm, rq, _wrap_can_run)
+
+
+def runtime_patch(target: Target | None) -> Patch:
+    """The draft-extend-graph probe's runtime counter, for the running release (`target`; None:
+    the newest layout). The agent applies it in the engine process."""
+    return hook_patch(target.version if target is not None else None)

@@ -4,18 +4,24 @@ Why: whether speculative decoding's draft-extend phase is captured as a CUDA/HIP
 eager is decided by a few lines in the EAGLE draft worker (`supports_hip*draft_extend_graph`,
 an `isinstance` allow-list). The gate moved between methods and was renamed across releases
 (SGLANG.md), so everything here is found by name and shape, never by line, and SGLang is never
-imported. Three parts:
+imported. Parts:
 
-- `read_gate(target)` → `GateInfo`: where the gate is and what it admits, per platform;
+- `select_worker(target, environ, server_args)`: which EAGLE worker runs (v1 or v2, where a
+  release has both: `SGLANG_ENABLE_SPEC_V2`, or a server's `disable_overlap_schedule`);
+- `read_gate(target, environ=..., server_args=...)` → `GateInfo`: where that worker's gate is
+  and what it admits, per platform, every name in it resolved (`_Scope`), or why not
+  (`broken` for a worker file that is missing, empty or does not parse);
 - `backend_map(target, platform)` → `{name: BackendInfo}`: which classes each
-  `--attention-backend` name builds for the draft (decode and draft-extend), from
-  `attention_registry.py` and `speculative/draft_utils.py`;
+  `--attention-backend` name builds for the draft (decode and draft-extend, or None), from
+  `attention_registry.py` and `speculative/draft_utils.py`, plus the aliases the release's
+  argument handling rewrites (`backend_aliases`);
 - `verdict(gate, info, platform, num_steps, ...)` → `Verdict(mode, reason)`, a pure function.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
@@ -42,13 +48,17 @@ EXPECTED = (f"a method of the EAGLE draft worker that sets self.{RUNNER_ATTR} un
             f"testing self.{EXTEND_ATTR}, with the HIP condition in a variable named "
             "supports_hip*draft_extend_graph (isinstance allow-list), or inline")
 
-_ENV_TRUE = ("true", "1", "yes", "y")  # SGLang's EnvBool; any other value reads as the default
+_ENV_TRUE = ("true", "1", "yes", "y")  # SGLang's EnvBool (environ.py)
+_ENV_FALSE = ("false", "0", "no", "n")  # any other value reads as the default
 
 
-def env_bool(value: str | None) -> bool:
-    """An SGLang `EnvBool(False)` switch as the engine reads it (`environ.py`: lower-cased,
-    not stripped; an invalid value falls back to the default, False)."""
-    return value is not None and value.lower() in _ENV_TRUE
+def env_bool(value: str | None, default: bool = False) -> bool:
+    """An SGLang `EnvBool(default)` switch as the engine reads it (`environ.py`: lower-cased,
+    not stripped; an invalid value falls back to the default)."""
+    if value is None:
+        return default
+    v = value.lower()
+    return True if v in _ENV_TRUE else False if v in _ENV_FALSE else default
 
 
 # Graph modes a verdict can give.
@@ -64,9 +74,10 @@ def parse_file(path: Path) -> ast.Module | None:
     """Parsed module, cached by (path, mtime, size): `diag diagnose` reads the same files often."""
     try:
         st = path.stat()
+        real = path.resolve()  # a linked copy of a tree shares the parse
     except OSError:
         return None
-    key = (str(path), st.st_mtime_ns, st.st_size)
+    key = (str(real), st.st_mtime_ns, st.st_size)
     tree = _AST_CACHE.get(key)
     if tree is None:
         try:
@@ -77,17 +88,42 @@ def parse_file(path: Path) -> ast.Module | None:
     return tree
 
 
+def parse_problem(path: Path) -> tuple[str, int | None] | None:
+    """Why a source file cannot be read as a module: ("missing" | "empty" | "does not parse
+    (...)", line), or None when it parses to something."""
+    if not path.is_file():
+        return "missing", None
+    tree = parse_file(path)  # cached: the common case costs nothing more
+    if tree is not None:
+        return ("empty", None) if not tree.body else None
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"unreadable ({e.strerror})", None
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except SyntaxError as e:
+        return f"does not parse (SyntaxError at line {e.lineno}: {e.msg})", e.lineno
+    except ValueError as e:
+        return f"does not parse ({e})", None
+    return ("empty", None) if not tree.body else None
+
+
 # --------------------------------------------------------------------------- the gate
 
 
 @dataclass(frozen=True)
 class Check:
-    """One `isinstance(self.<attr>, <cls>)` test of the gate."""
+    """One `isinstance(self.<attr>, <cls>)` test of the gate (`exact`: `type(self.<attr>) is
+    <cls>` or `in {...}`, which a subclass does not pass)."""
 
     attr: str  # "draft_attn_backend" (the multi-step decode backend) | "draft_extend_attn_backend"
     cls: str
+    exact: bool = False
 
     def text(self) -> str:
+        if self.exact:
+            return f"type(self.{self.attr}) is {self.cls}"
         return f"isinstance(self.{self.attr}, {self.cls})"
 
 
@@ -129,6 +165,14 @@ class GateInfo:
     capture_condition: str | None = None  # the capture `if`, as source
     multi_layer: MultiLayerGate | None = None
     expected: str = EXPECTED
+    # The worker file cannot be read: "missing" | "empty" | "does not parse (...)" (a target
+    # error, not a changed gate shape); `line` is then the syntax error's line.
+    broken: str | None = None
+    # How the release picks this worker, e.g. "SGLANG_ENABLE_SPEC_V2 unset (default False)
+    # -> v1 (sglang/srt/speculative/spec_info.py:81)"; None where there is one worker only.
+    selection: str | None = None
+    # Names of the CUDA allow-list that could not be followed: CUDA verdicts are then unknown.
+    cuda_unresolved: list[str] = field(default_factory=list)
 
     @property
     def hip_classes(self) -> list[str]:
@@ -150,45 +194,117 @@ class GateInfo:
             "worker": self.worker, "variable": self.variable, "hip_policy": self.hip_policy,
             "hip_checks": [c.text() for c in self.hip_checks], "cuda_policy": self.cuda_policy,
             "cuda_classes": self.cuda_classes, "kill_switch_env": self.kill_switch_env,
+            "broken": self.broken, "selection": self.selection,
         }
 
 
-def spec_v2_is_default(target: Target) -> bool:
-    """`SGLANG_ENABLE_SPEC_V2 = EnvBool(False)` in environ.py (0.5.9) → the v1 worker runs."""
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+SPEC_INFO_FILE = "srt/speculative/spec_info.py"
+V1_MODULE, V2_MODULE = "sglang.srt.speculative.eagle_worker", "sglang.srt.speculative.eagle_worker_v2"
+
+
+def spec_v2_env_default(target: Target) -> tuple[bool, int] | None:
+    """`SGLANG_ENABLE_SPEC_V2 = EnvBool(<default>)` in environ.py: (default, line), or None
+    where the release has no such variable."""
     tree = parse_file(target.file(ENVIRON_FILE))
     if tree is None:
-        return True
+        return None
     for node in ast.walk(tree):
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id == "SGLANG_ENABLE_SPEC_V2"
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == SPEC_V2_ENV
                 and isinstance(node.value, ast.Call) and node.value.args
                 and isinstance(node.value.args[0], ast.Constant)):
-            return bool(node.value.args[0].value)
-    return True
+            return bool(node.value.args[0].value), node.lineno
+    return None
 
 
-def read_gate(target: Target, worker: str = "default") -> GateInfo:
-    """The gate of the worker the release runs by default (`worker="v2"|"v1"` to choose)."""
-    v2_default = spec_v2_is_default(target)
-    has_v1 = target.file(V1_FILE).is_file()
+def spec_v2_is_default(target: Target) -> bool:
+    """`SGLANG_ENABLE_SPEC_V2 = EnvBool(False)` in environ.py (0.5.9, 0.5.10) → the v1 worker."""
+    d = spec_v2_env_default(target)
+    return True if d is None else d[0]
+
+
+def _worker_imports(target: Target) -> tuple[dict[str, int], int | None]:
+    """spec_info.py: {module: line} for the EAGLE worker modules it imports, and the line of
+    `enable_overlap = not server_args.disable_overlap_schedule` (what picks v1 or v2)."""
+    tree = parse_file(target.file(SPEC_INFO_FILE))
+    found: dict[str, int] = {}
+    overlap = None
+    if tree is None:
+        return found, overlap
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in (V1_MODULE, V2_MODULE):
+            found.setdefault(node.module, node.lineno)
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name)
+              and node.targets[0].id == "enable_overlap" and overlap is None):
+            overlap = node.lineno
+    return found, overlap
+
+
+def select_worker(target: Target, environ: dict[str, str] | None = None,
+                  server_args: dict | None = None) -> tuple[str, str | None]:
+    """Which EAGLE worker the release runs ("v1" | "v2") and, where it has both, why.
+
+    Both workers (up to 0.5.12.post1): spec_info.py takes the v2 worker when the overlap
+    scheduler is on (`enable_overlap = not server_args.disable_overlap_schedule`), and
+    server_args turns it off when `SGLANG_ENABLE_SPEC_V2` reads false (EnvBool; default False
+    in 0.5.9-0.5.10, True in 0.5.11-0.5.12.post1). A server's resolved
+    `disable_overlap_schedule` decides; else `environ` (None: the release's default).
+    """
+    imports, overlap_line = _worker_imports(target)
+    has_v1 = V1_MODULE in imports or (not imports and target.file(V1_FILE).is_file())
+    has_v2 = V2_MODULE in imports or (not imports and target.file(V2_FILE).is_file())
+    if not (has_v1 and has_v2):
+        return ("v1" if has_v1 else "v2"), None
+    where = f"{target.relpath(target.file(SPEC_INFO_FILE))}:{overlap_line or imports[V2_MODULE]}"
+    if server_args and isinstance(server_args.get("disable_overlap_schedule"), bool):
+        off = server_args["disable_overlap_schedule"]
+        return ("v1" if off else "v2"), (
+            f"the server runs with disable_overlap_schedule={off} -> "
+            f"{'v1 eagle_worker.py' if off else 'v2 eagle_worker_v2.py'} ({where})")
+    d = spec_v2_env_default(target)
+    default = True if d is None else d[0]
+    value = (environ or {}).get(SPEC_V2_ENV) if environ is not None else None
+    on = env_bool(value, default)
+    env_where = (f"{target.relpath(target.file(ENVIRON_FILE))}:{d[1]}" if d else "no default found")
+    shown = f"{SPEC_V2_ENV}={value!r}" if value is not None else f"{SPEC_V2_ENV} unset"
+    return ("v2" if on else "v1"), (
+        f"{shown} (EnvBool({default}), {env_where}) -> "
+        f"{'v2 eagle_worker_v2.py' if on else 'v1 eagle_worker.py'} ({where})")
+
+
+def read_gate(target: Target, worker: str = "default", environ: dict[str, str] | None = None,
+              server_args: dict | None = None) -> GateInfo:
+    """The gate of the worker the release runs (`worker="v2"|"v1"` to choose).
+
+    `environ`/`server_args` pick the worker on releases with both (see `select_worker`);
+    None reads the release's defaults, so the result does not depend on this process.
+    """
+    selection = None
     if worker == "default":
-        worker = "v1" if (has_v1 and not v2_default) or not target.file(V2_FILE).is_file() else "v2"
+        worker, selection = select_worker(target, environ, server_args)
     rel = V2_FILE if worker == "v2" else V1_FILE
     path = target.file(rel)
     info = _read_worker_gate(target, path, worker)
-    info.spec_v2_default = v2_default
+    info.selection = selection
+    info.spec_v2_default = spec_v2_is_default(target)
     info.multi_layer = _read_multi_layer(target)
     return info
 
 
 def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
     relfile = target.relpath(path)
-    if not path.is_file():
-        return GateInfo(False, f"{relfile} not found", file=relfile, worker=worker)
+    broken = parse_problem(path)
+    if broken is not None:
+        what, line = broken
+        return GateInfo(False, f"{relfile} is {what}" if what in ("missing", "empty")
+                        else f"{relfile} {what}", file=relfile, line=line, worker=worker,
+                        broken=what)
     tree = parse_file(path)
     if tree is None:
-        return GateInfo(False, f"{relfile} does not parse", file=relfile, worker=worker)
+        return GateInfo(False, f"{relfile} does not parse", file=relfile, worker=worker,
+                        broken="does not parse")
     site = _find_capture_site(tree)
     if site is None:
         return GateInfo(False, f"no method in {relfile} sets self.{RUNNER_ATTR} under an `if` "
@@ -198,14 +314,16 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
                     line=capture_if.lineno, capture_condition=ast.unparse(capture_if.test))
     info.kill_switch_env = _kill_switch(method)
     info.graphs_disabled_check = _graphs_disabled(method)
-    lists = _list_vars(method)
+    scope = _Scope(target, tree, cls, method, relfile)
 
-    hip_assign = _var_assignment(method, HIP_VAR)
+    hip_assign = _var_assignment(method, HIP_VAR) or _hip_var_by_shape(method)
     if hip_assign is not None:
         name, value, lineno = hip_assign
         info.variable, info.line = name, lineno
-        info.hip_checks = _isinstance_checks(value, lists, method)
+        info.hip_checks = scope.checks(value)
         info.hip_policy = "allowlist"
+        if scope.unresolved:
+            return _unrecognised(info, "not recognised: " + "; ".join(scope.unresolved))
         if not info.hip_checks:
             return _unrecognised(info, f"{name} (line {lineno}) holds no isinstance(self.<backend>"
                                        f", Class) check: {ast.unparse(value)[:120]}")
@@ -214,13 +332,15 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
     else:
         info.hip_policy = _inline_policy(capture_if.test, "hip")
     cuda_assign = _var_assignment(method, CUDA_VAR)
+    cuda_scope = _Scope(target, tree, cls, method, relfile)
     if cuda_assign is not None:
-        info.cuda_checks = _isinstance_checks(cuda_assign[1], lists, method)
+        info.cuda_checks = cuda_scope.checks(cuda_assign[1])
         info.cuda_policy = "allowlist" if info.cuda_checks else "never"
     else:
         info.cuda_policy = _inline_policy(capture_if.test, "cuda")
         if info.cuda_policy == "allowlist":
-            info.cuda_checks = _isinstance_checks(capture_if.test, lists)
+            info.cuda_checks = cuda_scope.checks(capture_if.test, follow=False)
+    info.cuda_unresolved = list(cuda_scope.unresolved)
     if info.hip_policy == "unknown":
         return _unrecognised(info, f"the capture condition names no HIP rule: "
                                    f"{info.capture_condition[:160]}")
@@ -272,6 +392,31 @@ def _var_assignment(method: ast.FunctionDef, pattern: re.Pattern):
                 elif found is None or isinstance(found[1], ast.Constant) \
                         or node.lineno > found[2]:
                     found = (t.id, node.value, node.lineno)
+    return found
+
+
+def _hip_var_by_shape(method: ast.FunctionDef):
+    """The HIP gate under another name: a variable assigned a non-constant value inside an
+    `if _is_hip:` block (or from an expression testing `_is_hip`) and read later in the method:
+    (name, value, line) of its last such assignment."""
+    found = None
+    for node in ast.walk(method):
+        if isinstance(node, ast.If) and platform_truth(node.test, "hip") is True \
+                and platform_truth(node.test, "cuda") is False:
+            for stmt in (n for st in node.body for n in ast.walk(st)):
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                        and isinstance(stmt.targets[0], ast.Name)
+                        and not isinstance(stmt.value, ast.Constant)
+                        and not isinstance(stmt.value, (ast.List, ast.Tuple, ast.Set))
+                        and _name_loaded(method, stmt.targets[0].id)):
+                    found = (stmt.targets[0].id, stmt.value, stmt.lineno)
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.BoolOp)
+              and isinstance(node.value.op, ast.And)
+              and any(platform_truth(v, "hip") is True and platform_truth(v, "cuda") is False
+                      for v in node.value.values)
+              and _name_loaded(method, node.targets[0].id)):
+            found = (node.targets[0].id, node.value, node.lineno)
     return found
 
 
@@ -341,6 +486,244 @@ def _isinstance_checks(expr: ast.AST, lists: dict[str, list[str]],
                 if c not in out:
                     out.append(c)
     return out
+
+
+_BUILTINS = frozenset({"isinstance", "type", "tuple", "list", "set", "frozenset", "getattr",
+                       "hasattr", "len", "any", "all", "bool"})
+
+
+_MODINFO: dict[int, tuple[ast.Module, tuple]] = {}
+
+
+class _Scope:
+    """Resolves a gate expression to `Check`s: names bound in the method (class lists, locals
+    holding `self.<attr>`), the helper methods and functions it calls (parameters bound to the
+    arguments), module-level constants (`ALLOWED = (A, B)`, `X = A`) and imports (`from m
+    import Y as Z`, followed into m). What it cannot follow is added to `unresolved` with
+    file:line, and the gate is then "not recognised", never guessed."""
+
+    def __init__(self, target: Target, tree: ast.Module, cls: ast.ClassDef,
+                 method: ast.FunctionDef, rel: str) -> None:
+        self.target, self.cls, self.method = target, cls, method
+        self.unresolved: list[str] = []
+        dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else ""
+        self._home = self._modinfo_of(tree, rel, dotted)
+        self._mods: dict[str, tuple | None] = {}
+
+    # -- modules ------------------------------------------------------------------------
+    @staticmethod
+    def _modinfo_of(tree: ast.Module, rel: str, dotted: str) -> tuple:
+        hit = _MODINFO.get(id(tree))
+        if hit is not None and hit[0] is tree:
+            return hit[1]
+        info = _Scope._build_modinfo(tree, rel, dotted)
+        _MODINFO[id(tree)] = (tree, info)
+        return info
+
+    @staticmethod
+    def _build_modinfo(tree: ast.Module, rel: str, dotted: str) -> tuple:
+        assigns: dict[str, ast.AST] = {}
+        classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for n in tree.body:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 \
+                    and isinstance(n.targets[0], ast.Name):
+                assigns[n.targets[0].id] = n.value
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
+                assigns[n.target.id] = n.value
+        imports: dict[str, tuple[str, str]] = {}
+        pkg = dotted.rsplit(".", 1)[0] if dotted else ""
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom):
+                mod = n.module or ""
+                if n.level:
+                    base = pkg.split(".")
+                    base = base[:len(base) - (n.level - 1)] if n.level > 1 else base
+                    mod = ".".join([*base, mod] if mod else base)
+                for a in n.names:
+                    imports.setdefault(a.asname or a.name, (mod, a.name))
+        return rel, assigns, classes, funcs, imports
+
+    def _path(self, dotted: str) -> Path | None:
+        parts = dotted.split(".")
+        if parts[0] != "sglang":
+            return None
+        for path in (self.target.root.joinpath(*parts[:-1], parts[-1] + ".py"),
+                     self.target.root.joinpath(*parts, "__init__.py")):
+            if path.is_file():
+                return path
+        return None
+
+    def _module(self, dotted: str) -> tuple | None:
+        if dotted not in self._mods:
+            self._mods[dotted] = None
+            path = self._path(dotted)
+            tree = parse_file(path) if path is not None else None
+            if tree is not None:
+                self._mods[dotted] = self._modinfo_of(tree, self.target.relpath(path), dotted)
+        return self._mods[dotted]
+
+    def _defines_class(self, dotted: str, name: str) -> bool:
+        """A top-level `class name` in the module, by its text (no parse of a big backend
+        module just to learn that an imported name is the class it says)."""
+        path = self._path(dotted)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace") if path else ""
+        except OSError:
+            return False
+        return re.search(rf"^class {re.escape(name)}\b", text, re.M) is not None
+
+    # -- checks ---------------------------------------------------------------------------
+    def checks(self, expr: ast.AST, follow: bool = True) -> list[Check]:
+        out: list[Check] = []
+        self._walk(expr, self.method, {}, out, set(), follow, 0)
+        return out
+
+    def _where(self, node: ast.AST) -> str:
+        return f"{self._home[0]}:{getattr(node, 'lineno', '?')}"
+
+    def _walk(self, expr: ast.AST, func: ast.FunctionDef, subj: dict[str, str], out: list,
+              seen: set, follow: bool, depth: int) -> None:
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "isinstance" and len(node.args) == 2:
+                attr = self._subject(node.args[0], func, subj)
+                if attr is None:
+                    self.unresolved.append(f"isinstance subject {ast.unparse(node.args[0])} "
+                                           f"({self._where(node)}) is not a worker attribute")
+                    continue
+                for c in self._classes(node.args[1], func, self._home, 0):
+                    if Check(attr, c) not in out:
+                        out.append(Check(attr, c))
+            elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
+                    and isinstance(node.left, ast.Call) and isinstance(node.left.func, ast.Name) \
+                    and node.left.func.id == "type" and len(node.left.args) == 1 \
+                    and isinstance(node.ops[0], (ast.Is, ast.Eq, ast.In)):
+                attr = self._subject(node.left.args[0], func, subj)
+                if attr is None:
+                    self.unresolved.append(f"type() subject {ast.unparse(node.left.args[0])} "
+                                           f"({self._where(node)}) is not a worker attribute")
+                    continue
+                for c in self._classes(node.comparators[0], func, self._home, 0):
+                    if Check(attr, c, True) not in out:
+                        out.append(Check(attr, c, True))
+            elif isinstance(node, ast.Call) and depth < 4:
+                helper, bound_self = self._helper(node, func)
+                if helper is None:
+                    continue
+                params = [a.arg for a in helper.args.args]
+                if bound_self:
+                    params = params[1:]
+                sub = {p: a for p, a in zip(params, node.args)}
+                sub.update({k.arg: k.value for k in node.keywords if k.arg})
+                hsubj = {}
+                selfish = set()
+                for p, a in sub.items():
+                    attr = self._subject(a, func, subj)
+                    if attr is not None:
+                        hsubj[p] = attr
+                    elif isinstance(a, ast.Name) and (a.id == "self" or subj.get(a.id) == "self"):
+                        selfish.add(p)
+                hsubj.update({p: "self" for p in selfish})
+                for r in (n for n in ast.walk(helper) if isinstance(n, ast.Return) and n.value):
+                    self._walk(r.value, helper, hsubj, out, set(), True, depth + 1)
+            elif follow and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+                    and node.id not in seen:
+                seen.add(node.id)
+                for a in ast.walk(func):
+                    if (isinstance(a, ast.Assign) and len(a.targets) == 1
+                            and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id
+                            and not isinstance(a.value, (ast.Constant, ast.List, ast.Tuple,
+                                                         ast.Set, ast.Attribute))):
+                        self._walk(a.value, func, subj, out, seen, follow, depth)
+
+    def _helper(self, call: ast.Call, func: ast.FunctionDef):
+        """A method of the worker class called on self, or a function of the module."""
+        f = call.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            m = _method(self.cls, f.attr)
+            return (m, True) if m is not None else (None, False)
+        if isinstance(f, ast.Name) and f.id not in _BUILTINS and f.id in self._home[3]:
+            return self._home[3][f.id], False
+        return None, False
+
+    def _subject(self, node: ast.AST, func: ast.FunctionDef, subj: dict[str, str],
+                 depth: int = 0) -> str | None:
+        """The worker attribute an expression reads: `self.x`, a parameter bound to it, or a
+        local `b = self.x`."""
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+                node.value.id == "self" or subj.get(node.value.id) == "self"):
+            return node.attr
+        if isinstance(node, ast.Name) and depth < 4:
+            if node.id in subj and subj[node.id] != "self":
+                return subj[node.id]
+            for a in ast.walk(func):
+                if (isinstance(a, ast.Assign) and len(a.targets) == 1
+                        and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id):
+                    return self._subject(a.value, func, subj, depth + 1)
+        return None
+
+    def _classes(self, node: ast.AST, func: ast.FunctionDef | None, mod: tuple,
+                 depth: int) -> list[str]:
+        """The class names an isinstance/type target binds."""
+        if depth > 8:
+            self.unresolved.append(f"{ast.unparse(node)} ({mod[0]}) nests too deep")
+            return []
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [c for e in node.elts for c in self._classes(e, func, mod, depth + 1)]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.BitOr)):
+            return (self._classes(node.left, func, mod, depth + 1)
+                    + self._classes(node.right, func, mod, depth + 1))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("tuple", "list", "set", "frozenset") and not node.keywords:
+            return self._classes(node.args[0], func, mod, depth + 1) if node.args else []
+        if isinstance(node, ast.Attribute):
+            return [node.attr]  # module.Class
+        if isinstance(node, ast.Name):
+            return self._name(node, func, mod, depth)
+        self.unresolved.append(f"{ast.unparse(node)} ({mod[0]}:{getattr(node, 'lineno', '?')}) "
+                               "is not a class, a tuple of classes or a name of one")
+        return []
+
+    def _name(self, node: ast.Name, func: ast.FunctionDef | None, mod: tuple,
+              depth: int) -> list[str]:
+        n = node.id
+        rel, assigns, classes, _funcs, imports = mod
+        if func is not None:
+            local = [a for a in ast.walk(func) if isinstance(a, ast.Assign)
+                     and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+                     and a.targets[0].id == n]
+            if local:
+                out = self._classes(local[-1].value, func, mod, depth + 1)
+                for c in ast.walk(func):  # `names.append(C)` / `.extend([...])` / `.add(C)`
+                    if (isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                            and c.func.attr in ("append", "extend", "add")
+                            and isinstance(c.func.value, ast.Name) and c.func.value.id == n):
+                        for a in c.args:
+                            out += self._classes(a, func, mod, depth + 1)
+                return out
+        if n in classes:
+            return [n]
+        if n in assigns:
+            return self._classes(assigns[n], None, mod, depth + 1)
+        if n in imports:
+            dotted, orig = imports[n]
+            if self._defines_class(dotted, orig):
+                return [orig]
+            other = self._module(dotted)
+            if other is None:
+                sub = self._module(f"{dotted}.{orig}")
+                if sub is not None:  # `from pkg import module`: not a class
+                    self.unresolved.append(f"{n} ({rel}:{node.lineno}) is a module")
+                    return []
+                self.unresolved.append(f"{n} ({rel}:{node.lineno}) is imported from {dotted}, "
+                                       "which is not in this tree")
+                return []
+            return self._name(ast.Name(id=orig, ctx=ast.Load(), lineno=node.lineno), None,
+                              other, depth + 1)
+        self.unresolved.append(f"{n} ({rel}:{node.lineno}) is bound to nothing the analysis can "
+                               "follow")
+        return []
 
 
 def _kill_switch(method: ast.FunctionDef) -> str | None:
@@ -465,6 +848,11 @@ class BackendInfo:
     draft_extend_classes: list[str] = field(default_factory=list)
     decode_classes: list[str] = field(default_factory=list)
     decode_min_steps: int | None = None  # no multi-step decode backend below this many steps
+    # "file:line" of the `return None` the draft-extend factory takes on this platform: the
+    # release builds no draft-extend backend, so nothing is captured (0.5.9-0.5.15.post1 flashmla)
+    draft_extend_none: str | None = None
+    # The release's argument handling rewrites this name before use: (new name, "file:line")
+    alias_of: tuple[str, str] | None = None
     # Base classes (by name) of the classes above, found on first use: reading them parses the
     # backend modules, which only a verdict without a direct class match needs.
     _ancestors: Callable[[list[str]], list[str]] | None = field(default=None, repr=False,
@@ -585,6 +973,18 @@ class _Resolver:
                             out += self.classes(other.funcs[f.id], other, None, depth + 1)
         return list(dict.fromkeys(out))
 
+    def none_return(self, func: ast.FunctionDef) -> int | None:
+        """The line of the `return None` (or bare `return`) the platform path of a factory
+        method that builds no class takes; None when it returns something else."""
+        for stmt in self._live(func.body):
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Return):
+                    if node.value is None or (isinstance(node.value, ast.Constant)
+                                              and node.value.value is None):
+                        return node.lineno
+                    return None
+        return None
+
     def ancestors(self, name: str, mod: _Module, depth: int = 0) -> list[str]:
         """Base classes of `name` (by name), found through the modules that define them, so an
         isinstance check on a base class is seen to admit a subclass."""
@@ -683,20 +1083,24 @@ def _draft_factory(target: Target) -> tuple[_Module, ast.ClassDef] | None:
             continue
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             if _method(cls, "create_draft_extend_backend") and _method(cls, "create_decode_backend"):
-                return _module_of(tree), cls
+                return _module_of(tree), cls, path
     return None
 
 
-def _factory_map(method: ast.FunctionDef) -> dict[str, str]:
-    """`backend_map = {"aiter": self._create_aiter_prefill_backend, ...}` → {name: method}."""
+def _factory_map(method: ast.FunctionDef) -> dict[str, list[str]]:
+    """`backend_map = {"aiter": self._create_aiter_prefill_backend, ...}` → {name: [method]};
+    a conditional value (`a if not is_blackwell() else b`, 0.5.9) gives both methods."""
+    def methods(v: ast.AST) -> list[str]:
+        if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
+            return [v.attr]
+        if isinstance(v, ast.IfExp):
+            return methods(v.body) + methods(v.orelse)
+        return []
+
     for node in ast.walk(method):
         if isinstance(node, ast.Dict) and node.keys and all(
                 isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
-            out = {}
-            for k, v in zip(node.keys, node.values):
-                if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) \
-                        and v.value.id == "self":
-                    out[k.value] = v.attr
+            out = {k.value: methods(v) for k, v in zip(node.keys, node.values) if methods(v)}
             if out:
                 return out
     return {}
@@ -718,7 +1122,8 @@ def _decode_min_steps(method: ast.FunctionDef) -> int | None:
 
 
 def backend_map(target: Target, platform: str) -> dict[str, BackendInfo]:
-    """Every attention-backend name the release knows → the draft classes it builds on `platform`."""
+    """Every attention-backend name the release knows → the draft classes it builds on `platform`,
+    plus the deprecated names its argument handling rewrites (`backend_aliases`)."""
     res = _Resolver(target, platform)
     reg = _registry(target)
     fac = _draft_factory(target)
@@ -728,7 +1133,7 @@ def backend_map(target: Target, platform: str) -> dict[str, BackendInfo]:
         for name, fn in funcs.items():
             out[name] = BackendInfo(name, True, attention_classes=res.classes(fn, mod))
     if fac:
-        fmod, cls = fac
+        fmod, cls, fpath = fac
         ext_m = _method(cls, "create_draft_extend_backend")
         dec_m = _method(cls, "create_decode_backend")
         ext_map, dec_map = _factory_map(ext_m), _factory_map(dec_m)
@@ -736,16 +1141,89 @@ def backend_map(target: Target, platform: str) -> dict[str, BackendInfo]:
         names = set(ext_map) | set(dec_map) | set(out)
         for name in sorted(names):
             info = out.setdefault(name, BackendInfo(name, False))
-            ext = ext_map.get(name) or _named_method(cls, name, "draft_extend")
-            dec = dec_map.get(name) or _named_method(cls, name, "decode")
-            info.has_draft_factory_entry = ext is not None
+            ext = ext_map.get(name) or [m for m in [_named_method(cls, name, "draft_extend")] if m]
+            dec = dec_map.get(name) or [m for m in [_named_method(cls, name, "decode")] if m]
+            info.has_draft_factory_entry = bool(ext)
             info.decode_min_steps = min_steps
-            if ext and _method(cls, ext):
-                info.draft_extend_classes = res.classes(_method(cls, ext), fmod, cls)
-            if dec and _method(cls, dec):
-                info.decode_classes = res.classes(_method(cls, dec), fmod, cls)
+            nones = []
+            for m in (_method(cls, e) for e in ext):
+                if m is None:
+                    continue
+                found = res.classes(m, fmod, cls)
+                info.draft_extend_classes += [c for c in found if c not in
+                                              info.draft_extend_classes]
+                if not found:
+                    nones.append(res.none_return(m))
+            if ext and nones and len(nones) == len(ext) and all(nones):
+                info.draft_extend_none = f"{target.relpath(fpath)}:{nones[0]}"
+            for m in (_method(cls, d) for d in dec):
+                if m is not None:
+                    info.decode_classes += [c for c in res.classes(m, fmod, cls)
+                                            if c not in info.decode_classes]
             info._ancestors = functools.partial(res.all_ancestors, mod=fmod)
+    for old, (new, where) in backend_aliases(target).items():
+        if new in out:
+            out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),
+                                           _cache={})
     return dict(sorted(out.items()))
+
+
+ALIAS_FILES = ("srt/server_args.py", "srt/arg_groups")
+
+
+def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
+    """Deprecated attention-backend names the release's argument handling rewrites before use:
+    {old: (new, "file:line")}. Found by shape: a `for attr in ("attention_backend", ...)` loop
+    whose body compares a value to "old" and sets "new" (0.5.12-0.5.19: `compressed` → `dsv4`),
+    or looks the value up in a {"old": "new"} dict (0.5.23: + `tokenspeed_mla` → `cutedsl_mla`)."""
+    paths = [target.file(ALIAS_FILES[0])]
+    d = target.file(ALIAS_FILES[1])
+    if d.is_dir():
+        paths += sorted(d.glob("*.py"))
+    out: dict[str, tuple[str, str]] = {}
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if '"prefill_attention_backend"' not in text:
+            continue
+        tree = parse_file(path)
+        if tree is None:
+            continue
+        rel = target.relpath(path)
+        for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            dicts = {a.targets[0].id: a.value for a in ast.walk(func)
+                     if isinstance(a, ast.Assign) and len(a.targets) == 1
+                     and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Dict)}
+            for loop in (n for n in ast.walk(func) if isinstance(n, ast.For)):
+                if not (isinstance(loop.iter, (ast.Tuple, ast.List)) and any(
+                        isinstance(e, ast.Constant) and e.value == "attention_backend"
+                        for e in loop.iter.elts)):
+                    continue
+                for node in (n for st in loop.body for n in ast.walk(st)):
+                    if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
+                            and len(node.test.ops) == 1:
+                        op, right = node.test.ops[0], node.test.comparators[0]
+                        if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) \
+                                and isinstance(right.value, str):
+                            new = []
+                            for c in (c for st in node.body for c in ast.walk(st)):
+                                v = (c.args[2] if isinstance(c, ast.Call) and isinstance(
+                                    c.func, ast.Name) and c.func.id == "setattr"
+                                    and len(c.args) == 3 else c.value
+                                    if isinstance(c, ast.Assign) else None)
+                                if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                                    new.append(v.value)
+                            if new:
+                                out.setdefault(right.value, (new[0], f"{rel}:{node.lineno}"))
+                        elif isinstance(op, ast.In) and isinstance(right, ast.Name) \
+                                and right.id in dicts:
+                            dn = dicts[right.id]
+                            for k, v in zip(dn.keys, dn.values):
+                                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
+                                    out.setdefault(k.value, (v.value, f"{rel}:{dn.lineno}"))
+    return out
 
 
 def _named_method(cls: ast.ClassDef, name: str, phase: str) -> str | None:
@@ -767,7 +1245,7 @@ class Verdict(tuple):
 
     mode: graph | eager | unsupported | unknown. cause: for graph "allowlist" | "any_device" |
     "multi_layer"; for eager "not_allowlisted" | "num_steps" | "kill_switch" |
-    "graphs_disabled" | "no_branch"; else "unsupported" | "unknown".
+    "graphs_disabled" | "no_branch" | "no_draft_extend_backend"; else "unsupported" | "unknown".
     """
 
     def __new__(cls, mode: str, reason: str, cause: str = "") -> Verdict:
@@ -793,8 +1271,21 @@ def verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: 
     """Graph or eager for one backend and configuration. Pure: reads only its arguments.
 
     `num_steps=None` means unknown: checks on the multi-step decode backend are then taken as
-    passing, and the reason says they need --speculative-num-steps >= 2.
+    passing, and the reason says they need --speculative-num-steps >= 2. A name the release
+    rewrites (`info.alias_of`) is judged as the name it becomes, and the reason says so.
     """
+    v = _verdict(gate, info, platform, num_steps, kill_switch_set, graphs_disabled,
+                 multi_layer, release)
+    if info is not None and info.alias_of is not None and v.cause not in ("unknown",):
+        new, where = info.alias_of
+        return Verdict(v.mode, f"{info.name!r} is rewritten to {new!r} ({where}); {v.reason}",
+                       v.cause)
+    return v
+
+
+def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: int | None,
+             kill_switch_set: bool, graphs_disabled: bool, multi_layer: bool,
+             release: str | None) -> Verdict:
     rel = f"sglang {release}" if release else "this release"
     if not gate.recognised:
         return Verdict(UNKNOWN, f"gate not recognised: {gate.problem}", "unknown")
@@ -805,6 +1296,10 @@ def verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: 
                                     "(EAGLE refuses it at start)", "unsupported")
     if graphs_disabled:
         return Verdict(EAGER, "CUDA graphs disabled (--disable-cuda-graph)", "graphs_disabled")
+    if info.draft_extend_none:
+        return Verdict(EAGER, f"{rel}'s draft-extend factory builds no backend for {info.name!r} "
+                              f"on {platform.upper()} (returns None, {info.draft_extend_none}): "
+                              "nothing is captured", "no_draft_extend_backend")
     if multi_layer and gate.multi_layer is not None:
         ml = gate.multi_layer
         if kill_switch_set and ml.kill_switch_env:
@@ -814,6 +1309,9 @@ def verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: 
                                   f"allow-list ({ml.method})", "multi_layer")
     if kill_switch_set and gate.kill_switch_env:
         return Verdict(EAGER, f"kill switch {gate.kill_switch_env} set", "kill_switch")
+    if platform != "hip" and gate.cuda_unresolved:
+        return Verdict(UNKNOWN, "CUDA allow-list not recognised: "
+                                + "; ".join(gate.cuda_unresolved), "unknown")
     policy = gate.hip_policy if platform == "hip" else gate.cuda_policy
     checks = gate.hip_checks if platform == "hip" else gate.cuda_checks
     where = f"{gate.worker_class}.{gate.method}"
@@ -826,8 +1324,11 @@ def verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: 
     dec = set(info.decode_classes)
     if not any((c.attr == EXTEND_ATTR and c.cls in ext) or (c.attr == DECODE_ATTR and c.cls in dec)
                for c in checks):  # no direct match: an allow-listed base class still admits it
-        ext |= set(info.draft_extend_ancestors)
-        dec |= set(info.decode_ancestors)
+        ext_anc, dec_anc = set(info.draft_extend_ancestors), set(info.decode_ancestors)
+        checks = [c for c in checks if not c.exact or c.cls in (ext if c.attr == EXTEND_ATTR
+                                                                 else dec)]
+        ext |= ext_anc
+        dec |= dec_anc
     steps_short = (num_steps is not None and info.decode_min_steps is not None
                    and num_steps < info.decode_min_steps)
     decode_blocked = None
@@ -846,7 +1347,8 @@ def verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps: 
         return Verdict(EAGER, f"{decode_blocked.cls} is tested on the multi-step decode backend,"
                               f" which --speculative-num-steps {num_steps} does not create "
                               f"(needs >= {info.decode_min_steps})", "num_steps")
-    admitted = ", ".join(dict.fromkeys(c.cls for c in checks)) or "nothing"
+    listed = gate.hip_checks if platform == "hip" else gate.cuda_checks
+    admitted = ", ".join(dict.fromkeys(c.cls for c in listed)) or "nothing"
     built = info.draft_extend_class or "no class found"
     return Verdict(EAGER, f"{built} not on the {platform.upper()} allow-list of {where} "
                           f"(admits {admitted})", "not_allowlisted")

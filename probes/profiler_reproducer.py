@@ -5,8 +5,12 @@ hang costs the child, never the parent. A try is a *crash* when the child dies b
 (SIGSEGV, SIGABRT, ...), a *hang* when it passes the time limit (killed), an *error* when it exits
 non-zero by itself. GPU activity is added when the child's torch sees a GPU.
 
+A try whose child never got to run the scenario (torch does not import there, diag does not
+import, an exception before the end) did not test anything: it is *not run*, with the reason,
+and never counts as "no crash".
+
 Run it alone (the GPU command the README gives):
-    python -m probes.profiler_reproducer --tries 10 [--scenario NAME]... [--json]
+    python -m diag.probes.profiler_reproducer --tries 10 [--scenario NAME]... [--json]
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ SCENARIOS: dict[str, str] = {
 DEFAULT_TRIES = 3
 DEFAULT_TIMEOUT_S = 120.0
 REPORT = "PROFILER-REPRO-REPORT "
-_ROOT = Path(__file__).resolve().parents[1]  # holds probes/ and diag/
+EXIT_NO_TORCH = 3  # the child's exit code when torch does not import there (it says why first)
 
 
 @dataclass
@@ -51,12 +55,36 @@ class Attempt:
     def crashed(self) -> bool:
         return self.signal is not None and not self.timed_out
 
+    @property
+    def ran(self) -> bool:
+        """The try tested something: it crashed, hung, or ran the scenario to its end."""
+        return self.crashed or self.timed_out or (
+            self.returncode == 0 and bool(self.report and self.report.get("done")))
+
+    @property
+    def no_torch(self) -> bool:
+        """The child could not import torch (it said so): nothing to reproduce with."""
+        return bool(self.report and self.report.get("no_torch"))
+
+    def why_not_run(self) -> str | None:
+        """One line: why the child did not run the scenario (None when it ran)."""
+        if self.ran:
+            return None
+        said = self.report and (self.report.get("no_torch") or self.report.get("error"))
+        if said:
+            return str(said)
+        lines = [ln.strip() for ln in self.stderr_tail.splitlines() if ln.strip()]
+        last = lines[-1] if lines else "no output"
+        return f"child exited {self.returncode} before the end of the scenario: {last}"[:300]
+
     def outcome(self) -> str:
         if self.timed_out:
             return "hang (killed at the time limit)"
         if self.signal:
             where = " at exit" if self.report and self.report.get("done") else ""
             return f"{self.signal}{where}"
+        if not self.ran:
+            return f"not run (exit {self.returncode})"
         return f"exit {self.returncode}"
 
 
@@ -74,6 +102,21 @@ class ScenarioResult:
     @property
     def hangs(self) -> int:
         return sum(a.timed_out for a in self.attempts)
+
+    @property
+    def not_run(self) -> int:
+        """Tries that tested nothing (the child could not start the scenario or finish it)."""
+        return sum(not a.ran for a in self.attempts)
+
+    @property
+    def no_torch(self) -> bool:
+        """Every try that did not run failed for want of torch (a skip, not an error)."""
+        missed = [a for a in self.attempts if not a.ran]
+        return bool(missed) and all(a.no_torch for a in missed)
+
+    def why_not_run(self) -> str | None:
+        """The first reason a try did not run (None when every try ran)."""
+        return next((w for a in self.attempts if (w := a.why_not_run())), None)
 
     @property
     def outcomes(self) -> list[str]:
@@ -95,6 +138,8 @@ class ScenarioResult:
             return f"{self.name}: crashed in {self.crashes} of {n} tries ({', '.join(self.outcomes)})"
         if self.hangs:
             return f"{self.name}: hung in {self.hangs} of {n} tries"
+        if self.not_run:
+            return f"{self.name}: not run in {self.not_run} of {n} tries ({self.why_not_run()})"
         if self.name.startswith("late-collection") and self.precondition:
             return f"{self.name}: precondition present, not reproduced in {n} tries"
         return f"{self.name}: no crash in {n} tries"
@@ -113,7 +158,8 @@ class ScenarioResult:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(crashes=self.crashes, hangs=self.hangs, outcomes=self.outcomes,
+        d.update(crashes=self.crashes, hangs=self.hangs, not_run=self.not_run,
+                 why_not_run=self.why_not_run(), outcomes=self.outcomes,
                  device=self.device, precondition=self.precondition,
                  freed_on=self.freed_where(), verdict=self.verdict())
         return d
@@ -133,9 +179,10 @@ def run_once(name: str, gpu: str = "auto", timeout: float = DEFAULT_TIMEOUT_S) -
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH")) if p)
+    home = str(_diag_home())  # where `import diag` works: never diag/ itself (it would shadow
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)  # stdlib)
     cmd = [sys.executable, "-X", "faulthandler", "-c",
-           "import sys; from probes.profiler_reproducer import child_main; "
+           "import sys; from diag.probes.profiler_reproducer import child_main; "
            "sys.exit(child_main(sys.argv[1:]))", name, gpu]
     t0 = time.perf_counter()
     try:
@@ -156,6 +203,13 @@ def run_once(name: str, gpu: str = "auto", timeout: float = DEFAULT_TIMEOUT_S) -
                 pass
     tail = "\n".join(ln for ln in err.splitlines() if "USDT:" not in ln)[-1500:]
     return Attempt(rc, _signal_name(rc), timed_out, round(secs, 2), report, tail)
+
+
+def _diag_home() -> Path:
+    """The folder holding the `diag` package (site-packages, or a source checkout's root)."""
+    import diag
+
+    return Path(diag.__file__).resolve().parent.parent
 
 
 def run_scenarios(names: list[str] | None = None, tries: int = DEFAULT_TRIES, gpu: str = "auto",
@@ -185,9 +239,16 @@ def child_main(argv: list[str]) -> int:
     import threading
     import weakref
 
-    import torch
-
     name, gpu_arg = argv[0], argv[1] if len(argv) > 1 else "auto"
+    try:
+        import torch
+    except Exception as e:  # not installed (a skip) or a broken build (an error): test nothing
+        missing = isinstance(e, ModuleNotFoundError) and e.name == "torch"
+        print(REPORT + json.dumps({"scenario": name, "done": False,
+                                   "no_torch" if missing else "error":
+                                   f"torch does not import in the child ({sys.executable}): "
+                                   f"{type(e).__name__}: {e}"[:300]}), flush=True)
+        return EXIT_NO_TORCH
     gpu = torch.cuda.is_available() if gpu_arg == "auto" else gpu_arg == "1"
     dev = "cuda" if gpu else "cpu"
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -284,7 +345,7 @@ def child_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probes.profiler_reproducer",
+    ap = argparse.ArgumentParser(prog="python -m diag.probes.profiler_reproducer",
                                  description="Profiler teardown crash reproducer (child processes).")
     ap.add_argument("--scenario", action="append", choices=list(SCENARIOS),
                     help="run only this scenario (repeatable; default all)")
@@ -303,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             freed = f", freed on {r.freed_where()}" if r.freed_where() else ""
             print(f"{r.verdict()}  [device {r.device}{freed}, "
                   f"{min(secs):.1f}-{max(secs):.1f} s/try]")
-    return 0
+    return 0 if all(not r.not_run for r in res) else 3  # a try that did not run is no pass
 
 
 if __name__ == "__main__":

@@ -406,8 +406,7 @@ class ProfilerTeardownProbe(Probe):
     title = "Profiler teardown (reference cycle freed by the cyclic GC)"
     concern = "torch.profiler stop / cyclic-GC teardown"
     fixes = ("profiler-controlled-teardown",)
-    counter = Counter(
-        "diag.fixes.profiler_controlled_teardown:runtime_patch", ("profiler_stop",))
+    counter = Counter("diag.probes.profiler_runtime:runtime_patch", ("profiler_stop",))
 
     def prepare(self, ctx: Context) -> None:
         if ctx.execute and _torch_importable() is None:
@@ -501,13 +500,23 @@ class ProfilerTeardownProbe(Probe):
 
         results = rp.run_scenarios(tries=rp.DEFAULT_TRIES, progress=ctx.log)
         ev = [row(r.description, scenario=r.name, tries=r.tries, crashes=r.crashes,
-                  outcomes=", ".join(r.outcomes), device=r.device or "?",
+                  not_run=r.not_run, outcomes=", ".join(r.outcomes), device=r.device or "?",
                   freed_on=r.freed_where() or "-") for r in results]
         late = [r for r in results if r.name.startswith("late-collection") and r.crashes]
-        other = [r for r in results if not r.name.startswith("late-collection") and r.crashes]
+        other = [r for r in results if not r.name.startswith("late-collection") and r.crashes
+                 or r.hangs]  # a try killed at the time limit did not finish: never a pass
+        missed = [r for r in results if r.not_run]  # a try that tested nothing is no pass
         verdicts = "; ".join(r.verdict() for r in results)
         if late:
             return self.finding(Status.FAIL, f"reproduced: {verdicts}", evidence=ev)
+        if missed:
+            if all(r.not_run == r.tries for r in results):
+                verdicts = f"crash reproducer not run: {missed[0].why_not_run()}"
+            no_torch = all(r.no_torch for r in missed)
+            return self.finding(
+                Status.SKIP if no_torch else Status.ERROR, verdicts, evidence=ev,
+                hint="install torch in this environment to run the reproducer" if no_torch else
+                "run `python -m diag.probes.profiler_reproducer --tries 1` to see the child fail")
         status = Status.WARN if other else Status.OK
         return self.finding(status, verdicts, evidence=ev)
 

@@ -5,16 +5,17 @@ Three entry points:
 - `count_syncs(mode=...)`: a context manager yielding a `SyncReport` (events attributed to the
   first frame outside torch: function, file, line).
 - `counted(fn)`: a method wrapper that counts every call (`wrapper.reports`).
-- `runtime_patch(builders)`: a `fixes.patcher.Patch` that wraps builder methods inside an engine
+- `builder_patch(builders)`: a `diag.patcher.Patch` that wraps builder methods inside an engine
   and emits `diag.telemetry.emit("syncs", builder=, count=, seconds=)` per call; with no sink
-  installed the wrapper costs one list check.
+  installed the wrapper costs one list check. `runtime_patch(target)` is the metadata-syncs
+  probe's runtime counter: that patch over the `BUILDERS` present in the running release.
 
 GPU mode (CUDA or ROCm): `torch.cuda.set_sync_debug_mode("warn")` makes every synchronizing
 call (`.item()`, D2H/blocking copies, `nonzero`, `repeat_interleave` without `output_size`, ...)
 raise a UserWarning; we record them under a "always" filter with our own `showwarning`, which runs
 while the caller's frame is on the stack (that is how each sync gets its file and line).
 The sync debug mode and the warnings machinery are PROCESS-GLOBAL: one GPU counting scope at a
-time (a module lock; `runtime_patch` skips counting rather than wait), warnings from other
+time (a module lock; the runtime counter skips counting rather than wait), warnings from other
 threads during the scope are swallowed and counted apart (`other_threads`), and the previous mode
 is restored on exit. Explicit `torch.cuda.synchronize()` is not reported by torch's debug mode.
 
@@ -386,7 +387,7 @@ def rewrap(counter: Callable, inner: Callable) -> Callable:
     return _telemetry_wrapper(inner, counter.__diag_builder__)  # type: ignore[attr-defined]
 
 
-def runtime_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]):
+def builder_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]):
     """A Patch wrapping each (module, qualname) builder to count its syncs per call on the device.
 
     Emits telemetry "syncs" (builder, count, seconds, sites) when a sink is installed and a GPU is
@@ -402,3 +403,43 @@ def runtime_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]
         patch.add(module, qualname,
                   functools.partial(_telemetry_wrapper, builder=f"{module}.{qualname}"))
     return patch
+
+
+# The metadata builders the runtime counter wraps (SGLANG.md); only those present in the running
+# release's source are wrapped (checked by AST, so a missing one is not an error).
+BUILDERS: tuple[tuple[str, str], ...] = (
+    ("sglang.srt.layers.attention.deepseek_v4_backend_hip_radix",
+     "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta"),
+    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend.init_forward_metadata"),
+    ("sglang.srt.layers.attention.qwen_sparse_attn_backend",
+     "QwenSparseAttnBackend._metadata_from_forward_batch"),
+    ("sglang.srt.layers.attention.minimax_sparse_backend",
+     "MiniMaxSparseAttnBackend._build_prefill_meta"),
+    ("sglang.srt.layers.attention.deepseek_v4_backend",
+     "DeepseekV4AttnBackend._build_late_layer_tail_metadata"),
+)
+
+
+def builders_in(target: Any) -> list[tuple[str, str]]:
+    """The `BUILDERS` defined in the target's source (by AST; nothing imported)."""
+    import ast
+
+    from diag.patcher import PatchError, find_def
+
+    out = []
+    for module, qualname in BUILDERS:
+        rel = module.split(".", 1)[1].replace(".", "/") + ".py"
+        src = target.source(rel)
+        if not src:
+            continue
+        with contextlib.suppress(PatchError, SyntaxError):
+            find_def(ast.parse(src), qualname)
+            out.append((module, qualname))
+    return out
+
+
+def runtime_patch(target: Any):
+    """The metadata-syncs probe's runtime counter: `builder_patch` over the builders of the
+    running release (`target`, a `diag.target.Target`); None when it has none (or no target)."""
+    found = builders_in(target) if target is not None else []
+    return builder_patch(found) if found else None

@@ -131,7 +131,7 @@ def runtime_hooks(version: str) -> dict:
     """The run-time counters' hooks patch the real loaded classes and revert exactly."""
     import importlib
 
-    from diag.probes.draft_extend_runtime import hook_targets, runtime_patch
+    from diag.probes.draft_extend_runtime import hook_patch, hook_targets
 
     targets = hook_targets(version)
     originals = []
@@ -141,7 +141,7 @@ def runtime_hooks(version: str) -> dict:
         for part in path:
             owner = vars(owner)[part]
         originals.append((owner, name, vars(owner)[name]))
-    patch = runtime_patch(version)
+    patch = hook_patch(version)
     patch.apply()
     changed = all(vars(o)[n] is not f for o, n, f in originals)
     patch.revert()

@@ -52,3 +52,46 @@ def release_target(version: str) -> Target:
 def release():
     """`release("0.5.17")` → Target of that real release."""
     return release_target
+
+
+# diag's runtime dependencies that the CLI paths under test import (textual only for the TUI).
+_RUNTIME_DEPS = ("click", "psutil", "packaging", "prometheus_client", "wrapt")
+
+
+@pytest.fixture(scope="session")
+def notorch_python(tmp_path_factory) -> Path:
+    """The python of a real virtualenv without torch (and without SGLang), built once a session.
+
+    Why not pip: resolving the index takes half a minute on a loaded machine. The venv is made
+    with `venv --without-pip`; diag's runtime dependencies are linked from this test
+    environment's site-packages (the same installed packages), and this checkout is on its path
+    through a `.pth` file, as an editable install puts it."""
+    import importlib.util
+    import subprocess
+    import sys
+    import sysconfig
+
+    root = tmp_path_factory.mktemp("notorch") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    py = root / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], check=True, capture_output=True,
+                               text=True).stdout.strip())
+    here = Path(sysconfig.get_paths()["purelib"])
+    for dep in _RUNTIME_DEPS:
+        spec = importlib.util.find_spec(dep)
+        assert spec is not None and spec.origin, f"{dep} is not installed in the test venv"
+        pkg = Path(spec.origin).parent
+        (site / pkg.name).symlink_to(pkg)
+        for dist in here.glob(f"{dep.replace('_', '[-_]')}-*.dist-info"):
+            (site / dist.name).symlink_to(dist)
+    (site / "diag_checkout.pth").write_text(str(Path(__file__).resolve().parent.parent) + "\n")
+    check = subprocess.run([str(py), "-c", "import importlib.util as u; import diag.cli; "
+                            "print(u.find_spec('torch'), u.find_spec('sglang'))"],
+                           capture_output=True, text=True, env=_without_pythonpath())
+    assert check.stdout.split() == ["None", "None"], check.stdout + check.stderr
+    return py
+
+
+def _without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from report_schema import check, check_events
+
 from diag.engine import rundir
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +57,7 @@ def test_toggle_in_running_child_between_batches(tmp_path):
         assert st.processes[child].control == "batch"  # the per-batch hook is in
         r = _fix_cli("apply", "standin-toggle", d, "--pid", str(child))
         assert r.returncode == 0, r.stdout + r.stderr
+        check("fix-action-v1.json", json.loads(r.stdout))
         ack = json.loads(r.stdout)["processes"]
         assert ack == [{"pid": child, "engine": True, "acknowledged": True, "ok": True,
                         "state": "applied", "reason": "", "waited": True}]
@@ -81,6 +84,14 @@ def test_toggle_in_running_child_between_batches(tmp_path):
     assert [(a["action"], a["ok"], a["state"]) for a in acks] == [
         ("apply", True, "applied"), ("revert", True, "reverted")]
     assert st.processes[child].fixes["standin-toggle"]["state"] == "reverted"
+    # the run's events and `fix status --json` validate against their schemas
+    assert check_events(d) > 0
+    status = subprocess.run([*DIAG, "fix", "status", "--run-dir", str(d), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stderr
+    doc = json.loads(status.stdout)
+    check("fix-status-v1.json", doc)
+    assert {p["pid"] for p in doc["runs"][0]["processes"]} >= {child}
 
 
 def test_whole_run_request_and_refusal(tmp_path):
@@ -90,6 +101,7 @@ def test_whole_run_request_and_refusal(tmp_path):
     try:
         r = _fix_cli("apply", "standin-toggle", d)
         assert r.returncode == 0, r.stdout + r.stderr
+        check("fix-action-v1.json", json.loads(r.stdout))
         rows = {x["pid"]: x for x in json.loads(r.stdout)["processes"]}
         assert set(rows) >= {p.pid, child}  # + multiprocessing's resource tracker
         assert all(x["ok"] for x in rows.values())

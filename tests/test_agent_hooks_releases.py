@@ -9,8 +9,10 @@ import ast
 
 import pytest
 
-from diag.engine.agent import DEFAULT_BATCH_HOOK, SYNC_BUILDERS
+from diag.engine.agent import DEFAULT_BATCH_HOOK
 from diag.patcher import PatchError, find_def
+from diag.probes.sync_counter import BUILDERS as SYNC_BUILDERS
+from diag.probes.sync_counter import runtime_patch
 
 # 0.5.11 is the first release with the plugin entry point; 0.5.23 the newest.
 PLUGIN_RELEASES = ("0.5.11", "0.5.12.post1", "0.5.13.post1", "0.5.15.post1", "0.5.17", "0.5.18",
@@ -77,6 +79,9 @@ def test_sync_builders_present(release, version):
         except PatchError:
             pass
     assert "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta" in found
+    # the metadata-syncs counter wraps exactly those (what the agent switches on)
+    patch = runtime_patch(t)
+    assert [e.qualname for e in patch.entries] == found
     if version == "0.5.23":
         assert "DeepseekSparseAttnBackend.init_forward_metadata" in found
         assert "QwenSparseAttnBackend._metadata_from_forward_batch" in found

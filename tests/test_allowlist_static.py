@@ -108,7 +108,7 @@ def test_runtime_hook_targets_resolve_in_every_release(release, version):
     assert len(targets) == 2
     for module, qualname in targets:
         assert _resolves(t.root, module, qualname), (version, module, qualname)
-    p = rt.runtime_patch(t.version)
+    p = rt.runtime_patch(t)
     assert [(e.module, e.qualname) for e in p.entries] == targets
 
 

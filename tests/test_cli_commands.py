@@ -97,9 +97,10 @@ def test_gate_not_recognised_is_a_warning(release, tmp_path):
     dest.write_text(src.replace("cuda_graph_runner_for_draft_extend", "runner_x"))
     f = json.loads(probe("--sglang", str(tmp_path), "--json").stdout)["findings"][0]
     assert f["status"] == "warn" and "cuda_graph_runner_for_draft_extend" in f["summary"]
-    dest.unlink()
-    f = json.loads(probe("--sglang", str(tmp_path), "--json").stdout)["findings"][0]
-    assert f["status"] == "warn" and "not found" in f["summary"]
+    dest.unlink()  # a broken tree is a target error (tests/test_gate_probe.py)
+    r = probe("--sglang", str(tmp_path), "--json")
+    f = json.loads(r.stdout)["findings"][0]
+    assert f["status"] == "error" and "is missing" in f["summary"] and r.exit_code == 3
 
 
 # ------------------------------------------------------------------ --server (stand-in)

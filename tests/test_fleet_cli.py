@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from report_schema import check
 
 from diag.cli import main
 from diag.engine.fleet import Change, find_changes, parse_window
@@ -112,6 +113,7 @@ def test_empty_prometheus_is_not_an_error(standin_prometheus):
     r = _fleet("--prometheus", _url(standin_prometheus), "--window", "5m", "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
+    check("fleet-v1.json", doc)
     assert doc["instances"] == [] and doc["window_s"] == 300
     # The queries went to the API with the window as a range.
     assert any("/api/v1/query?" in p and "300s" in p for p in standin_prometheus.paths)

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from report_schema import check
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "tests" / "metrics_programs.py"
@@ -162,6 +163,7 @@ def test_fleet_json_per_instance_rows(prometheus_stack):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
+    check("fleet-v1.json", doc)
     assert doc["schema_version"] == 1 and doc["window_s"] == 120
     rows = {r["instance"]: r for r in doc["instances"]}
     assert set(rows) == {flipped, steady}

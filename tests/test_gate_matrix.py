@@ -23,6 +23,12 @@ MATRIX = [
     ("0.5.9", "triton", "hip", 1, "graph", "any_device"),
     ("0.5.9", "dsv4", "hip", 3, "unsupported", "unsupported"),
     ("0.5.9", "wave", "hip", 3, "unsupported", "unsupported"),
+    # 0.5.10 (v1 by default) and 0.5.15.post1: the factory's flashmla returns None
+    # (draft_utils.py `_create_flashmla_prefill_backend`): nothing is captured
+    ("0.5.10", "flashmla", "hip", 3, "eager", "no_draft_extend_backend"),
+    ("0.5.10", "triton", "hip", 3, "graph", "any_device"),
+    ("0.5.15.post1", "flashmla", "hip", 3, "eager", "no_draft_extend_backend"),
+    ("0.5.15.post1", "flashmla", "cuda", 3, "eager", "no_draft_extend_backend"),
     # 0.5.12.post1 / 0.5.13.post1: supports_hip_aiter_draft_extend_graph in init_cuda_graphs
     ("0.5.12.post1", "aiter", "hip", 3, "graph", "allowlist"),
     ("0.5.12.post1", "aiter", "hip", 1, "eager", "num_steps"),
@@ -58,6 +64,9 @@ MATRIX = [
     ("0.5.23", "aiter", "cuda", 3, "eager", "not_allowlisted"),
     ("0.5.23", "wave", "hip", 3, "unsupported", "unsupported"),
     ("0.5.23", "no-such-backend", "hip", 3, "unsupported", "unsupported"),
+    # aliases the argument handling rewrites (arg_groups/serving_hook.py)
+    ("0.5.23", "compressed", "hip", 3, "graph", "allowlist"),
+    ("0.5.17", "compressed", "hip", 3, "eager", "not_allowlisted"),
 ]
 
 
@@ -169,3 +178,20 @@ def test_kill_switch_is_read_as_sglangs_envbool(release):
         assert kill_switch_set(gate, {name: value}) is expected, value
     assert kill_switch_set(gate, {}) is False
     assert not kill_switch_set(read_gate(release("0.5.15.post1")), {name: "1"})
+
+
+@pytest.mark.parametrize("version,value,worker", [
+    # environ.py: SGLANG_ENABLE_SPEC_V2 = EnvBool(False) in 0.5.10, EnvBool(True) in 0.5.11;
+    # EnvBool.get falls back to the default on a value it cannot parse ("maybe")
+    ("0.5.10", None, "v1"), ("0.5.10", "1", "v2"), ("0.5.10", "TRUE", "v2"),
+    ("0.5.10", "maybe", "v1"), ("0.5.11", None, "v2"), ("0.5.11", "0", "v1"),
+    ("0.5.11", "no", "v1"), ("0.5.11", "maybe", "v2"),
+    ("0.5.13", "0", "v2"),  # eagle_worker.py is gone: one worker
+])
+def test_spec_v2_env_selects_the_worker(release, version, value, worker):
+    env = {} if value is None else {"SGLANG_ENABLE_SPEC_V2": value}
+    g = read_gate(release(version), environ=env)
+    assert g.worker == worker and g.recognised, g.problem
+    assert (g.selection is None) == (version == "0.5.13")
+    if g.selection:
+        assert "SGLANG_ENABLE_SPEC_V2" in g.selection and "sglang/srt/environ.py:" in g.selection

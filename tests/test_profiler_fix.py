@@ -27,10 +27,10 @@ from diag.fixes.profiler_controlled_teardown import (
     FIX_ID,
     ProfilerControlledTeardownFix,
     controlled_profile,
-    runtime_patch,
     teardown,
 )
 from diag.patcher import marked
+from diag.probes.profiler_runtime import record_patch, runtime_patch
 from diag.target import Target
 
 torch = pytest.importorskip("torch")
@@ -201,8 +201,7 @@ def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path):
 def test_runtime_patch_records_stops_with_the_fix_off(release, events, tmp_path, version, freed,
                                                       monkeypatch):
     t = release(version)
-    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: t)
-    patch = runtime_patch(version)
+    patch = runtime_patch(t)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
         patch.apply()
@@ -226,7 +225,7 @@ def test_recorder_and_fix_stacked_emit_once(release, fix, events, tmp_path, monk
     monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: t)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
-        rec = runtime_patch("0.5.17")
+        rec = runtime_patch(t)
         rec.apply()
         try:
             fix.apply()
@@ -242,13 +241,12 @@ def test_recorder_and_fix_stacked_emit_once(release, fix, events, tmp_path, monk
     assert [(e["controlled"], e["freed"]) for e in ev] == [(True, True), (False, False)]
 
 
-def test_runtime_patch_from_version_only(monkeypatch):
-    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: None)
-    old = {e.qualname for e in runtime_patch("0.5.12.post1").entries}
-    new = {e.qualname for e in runtime_patch("0.5.23").entries}
+def test_record_patch_from_version_only():
+    old = {e.qualname for e in record_patch(version="0.5.12.post1").entries}
+    new = {e.qualname for e in record_patch(version="0.5.23").entries}
     assert old == {"SchedulerProfilerMixin.stop_profile", "ProfileManager._do_stop"}
     assert new == {"SchedulerProfilerManager._stop_profile", "ProfileManager._do_stop"}
-    assert runtime_patch(None) is None
+    assert record_patch() is None and runtime_patch(None) is None
 
 
 # ---------------------------------------------------------------------------- user API

@@ -11,10 +11,10 @@ import torch
 from diag import telemetry
 from diag.probes.sync_counter import (
     DeviceTags,
+    builder_patch,
     count_syncs,
     counted,
     gpu_available,
-    runtime_patch,
     tags_by_name,
 )
 
@@ -147,7 +147,7 @@ def test_gpu_mode_without_gpu_says_so():
             pass
 
 
-def test_runtime_patch_wraps_reverts_and_passes_through_without_sink():
+def test_builder_patch_wraps_reverts_and_passes_through_without_sink():
     """Stand-in module (`_diag_standin_builders`): a builder the patch wraps and restores."""
     mod = types.ModuleType("_diag_standin_builders")
 
@@ -160,7 +160,7 @@ def test_runtime_patch_wraps_reverts_and_passes_through_without_sink():
     original = Backend.__dict__["init_forward_metadata"]
     events = []
     try:
-        patch = runtime_patch({mod.__name__: ["Backend.init_forward_metadata"]})
+        patch = builder_patch({mod.__name__: ["Backend.init_forward_metadata"]})
         patch.apply()
         assert Backend.__dict__["init_forward_metadata"] is not original
         assert Backend().init_forward_metadata(1) == 2  # no sink: straight through

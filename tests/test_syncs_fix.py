@@ -195,12 +195,12 @@ def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
 
 def test_fix_over_the_runtime_sync_counter_keeps_counting(release):
     from diag import telemetry
-    from diag.probes.sync_counter import runtime_patch
+    from diag.probes.sync_counter import builder_patch
 
     t = release("0.5.17")
     cls = h.dsv4_class(t)
     originals = {n: cls.__dict__[n] for n in (h.ATTACH, h.CALLER)}
-    counter = runtime_patch([(cls.__module__, f"{h.DSV4_CLASS}.{h.ATTACH}")])
+    counter = builder_patch([(cls.__module__, f"{h.DSV4_CLASS}.{h.ATTACH}")])
     counter.apply()
     wrapped = cls.__dict__[h.ATTACH]
     fix = ri.make_patch(cls.__module__, "draft")

@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 import time
+from collections import deque
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from threading import Thread
 
 import pytest
 from click.testing import CliRunner
 
+from diag import fixes, probes
 from diag.cli import main
 from diag.tui import data
 from diag.tui.model import Model
@@ -37,13 +39,11 @@ def test_once_renders_every_tab_with_the_real_probes(release):
                                   "--no-execute"])
     assert r.exit_code == 0, r.output
     out = r.stdout
-    for part in ("target: sglang 0.5.17 [release]", "platform: hip", "Overview", "Fixes",
-                 "Timings", "Syncs", "draft-extend-graph", "metadata-syncs", "profiler-teardown",
-                 "draft-extend-allowlist", "repeat-interleave-output-size",
-                 "profiler-controlled-teardown"):
+    for part in ("sglang 0.5.17 [release] │ hip", "Overview", "Fixes",
+                 "Timings", "Syncs", *probes.all_ids(), *fixes.all_ids()):
         assert part in out, part
     assert "Traceback" not in out
-    # the census's sync sites, with file:line, reach the Syncs table
+    assert max(len(line) for line in out.splitlines()) <= 80  # CliRunner: no terminal, 80 wide, with file:line, reach the Syncs table
     syncs = out[out.index("Syncs"):]
     assert "deepseek_v4_backend_hip_radix.py:" in syncs
 
@@ -112,7 +112,7 @@ def test_server_metrics_are_read_through_diag_server(metrics_server):
     m.add_server(got)
     m.add_server(got)
     rows = {r.metric: r for r in m.timing_rows()}
-    assert rows["accept length"].note == "now 2.5, median 2.5, n=2"
+    assert rows["accept length"].note == "now 2.5 tokens, last 2 reads: 2.5 tokens (n=2)"
     assert m.charts()["draft-extend capture time"] == [1.74, 1.74]
 
 
@@ -135,8 +135,53 @@ def test_server_reader_charts_the_histogram_mean_of_each_interval(metrics_server
 
 def test_na_and_formatting():
     assert not data.NA and str(data.NA) == "n/a" and data.fmt_value(data.NA) == "n/a"
-    assert data.fmt_stats(data.Stats.of([0.0109, 0.0105, 0.0112, 0.0110]), "s").endswith(" ms")
+    st = data.Stats.of([0.0109, 0.0105, 0.0112, 0.0110])
+    # median 10.95 ms (3 significant digits, float rounding), quartiles 10.6 and 11.15
+    assert data.fmt_stats(st, "s") == "10.9 ms (IQR 10.6–11.2, n=4)"  # plain, never 1.1e+02
+    assert data.fmt_stats(data.Stats(167, 110, 280, 100, 10), "tokens") == \
+        "167 tokens (IQR 110–280, n=10)"
+    assert data.fmt_stats(data.Stats(2, 2, 2, 2, 9), "syncs") == "2 (n=9)"
     assert data.fmt_ratio(None) == "-"
+    row = data.TimingRow("f", "m", "s", data.Stats(1.0, 1, 1, 1, 3), data.Stats(19.1, 19, 19, 19, 3),
+                         "bench")
+    assert data.ratio_text(row) == ("19× slower", "bold red")
+    row.expected = "collects at the stop"
+    assert data.ratio_text(row)[0] == "19× slower (expected: collects at the stop)"
+    row.after = data.Stats(0.158, 0.15, 0.16, 0.15, 3)
+    assert data.ratio_text(row) == ("6.3× faster", "bold green")
+
+
+def test_width_80_once_lines_and_whole_fix_ids(release):
+    """`diag tui --once --width 80`: no line wider than 80, every fix id whole on a line."""
+    from diag import fixes
+
+    release("0.5.17")
+    r = CliRunner().invoke(main, ["tui", "--sglang", "0.5.17", "--platform", "hip", "--once",
+                                  "--no-execute", "--width", "80",
+                                  "--attention-backend", "dsv4"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for fid in fixes.all_ids():
+        assert any(line.startswith(fid + "  ") for line in lines), fid
+    # the configuration reaches the probes (diag diagnose's options): 0.5.17's HIP gate
+    # (sglang/srt/speculative/eagle_worker_v2.py:403) admits only AiterMultiStepDraftBackend,
+    # and dsv4 drafts with DeepseekV4HipRadixBackend, so draft-extend runs eager: FAIL for dsv4
+    assert "FAIL   draft-extend-graph" in lines and "no attention backend given" not in r.stdout
+
+
+def test_constant_and_empty_series_look_different():
+    from diag.tui.charts import chart_line, spark
+
+    m = Model()
+    m.series["a"] = deque([2.0, 2.0, 2.0])
+    m.series["b"] = deque()
+    assert spark([2.0, 2.0], 10) == "▄▄" and spark([], 10) == ""
+    assert "constant 2" in chart_line(m, "a", 80).plain
+    assert "no points yet" in chart_line(m, "b", 80).plain
+    m.series["inter-token latency"] = deque([0.001, 0.003])
+    line = chart_line(m, "inter-token latency", 80).plain
+    assert "min 1 ms max 3 ms" in line and "▁█" in line
 
 
 def test_engine_view_splits_before_after_by_fix_state_per_process():
@@ -154,10 +199,12 @@ def test_engine_view_splits_before_after_by_fix_state_per_process():
     ]
     rows, syncs, series = data.engine_view(ev)
     by = {r.metric: r for r in rows}
-    assert by["syncs per metadata build"].before.n == 1
-    assert by["syncs per metadata build"].after.n == 2
-    assert by["metadata build host time"].ratio == pytest.approx(0.1)
-    assert by["profiler stop"].before.median == 0.5 and by["profiler stop"].after is None
+    assert by["syncs per call"].before.n == 1
+    assert by["syncs per call"].after.n == 2
+    assert by["syncs per call"].fix == "repeat-interleave-output-size"  # the probe's declaration
+    assert by["syncs time"].ratio == pytest.approx(0.1)
+    assert by["profiler-stop time"].before.median == 0.5
+    assert by["profiler-stop time"].after is None
     assert [(s.builder, s.before, s.after) for s in syncs] == [("b", 2, 0)]
     assert series["syncs per call"] == [2, 0, 0]
 
@@ -170,3 +217,35 @@ def test_export_doc_is_json(tmp_path):
     assert doc["findings"] == [{"probe": "draft-extend-graph", "status": "pending",
                                 "summary": data.concern("draft-extend-graph")}]
     assert doc["gpu"] is None  # NA becomes null
+
+
+DIAG_METRICS = """\
+# TYPE diag_metadata_builds counter
+diag_metadata_builds_total{builder="B.build"} 10
+# TYPE diag_metadata_syncs counter
+diag_metadata_syncs_total{builder="B.build"} 20
+# TYPE diag_draft_extend_passes counter
+diag_draft_extend_passes_total{mode="eager"} 7
+diag_draft_extend_passes_total{mode="graph"} 3
+# TYPE diag_fix_state gauge
+diag_fix_state{fix="f1",state="applied"} 3
+diag_fix_state{fix="f1",state="refused"} 1
+diag_fix_state{fix="f1",state="reverted"} 0
+"""
+
+
+def test_server_reader_reads_diags_own_series_per_interval():
+    """diag_* beside SGLang's (README "Fleet view and Prometheus metrics"), parsed with
+    prometheus_client's text parser; counters as their increase over each poll."""
+    r = data.ServerReader("http://unused")
+    got = r.values(DIAG_METRICS)
+    assert got[data.SYNCS_PER_BUILD] == 2.0 and r.builders == {"B.build": 2.0}
+    assert got["draft-extend passes, eager"] == 7 and got["draft-extend passes, graph"] == 3
+    assert r.fix_states == {"f1": {"applied": 3.0, "refused": 1.0}}
+    assert data.server_fix_states(r.fix_states) == {"f1": "server: applied ×3, refused ×1"}
+    later = DIAG_METRICS.replace('builds_total{builder="B.build"} 10',
+                                 'builds_total{builder="B.build"} 20')
+    later = later.replace('mode="graph"} 3', 'mode="graph"} 8')
+    got = r.values(later)  # 10 more builds with no new sync; 5 more graph passes
+    assert got[data.SYNCS_PER_BUILD] == 0.0
+    assert got["draft-extend passes, graph"] == 5 and "draft-extend passes, eager" not in got

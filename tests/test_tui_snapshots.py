@@ -1,4 +1,5 @@
-"""SVG snapshots of each tab at 140×45 (textual pinned in the test extra; stand-in data only).
+"""SVG snapshots of each tab at 80×24, 140×45 and 200×60 (textual pinned in the test extra;
+stand-in data only).
 
 Update after an intended change of the layout: `pytest tests/test_tui_snapshots.py
 --snapshot-update`, then look at the SVGs under tests/__snapshots__/ before committing them.
@@ -8,12 +9,27 @@ from __future__ import annotations
 
 import pytest
 from test_tui_app import show_tab, until
-from tui_standins import bench_gate, standin_backend
+from tui_standins import bench_gate, gates, standin_backend
 
 from diag.tui.app import make_app
+from diag.tui.tables import FittedTable
 
 pytestmark = pytest.mark.release
-SIZE = (140, 45)
+SIZES = [(80, 24), (140, 45), (200, 60)]
+IDS = [f"{w}x{h}" for w, h in SIZES]
+
+
+def _fitted(app) -> bool:
+    """Every shown table has been fitted to its current width (a resize refits it; a snapshot
+    taken between the resize and the refit would catch a layout no one sees for long)."""
+    return all(getattr(t, "_diag_rows", (t.size.width,))[0] == t.size.width
+               for t in app.query(FittedTable) if t.size.width)
+
+
+async def settle(pilot) -> None:
+    await until(pilot, lambda: _fitted(pilot.app))
+    await pilot.wait_for_scheduled_animations()
+    await until(pilot, lambda: _fitted(pilot.app))
 
 
 def _app(release):
@@ -25,33 +41,35 @@ async def _ready(pilot) -> None:
     await pilot.wait_for_scheduled_animations()
 
 
-def test_snapshot_overview(release, snap_compare):
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_snapshot_overview(release, snap_compare, size):
     async def before(pilot):
         await _ready(pilot)
-        pilot.app.query_one("#findings").focus()
         await pilot.press("down")
-        await until(pilot, lambda: True)
+        await settle(pilot)
 
-    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(release), terminal_size=size, run_before=before)
 
 
-def test_snapshot_fixes_after_apply(release, snap_compare):
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_snapshot_fixes_after_apply(release, snap_compare, size):
     async def before(pilot):
         await _ready(pilot)
-        await show_tab(pilot, "tab-fixes")
-        pilot.app.query_one("#fixes").focus()
+        await pilot.press("2")
         await pilot.press("a")
         await until(pilot, lambda: pilot.app.model.fixes["standin-fix"].state == "applied")
-        await pilot.wait_for_scheduled_animations()
+        await settle(pilot)
 
     app = _app(release)
     try:
-        assert snap_compare(app, terminal_size=SIZE, run_before=before)
+        assert snap_compare(app, terminal_size=size, run_before=before)
     finally:
         app.backend.fix("standin-fix").revert()
 
 
-def test_snapshot_timings_after_bench(release, snap_compare):
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_snapshot_timings_after_bench(release, snap_compare, size, tmp_path):
+    gates(tmp_path)
     bench_gate.set()  # the stand-in bench finishes at once
 
     async def before(pilot):
@@ -59,25 +77,27 @@ def test_snapshot_timings_after_bench(release, snap_compare):
         await show_tab(pilot, "tab-fixes")
         await pilot.press("b")
         await until(pilot, lambda: "standin-fix" in pilot.app.model.bench
-                    and not pilot.app.bench_running)
-        await pilot.wait_for_scheduled_animations()
+                    and not pilot.app.bench_running, timeout=30)
+        await settle(pilot)
 
-    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(release), terminal_size=size, run_before=before)
 
 
-def test_snapshot_syncs(release, snap_compare):
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_snapshot_syncs(release, snap_compare, size):
     async def before(pilot):
         await _ready(pilot)
-        await show_tab(pilot, "tab-syncs")
-        await pilot.wait_for_scheduled_animations()
+        await pilot.press("4")
+        await settle(pilot)
 
-    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(release), terminal_size=size, run_before=before)
 
 
-def test_snapshot_help(release, snap_compare):
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_snapshot_help(release, snap_compare, size):
     async def before(pilot):
         await _ready(pilot)
         await pilot.press("question_mark")
         await pilot.pause()
 
-    assert snap_compare(_app(release), terminal_size=SIZE, run_before=before)
+    assert snap_compare(_app(release), terminal_size=size, run_before=before)

@@ -7,13 +7,16 @@ tmux end-to-end test and by `--once`.
 
 from __future__ import annotations
 
+import os
 import sys
-import threading
+import tempfile
+import time
 import types
+from pathlib import Path
 
 from diag.bench import BenchResult, Row, Stats
 from diag.findings import Finding, Status, location, metric, note
-from diag.fixes.base import APPLICABLE, Applicability, Fix
+from diag.fixes.base import APPLICABLE, UPSTREAM, Applicability, Fix
 from diag.patcher import Patch
 from diag.tui.backend import Backend
 
@@ -82,6 +85,17 @@ class StandInFix(Fix):
         return self._patch is not None
 
 
+class UpstreamStandInFix(StandInFix):
+    """A stand-in fix the target already has (`upstream`): `a` must refuse it with the reason."""
+
+    id = "standin-upstream"
+    title = "Stand-in upstream fix (test only)"
+    bench = None
+
+    def applies_to(self, target, platform) -> Applicability:
+        return Applicability(UPSTREAM, "stand-in: the release already has it")
+
+
 def install_standin_module() -> types.ModuleType:
     mod = types.ModuleType(STANDIN_MODULE)
 
@@ -93,22 +107,59 @@ def install_standin_module() -> types.ModuleType:
     return mod
 
 
+class FileGate:
+    """An event across processes (the TUI runs a bench in a child): a file that exists or not,
+    in the directory named by DIAG_TUI_STANDIN_GATES (set by `gates()`; the child inherits it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _path(self) -> Path:
+        return Path(os.environ.get(GATES_ENV, tempfile.gettempdir())) / self.name
+
+    def set(self) -> None:
+        self._path().touch()
+
+    def clear(self) -> None:
+        self._path().unlink(missing_ok=True)
+
+    def is_set(self) -> bool:
+        return self._path().exists()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.is_set()
+
+
+GATES_ENV = "DIAG_TUI_STANDIN_GATES"
 # The stand-in bench reports progress, then waits until the test lets it finish.
-bench_gate = threading.Event()
-bench_started = threading.Event()
+bench_gate = FileGate("bench-gate")
+bench_started = FileGate("bench-started")
+
+
+def gates(tmp_path) -> None:
+    """Point the gates at a fresh directory of this test (the bench child inherits it)."""
+    os.environ[GATES_ENV] = str(tmp_path)
+    bench_gate.clear()
+    bench_started.clear()
 
 
 def standin_bench(params, progress) -> BenchResult:
     progress("stand-in bench: step 1/2")
     bench_started.set()
-    bench_gate.wait(10)
+    bench_gate.wait(20)
     progress("stand-in bench: step 2/2")
     return BenchResult("standin-fix", "Stand-in bench", "stand-in device",
-                       {"quick": True, "path": "draft-extend"},
+                       {"quick": True, "path": "draft-extend", "sglang": params.get("sglang")},
                        [Row("metadata build host time", "s", Stats(0.0109, 0.0105, 0.0112, 0.01, 9),
                             Stats(0.00019, 0.00018, 0.0002, 0.00017, 9)),
                         Row("syncs per call", "syncs", Stats(2, 2, 2, 2, 9),
-                            Stats(0, 0, 0, 0, 9))])
+                            Stats(0, 0, 0, 0, 9)),
+                        Row("stop (stand-in)", "s", Stats(0.005, 0.0048, 0.0051, 0.0047, 9),
+                            Stats(0.13, 0.128, 0.138, 0.127, 9), expected="collects at the stop")],
+                       ["stand-in note: CPU only, the host time means little here"])
 
 
 def standin_backend(release, **kw) -> Backend:
@@ -117,4 +168,5 @@ def standin_backend(release, **kw) -> Backend:
     install_standin_module()
     return Backend(sglang="0.5.17", platform="hip",
                    probe_runner=lambda ctx, pid: standin_findings(pid),
-                   fixes={"standin-fix": StandInFix()}, gpu=lambda: "stand-in GPU", **kw)
+                   fixes={"standin-fix": StandInFix(),
+                          "standin-upstream": UpstreamStandInFix()}, gpu=lambda: "stand-in GPU", **kw)

@@ -12,18 +12,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from diag import __version__
 from diag.tui import data
 from diag.tui.backend import Backend
 from diag.tui.fixes_view import FixesView
+from diag.tui.header import header_text
 from diag.tui.model import Model
 from diag.tui.overview import Overview
 from diag.tui.syncs_view import SyncsView
@@ -31,86 +35,125 @@ from diag.tui.timings import TimingsView
 
 RENDER_HZ = 4
 MIN_POLL_S = 0.25
+TABLES = {"tab-overview": "#findings", "tab-fixes": "#fixes", "tab-timings": "#timings",
+          "tab-syncs": "#syncs"}
 
-HELP = """\
-[b]diag tui[/b]: findings, fixes and before/after timings of SGLang speculative decoding
+ABOUT = ("Selected fix: the Fixes row; on Overview the finding's fix; on Timings the row's; on "
+         "Syncs the one the counts are about. Values: median (IQR p25–p75, n); change: "
+         "after/before. Live values show their age, STALE when a source stops answering.")
 
-  [b]r[/b]  rerun the probes and re-read the fixes (refresh on demand)
-  [b]a[/b]  apply the selected fix (in this process, or in the engine with --run-dir)
-  [b]u[/b]  revert the selected fix
-  [b]b[/b]  run the selected fix's bench (every bench when none is selected)
-  [b]e[/b]  export what is on screen as JSON
-  [b]q[/b]  quit
-  [b]?[/b]  this help
-  [b]1-4[/b]  Overview, Fixes, Timings, Syncs; arrows move between rows
 
-The selected fix: on Fixes the row under the cursor, on Overview the selected
-finding's fix, on Timings the row's fix, on Syncs repeat-interleave-output-size.
-Press any key to close."""
+def help_text(bindings: list[Binding]) -> Group:
+    """The help, generated from the app's key bindings (key, what it does)."""
+    head = Text()
+    head.append("diag tui", style="bold")
+    head.append(": findings, fixes and before/after timings of SGLang speculative decoding")
+    keys = Table(show_header=False, box=None, padding=(0, 2, 0, 2))
+    keys.add_column(no_wrap=True, style="bold")
+    keys.add_column(ratio=1)
+    for b in bindings:
+        if b.description:
+            keys.add_row(b.key_display or b.key, b.tooltip or b.description)
+    return Group(head, keys, Text(f"{ABOUT}\nPress any key to close.", style="dim"))
 
 
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Static { width: 96; height: auto; border: thick $accent; padding: 1 2;
-                          background: $surface; }
+    HelpScreen > VerticalScroll { width: 100%; max-width: 100; height: auto; max-height: 100%;
+                                  border: round $accent; padding: 0 1; background: $surface; }
     """
 
     def compose(self) -> ComposeResult:
-        yield Static(HELP, id="help")
+        with VerticalScroll():
+            yield Static(help_text(DiagApp.BINDINGS), id="help")
 
     def on_key(self, event) -> None:
         event.stop()
         self.dismiss()
 
 
+class DiagCommands(Provider):
+    """diag's actions in the command palette (Ctrl+P): the key bindings, then per fix."""
+
+    def _commands(self) -> list[tuple[str, str, Any]]:
+        app = self.app
+        assert isinstance(app, DiagApp)
+        out = [(b.tooltip or b.description, f"key {b.key_display or b.key}",
+                (lambda a=b.action: app.run_action(a)))
+               for b in DiagApp.BINDINGS if b.description and b.action != "help"]
+        for fid, v in app.model.fixes.items():
+            out.append((f"apply {fid}", f"{data.fmt_value(v.applicability)} {app.fix_where}",
+                        lambda f=fid: app.act_on(f, "apply")))
+            out.append((f"revert {fid}", app.fix_where, lambda f=fid: app.act_on(f, "revert")))
+            if v.bench:
+                out.append((f"bench {fid}", v.bench, lambda f=fid: app.start_bench([f])))
+        return out
+
+    async def discover(self) -> Hits:
+        for name, help_, cb in self._commands():
+            yield DiscoveryHit(name, cb, help=help_)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, help_, cb in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(name), cb, help=help_)
+
+
 class DiagApp(App[None]):
     TITLE = "diag"
     CSS = """
-    #header { height: 2; background: $boost; padding: 0 1; }
+    #header { height: 1; background: $boost; padding: 0 1; }
     #message { height: 1; padding: 0 1; color: $text-muted; }
     TabbedContent { height: 1fr; }
     """
+    COMMANDS = App.COMMANDS | {DiagCommands}
     BINDINGS = [
-        Binding("r", "rerun", "rerun"),
-        Binding("a", "apply", "apply"),
-        Binding("u", "revert", "revert"),
-        Binding("b", "bench", "bench"),
-        Binding("e", "export", "export JSON"),
-        Binding("q", "quit", "quit"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("1", "tab('tab-overview')", "overview", show=False),
-        Binding("2", "tab('tab-fixes')", "fixes", show=False),
-        Binding("3", "tab('tab-timings')", "timings", show=False),
-        Binding("4", "tab('tab-syncs')", "syncs", show=False),
+        Binding("r", "rerun", "rerun", tooltip="rerun the probes and re-read the fixes"),
+        Binding("a", "apply", "apply", tooltip="apply the selected fix (in this process, or in "
+                "the engine with --run-dir); a fix that is not applicable is refused"),
+        Binding("u", "revert", "revert", tooltip="revert the selected fix"),
+        Binding("b", "bench", "bench", tooltip="run the selected fix's bench (every bench when "
+                "none is selected); q ends it"),
+        Binding("e", "export", "export", tooltip="export what is on screen as JSON"),
+        Binding("q", "quit", "quit", tooltip="quit (ends a running bench and its processes)"),
+        Binding("question_mark,f1", "help", "help", key_display="?/F1", tooltip="this help"),
+        Binding("1", "tab('tab-overview')", "overview", show=False, tooltip="Overview tab"),
+        Binding("2", "tab('tab-fixes')", "fixes", show=False, tooltip="Fixes tab"),
+        Binding("3", "tab('tab-timings')", "timings", show=False, tooltip="Timings tab"),
+        Binding("4", "tab('tab-syncs')", "syncs", show=False, tooltip="Syncs tab"),
     ]
 
     def __init__(self, backend: Backend, poll_interval: float = 1.0,
                  export_path: str = "diag-tui.json", autostart: bool = True) -> None:
         super().__init__()
         self.backend = backend
-        self.model = Model()
         self.poll_interval = max(MIN_POLL_S, poll_interval)
+        self.model = Model(poll_interval=self.poll_interval)
         self.export_path = export_path
         self.autostart = autostart
         self._dirty = True
         self._polling = False
         self.bench_running = False
+        self.quitting = False
         self.probes_done = False  # set when every probe of the last pass has finished
         self._probes_left: set[str] = set()
+        self._probes_all = 0
 
     # -------------------------------------------------------------- layout
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
         with TabbedContent(id="tabs"):
-            with TabPane("Overview", id="tab-overview"):
+            with TabPane("1 Overview", id="tab-overview"):
                 yield Overview()
-            with TabPane("Fixes", id="tab-fixes"):
+            with TabPane("2 Fixes", id="tab-fixes"):
                 yield FixesView()
-            with TabPane("Timings", id="tab-timings"):
+            with TabPane("3 Timings", id="tab-timings"):
                 yield TimingsView()
-            with TabPane("Syncs", id="tab-syncs"):
+            with TabPane("4 Syncs", id="tab-syncs"):
                 yield SyncsView()
         yield Static(id="message")
         yield Footer()
@@ -133,11 +176,13 @@ class DiagApp(App[None]):
             where = getattr(self.backend, name)
             if where:
                 self.model.set_source(f"{what} {where}", None, "not read yet")
+        self.query_one("#findings").focus()  # arrows move between rows at once
         self.render_model()
         self.call_after_refresh(self.changed)  # again once the tables know their width
         self.set_interval(1 / RENDER_HZ, self._render_if_dirty)
         if self.backend.run_dir or self.backend.server_url:
             self.set_interval(self.poll_interval, self._poll)
+            self.set_interval(1.0, self.changed)  # ages of the live values move on
         if self.autostart:
             self.boot()
 
@@ -153,36 +198,24 @@ class DiagApp(App[None]):
     def render_model(self) -> None:
         self._dirty = False
         m = self.model
-        h = m.header
-        head = Text()
-        head.append(f"diag {__version__}  ", style="bold")
-        head.append(f"target: {h.target}  platform: {data.fmt_value(h.platform)}  "
-                    f"GPU: {data.fmt_value(h.gpu)}")
-        if h.error:
-            head.append(f"\ntarget error: {h.error}", style="bold red")
-        else:
-            head.append("\n")
-            for s in m.sources.values():
-                style = "green" if s.ok else "bold red" if s.ok is False else "dim"
-                head.append(f"{s.name}: ", style="bold")
-                head.append(f"{s.text}  ", style=style)
-            if not m.sources:
-                head.append("live sources: none", style="dim")
         try:
-            self.w_header.update(head)
+            self.w_header.update(header_text(m, max(20, self.size.width - 2)))
             self.w_overview.show(m)
             self.w_fixes.show(m, self.fix_where)
             self.w_timings.show(m, self.bench_running)
             self.w_syncs.show(m)
-            self.w_message.update(Text(m.message))
+            self.w_message.update(Text(m.message, overflow="ellipsis", no_wrap=True))
         except NoMatches:
             pass  # shutting down: the widgets are already gone
 
     def on_resize(self) -> None:
-        self.changed()  # the tables' long columns are cut to the new width
+        self.changed()  # the tables' columns are fitted to the new width
 
-    def on_tabbed_content_tab_activated(self) -> None:
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.call_after_refresh(self.changed)  # a table laid out while hidden had no width to fit
+        pane = event.pane.id if event.pane is not None else None
+        if pane in TABLES:
+            self.call_after_refresh(lambda: self.query_one(TABLES[pane]).focus())
 
     @property
     def fix_where(self) -> str:
@@ -190,10 +223,15 @@ class DiagApp(App[None]):
             else "in this process"
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id == "findings":
+        tid = event.data_table.id
+        if tid == "findings":
             self.w_overview.show_detail(self.model)
-        elif event.data_table.id == "fixes":
+        elif tid == "fixes":
             self.w_fixes.show_detail(self.model, self.fix_where)
+        elif tid == "timings":
+            self.w_timings.show_detail(self.model)
+        elif tid == "syncs":
+            self.w_syncs.show_detail(self.model)
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From a worker: run `fn(*args)` on the UI thread, then mark the model changed."""
@@ -223,14 +261,14 @@ class DiagApp(App[None]):
             self._post(self._target_failed, err)
             return
         self._post(self._set_header, head)
-        self._run_probes()
         self._refresh_fixes()
+        self._run_probes()
         self._post(self._set_gpu, self.backend.gpu())
         found = self.backend.discover_engines()
         if found:
             more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
             self._post(self.model.set_source, "live engine", None,
-                       f"{found[0]}{more}: watch it with --run-dir")
+                       f"watch it with --run-dir {found[0]}{more}")
 
     def _target_failed(self, err: str) -> None:
         self.model.header.error = err
@@ -271,6 +309,10 @@ class DiagApp(App[None]):
     def _probes_started(self, ids: list[str]) -> None:
         self.probes_done = False
         self._probes_left = set(ids)
+        self._probes_all = len(ids)
+        for pid in ids:
+            self.model.set_running(pid)
+        self.say(f"probes: 0/{len(ids)} done; running {', '.join(ids)}")
 
     @work(thread=True, group="probes", exit_on_error=False)
     def run_one_probe(self, pid: str) -> None:
@@ -287,30 +329,49 @@ class DiagApp(App[None]):
     def _probe_finished(self, pid: str, found: list, seconds: float) -> None:
         self.model.set_findings(pid, found)
         self._probes_left.discard(pid)
+        done = self._probes_all - len(self._probes_left)
         if self._probes_left:
-            self.say(f"{pid}: done in {seconds:.1f} s; running {', '.join(sorted(self._probes_left))}")
+            self.say(f"probes: {done}/{self._probes_all} done ({pid} in {seconds:.1f} s); "
+                     f"running {', '.join(sorted(self._probes_left))}")
         else:
             self.probes_done = True
-            self.say(f"{len(self.model.findings)} probes done; r reruns them")
+            self.say(f"probes: {done}/{self._probes_all} done; r reruns them")
 
     @work(thread=True, group="fix", exclusive=False, exit_on_error=False)
     def fix_action(self, fix_id: str, action: str) -> None:
+        b = self.backend
         try:
-            ack = (self.backend.apply if action == "apply" else self.backend.revert)(fix_id)
+            if b.engine:
+                rid = b.request(fix_id, action)
+                self._post(self._requested, fix_id, action, rid)
+                return
+            ack = (b.apply if action == "apply" else b.revert)(fix_id)
+            self._post(self._set_ack, fix_id, ack, f"{fix_id}: {ack}")
         except Exception as e:
-            ack = f"{action} failed: {e if isinstance(e, data.DiagErrorTypes) else data.short_error(e)}"
-        self._post(self._set_ack, fix_id, ack)
+            why = str(e) if isinstance(e, data.DiagErrorTypes) else data.short_error(e)
+            self._post(self._set_ack, fix_id, f"{action} refused: {why}",
+                       f"{action} {fix_id} refused: {why}")
         self._refresh_fixes()
 
-    def _set_ack(self, fix_id: str, ack: str) -> None:
+    def _requested(self, fix_id: str, action: str, rid: str) -> None:
+        self.model.requests[rid] = (fix_id, action)
+        if fix_id in self.model.fixes:
+            self.model.fixes[fix_id].ack = f"{action} requested ({rid}); waiting for the ack"
+        self.say(f"{action} {fix_id}: sent to the engine's processes; waiting for their "
+                 "acknowledgement")
+
+    def _set_ack(self, fix_id: str, ack: str, message: str) -> None:
         if fix_id in self.model.fixes:
             self.model.fixes[fix_id].ack = ack
-        self.say(f"{fix_id}: {ack}")
+        self.say(message)
 
     @work(thread=True, group="bench", exclusive=True, exit_on_error=False)
     def run_benches(self, fix_ids: list[str]) -> None:
         self._post(self._bench_state, True)
         for fid in fix_ids:
+            if self.quitting:
+                break
+
             def progress(msg: str, fid: str = fid) -> None:
                 self._post(self._bench_progress, f"{fid}: {msg}")
 
@@ -331,6 +392,7 @@ class DiagApp(App[None]):
 
     def _bench_progress(self, text: str) -> None:
         self.model.bench_progress = text
+        self.model.message = f"bench {text}"
 
     def _bench_done(self, res) -> None:
         self.model.bench[res.id] = res
@@ -351,30 +413,34 @@ class DiagApp(App[None]):
                 try:
                     state, events = b.poll_run_dir()
                     live = len(state.live)
-                    text = (f"{len(state.processes)} processes ({live} live), "
-                            f"{len(events)} events")
+                    text = f"{live}/{len(state.processes)} processes live, {len(events)} events"
                     view = data.engine_view(events)  # here, not on the UI thread
-                    self._post(self._engine, name, state, view, text)
+                    procs = data.engine_processes(state, events)
+                    self._post(self._engine, name, state, view, procs, text, live)
                 except Exception as e:
                     self._post(self.model.set_source, name, False, f"unreadable: {_why(e)}")
             if b.server_url:
                 name = f"server {b.server_url}"
                 try:
-                    values = b.poll_server()
-                    self._post(self._server, name, values)
+                    got = b.poll_server()
+                    self._post(self._server, name, got)
                 except Exception as e:
                     self._post(self.model.set_source, name, False, f"unreachable: {_why(e)}")
         finally:
             self._polling = False
 
-    def _engine(self, name: str, state, view, text: str) -> None:
-        self.model.set_engine_view(state, view)
-        self.model.set_source(name, True, text)
+    def _engine(self, name: str, state, view, procs, text: str, live: int) -> None:
+        for line in self.model.set_engine_view(state, view, procs):
+            self.say(line)
+        self.model.set_source(name, True if live else False, text if live else
+                              f"no live process: {text}")
 
-    def _server(self, name: str, values: dict[str, float]) -> None:
-        self.model.add_server(values)
-        got = ", ".join(sorted(values)) or "none of the charted series (--enable-metrics?)"
-        self.model.set_source(name, True, f"ok: {got}")
+    def _server(self, name: str, got) -> None:
+        values, fix_states, builders = got
+        self.model.add_server(values, fix_states, builders)
+        n = len(values)
+        self.model.set_source(name, True, f"ok: {n} series" if n else
+                              "ok: none of the charted series (--enable-metrics?)")
 
     # -------------------------------------------------------------- actions
 
@@ -394,7 +460,7 @@ class DiagApp(App[None]):
         if tab == "tab-timings":
             return self.w_timings.selected_fix(self.model)
         if tab == "tab-syncs":
-            return "repeat-interleave-output-size"
+            return self.model.sync_fix()
         return None
 
     def action_rerun(self) -> None:
@@ -408,7 +474,7 @@ class DiagApp(App[None]):
         if self._probes_left:
             self.say(f"probes still running: {', '.join(sorted(self._probes_left))}")
             return
-        self.say("rerunning the probes…")
+        self.say("r: rerunning the probes and re-reading the fixes…")
         self.rerun()
 
     @work(thread=True, group="boot", exclusive=True, exit_on_error=False)
@@ -416,16 +482,19 @@ class DiagApp(App[None]):
         self._refresh_fixes()
         self._run_probes()
 
-    def _fix_act(self, action: str) -> None:
-        fid = self.selected_fix()
-        if not fid:
-            self.say(f"select a fix to {action} (Fixes tab)")
-            return
+    def act_on(self, fid: str, action: str) -> None:
         if fid not in self.model.fixes and self.model.fixes:
             self.say(f"unknown fix {fid}")
             return
         self.say(f"{action} {fid} {self.fix_where}…")
         self.fix_action(fid, action)
+
+    def _fix_act(self, action: str) -> None:
+        fid = self.selected_fix()
+        if not fid:
+            self.say(f"select a fix to {action} (Fixes tab)")
+            return
+        self.act_on(fid, action)
 
     def action_apply(self) -> None:
         self._fix_act("apply")
@@ -434,18 +503,20 @@ class DiagApp(App[None]):
         self._fix_act("revert")
 
     def action_bench(self) -> None:
-        if self.bench_running:
-            self.say("a bench is already running")
-            return
         fid = self.selected_fix()
-        ids = [fid] if fid else [v.id for v in self.model.fixes.values() if v.bench]
+        self.start_bench([fid] if fid else [v.id for v in self.model.fixes.values() if v.bench])
+
+    def start_bench(self, ids: list[str]) -> None:
+        if self.bench_running:
+            self.say("a bench is already running (q ends it)")
+            return
         if not ids:
             self.say("no fix with a bench")
             return
         self.w_tabs.active = "tab-timings"
         self.model.bench_progress = f"starting {', '.join(ids)}…"
         self.bench_running = True
-        self.changed()
+        self.say(f"bench {', '.join(ids)}: starting…")
         self.run_benches(ids)
 
     def action_export(self) -> None:
@@ -457,12 +528,16 @@ class DiagApp(App[None]):
 
     def action_tab(self, tab: str) -> None:
         self.w_tabs.active = tab
-        table = {"tab-overview": "#findings", "tab-fixes": "#fixes", "tab-timings": "#timings",
-                 "tab-syncs": "#syncs"}[tab]
-        self.w_tabs.query_one(table).focus()
+        self.w_tabs.query_one(TABLES[tab]).focus()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        """Quit now: end a running bench's process group first (its children too)."""
+        self.quitting = True
+        self.backend.stop_benches()
+        self.exit()
 
 
 def _why(e: BaseException) -> str:
@@ -472,10 +547,11 @@ def _why(e: BaseException) -> str:
 def make_app(sglang: str | None = None, platform: str | None = None,
              run_dir: str | None = None, server_url: str | None = None, *,
              backend: Backend | None = None, execute: bool = True, poll_interval: float = 1.0,
-             export_path: str = "diag-tui.json", autostart: bool = True) -> DiagApp:
+             export_path: str = "diag-tui.json", autostart: bool = True,
+             config: dict[str, Any] | None = None) -> DiagApp:
     """The app for the CLI and for tests (tests pass their own `backend`)."""
     backend = backend or Backend(sglang=sglang, platform=platform, run_dir=run_dir,
-                                 server_url=server_url, execute=execute, discover=True)
+                                 server_url=server_url, execute=execute, discover=True,
+                                 config=config)
     return DiagApp(backend, poll_interval=poll_interval, export_path=export_path,
                    autostart=autostart)
-

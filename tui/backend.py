@@ -11,7 +11,7 @@ from typing import Any
 
 from diag.bench import BenchResult
 from diag.findings import Finding
-from diag.tui import data
+from diag.tui import bench_child, data
 from diag.tui.data import FixView, Header
 
 
@@ -21,8 +21,11 @@ class Backend:
                  execute: bool = True, bench_params: dict[str, Any] | None = None,
                  probe_runner: Callable[[Any, str], list[Finding]] | None = None,
                  fixes: dict[str, Any] | None = None, gpu: Callable[[], str] | None = None,
-                 server_timeout: float = 2.0, discover: bool = False) -> None:
+                 server_timeout: float = 2.0, discover: bool = False,
+                 config: dict[str, Any] | None = None,
+                 bench_runner: Callable[..., BenchResult] | None = None) -> None:
         self.sglang, self.platform = sglang, platform
+        self.config = {k: v for k, v in (config or {}).items() if v is not None}
         self.run_dir, self.server_url = run_dir, server_url
         self.execute = execute
         self.bench_params = {"quick": True, "sglang": sglang, **(bench_params or {})}
@@ -35,6 +38,8 @@ class Backend:
         self.log_lines: list[str] = []
         self._reader = data.RunDirReader(run_dir) if run_dir else None
         self._server = data.ServerReader(server_url, server_timeout) if server_url else None
+        self._bench_runner = bench_runner or bench_child.run_in_child
+        self.benches = bench_child.Children()  # running bench processes, ended on quit
 
     def log(self, msg: str) -> None:
         self.log_lines.append(msg)
@@ -44,7 +49,10 @@ class Backend:
     def start(self) -> Header:
         """Resolve the target (may download a release) and the platform; raises DiagError."""
         self.ctx, head = data.resolve_context(self.sglang, self.platform, self.run_dir,
-                                              self.server_url, self.execute, self.log)
+                                              self.server_url, self.execute, self.log,
+                                              self.config)
+        if self.ctx.target.version and not self.bench_params.get("sglang"):
+            self.bench_params["sglang"] = self.ctx.target.version  # benches run the TUI's target
         return head
 
     def gpu(self) -> str:
@@ -77,9 +85,7 @@ class Backend:
             except Exception as e:
                 out.append(FixView(fid, fid, "error", f"cannot load: {data.short_error(e)}"))
                 continue
-            tgt = self.ctx.target if self.ctx else None
-            plat = self.ctx.platform if self.ctx else None
-            out.append(data.fix_view(fx, tgt, plat))
+            out.append(data.fix_view(fx, self.ctx))
         return out
 
     @property
@@ -88,17 +94,26 @@ class Backend:
         return self.run_dir is not None
 
     def apply(self, fix_id: str) -> str:
-        if self.engine:
-            return data.request_engine_fix(self.run_dir, fix_id, "apply")
-        return data.apply_fix(self.fix(fix_id), self.ctx.target if self.ctx else None)
+        """In this process: the acknowledgement; a fix that is not applicable is refused."""
+        return data.apply_fix(self.fix(fix_id), self.ctx)
 
     def revert(self, fix_id: str) -> str:
-        if self.engine:
-            return data.request_engine_fix(self.run_dir, fix_id, "revert")
         return data.revert_fix(self.fix(fix_id))
 
+    def request(self, fix_id: str, action: str) -> str:
+        """In the engine: the control request's id; refused at once with no live process."""
+        return data.request_engine_fix(self.run_dir, fix_id, action)
+
     def bench(self, fix_id: str, progress: Callable[[str], None]) -> BenchResult:
-        return data.run_bench(self.fix(fix_id), self.bench_params, progress)
+        """The fix's bench in a child process (its own session), so quitting can end it and
+        everything it started."""
+        path = getattr(self.fix(fix_id), "bench", None)
+        if not path:
+            raise data.DiagError(f"{fix_id} has no bench")
+        return self._bench_runner(path, self.bench_params, progress, self.benches)
+
+    def stop_benches(self) -> None:
+        self.benches.stop_all()
 
     # ---------------------------------------------------------------- live sources
 
@@ -116,6 +131,9 @@ class Backend:
         except Exception:
             return []
 
-    def poll_server(self) -> dict[str, float]:
-        """The charted series now; histograms as their mean since the previous poll."""
-        return self._server.read()
+    def poll_server(self) -> tuple[dict[str, float], dict[str, dict[str, float]],
+                                   dict[str, float]]:
+        """(charted series now, diag fix states, syncs per build per builder); histograms and
+        counters over the interval since the previous poll."""
+        values = self._server.read()
+        return values, self._server.fix_states, self._server.builders

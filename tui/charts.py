@@ -1,54 +1,86 @@
-"""Small live charts: a label and a textual Sparkline per series, bounded in length."""
+"""Live charts, one line per series: its name and unit, a sparkline scaled between the min and
+max shown beside it, the last value and its age (stale values are marked).
+
+Drawn as text (block characters), so a constant series is a flat mid-height line labelled
+`constant`, and a series with no points says so, never an empty box."""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Grid, Vertical
-from textual.widgets import Label, Sparkline
+from textual.widgets import Static
 
 from diag.tui import data
+from diag.tui.model import Model
+
+BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-class Chart(Vertical):
-    """One series: its name, last value and a sparkline of the recent points."""
+def spark(xs: list[float], width: int, lo: float | None = None,
+          hi: float | None = None) -> str:
+    """The last `width` points as block characters between `lo` (▁) and `hi` (█), by default
+    the min and max of the points drawn; all equal: a flat mid-height line."""
+    xs = xs[-width:] if width > 0 else []
+    if not xs:
+        return ""
+    lo = min(xs) if lo is None else lo
+    hi = max(xs) if hi is None else hi
+    if hi == lo:
+        return BLOCKS[3] * len(xs)
+    top = len(BLOCKS) - 1
+    return "".join(BLOCKS[round((x - lo) / (hi - lo) * top)] for x in xs)
+
+
+def chart_title(name: str) -> str:
+    """The series' name with its unit when the values are not times (which carry their own)."""
+    unit = data.series_unit(name)
+    return f"{name}" + (f" ({unit})" if unit and unit != "s" else "")
+
+
+def chart_line(model: Model, name: str, width: int, title_width: int = 0) -> Text:
+    xs = list(model.series.get(name, []))
+    unit = data.series_unit(name)
+    title = chart_title(name)
+    tw = title_width or len(title)
+    t = Text(f"{data.shorten(title, tw):<{tw}} ", style="bold")
+    if not xs:
+        t.append("no points yet", style="dim")
+        return t
+    age = model.age(name)
+    stale = model.is_stale(age)
+    when = f" · {'STALE ' if stale else ''}{data.fmt_age(age)}" if age is not None else ""
+    window = 60
+    for _ in range(2):  # the points drawn and the scale beside them are the same ones
+        shown = xs[-window:]
+        lo, hi = min(shown), max(shown)
+        scale = (f"constant {data.fmt_value(lo, unit)}" if lo == hi else
+                 f"min {data.fmt_value(lo, unit)} max {data.fmt_value(hi, unit)}")
+        tail = f" {scale} · now {data.fmt_value(shown[-1], unit)}"
+        window = max(4, min(60, width - tw - 1 - len(tail) - len(when)))
+    xs = shown
+    t.append(spark(xs, len(xs), lo, hi), style="yellow" if stale else "cyan")
+    t.append(tail)
+    t.append(when, style="bold yellow" if stale else "dim")
+    return t
+
+
+class Charts(Static):
+    """Every live series (run directory and server) the model holds."""
 
     DEFAULT_CSS = """
-    Chart { height: 4; width: 1fr; border: round $panel; padding: 0 1; overflow: hidden; }
-    Chart Label { height: 1; }
-    Chart Sparkline { height: 1; }
+    Charts { height: auto; max-height: 8; border-top: solid $panel; }
     """
 
-    def __init__(self, name: str, **kw) -> None:
-        super().__init__(**kw)
-        self.series_name = name
-
-    def compose(self) -> ComposeResult:
-        yield Label(f"{self.series_name}: n/a", classes="chart-label")
-        yield Sparkline([], summary_function=max)
-
-    def show(self, xs: list[float]) -> None:
-        unit_s = self.series_name.endswith("(s)") or "latency" in self.series_name or \
-            "time" in self.series_name
-        last = (data.fmt_time(xs[-1]) if unit_s else f"{xs[-1]:.3g}") if xs else "n/a"
-        self.query_one(Label).update(Text(f"{self.series_name}: {last}  ({len(xs)} pts)"))
-        self.query_one(Sparkline).data = list(xs)
-
-
-CHARTS = ("syncs per call", "draft-extend step (s)", "inter-token latency",
-          "time per output token", "accept length", "draft-extend capture time")
-
-
-class Charts(Grid):
-    DEFAULT_CSS = """
-    Charts { grid-size: 3 2; grid-columns: 1fr 1fr 1fr; height: 8; width: 100%;
-             grid-gutter: 0 1; }
-    """
-
-    def compose(self) -> ComposeResult:
-        for i, name in enumerate(CHARTS):
-            yield Chart(name, id=f"chart-{i}")
-
-    def show(self, series: dict[str, list[float]]) -> None:
-        for chart in self.query(Chart):
-            chart.show(series.get(chart.series_name, []))
+    def show(self, model: Model) -> None:
+        names = list(model.series)
+        width = self.size.width or (self.app.size.width - 2)
+        if not names:
+            self.update(Text("live charts: none (watch an engine with --run-dir or a server "
+                             "with --server)", style="dim"))
+            return
+        out = Text()
+        tw = min(max(len(chart_title(n)) for n in names), max(12, width // 3))
+        for i, n in enumerate(names):
+            if i:
+                out.append("\n")
+            out.append_text(chart_line(model, n, width, tw))
+        self.update(out)

@@ -9,8 +9,8 @@ here, so a change in them touches this one module.
 
 from __future__ import annotations
 
-import importlib
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -92,8 +92,12 @@ def gpu_text() -> str:
 
 
 def resolve_context(sglang: str | None, platform: str | None, run_dir: str | None,
-                    server_url: str | None, execute: bool, log: Callable[[str], None]):
-    """(Context, Header) for the target; raises DiagError when the target cannot be had."""
+                    server_url: str | None, execute: bool, log: Callable[[str], None],
+                    config: dict[str, Any] | None = None):
+    """(Context, Header) for the target; raises DiagError when the target cannot be had.
+
+    `config` holds the configuration options `diag diagnose` takes (attention_backend,
+    speculative_num_steps, speculative_algorithm)."""
     from diag.context import Context, SpecConfig
     from diag.target import resolve
 
@@ -102,7 +106,8 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
         from diag.platform import default_platform
 
         platform = default_platform()
-    ctx = Context(target=tgt, platform=platform, config=SpecConfig(), server_url=server_url,
+    cfg = SpecConfig(**{k: v for k, v in (config or {}).items() if v is not None})
+    ctx = Context(target=tgt, platform=platform, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, log=log)
     head = Header(target=f"sglang {tgt.version or '?'} [{tgt.origin}]", version=tgt.version or NA,
                   platform=platform)
@@ -182,15 +187,22 @@ def get_fix(fix_id: str):
     return fixes.get(fix_id)
 
 
-def fix_view(fix, target=None, platform: str | None = None) -> FixView:
+def applicability(fix, ctx) -> tuple[str, str]:
+    """(status, reason) of a fix for the TUI's target, platform and configuration: the one lookup
+    every tab and `a` use (swapped for `diag.fixes.advice.resolve` once that lands)."""
+    if ctx is None:
+        return NA, ""
+    try:
+        a = fix.applies_to(ctx.target, ctx.platform)
+        return a.status, a.reason
+    except Exception as e:
+        return "error", short_error(e)
+
+
+def fix_view(fix, ctx=None) -> FixView:
     v = FixView(fix.id, getattr(fix, "title", fix.id), revertible=getattr(fix, "revertible", True),
                 bench=getattr(fix, "bench", None))
-    if target is not None and platform:
-        try:
-            a = fix.applies_to(target, platform)
-            v.applicability, v.reason = a.status, a.reason
-        except Exception as e:
-            v.applicability, v.reason = "error", short_error(e)
+    v.applicability, v.reason = applicability(fix, ctx)
     v.state = fix_state(fix)
     return v
 
@@ -206,13 +218,25 @@ def fix_state(fix) -> Any:
     return "applied (pending import)" if pending else "applied"
 
 
-def apply_fix(fix, target=None) -> str:
+def refusal(fix, ctx) -> str | None:
+    """Why `a` must not apply this fix here (None: it may): only an `applicable` fix is applied."""
+    status, reason = applicability(fix, ctx)
+    if status == "applicable":
+        return None
+    return f"not applied: {fix.id} is {status}" + (f" ({reason})" if reason else "")
+
+
+def apply_fix(fix, ctx=None) -> str:
     """Apply in this process; the acknowledgement text (raises DiagError/FixError on refusal).
 
-    A fix that needs the target's source to choose what to patch (`fix.target`) gets the TUI's.
+    A fix that is not `applicable` to the target is refused with its reason. A fix that needs the
+    target's source to choose what to patch (`fix.target`) gets the TUI's.
     """
-    if target is not None and getattr(fix, "target", False) is None:
-        fix.target = target
+    why = refusal(fix, ctx) if ctx is not None else None
+    if why:
+        raise DiagError(why)
+    if ctx is not None and getattr(fix, "target", False) is None:
+        fix.target = ctx.target
     fix.apply()
     return f"applied in this process: {fix_state(fix)}"
 
@@ -235,11 +259,32 @@ class SourceState:
 
 
 def request_engine_fix(run_dir: str, fix_id: str, action: str) -> str:
-    """Ask the engine's agents (through the run directory) to apply/revert a fix."""
+    """Ask the engine's agents (through the run directory) to apply/revert a fix; the request id.
+
+    Refuses at once (DiagError) when no engine process of the run is alive, as `diag fix` does:
+    nobody would ever acknowledge the request."""
     from diag.engine import rundir
 
-    rid = rundir.request(run_dir, fix_id, action)
-    return f"requested {action} of {fix_id} in the engine (request {rid}); waiting for the ack"
+    d = rundir.check_run_dir(run_dir)
+    if not rundir.read_state(d).live:
+        raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
+    return rundir.request(d, fix_id, action)
+
+
+def request_acks(state: Any, request_id: str) -> str | None:
+    """The acknowledgements of one control request so far, as one line (None: none yet)."""
+    got = []
+    waiting = 0
+    for p in state.processes.values():
+        ack = p.acks.get(request_id)
+        if ack is not None:
+            got.append(f"pid {p.pid} {'ok' if ack.get('ok') else 'REFUSED'} → {ack.get('state')}"
+                       + (f" ({ack['reason']})" if ack.get("reason") else ""))
+        elif p.alive:
+            waiting += 1
+    if not got:
+        return None
+    return "; ".join(got) + (f"; waiting for {waiting} more" if waiting else "")
 
 
 def discover_run_dirs() -> list[str]:
@@ -338,6 +383,46 @@ def engine_acks(state: Any) -> dict[str, str]:
             for fid, a in latest.items()}
 
 
+@dataclass
+class ProcessView:
+    """One engine process of a run directory, as the engine pane shows it."""
+
+    pid: int
+    alive: bool
+    sglang: str
+    fixes: str  # "fix=state, ..."
+    last: str  # the newest event's kind
+    last_ts: float | None
+    errors: int
+    error: str  # the newest agent error, "where: message"
+
+
+def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> list[ProcessView]:
+    """Every process of the run (live first): its fixes, newest event and agent errors.
+
+    The agent's errors are the events its `Aggregator` counts under `errors`; the newest one's
+    text is the last event that carries `where` and `message` (the error event's fields), from
+    `events` (all kept so far) or else the process's last events."""
+    errors: dict[Any, str] = {}
+    for ev in events or []:
+        if "where" in ev and "message" in ev:
+            errors[ev.get("pid")] = f"{ev['where']}: {ev['message']}"
+    out = []
+    for p in state.processes.values():
+        fixes = ", ".join(f"{fid}={(st or {}).get('state')}" for fid, st in sorted(p.fixes.items()))
+        last = p.last_events[-1] if p.last_events else {}
+        err = errors.get(p.pid, "")
+        for ev in reversed(p.last_events if not err else []):
+            if "where" in ev and "message" in ev:
+                err = f"{ev['where']}: {ev['message']}"
+                break
+        out.append(ProcessView(p.pid, p.alive, p.sglang or "?", fixes or "none",
+                               str(last.get("kind", "-")), last.get("ts"),
+                               int((p.counters or {}).get("errors", 0)), err))
+    out.sort(key=lambda v: (not v.alive, v.pid))
+    return out
+
+
 def read_server(url: str, timeout: float = 2.0) -> dict[str, float]:
     """The few SGLang series the TUI charts, from the server's /metrics (raises on failure);
     histograms as their mean since the server started (`ServerReader` gives recent means)."""
@@ -351,31 +436,103 @@ class ServerReader:
     """Reads the charted series on each poll; a histogram's value is its mean over the interval
     since the previous poll (the increase of _sum over the increase of _count, as PromQL's
     `increase(x_sum) / increase(x_count)`), so a fix applied mid-run shows in the next point.
+    diag's own counters (`diag_*`, recorded by the agent into SGLang's multiprocess /metrics)
+    are read the same way: syncs per metadata build (in total and per builder) and draft-extend
+    passes by mode over the interval; `diag_fix_state` gives each fix's processes per state.
 
-    The first read (and one after a server restart, when the counts go down) gives the mean
+    The first read (and one after a server restart, when the counts go down) gives the totals
     since the server started; an interval with no new observations gives no point for it.
     """
 
     def __init__(self, url: str, timeout: float = 2.0) -> None:
         self.url, self.timeout = url, timeout
         self._last: dict[str, tuple[float, float]] = {}  # label → (sum, count) at the last read
+        self.fix_states: dict[str, dict[str, float]] = {}  # fix → {state: live processes}
+        self.builders: dict[str, float] = {}  # builder → syncs per build over the last interval
 
     def read(self) -> dict[str, float]:
         from diag import server
 
         return self.values(server.get_metrics(self.url, self.timeout))
 
+    def _increase(self, key: str, s: float, c: float) -> tuple[float, float] | None:
+        ps, pc = self._last.get(key, (0.0, 0.0))
+        self._last[key] = (s, c)
+        if c < pc:
+            ps, pc = 0.0, 0.0  # the server restarted: its counters started over
+        return (s - ps, c - pc) if c > pc else None
+
     def values(self, got: Any) -> dict[str, float]:
+        if isinstance(got, str):
+            from prometheus_client.parser import text_string_to_metric_families
+
+            got = list(text_string_to_metric_families(got))
         out, sums, counts = _series(got)
         for label, c in counts.items():
-            s = sums.get(label, 0.0)
-            ps, pc = self._last.get(label, (0.0, 0.0))
-            self._last[label] = (s, c)
-            if c < pc:
-                ps, pc = 0.0, 0.0  # the server restarted: its histograms started over
-            if c > pc:
-                out[label] = (s - ps) / (c - pc)
+            d = self._increase(label, sums.get(label, 0.0), c)
+            if d:
+                out[label] = d[0] / d[1]
+        ds = diag_series(got)
+        self.fix_states = ds.fix_states
+        syncs = builds = 0.0
+        self.builders = {}
+        for b, (n_syncs, n_builds) in sorted(ds.builders.items()):
+            d = self._increase(f"builder {b}", n_syncs, n_builds)
+            if d:
+                self.builders[b] = d[0] / d[1]
+                syncs, builds = syncs + d[0], builds + d[1]
+        if builds:
+            out[SYNCS_PER_BUILD] = syncs / builds
+        for mode, n in sorted(ds.passes.items()):
+            d = self._increase(f"passes {mode}", n, n)
+            if d:
+                out[f"{DE_PASSES}, {mode}"] = d[0]
         return out
+
+
+SYNCS_PER_BUILD = "syncs per metadata build"
+DE_PASSES = "draft-extend passes"
+
+
+@dataclass
+class DiagSeries:
+    """diag's own series on a server's /metrics (names: `diag.engine.metrics.SERIES`)."""
+
+    builders: dict[str, tuple[float, float]] = field(default_factory=dict)  # (syncs, builds)
+    passes: dict[str, float] = field(default_factory=dict)  # mode → passes
+    fix_states: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def diag_series(families: list) -> DiagSeries:
+    """The `diag_*` samples of parsed /metrics families (totals since the server started)."""
+    from diag.engine.metrics import PREFIX
+
+    def name(series: str) -> tuple[str, ...]:
+        return (PREFIX + series, PREFIX + series + "_total")
+
+    syncs, builds = name("metadata_syncs"), name("metadata_builds")
+    passes, state = name("draft_extend_passes"), name("fix_state")
+    out = DiagSeries()
+    for fam in families or []:
+        for smp in fam.samples:
+            n, lab, v = smp.name, smp.labels, float(smp.value)
+            if n in syncs or n in builds:
+                b = lab.get("builder", "?")
+                s0, c0 = out.builders.get(b, (0.0, 0.0))
+                out.builders[b] = (s0 + v, c0) if n in syncs else (s0, c0 + v)
+            elif n in passes:
+                m = lab.get("mode", "other")
+                out.passes[m] = out.passes.get(m, 0.0) + v
+            elif n in state and lab.get("fix") and v:
+                st = out.fix_states.setdefault(lab["fix"], {})
+                st[lab.get("state", "other")] = st.get(lab.get("state", "other"), 0.0) + v
+    return out
+
+
+def server_fix_states(states: dict[str, dict[str, float]]) -> dict[str, str]:
+    """'server: applied ×3, refused ×1' per fix, from `diag_fix_state` (live processes)."""
+    return {fid: "server: " + ", ".join(f"{s} ×{n:g}" for s, n in sorted(st.items()))
+            for fid, st in states.items() if st}
 
 
 # SGLang's /metrics names (SGLANG.md) → the TUI's labels; histograms read as sum/count.
@@ -386,6 +543,20 @@ SERVER_SERIES = {
     "sglang:spec_accept_length": ("accept length", "tokens"),
     "sglang:startup_cuda_graph_time_seconds": ("draft-extend capture time", "s"),
 }
+
+
+def series_unit(label: str) -> str:
+    """The unit of a charted series (its values and its chart title use the same one)."""
+    for lab, unit in SERVER_SERIES.values():
+        if lab == label:
+            return unit
+    if label in _UNITS:
+        return _UNITS[label]
+    if label == SYNCS_PER_BUILD or label.startswith("syncs"):
+        return "syncs"
+    if label.startswith(DE_PASSES):
+        return "passes"
+    return "s" if label.endswith(("(s)", "step", "time", "latency")) else ""
 
 
 def metric_values(got: Any) -> dict[str, float]:
@@ -447,6 +618,10 @@ class TimingRow:
     after: Stats | None
     source: str
     note: str = ""
+    expected: str = ""  # why a worse ratio is expected (the bench row's declaration)
+    notes: list[str] = field(default_factory=list)  # the bench's own notes (caveats, the code run)
+    release: str = ""  # the SGLang release the bench ran
+    age: float | None = None  # seconds since a live value was read (None: not live)
 
     ratio = Row.ratio  # after/before of the medians, exactly as `diag bench` reports it
 
@@ -460,79 +635,103 @@ class SyncRow:
     source: str = ""
 
 
+def bench_release(res: BenchResult) -> str:
+    """The SGLang release a bench ran (its `sglang` parameter), '' when it names none."""
+    v = res.params.get("sglang")
+    return str(v) if v else ""
+
+
 def bench_rows(res: BenchResult) -> list[TimingRow]:
+    rel = bench_release(res)
+    src = f"bench, sglang {rel}" if rel else "bench"
     if res.skipped:
-        return [TimingRow(res.id, f"not run: {res.skipped}", "", None, None, "bench")]
-    return [TimingRow(res.id, r.metric, r.unit, r.before, r.after, "bench", r.note or "")
+        return [TimingRow(res.id, f"not run: {res.skipped}", "", None, None, src,
+                          notes=list(res.notes), release=rel)]
+    return [TimingRow(res.id, r.metric, r.unit, r.before, r.after, src, r.note or "",
+                      getattr(r, "expected", None) or "", list(res.notes), rel)
             for r in res.rows]
-
-
-def run_bench(fix, params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
-    """Run the fix's bench (`Fix.bench = "module:function"`); raises when it has none."""
-    path = getattr(fix, "bench", None)
-    if not path:
-        raise DiagError(f"{fix.id} has no bench")
-    module, attr = path.split(":")
-    return getattr(importlib.import_module(module), attr)(dict(params), progress)
 
 
 def _stats(xs: list[float]) -> Stats | None:
     return Stats.of(xs) if xs else None
 
 
+_UNITS: dict[str, str] = {}  # chart series from the run directory → unit
+
+
+def _counted_kinds() -> dict[str, tuple[str, str | None]]:
+    """Event kind → (the probe's title, the fix that addresses it), from the probes' runtime
+    counter declarations (`Probe.counter.events`, `Probe.fixes`)."""
+    from diag.probes import specs
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for sp in specs():
+        if sp.counter is not None:
+            for kind in sp.counter.events:
+                out[kind] = (sp.title, sp.fixes[0] if sp.fixes else None)
+    return out
+
+
 def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[SyncRow],
                                                        dict[str, list[float]]]:
-    """From a run directory's events: timing rows split by the fix's state in that process at the
-    time of each event (before = off, after = on), sync rows per builder, and chart series."""
-    on: dict[tuple[Any, str], bool] = {}  # (pid, fix) → applied
+    """From a run directory's events: per counted event kind (the probes' declarations), its
+    count and its seconds split by the state of the probe's fix in that process at the time
+    of the event (before = off, after = on), and by `mode` where the events carry one; sync rows
+    per builder; chart series.
 
-    def mark(pid: Any, fid: Any, st: Any) -> None:
-        if fid and st:
-            on[(pid, fid)] = str(st) == "applied"
+    A fix's state in a process is the last event naming it (start, fix, control_ack, snapshot),
+    folded by `diag.engine.events.replay`."""
+    from diag.engine import events as ev_types
 
-    de: dict[str, list[float]] = {"eager": [], "graph": []}
-    syncs: dict[str, dict[bool, list[float]]] = {}
-    sync_secs: dict[bool, list[float]] = {False: [], True: []}
-    prof: dict[bool, list[float]] = {False: [], True: []}
-    series: dict[str, list[float]] = {"syncs per call": [], "draft-extend step (s)": []}
-    for e in events:
-        kind, pid = e.get("kind"), e.get("pid")
-        if kind in ("start", "snapshot"):
-            for fid, st in (e.get("fixes") or {}).items():
-                mark(pid, fid, (st or {}).get("state") if isinstance(st, dict) else st)
-        elif kind in ("fix", "control_ack"):
-            mark(pid, e.get("fix"), e.get("state"))
-        elif kind == "syncs":
-            b = str(e.get("builder", "?"))
-            fixed = on.get((pid, "repeat-interleave-output-size"), False)
-            n = float(e.get("count") or 0)
-            syncs.setdefault(b, {False: [], True: []})[fixed].append(n)
-            if e.get("seconds") is not None:
-                sync_secs[fixed].append(float(e["seconds"]))
-            series["syncs per call"].append(n)
-        elif kind == "draft_extend" and e.get("seconds") is not None:
-            mode = "graph" if e.get("mode") == "graph" else "eager"
-            de[mode].append(float(e["seconds"]))
-            series["draft-extend step (s)"].append(float(e["seconds"]))
-        elif kind == "profiler_stop" and e.get("seconds") is not None:
-            prof[on.get((pid, "profiler-controlled-teardown"), False)].append(float(e["seconds"]))
+    kinds = _counted_kinds()
+    counts: dict[str, dict[bool, list[float]]] = {}
+    secs: dict[str, dict[bool, list[float]]] = {}
+    modes: dict[str, dict[str, list[float]]] = {}
+    builders: dict[str, dict[bool, list[float]]] = {}
+    series: dict[str, list[float]] = {}
+    # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
+    # probe whose counter emits the kind was applied in that process at that moment
+    for ev, fixed in ev_types.replay(events):
+        e, kind = ev.raw, ev.name
+        if kind not in kinds:
+            continue
+        name = str(kind).replace("_", "-")
+        if e.get("count") is not None:
+            n = float(e["count"])
+            counts.setdefault(kind, {False: [], True: []})[fixed].append(n)
+            series.setdefault(f"{name} per call", []).append(n)
+            _UNITS[f"{name} per call"] = str(kind)
+            if e.get("builder") is not None:
+                builders.setdefault(str(e["builder"]), {False: [], True: []})[fixed].append(n)
+        if e.get("seconds") is not None:
+            t = float(e["seconds"])
+            secs.setdefault(kind, {False: [], True: []})[fixed].append(t)
+            series.setdefault(f"{name} time", []).append(t)
+            _UNITS[f"{name} time"] = "s"
+            if e.get("mode") is not None:
+                modes.setdefault(kind, {}).setdefault(str(e["mode"]), []).append(t)
     rows: list[TimingRow] = []
-    if de["eager"] or de["graph"]:
-        rows.append(TimingRow("draft-extend-allowlist", "draft-extend step (eager → graph)", "s",
-                              _stats(de["eager"]), _stats(de["graph"]), "run dir",
-                              f"{len(de['eager'])} eager, {len(de['graph'])} graph passes"))
-    if any(v[False] or v[True] for v in syncs.values()):
-        allb = {k: [x for v in syncs.values() for x in v[k]] for k in (False, True)}
-        rows.append(TimingRow("repeat-interleave-output-size", "syncs per metadata build",
-                              "syncs", _stats(allb[False]), _stats(allb[True]), "run dir"))
-    if sync_secs[False] or sync_secs[True]:
-        rows.append(TimingRow("repeat-interleave-output-size", "metadata build host time", "s",
-                              _stats(sync_secs[False]), _stats(sync_secs[True]), "run dir"))
-    if prof[False] or prof[True]:
-        rows.append(TimingRow("profiler-controlled-teardown", "profiler stop", "s",
-                              _stats(prof[False]), _stats(prof[True]), "run dir"))
+    for kind, (_title, fid) in kinds.items():
+        label = fid or "(engine)"
+        name = str(kind).replace("_", "-")
+        if kind in counts:
+            c = counts[kind]
+            rows.append(TimingRow(label, f"{name} per call", str(kind),
+                                  _stats(c[False]), _stats(c[True]), "run dir"))
+        if kind in secs:
+            t = secs[kind]
+            rows.append(TimingRow(label, f"{name} time", "s", _stats(t[False]),
+                                  _stats(t[True]), "run dir"))
+        if len(modes.get(kind, {})) >= 1:
+            m = modes[kind]
+            names = sorted(m)
+            first, last = names[0], names[-1]
+            note = ", ".join(f"{len(m[k])} {k}" for k in names)
+            if len(names) > 1:
+                rows.append(TimingRow(label, f"{name} time, {first} → {last}", "s",
+                                      _stats(m[first]), _stats(m[last]), "run dir", note))
     srows = [SyncRow(b, "", _median(v[False]), _median(v[True]), "run dir")
-             for b, v in sorted(syncs.items())]
+             for b, v in sorted(builders.items())]
     return rows, srows, series
 
 
@@ -600,28 +799,101 @@ def bench_sync_rows(results: list[BenchResult]) -> list[SyncRow]:
 # ---------------------------------------------------------------- formatting
 
 
-def fmt_time(s: float) -> str:
+def sig(v: float, digits: int = 3) -> str:
+    """`v` to `digits` significant digits in plain notation (never `1.1e+02`)."""
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else str(v)
+    places = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    text = f"{round(v, places):.{places}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+_TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+
+
+def time_unit(s: float) -> tuple[str, float]:
+    """The readable unit for a time in seconds, and its scale."""
     a = abs(s)
-    if a >= 1:
-        return f"{s:.3g} s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    if a >= 1e-6:
-        return f"{s * 1e6:.3g} µs"
-    return f"{s * 1e9:.3g} ns"
+    for name, scale in _TIME_UNITS:
+        if a >= scale:
+            return name, scale
+    return _TIME_UNITS[-1]
 
 
-def fmt_stats(s: Stats | None, unit: str) -> str:
+def fmt_time(s: float) -> str:
+    unit, scale = time_unit(s)
+    return f"{sig(s / scale)} {unit}"
+
+
+def fmt_value(v: Any, unit: str = "") -> str:
+    """One value in its unit: times in a readable unit, counts with their unit word."""
+    if v is NA or v is None:
+        return "n/a"
+    if unit == "s" and isinstance(v, (int, float)):
+        return fmt_time(float(v))
+    if isinstance(v, float):
+        text = sig(v)
+    else:
+        return str(v)
+    return f"{text} {unit}" if unit and unit != "syncs" else text
+
+
+def fmt_stats(s: Stats | None, unit: str, compact: bool = False, n: bool = True) -> str:
+    """Median with IQR and n in plain notation: `167 ms (IQR 110–280, n=10)`; compact:
+    `167 ms (110–280) n=10` (`n=False`: without n, shown elsewhere). A spread of zero is left
+    out (`2 (n=9)`)."""
     if s is None:
         return "-"
     if unit == "s":
-        med = fmt_time(s.median)
-        if not s.iqr:
-            return med
-        num, tu = med.split(" ")
-        scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[tu]
-        return f"{num} ± {s.iqr / scale:.2g} {tu}"
-    return f"{s.median:.3g} ± {s.iqr:.2g}" if s.iqr else f"{s.median:.3g}"
+        u, scale = time_unit(s.median)
+        med, lo, hi, suffix = sig(s.median / scale), sig(s.p25 / scale), sig(s.p75 / scale), f" {u}"
+    else:
+        med, lo, hi = sig(s.median), sig(s.p25), sig(s.p75)
+        suffix = f" {unit}" if unit and unit not in ("syncs",) and not compact else ""
+    count = f" n={s.n}" if n else ""
+    if s.n > 1 and lo != hi:
+        return (f"{med}{suffix} ({lo}–{hi}){count}" if compact
+                else f"{med}{suffix} (IQR {lo}–{hi}, n={s.n})")
+    return f"{med}{suffix}{count}" if compact else f"{med}{suffix} (n={s.n})"
+
+
+_WORSE = {"s": "slower", "": "more"}
+_BETTER = {"s": "faster", "": "fewer"}
+
+
+def ratio_text(r: TimingRow | Row, short: bool = False) -> tuple[str, str]:
+    """(text, style) of after/before with its direction: `6.3× faster` green, `19× slower` red,
+    or yellow with `(expected: WHY)` when the bench row declares the worse ratio expected.
+    Lower is better for every before/after row diag measures (times, syncs, memory, crashes)."""
+    ratio = r.ratio
+    if ratio is None:
+        return "-", "dim"
+    kind = "s" if r.unit == "s" else ""
+    expected = getattr(r, "expected", "") or ""
+    if ratio == 0:
+        return "none after", "bold green"
+    if 0.95 <= ratio <= 1.05:
+        return f"same (×{sig(ratio, 2)})", "dim"
+    if ratio < 1:
+        return f"{sig(1 / ratio, 2)}× {_BETTER[kind]}", "bold green"
+    text = f"{sig(ratio, 2)}× {_WORSE[kind]}"
+    if expected:
+        return (f"{text} (expected)" if short else f"{text} (expected: {expected})"), "yellow"
+    return text, "bold red"
+
+
+def fmt_ratio(r: float | None) -> str:
+    """The bare after/before (the export and `diag bench` keep the number)."""
+    return sig(r, 3) if r is not None else "-"
+
+
+def fmt_age(age: float | None) -> str:
+    """How long ago a live value was read: `3 s ago`, `2 min ago`."""
+    if age is None:
+        return ""
+    if age < 60:
+        return f"{max(0, int(age))} s ago"
+    return f"{int(age // 60)} min ago"
 
 
 def short_path(loc: str) -> str:
@@ -629,16 +901,24 @@ def short_path(loc: str) -> str:
     return loc.removeprefix("sglang/srt/layers/attention/").removeprefix("sglang/srt/")
 
 
-def fmt_value(v: Any) -> str:
-    if v is NA or v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
+def shorten(name: str, width: int) -> str:
+    """A name cut to `width` cells, keeping its end for dotted names (`…Backend._attach_meta`)
+    and its start otherwise; the whole name is in the detail pane and the export."""
+    if len(name) <= width:
+        return name
+    if width <= 1:
+        return "…"[:width]
+    if "." in name.split(" ")[0]:
+        return "…" + name[-(width - 1):]
+    return name[:width - 1] + "…"
 
 
-def fmt_ratio(r: float | None) -> str:
-    return f"{r:.3f}" if r is not None else "-"
+def sync_fix(findings: list[Finding]) -> str | None:
+    """The fix the per-builder sync rows are about: the first fix of a finding that has them."""
+    for f in findings:
+        if finding_sync_rows([f]):
+            return f.fixes[0] if f.fixes else fix_of_probe(f.probe)
+    return None
 
 
 # ---------------------------------------------------------------- export
@@ -646,8 +926,11 @@ def fmt_ratio(r: float | None) -> str:
 
 def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixView],
                timings: list[TimingRow], syncs: list[SyncRow],
-               sources: list[SourceState]) -> dict[str, Any]:
-    """Everything on screen, as a JSON document (schema_version 1, `kind: diag-tui`)."""
+               sources: list[SourceState],
+               processes: list[ProcessView] | None = None) -> dict[str, Any]:
+    """Everything on screen, as a JSON document (`kind: diag-tui`; schema tui-export-v1.json)."""
+    from diag.schemas import SCHEMA_VERSION
+
     def st(s: Stats | None):
         return None if s is None else {"median": s.median, "p25": s.p25, "p75": s.p75,
                                        "min": s.min, "n": s.n}
@@ -656,7 +939,7 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         return None if v is NA else v
 
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "kind": "diag-tui",
         "exported_at": time.time(),
         "target": header.target, "version": val(header.version),
@@ -667,11 +950,16 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         "fixes": [{"id": x.id, "applicability": val(x.applicability), "reason": x.reason,
                    "state": val(x.state), "ack": x.ack} for x in fix_rows],
         "timings": [{"fix": t.fix, "metric": t.metric, "unit": t.unit, "before": st(t.before),
-                     "after": st(t.after), "ratio": t.ratio, "source": t.source, "note": t.note}
+                     "after": st(t.after), "ratio": t.ratio, "change": ratio_text(t)[0],
+                     "expected": t.expected or None, "source": t.source, "note": t.note,
+                     "notes": t.notes, "release": t.release or None, "age_s": t.age}
                     for t in timings],
         "syncs": [{"builder": s.builder, "location": s.location, "before": val(s.before),
                    "after": val(s.after), "source": s.source} for s in syncs],
         "sources": [{"name": s.name, "ok": s.ok, "text": s.text} for s in sources],
+        "engine_processes": [{"pid": p.pid, "alive": p.alive, "sglang": p.sglang,
+                              "fixes": p.fixes, "last_event": p.last, "errors": p.errors,
+                              "last_error": p.error or None} for p in processes or []],
     }
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import io
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from diag import __version__
 from diag.tui import data
 from diag.tui.backend import Backend
+from diag.tui.header import header_text
 from diag.tui.model import Model
 
 
@@ -46,8 +48,9 @@ def fill(backend: Backend, model: Model | None = None) -> Model:
     if backend.server_url:
         name = f"server {backend.server_url}"
         try:
-            m.add_server(backend.poll_server())
-            m.set_source(name, True, "ok")
+            values, states, builders = backend.poll_server()
+            m.add_server(values, states, builders)
+            m.set_source(name, True, f"ok: {len(values)} series")
         except Exception as e:
             m.set_source(name, False, f"unreachable: {_why(e)}")
     return m
@@ -57,62 +60,96 @@ def _why(e: BaseException) -> str:
     return str(e) if isinstance(e, data.DiagErrorTypes) else data.short_error(e)
 
 
-def _table(title: str, *cols: str) -> Table:
+def _table(title: str, *cols: tuple[str, bool]) -> Table:
+    """A table whose identifier columns (`True`) are never wrapped or cut."""
     t = Table(title=title, title_justify="left", title_style="bold", expand=False,
               show_edge=False, pad_edge=False)
-    for c in cols:
-        t.add_column(c, overflow="fold")
+    for name, ident in cols:
+        t.add_column(name, no_wrap=ident)
     return t
 
 
-def frame(m: Model) -> Group:
+def _ind(text: Text | str, n: int) -> Padding:
+    """`text` indented by `n`, its wrapped lines too (words wrap; nothing is cut)."""
+    return Padding(text if isinstance(text, Text) else Text(text), (0, 0, 0, n))
+
+
+def _title(text: str) -> list:
+    return [Text(""), Text(text, style="bold underline")]
+
+
+def frame(m: Model, width: int = 140) -> Group:
+    """Every tab, one block per row: identifiers lead their line, long text wraps below them
+    (so no line is wider than `width` and no id is cut)."""
     h = m.header
-    parts: list = [Text(f"diag {__version__}  target: {h.target}  platform: "
-                        f"{data.fmt_value(h.platform)}  GPU: {data.fmt_value(h.gpu)}",
-                        style="bold")]
+    head = header_text(m, width)
+    parts: list = [head]
     if h.error:
         parts.append(Text(f"target error: {h.error}", style="bold red"))
     for s in m.sources.values():
-        parts.append(Text(f"{s.name}: {s.text}"))
-    t = _table("Overview", "status", "probe", "summary")
+        parts.append(_ind(f"{s.name}: {s.text}", 0))
+    if "GPU:" not in head.plain:
+        parts.append(_ind(f"GPU: {data.fmt_value(h.gpu)}; diag {__version__}", 0))
+    parts += _title("Overview")
     for v in m.finding_rows():
-        t.add_row(v.state.upper() if v.state in ("fail", "error") else v.state, v.probe,
-                  v.summary)
-    parts += [Text(""), t]
-    for v in m.finding_rows():
-        if v.detail:
-            parts.append(Text(f"  {v.probe}:", style="bold"))
-            parts.extend(Text(f"    {line}") for line in v.detail[:12])
-    t = _table("Fixes", "fix", "applicability", "state", "reason")
+        state = v.state.upper() if v.state in ("fail", "error") else v.state
+        parts.append(Text(f"{state:<6} {v.probe}", style="bold"))
+        parts.append(_ind(v.summary, 7))
+        for line in v.detail[:12]:
+            if line.startswith("fix: ") and v.fixes:
+                line = "fix: " + ", ".join(m.fix_advice(f) for f in v.fixes)
+            parts.append(_ind(line, 9))
+    parts += _title("Fixes")
     for f in m.fix_rows():
-        t.add_row(f.id, data.fmt_value(f.applicability), data.fmt_value(f.state), f.reason)
-    parts += [Text(""), t]
-    t = _table("Timings", "fix", "metric", "before", "after", "after/before", "source", "note")
-    for r in m.timing_rows():
-        t.add_row(r.fix, r.metric, data.fmt_stats(r.before, r.unit),
-                  data.fmt_stats(r.after, r.unit), data.fmt_ratio(r.ratio), r.source, r.note)
-    parts += [Text(""), t]
-    if not m.timing_rows():
-        parts.append(Text("  no timings: run `diag bench`, or watch --run-dir / --server"))
-    t = _table("Syncs (per call; file:line under sglang/srt/layers/attention/)", "builder",
-               "before", "after", "file:line", "source")
-    for s in m.sync_rows():
-        t.add_row(s.builder, data.fmt_value(s.before), data.fmt_value(s.after),
-                  data.short_path(s.location) or "-", s.source)
-    parts += [Text(""), t]
+        parts.append(Text(f"{f.id}  {data.fmt_value(f.applicability)}  "
+                          f"{data.fmt_value(f.state)}", style="bold"))
+        if f.reason:
+            parts.append(_ind(f.reason, 4))
+    parts += _title("Timings: median (IQR p25–p75, n samples); change = after/before")
+    timings = m.timing_rows()
+    if not timings:
+        parts.append(_ind("no timings: run `diag bench`, or watch --run-dir / --server", 2))
+    for r in timings:
+        change, style = data.ratio_text(r)
+        head = Text(f"{r.fix}  ", style="bold")
+        head.append(r.metric + (f" [{r.unit}]" if r.unit not in ("s", "") else ""))
+        parts.append(head)
+        line = Text(f"before {data.fmt_stats(r.before, r.unit)} → after "
+                    f"{data.fmt_stats(r.after, r.unit)}: ")
+        line.append(change, style=style)
+        parts.append(_ind(line, 4))
+        src = f"source: {r.source}" + (f"; {r.note}" if r.note else "")
+        if r.age is not None:
+            src += f"; read {data.fmt_age(r.age)}"
+        parts.append(_ind(src, 4))
+        parts.extend(_ind(n, 6) for n in r.notes)
+    parts += _title("Syncs per call (file:line under sglang/srt/layers/attention/)")
+    rows = [[s.builder, data.fmt_value(s.before), data.fmt_value(s.after),
+             data.short_path(s.location) or "-", s.source] for s in m.sync_rows()]
+    if width >= 140:
+        t = _table("", ("builder", True), ("before", True), ("after", True),
+                   ("file:line", True), ("source", False))
+        for r in rows:
+            t.add_row(*r)
+        parts.append(t)
+    else:
+        for b, before, after, loc, src in rows:
+            parts.append(Text(b, style="bold"))
+            parts.append(_ind(f"{before} → {after}  at {loc}  ({src})", 4))
     return Group(*parts)
 
 
 def render_model(m: Model, width: int = 140) -> str:
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None, force_terminal=False,
-            legacy_windows=False).print(frame(m))
-    return buf.getvalue()
+            legacy_windows=False).print(frame(m, width))
+    return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
 def render_once(sglang: str | None = None, platform: str | None = None,
                 run_dir: str | None = None, server_url: str | None = None,
-                execute: bool = True, width: int = 140) -> str:
+                execute: bool = True, width: int = 140,
+                config: dict | None = None) -> str:
     backend = Backend(sglang=sglang, platform=platform, run_dir=run_dir, server_url=server_url,
-                      execute=execute)
+                      execute=execute, config=config)
     return render_model(fill(backend), width)

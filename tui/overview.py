@@ -1,4 +1,4 @@
-"""Overview: target, platform, GPU (in the app header) and each probe's finding."""
+"""Overview: each probe's finding (status, probe, summary); the selected one's evidence below."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from textual.widgets import DataTable, Static
 
 from diag.tui.data import FindingView
 from diag.tui.model import Model
-from diag.tui.tables import fill
+from diag.tui.tables import Col, FittedTable, fill
 
-COLUMNS = ("status", "probe", "summary")
+COLUMNS = (Col("status"), Col("probe"), Col("summary", shrink=True, min=20))
 
 STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "fail": "bold red",
                 "error": "bold magenta", "skip": "dim", "pending": "dim", "running": "cyan"}
@@ -22,6 +22,19 @@ def status_text(state: str) -> Text:
     return Text(label, style=STATUS_STYLE.get(state, ""))
 
 
+def finding_detail(model: Model, v: FindingView) -> Text:
+    """The finding's title, summary and evidence; its fixes as the Fixes tab resolves them."""
+    text = Text()
+    text.append(f"{v.probe}: {v.title}\n", style="bold")
+    text.append_text(status_text(v.state))
+    text.append(f"  {v.summary}\n")
+    for line in v.detail:
+        if line.startswith("fix: ") and v.fixes:
+            line = "fix: " + ", ".join(model.fix_advice(f) for f in v.fixes)
+        text.append(f"  {line}\n")
+    return text
+
+
 class Overview(Vertical):
     DEFAULT_CSS = """
     Overview #findings { height: auto; max-height: 12; }
@@ -29,7 +42,7 @@ class Overview(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+        yield FittedTable(id="findings", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="finding-detail-box"):
             yield Static("select a finding for its evidence", id="finding-detail")
 
@@ -46,13 +59,4 @@ class Overview(Vertical):
     def show_detail(self, model: Model) -> None:
         v = self.selected(model)
         box = self.query_one("#finding-detail", Static)
-        if v is None:
-            box.update("no findings yet")
-            return
-        text = Text()
-        text.append(f"{v.title}\n", style="bold")
-        text.append_text(status_text(v.state))
-        text.append(f"  {v.summary}\n")
-        for line in v.detail:
-            text.append(f"  {line}\n")
-        box.update(text)
+        box.update(finding_detail(model, v) if v is not None else "no findings yet")

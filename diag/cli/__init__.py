@@ -9,12 +9,23 @@ import sys
 import click
 
 from diag import __version__
-from diag.cli.common import build_context, guarded, log, output_options, target_options
+from diag.cli.common import (
+    build_context,
+    exit_broken_pipe,
+    guarded,
+    log,
+    output_options,
+    target_options,
+)
 from diag.errors import EXIT_USAGE
 
 
 class LazyGroup(click.Group):
-    """Subcommands that live in other modules, imported only when named (or listed by --help)."""
+    """Subcommands that live in other modules, imported only when named (or listed by --help).
+
+    It also owns the closed-pipe exit for every command: click's own handler exits 1 when
+    `--help` or `--version` meets a closed stdout; here that is 141 and quiet, as in `guarded`.
+    """
 
     def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -24,6 +35,18 @@ class LazyGroup(click.Group):
         present = {n for n, path in self.lazy.items()
                    if importlib.util.find_spec(path.split(":")[0]) is not None}
         return sorted(set(super().list_commands(ctx)) | present)
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:  # `diag --help`, `diag --version` print while parsing
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            exit_broken_pipe()
+
+    def invoke(self, ctx: click.Context):
+        try:  # every subcommand, its --help and its output, guarded or not
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            exit_broken_pipe()
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
@@ -124,17 +147,22 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     """Run one probe (PROBE_ID), or list them with --list."""
     import json
 
-    from diag.probes import REGISTRY, get
+    from diag.probes import REGISTRY
 
     if list_ or not probe_id:
-        rows = [{"id": pid, "title": get(pid).title, "fixes": list(get(pid).fixes)}
-                for pid in REGISTRY]
+        from diag.probes import specs
+        from diag.schemas import SCHEMA_VERSION
+
+        rows = [{"id": s.id, "title": s.title, "fixes": list(s.fixes), "concern": s.concern,
+                 "counter": list(s.counter.events) if s.counter is not None else None}
+                for s in specs()]
         if as_json:
-            click.echo(json.dumps({"schema_version": 1, "probes": rows}, indent=2))
+            click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "probes": rows}, indent=2))
         else:
             for r in rows:
                 fixes = f"  (fix: {', '.join(r['fixes'])})" if r["fixes"] else ""
-                click.echo(f"{r['id']:<22} {r['title']}{fixes}")
+                counter = "  [runtime counter]" if r["counter"] is not None else ""
+                click.echo(f"{r['id']:<22} {r['title']}{fixes}{counter}")
         if not list_:
             log("name a probe to run it: diag probe ID")
             sys.exit(EXIT_USAGE)

@@ -10,6 +10,7 @@ import click
 
 from diag.cli.common import guarded, log
 from diag.errors import DiagError
+from diag.schemas import SCHEMA_VERSION
 
 
 @click.command()
@@ -50,7 +51,7 @@ def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | No
         module, attr = path.split(":")
         log(f"bench {fid} ...")
         results.append(getattr(importlib.import_module(module), attr)(dict(kv), log))
-    doc = {"schema_version": 1, "benches": [r.to_dict() for r in results]}
+    doc = {"schema_version": SCHEMA_VERSION, "benches": [r.to_dict() for r in results]}
     click.echo(json.dumps(doc, indent=2) if as_json else render(results))
     if out:  # after printing: a bad --out path must not lose a long run's results
         try:

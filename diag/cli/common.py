@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -56,6 +56,14 @@ def output_options(f: Callable) -> Callable:
     return f
 
 
+def exit_broken_pipe() -> NoReturn:
+    """The reader went away (`diag ... | head`): exit 141 like a shell, no message, no
+    traceback; stdout goes to /dev/null so the interpreter's last flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 def guarded(f: Callable) -> Callable:
     """DiagError → one line on stderr and its exit code; Ctrl-C → 130; tracebacks only with -v."""
 
@@ -72,10 +80,8 @@ def guarded(f: Callable) -> Callable:
         except KeyboardInterrupt:
             click.echo("diag: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except BrokenPipeError:  # the reader went away (`| head`): no error message, no traceback
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush
-            sys.exit(EXIT_BROKEN_PIPE)
+        except BrokenPipeError:
+            exit_broken_pipe()
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as e:

@@ -19,7 +19,7 @@ def env(sglang: str | None, as_json: bool) -> None:
     from diag.envinfo import collect, render
 
     doc = collect(sglang, log=log)
-    doc["agent_runs"] = agent_runs()  # issue 6: engines started under `diag run`
+    doc["agent_runs"] = agent_runs()  # engines started under `diag run`
     click.echo(json.dumps(doc, indent=2, default=str) if as_json
                else render(doc) + render_agent_runs(doc["agent_runs"]))
 

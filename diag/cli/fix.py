@@ -1,4 +1,4 @@
-"""`diag fix ...`: applicability of every fix to a target, and (later) apply/revert/status/check."""
+"""`diag fix ...`: applicability of every fix to a target, apply/revert, status of a run, check."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import click
 
 from diag.cli.common import build_context, guarded, target_options
+from diag.schemas import SCHEMA_VERSION
 
 
 @click.group()
@@ -35,7 +36,7 @@ def list_(as_json: bool, **target_kw) -> None:
         rows.append({"id": fid, "title": f.title, "status": status, "reason": reason,
                      "depends_on": list(f.depends_on), "addresses": list(f.addresses)})
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "target": ctx.target.to_dict(),
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
                                "platform": ctx.platform, "fixes": rows}, indent=2))
         return
     click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
@@ -44,7 +45,7 @@ def list_(as_json: bool, **target_kw) -> None:
 
 
 # ----------------------------------------------------------------------------- apply / revert
-# (issue 6: in this process, or in a running engine through its run directory)
+# (in this process, or in a running engine through its run directory)
 
 
 def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: float,
@@ -75,7 +76,7 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
                      "ok": bool(ev and ev.get("ok")), "state": ev.get("state") if ev else None,
                      "reason": reason, "waited": waited})
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "run_dir": str(d), "request": rid,
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "run_dir": str(d), "request": rid,
                                "fix": fix_id, "action": action, "processes": rows}, indent=2))
     else:
         for r in rows:
@@ -117,7 +118,7 @@ def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
             except Exception as e:
                 state, reason, ok = "failed", f"{type(e).__name__}: {e}", False
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "fix": fix_id, "action": action,
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "fix": fix_id, "action": action,
                                "ok": ok, "state": state, "reason": reason}, indent=2))
     else:
         click.echo(f"{fix_id}: {state}" + (f"  ({reason})" if reason else ""))
@@ -163,21 +164,6 @@ revert_cmd = _control_command("revert")
 # ----------------------------------------------------------------------------- status
 
 
-def _fmt_counters(c: dict) -> list[str]:
-    out = []
-    for b, v in sorted(c.get("syncs", {}).items()):
-        out.append(f"syncs {b}: {v['syncs']} in {v['calls']} calls, {v['seconds'] * 1e3:.2f} ms")
-    for m, v in sorted(c.get("draft_extend", {}).items()):
-        out.append(f"draft-extend {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms")
-    p = c.get("profiler_stop", {})
-    if p.get("stops"):
-        out.append(f"profiler stops: {p['stops']}, {p['seconds']:.3f} s, "
-                   f"{p['collected']} objects collected")
-    if c.get("errors"):
-        out.append(f"agent errors: {c['errors']}")
-    return out
-
-
 @fix.command("status")
 @click.option("--run-dir", type=click.Path(), metavar="DIR",
               help="The run directory (default: every live run found on this machine).")
@@ -188,11 +174,12 @@ def status(run_dir: str | None, as_json: bool) -> None:
     """Per engine process: fixes, runtime counters, last events (from the run directory)."""
     from diag.cli.common import log
     from diag.engine import rundir
+    from diag.engine.events import describe_counters
 
     dirs = [run_dir] if run_dir else [str(p) for p in rundir.discover()]
     states = [rundir.read_state(d) for d in dirs]
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "runs": [s.to_dict() for s in states]},
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": [s.to_dict() for s in states]},
                               indent=2, default=str))
         return
     if not states:
@@ -214,7 +201,7 @@ def status(run_dir: str | None, as_json: bool) -> None:
             for pid_, st in sorted(p.probes.items()):
                 reason = f"  ({st.get('reason')})" if st.get("reason") else ""
                 click.echo(f"    counter {pid_:<26} {st.get('state')}{reason}")
-            for line in _fmt_counters(p.counters):
+            for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
             if p.last_events:
                 kinds = ", ".join(str(e.get("kind")) for e in p.last_events[-5:])
@@ -229,25 +216,35 @@ def status(run_dir: str | None, as_json: bool) -> None:
               help="Fixes that must be applicable or upstream (repeatable; default: all).")
 @click.option("--dry/--no-dry", default=True, show_default=True,
               help="Also apply each applicable fix in a child interpreter with the release's "
-                   "code loaded (skipped when SGLang's requirements are not installed there).")
+                   "code loaded; a fix whose dry run cannot run there is unverified (exit 4). "
+                   "--no-dry accepts the static check alone.")
 @click.option("--python", "python", metavar="PATH",
               help="Interpreter for the dry application (one with SGLang's requirements).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, fixes: [...]}.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, verdict, fixes: [...]}.")
 @target_options
 @guarded
 def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: bool,
           **target_kw) -> None:
     """For CI: exit 0 only when every required fix is `applicable` or `upstream` for the target
-    and platform and, where the release's code loads here, its dry application fits; else 4."""
+    and platform and, unless --no-dry, each applicable one's dry application fits; else 4
+    (a dry application that could not run leaves the fix unverified, also 4)."""
+    import shutil
+
     from diag import fixes
     from diag.engine.agent import _split
     from diag.engine.fix_check import dry_apply
-    from diag.errors import EXIT_FIX_FAILED
+    from diag.errors import EXIT_FIX_FAILED, EXIT_USAGE, DiagError
     from diag.fixes.base import APPLICABLE, UPSTREAM
 
     req = _split(",".join(required) or "all", fixes.all_ids())
     for r in req:
         _check_id(r)
+    if python is not None:
+        found = shutil.which(python)
+        if found is None:
+            raise DiagError(f"--python {python}: no such interpreter (not found or not "
+                            "executable)", exit_code=EXIT_USAGE)
+        python = found
     ctx = build_context(**target_kw, execute=False)
     rows = []
     for fid in fixes.all_ids():
@@ -265,19 +262,42 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
             if r["id"] in res:
                 r["dry"] = res[r["id"]]
     for r in rows:
-        r["ok"] = r["status"] in (APPLICABLE, UPSTREAM) and \
-            (r["dry"] is None or r["dry"].get("status") != "does-not-fit")
-    ok = all(r["ok"] for r in rows if r["required"])
+        r["verdict"] = _check_verdict(r, dry, APPLICABLE, UPSTREAM)
+        r["ok"] = r["verdict"] == "ok"
+    verdicts = {r["verdict"] for r in rows if r["required"]}
+    verdict = "fail" if "fail" in verdicts else "unverified" if "unverified" in verdicts else "ok"
+    ok = verdict == "ok"
+    unverified = [r for r in rows if r["required"] and r["verdict"] == "unverified"]
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "target": ctx.target.to_dict(),
-                               "platform": ctx.platform, "ok": ok, "fixes": rows}, indent=2))
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
+                               "platform": ctx.platform, "ok": ok, "verdict": verdict,
+                               "fixes": rows}, indent=2))
     else:
         click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
+        marks = {"ok": "ok  ", "fail": "FAIL", "unverified": "UNVERIFIED"}
         for r in rows:
-            mark = ("ok  " if r["ok"] else "FAIL") if r["required"] else "-   "
+            mark = marks[r["verdict"]] if r["required"] else "-   "
             click.echo(f"{mark} {r['id']:<32} {r['status']:<11} {r['reason']}")
             if r["dry"]:
                 click.echo(f"     dry application: {r['dry']['status']}: {r['dry']['reason']}")
-        click.echo(f"{'all required fixes fit' if ok else 'a required fix does not fit'}")
+        click.echo({"ok": "all required fixes fit", "fail": "a required fix does not fit",
+                    "unverified": "a required fix is unverified: its dry application could "
+                                  "not run"}[verdict])
+    if unverified and verdict == "unverified":  # one line on stderr says why, in text and JSON
+        r = unverified[0]
+        click.echo(f"diag: fix check: {r['id']} unverified: {r['dry']['reason']} (or --no-dry "
+                   "to accept the static check alone)", err=True)
     if not ok:
         sys.exit(EXIT_FIX_FAILED)
+
+
+def _check_verdict(r: dict, dry: bool, applicable: str, upstream: str) -> str:
+    """ok | fail | unverified for one row of `fix check`."""
+    if r["status"] == upstream:
+        return "ok"  # nothing to apply: upstream has it
+    if r["status"] != applicable:
+        return "fail"
+    if not dry:
+        return "ok"  # --no-dry: the static check is what was asked for
+    st = (r["dry"] or {}).get("status")
+    return "ok" if st == "fits" else "fail" if st == "does-not-fit" else "unverified"

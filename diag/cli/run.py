@@ -39,8 +39,8 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
 @click.option("--fix", "fix_ids", multiple=True, metavar="ID|all",
               help="Apply this fix in every engine process (repeatable; `all` for every fix).")
 @click.option("--probe", "probe_ids", multiple=True, metavar="ID|all",
-              help="Switch on this runtime counter (metadata-syncs, draft-extend-graph, "
-                   "profiler-teardown; repeatable; `all`).")
+              help="Switch on the runtime counter of this probe (repeatable; `all`; `diag probe "
+                   "--list` shows which probes have one).")
 @click.option("--run-dir", type=click.Path(), metavar="DIR",
               help="Where the agents write events (created mode 0700). Default: a new directory "
                    "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
@@ -53,7 +53,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     The process becomes CMD (exec): its exit code and signals are CMD's own. The run directory
     is printed on stderr; read it with `diag fix status --run-dir DIR`.
     """
-    from diag import fixes
+    from diag import fixes, probes
     from diag.engine import agent, rundir
 
     known_fixes = fixes.all_ids()
@@ -62,14 +62,15 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     if bad:
         raise DiagError(f"unknown fix {bad[0]!r} (known: {', '.join(known_fixes)}, all)",
                         exit_code=EXIT_USAGE)
-    pr = agent._split(",".join(probe_ids), list(agent.RUNTIME_COUNTERS))
-    bad = [p for p in pr if p not in agent.RUNTIME_COUNTERS]
+    counters = probes.with_counter()
+    pr = agent._split(",".join(probe_ids), counters)
+    bad = [p for p in pr if p not in counters]
     if bad:
         raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
-                        f"{', '.join(agent.RUNTIME_COUNTERS)}, all)", exit_code=EXIT_USAGE)
+                        f"{', '.join(counters)}, all)", exit_code=EXIT_USAGE)
     existed = run_dir is not None and Path(run_dir).expanduser().exists()
-    d = rundir.create_run_dir(run_dir)
-    rundir.write_meta(d, cmd=list(cmd), fixes=fx, probes=pr, launcher_pid=os.getpid())
+    d = _make_run_dir(run_dir, existed, cmd=list(cmd), fixes=fx, probes=pr,
+                      launcher_pid=os.getpid())
     rundir.register(d)
     env = build_env(d, fx, pr)
     click.echo(f"diag: run directory {d}", err=True)
@@ -81,3 +82,23 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
         rundir.discard(d, remove_dir=not existed)
         raise DiagError(f"cannot run {cmd[0]!r}: {e.strerror}",
                         exit_code=127 if isinstance(e, FileNotFoundError) else 126) from None
+
+
+def _make_run_dir(run_dir: str | None, existed: bool, **meta) -> Path:
+    """Create the run directory and its run.json; an unusable place (a file, read-only, no
+    permission) is one line and exit 3, never a traceback."""
+    from diag.engine import rundir
+
+    d = None
+    try:
+        d = rundir.create_run_dir(run_dir)
+        rundir.write_meta(d, **meta)
+    except OSError as e:
+        if d is not None:
+            rundir.discard(d, remove_dir=not existed)
+        where = e.filename or d or run_dir
+        default = "" if run_dir else " (the default place: pass --run-dir DIR, or set " \
+                                     "XDG_RUNTIME_DIR or DIAG_CACHE_DIR)"
+        raise DiagError(f"cannot create the run directory {where}: {e.strerror}{default}") \
+            from None
+    return d

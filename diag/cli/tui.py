@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from diag.cli.common import guarded
+from diag.cli.common import guarded, target_options
 from diag.errors import EXIT_USAGE, DiagError
 
 
 @click.command()
-@click.option("--sglang", "sglang", metavar="PATH|VERSION",
-              help="SGLang to diagnose: a directory holding the sglang package, or a release "
-                   "version. Default: the importable sglang, else the pinned default release.")
-@click.option("--platform", type=click.Choice(["hip", "cuda"]), default=None,
-              help="Evaluate for this platform. Default: the local torch's; hip without a GPU.")
-@click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(),
-              help="Watch a run directory written by the in-engine agent (diag run); a/u then "
-                   "apply/revert fixes in that engine.")
-@click.option("--server", "server_url", metavar="URL",
-              help="Poll a live SGLang server's /metrics (inter-token latency, time per output "
-                   "token, accept length, draft-extend capture time).")
+@target_options
 @click.option("--execute/--no-execute", default=True, show_default=True,
               help="Let probes run real SGLang builders and cheap runtime checks on local torch.")
 @click.option("--poll", "poll_interval", type=click.FloatRange(min=0.25), default=1.0,
@@ -34,14 +27,18 @@ from diag.errors import EXIT_USAGE, DiagError
               metavar="FILE", help="Where `e` writes the JSON export.")
 @click.option("--once", is_flag=True,
               help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
-@click.option("--width", type=click.IntRange(min=60), default=140, show_default=True,
-              help="Width of the --once frame.")
+@click.option("--width", type=click.IntRange(min=40), default=None,
+              help="Width of the --once frame. Default: the terminal's (80 without one).")
 @guarded
-def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_url: str | None,
-        execute: bool, poll_interval: float, export_path: str, once: bool, width: int) -> None:
+def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
+        speculative_num_steps: int | None, speculative_algorithm: str | None,
+        server_url: str | None, run_dir: str | None, execute: bool, poll_interval: float,
+        export_path: str, once: bool, width: int | None) -> None:
     """Live view: findings, fixes (apply/revert), before/after timings and sync counts.
 
-    Keys: r rerun, a apply, u revert, b bench, e export JSON, q quit, ? help.
+    With --run-dir, a/u apply/revert fixes in that engine; with --server, its /metrics (SGLang's
+    and diag's own series) are polled. Keys: 1-4 tabs, r rerun, a apply, u revert, b bench,
+    e export JSON, q quit, ?/F1 help, Ctrl+P commands.
     """
     if run_dir and server_url:
         raise click.UsageError("give --run-dir or --server, not both")
@@ -51,11 +48,17 @@ def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_ur
         if importlib.util.find_spec(need) is None:
             raise DiagError(f"`diag tui` needs {need}, which is not installed here "
                             "(pip install textual); `diag diagnose` and `diag bench` work without it")
+    config = {"attention_backend": attention_backend,
+              "speculative_num_steps": speculative_num_steps,
+              "speculative_algorithm": speculative_algorithm}
     if once:
         from diag.tui.once import render_once
 
+        if width is None:
+            width = shutil.get_terminal_size((80, 24)).columns
         click.echo(render_once(sglang=sglang, platform=platform, run_dir=run_dir,
-                               server_url=server_url, execute=execute, width=width), nl=False)
+                               server_url=server_url, execute=execute, width=width,
+                               config=config), nl=False)
         return
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         raise DiagError("`diag tui` needs a terminal (use --once for a text frame)",
@@ -63,13 +66,24 @@ def tui(sglang: str | None, platform: str | None, run_dir: str | None, server_ur
     from diag.tui.app import make_app
 
     app = make_app(sglang, platform, run_dir, server_url, execute=execute,
-                   poll_interval=poll_interval, export_path=export_path)
+                   poll_interval=poll_interval, export_path=export_path, config=config)
     from diag.releases import cache_root
 
+    loop = asyncio.new_event_loop()  # not asyncio.run: it would wait for every worker thread
     with stray_output_to(cache_root() / "tui-stderr.log") as log_file:
-        app.run()
+        app.run(loop=loop)
     if log_file and log_file.stat().st_size:
         click.echo(f"diag: output that libraries wrote during the session: {log_file}", err=True)
+    code = app.return_code or 0
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate()
+           if t is not threading.main_thread()):
+        # A probe still running in a worker thread cannot be stopped; the screen is restored
+        # and a running bench's processes are ended, so leave now instead of waiting for it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if code:
+        sys.exit(code)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,6 @@ part of the engine unpatched.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import os
 import sys
@@ -56,30 +55,19 @@ DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
 # reported as not engine processes, and `diag fix apply` does not wait for them.
 ENGINE_TITLES = ("sglang::scheduler",)
 
-# Runtime counters: probe id -> (module, function) returning a fixes.patcher.Patch that emits
-# telemetry. Written by the probes' and fixes' own modules; missing ones are "unavailable".
-RUNTIME_COUNTERS: dict[str, tuple[str, str]] = {
-    "metadata-syncs": ("diag.probes.sync_counter", "runtime_patch"),
-    "draft-extend-graph": ("diag.probes.draft_extend_runtime", "runtime_patch"),
-    "profiler-teardown": ("diag.fixes.profiler_controlled_teardown", "runtime_patch"),
-}
-
-# Metadata builders counted by "metadata-syncs" (SGLANG.md); only those present in the running
-# release's source are wrapped (checked by AST, so a missing one is not an error).
-SYNC_BUILDERS: tuple[tuple[str, str], ...] = (
-    ("sglang.srt.layers.attention.deepseek_v4_backend_hip_radix",
-     "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta"),
-    ("sglang.srt.layers.attention.dsa_backend", "DeepseekSparseAttnBackend.init_forward_metadata"),
-    ("sglang.srt.layers.attention.qwen_sparse_attn_backend",
-     "QwenSparseAttnBackend._metadata_from_forward_batch"),
-    ("sglang.srt.layers.attention.minimax_sparse_backend",
-     "MiniMaxSparseAttnBackend._build_prefill_meta"),
-    ("sglang.srt.layers.attention.deepseek_v4_backend",
-     "DeepseekV4AttnBackend._build_late_layer_tail_metadata"),
-)
-
 _agent: Agent | None = None
 _start_lock = threading.Lock()
+
+
+def _counter_ids() -> list[str]:
+    """The probes with a runtime counter, from the registry."""
+    from diag import probes
+
+    try:
+        return probes.with_counter()
+    except Exception as e:
+        log.warning("diag agent: probe registry unreadable: %s: %s", type(e).__name__, e)
+        return []
 
 
 def _split(value: str | None, known: list[str]) -> list[str]:
@@ -157,7 +145,9 @@ class Agent:
         self.source = source
         self.run_dir = os.environ.get(rundir.ENV_RUN_DIR) or None
         self.fix_ids = _split(os.environ.get(rundir.ENV_FIXES), fixes.all_ids())
-        self.probe_ids = _split(os.environ.get(rundir.ENV_PROBES), list(RUNTIME_COUNTERS))
+        asked = os.environ.get(rundir.ENV_PROBES)
+        # the registry is read (every probe module imported) only for `all`
+        self.probe_ids = _split(asked, _counter_ids() if "all" in (asked or "") else [])
         try:
             self.poll_s = max(0.02, float(os.environ.get(rundir.ENV_POLL, "0.2")))
         except ValueError:
@@ -266,7 +256,7 @@ class Agent:
                     else:
                         self._set_fix(fid, "reverted", "reverted by a control request", emit=emit)
                 for pid in self.probe_ids:
-                    self._start_probe(pid, emit=emit)
+                    self._start_probe(pid, target, emit=emit)
         except Exception as e:
             self.error("sglang import hook", e)
 
@@ -381,7 +371,9 @@ class Agent:
 
     # ------------------------------------------------------------------ runtime counters
 
-    def _start_probe(self, pid: str, emit: bool = True) -> None:
+    def _start_probe(self, pid: str, target: Any = None, emit: bool = True) -> None:
+        """Switch on the runtime counter a probe declares (`Counter.patch`, called with the
+        running release's target, or None when none was found)."""
         import importlib
         import importlib.util
 
@@ -390,11 +382,21 @@ class Agent:
             if emit:
                 telemetry.emit("probe", probe=pid, state=state, reason=reason)
 
-        if pid not in RUNTIME_COUNTERS:
-            set_state("unavailable", f"no runtime counter for {pid!r} "
-                                     f"(known: {', '.join(RUNTIME_COUNTERS)})")
+        from diag import probes
+
+        try:
+            counter = probes.spec(pid).counter
+        except KeyError:  # not a registered probe
+            counter = None
+        except Exception as e:  # its module does not import here
+            self.error(f"runtime counter {pid}", e)
+            set_state("failed", f"{type(e).__name__}: {e}")
             return
-        mod_name, fn_name = RUNTIME_COUNTERS[pid]
+        if counter is None:
+            set_state("unavailable", f"no runtime counter for {pid!r} "
+                                     f"(known: {', '.join(_counter_ids())})")
+            return
+        mod_name, _, fn_name = counter.patch.partition(":")
         try:
             if importlib.util.find_spec(mod_name) is None:
                 set_state("unavailable", f"{mod_name} is not installed")
@@ -403,19 +405,9 @@ class Agent:
             if fn is None:
                 set_state("unavailable", f"{mod_name} has no {fn_name}()")
                 return
-            params = [p.name for p in inspect.signature(fn).parameters.values()
-                      if p.default is inspect.Parameter.empty
-                      and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            if params and params[0] == "builders":
-                builders = self._sync_builders()
-                if not builders:
-                    set_state("unavailable", f"no known metadata builder in SGLang {self.sglang}")
-                    return
-                patch = fn(builders)
-            else:
-                patch = fn(self.sglang) if params else fn()
+            patch = fn(target)
             if patch is None:
-                set_state("unavailable", f"{mod_name}.{fn_name} has nothing to count in "
+                set_state("unavailable", f"{counter.patch} has nothing to count in "
                                          f"SGLang {self.sglang}")
                 return
             patch.apply()
@@ -425,27 +417,6 @@ class Agent:
         except Exception as e:
             self.error(f"runtime counter {pid}", e)
             set_state("failed", f"{type(e).__name__}: {e}")
-
-    def _sync_builders(self) -> list[tuple[str, str]]:
-        """The SYNC_BUILDERS present in the running release's source (by AST; never imported)."""
-        import ast
-
-        from diag.patcher import PatchError, find_def
-        from diag.target import find_importable
-
-        target = find_importable()
-        if target is None:
-            return []
-        out = []
-        for module, qualname in SYNC_BUILDERS:
-            rel = module.split(".", 1)[1].replace(".", "/") + ".py"
-            src = target.source(rel)
-            if not src:
-                continue
-            with contextlib.suppress(PatchError, SyntaxError):
-                find_def(ast.parse(src), qualname)
-                out.append((module, qualname))
-        return out
 
     def _probe_state(self, pid: str, patch: Any, emit: bool = True) -> None:
         errs = list(getattr(patch, "errors", None) or [])

@@ -2,9 +2,11 @@
 
 Two levels: `applies_to` (from the release's source, no import), and — where the release's code
 can be loaded here — a dry application in a child interpreter (`python -m diag.engine.fix_check`): the
-release's tree first on `PYTHONPATH`, each fix applied, every module it patches imported, the
-patch checked in place, then reverted and checked restored. A child that cannot import the
-release (SGLang's requirements missing) says so; that is `skipped`, not a failure.
+release's tree first on `PYTHONPATH`, then the folder `diag` imports from (so `--python` can be
+any interpreter with SGLang's requirements), each fix applied, every module it patches imported,
+the patch checked in place, then reverted and checked restored. A child that cannot import the
+release (SGLang's requirements missing), or that fails, says so: that is `skipped` with the
+reason, and `diag fix check` calls the fix *unverified* (exit 4), never verified.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ DRY_TIMEOUT_S = 300.0
 def dry_apply(target_root: str, fix_ids: list[str], platform: str,
               python: str | None = None, timeout: float = DRY_TIMEOUT_S) -> dict[str, dict]:
     """{fix id: {status: fits|does-not-fit|skipped, reason}} from a child interpreter."""
+    from diag.engine import bootstrap
+
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([target_root, *[p for p in env.get(
+    env["PYTHONPATH"] = os.pathsep.join([target_root, str(bootstrap.home()), *[p for p in env.get(
         "PYTHONPATH", "").split(os.pathsep) if p]])
     env["DIAG_PLATFORM"] = platform
     for k in (rundir.ENV_RUN_DIR, rundir.ENV_FIXES, rundir.ENV_PROBES):
@@ -46,8 +50,9 @@ def dry_apply(target_root: str, fix_ids: list[str], platform: str,
                 return json.loads(line)
             except ValueError:
                 break
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {f: {"status": "skipped", "reason": f"dry application child failed: {tail}"}
+    tail = ([ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or
+            [f"exit {proc.returncode}, no output"])[-1][:300]
+    return {f: {"status": "skipped", "reason": f"the dry run failed in {cmd[0]}: {tail}"}
             for f in fix_ids}
 
 
@@ -116,8 +121,9 @@ def main(argv: list[str]) -> int:
         except Exception as e:
             out[fid] = {"status": "does-not-fit", "reason": f"{type(e).__name__}: {e}"}
         if out[fid]["reason"].startswith("release code cannot be loaded here"):
-            out[fid]["reason"] += (" (SGLang's requirements are not installed for this Python; "
-                                   "pass --python with the engine's interpreter)")
+            out[fid]["reason"] += (f" (SGLang's requirements are not installed for "
+                                   f"{sys.executable}; pass --python with the engine's "
+                                   "interpreter)")
             cannot_load = out[fid]["reason"]
     sys.stdout.write(json.dumps(out) + "\n")
     return 0

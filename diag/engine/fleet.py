@@ -20,9 +20,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from diag.engine import events
 from diag.errors import DiagError, ServerError
+from diag.schemas import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 BY = "job, instance"
 # Before/after figures for at most this many changes (the most recent): each costs two windows
 # of ~11 queries, and a flapping fix or a fleet-wide restart would otherwise mean thousands.
@@ -145,50 +146,31 @@ def _mean_expr(hist: str, rng: str, extra: str = "") -> str:
 
 
 def window_stats(prom: Prometheus, seconds: int, at: float) -> dict[Key, dict[str, Any]]:
-    """The rates and means over [at - seconds, at], per instance (None where no data)."""
+    """The rates and means over [at - seconds, at], per instance (None where no data): each
+    counter event kind's figures (`CounterEvent.fleet_window`), then SGLang's own series."""
     rng = f"{max(1, int(seconds))}s"
-    q = prom.query
-    syncs = _by_key(q(f"sum by ({BY}) (increase(diag_metadata_syncs_total[{rng}]))", at))
-    builds = _by_key(q(f"sum by ({BY}) (increase(diag_metadata_builds_total[{rng}]))", at))
-    per_builder_syncs = _by_key(q(
-        f"sum by ({BY}, builder) (increase(diag_metadata_syncs_total[{rng}]))", at), "builder")
-    per_builder_builds = _by_key(q(
-        f"sum by ({BY}, builder) (increase(diag_metadata_builds_total[{rng}]))", at), "builder")
-    passes = _by_key(q(
-        f"sum by ({BY}, mode) (increase(diag_draft_extend_passes_total[{rng}]))", at), "mode")
-    de_mean = _by_key(q(_mean_expr("diag_draft_extend_seconds", rng, "mode"), at), "mode")
-    stops = _by_key(q(f"sum by ({BY}) (increase(diag_profiler_stops_total[{rng}]))", at))
-    stop_mean = _by_key(q(_mean_expr("diag_profiler_stop_seconds", rng), at))
-    itl = _by_key(q(_mean_expr("sglang:inter_token_latency_seconds", rng), at))
-    tpot = _by_key(q(_mean_expr("sglang:request_time_per_output_token_seconds", rng), at))
-    accept = _by_key(q(
-        f"avg by ({BY}) (avg_over_time({_sglang('spec_accept_length')}[{rng}]))", at))
 
-    keys = (set(syncs) | set(builds) | set(passes) | set(stops) | set(itl) | set(tpot)
-            | set(accept))
+    def q(expr: str, extra: str | None = None) -> dict:
+        return _by_key(prom.query(expr, at), extra)
+
+    figures: list[dict[Key, dict[str, Any]]] = [
+        c.fleet_window(q, BY, rng) for c in events.counter_kinds()]
+    itl = q(_mean_expr("sglang:inter_token_latency_seconds", rng))
+    tpot = q(_mean_expr("sglang:request_time_per_output_token_seconds", rng))
+    accept = q(f"avg by ({BY}) (avg_over_time({_sglang('spec_accept_length')}[{rng}]))")
+
+    keys = set(itl) | set(tpot) | set(accept)
+    for f in figures:
+        keys |= set(f)
     out: dict[Key, dict[str, Any]] = {}
     for k in keys:
-        p = {m: v for m, v in (passes.get(k) or {}).items() if v is not None}
-        total = sum(p.values()) if p else None
-        builders = {}
-        for b, n in (per_builder_builds.get(k) or {}).items():
-            s = (per_builder_syncs.get(k) or {}).get(b)
-            builders[b] = {"calls": n, "syncs": s, "syncs_per_call": _ratio(s, n)}
-        out[k] = {
-            "metadata_builds": builds.get(k),
-            "syncs": syncs.get(k),
-            "syncs_per_step": _ratio(syncs.get(k), builds.get(k)),
-            "builders": builders,
-            "draft_extend_passes": p,
-            "draft_extend_eager_share": _ratio(p.get("eager"), total),
-            "draft_extend_mean_s": {m: v for m, v in (de_mean.get(k) or {}).items()
-                                    if v is not None},
-            "profiler_stops": stops.get(k),
-            "profiler_stop_mean_s": stop_mean.get(k),
-            "inter_token_latency_mean_s": itl.get(k),
-            "time_per_output_token_mean_s": tpot.get(k),
-            "spec_accept_length": accept.get(k),
-        }
+        row: dict[str, Any] = {}
+        for c, f in zip(events.counter_kinds(), figures):
+            row.update(f.get(k) or c.fleet_window_empty())
+        row.update({"inter_token_latency_mean_s": itl.get(k),
+                    "time_per_output_token_mean_s": tpot.get(k),
+                    "spec_accept_length": accept.get(k)})
+        out[k] = row
     return out
 
 
@@ -307,7 +289,8 @@ def collect(url: str, window_s: int = 900, timeout: float = 5.0,
             "processes": int(processes[k]) if processes.get(k) is not None else None,
             "fixes": fixes,
             "fixes_on": [f for f, s in fixes.items() if s["state"] == "on"],
-            **(whole.get(k) or {"syncs_per_step": None, "draft_extend_eager_share": None}),
+            **(whole.get(k) or {f: v for c in events.counter_kinds()
+                                 for f, v in c.fleet_defaults.items()}),
             "draft_extend_capture_s": capture.get(k),
             "changes": [],
         }
@@ -335,8 +318,7 @@ def _fmt(v: Any, unit: str = "") -> str:
     return f"{v:.3g}"
 
 
-_COMPARED = (("syncs_per_step", "syncs/step", ""),
-             ("draft_extend_eager_share", "draft-extend eager", "%"),
+_COMPARED = (*(f for c in events.counter_kinds() for f in c.fleet_compared),
              ("inter_token_latency_mean_s", "ITL mean", "s"),
              ("time_per_output_token_mean_s", "TPOT mean", "s"),
              ("spec_accept_length", "accept length", ""))

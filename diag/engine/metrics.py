@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import threading
 from collections import deque
 from typing import Any
 
 from diag import telemetry
+from diag.engine import events
+from diag.engine.events import Series
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 PREFIX = "diag_"
 
 # Label values are kept to small, known sets; anything else is folded into "other".
-MODES = ("graph", "eager")
 # The states the agent reports (diag.engine.agent; fixes.base applicability statuses).
 FIX_STATES = ("applied", "pending", "reverted", "refused", "failed", "upstream", "not-needed",
               "not-applicable")
@@ -39,32 +39,22 @@ MAX_FIXES = 16
 MAX_LABEL_CHARS = 80
 BACKLOG = 1024
 
-DRAFT_EXTEND_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                        0.25, 1.0)
-PROFILER_STOP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The agent's own series; each counter event kind declares its series (`diag.engine.events`).
+AGENT_SERIES: tuple[Series, ...] = (
+    Series("fix_state", "gauge", ("fix", "state"), "processes",
+           "Live engine processes in which a diag fix is in this state (livesum)."),
+    Series("agent_processes", "gauge", (), "processes",
+           "Live engine processes that reported a fix state or a counter (livesum)."),
+)
 
-# name (without prefix) → (type, labels, unit, help); the README documents the same table.
-SERIES: dict[str, tuple[str, tuple[str, ...], str, str]] = {
-    "metadata_builds": ("counter", ("builder",), "calls",
-                        "Calls of an attention metadata builder observed by diag."),
-    "metadata_syncs": ("counter", ("builder",), "syncs",
-                       "Implicit device-to-host syncs made inside a metadata builder."),
-    "metadata_build_seconds": ("counter", ("builder",), "seconds",
-                               "Host time spent inside a metadata builder."),
-    "draft_extend_passes": ("counter", ("mode",), "passes",
-                            "Draft-extend forward passes by mode (graph replay or eager)."),
-    "draft_extend_seconds": ("histogram", ("mode",), "seconds",
-                             "Host time of one draft-extend forward pass, by mode."),
-    "profiler_stops": ("counter", (), "stops", "torch.profiler stops (teardowns) observed."),
-    "profiler_stop_seconds": ("histogram", (), "seconds",
-                              "Time of one torch.profiler stop including its teardown."),
-    "profiler_stop_collected_objects": ("counter", (), "objects",
-                                        "Objects freed by the garbage collection at profiler stop."),
-    "fix_state": ("gauge", ("fix", "state"), "processes",
-                  "Live engine processes in which a diag fix is in this state (livesum)."),
-    "agent_processes": ("gauge", (), "processes",
-                        "Live engine processes that reported a fix state or a counter (livesum)."),
-}
+
+def series() -> list[Series]:
+    """Every `diag_*` series (name without the prefix): the counter event kinds', the agent's."""
+    return [s for c in events.counter_kinds() for s in c.series] + list(AGENT_SERIES)
+
+
+# Counter event kind -> its class: the kinds this sink records.
+_COUNTED = {c.kind: c for c in events.counter_kinds()}
 
 _log = logging.getLogger("diag.metrics")
 _lock = threading.RLock()
@@ -161,22 +151,19 @@ def status() -> str:
 
 
 def _fix_updates(event: dict[str, Any]) -> dict[str, str]:
-    """Fix states carried by an event: "fix", "control_ack" (fix, state), "start" (fixes)."""
-    kind = event.get("kind")
-    if kind in ("fix", "control_ack") and event.get("fix") and event.get("state"):
-        return {str(event["fix"]): str(event["state"])}
-    if kind == "start" and event.get("sglang") and isinstance(event.get("fixes"), dict):
-        # Only where SGLang was already imported: elsewhere "pending" is the agent's placeholder
-        # (a helper process that never imports SGLang would otherwise count as pending forever).
-        return {str(f): str(st.get("state")) for f, st in event["fixes"].items()
-                if isinstance(st, dict) and st.get("state")}
-    return {}
+    """Fix states an event carries (`Event.fix_states`); a start event's only where SGLang was
+    already imported: elsewhere "pending" is the agent's placeholder (a helper process that never
+    imports SGLang would otherwise count as pending forever)."""
+    ev = events.parse(event)
+    if isinstance(ev, events.Start) and not ev.sglang:
+        return {}
+    return ev.fix_states()
 
 
 def _sink(event: dict[str, Any]) -> None:
-    kind = event.get("kind")
-    updates = _fix_updates(event)
-    if not updates and kind not in ("syncs", "draft_extend", "profiler_stop"):
+    counted = event.get("kind") in _COUNTED
+    updates = {} if counted else _fix_updates(event)
+    if not updates and not counted:
         return
     m = _metrics
     if m is not None and not updates and not _forked:
@@ -233,19 +220,19 @@ def _create() -> dict[str, Any]:
     from prometheus_client import Counter, Gauge, Histogram
 
     made: dict[str, Any] = {}
-    for short, (typ, labels, _unit, doc) in SERIES.items():
-        name = PREFIX + short
-        if typ == "counter":
-            made[short] = Counter(name, doc, labels, registry=None)
-        elif typ == "histogram":
-            buckets = (DRAFT_EXTEND_BUCKETS if short.startswith("draft_extend")
-                       else PROFILER_STOP_BUCKETS)
-            made[short] = Histogram(name, doc, labels, registry=None, buckets=buckets)
+    for sr in series():
+        name = PREFIX + sr.name
+        if sr.type == "counter":
+            made[sr.name] = Counter(name, sr.help, sr.labels, registry=None)
+        elif sr.type == "histogram":
+            kw = {"buckets": sr.buckets} if sr.buckets else {}
+            made[sr.name] = Histogram(name, sr.help, sr.labels, registry=None, **kw)
         else:
             # livesum: the value is "how many live processes are in this state"; the files of a
             # process that exits are removed (atexit → mark_process_dead), so a finished
             # scheduler stops counting, and a partial roll-out (3 of 4 ranks) stays visible.
-            made[short] = Gauge(name, doc, labels, registry=None, multiprocess_mode="livesum")
+            made[sr.name] = Gauge(name, sr.help, sr.labels, registry=None,
+                                  multiprocess_mode="livesum")
     return made
 
 
@@ -259,30 +246,16 @@ def _reporting(m: dict[str, Any]) -> None:
 
 def _record(m: dict[str, Any], event: dict[str, Any]) -> None:
     _reporting(m)
-    kind = event.get("kind")
-    if kind == "syncs":
-        builder = _builder_label(event.get("builder"))
-        m["metadata_builds"].labels(builder=builder).inc()
-        count = _number(event.get("count"))
-        if count > 0:
-            m["metadata_syncs"].labels(builder=builder).inc(count)
-        seconds = _number(event.get("seconds"))
-        if seconds > 0:
-            m["metadata_build_seconds"].labels(builder=builder).inc(seconds)
-    elif kind == "draft_extend":
-        mode = event.get("mode") if event.get("mode") in MODES else "other"
-        m["draft_extend_passes"].labels(mode=mode).inc()
-        seconds = _number(event.get("seconds"), None)
-        if seconds is not None and seconds >= 0:
-            m["draft_extend_seconds"].labels(mode=mode).observe(seconds)
-    elif kind == "profiler_stop":
-        m["profiler_stops"].inc()
-        seconds = _number(event.get("seconds"), None)
-        if seconds is not None and seconds >= 0:
-            m["profiler_stop_seconds"].observe(seconds)
-        collected = _number(event.get("collected"))
-        if collected > 0:
-            m["profiler_stop_collected_objects"].inc(collected)
+    ev = events.parse(event)
+    if isinstance(ev, events.CounterEvent):
+        ev.record(m.__getitem__, _label)
+
+
+def _label(name: str, value: Any) -> str:
+    """A bounded label value: builder names are clipped and capped (`other` past the cap)."""
+    if name == "builder":
+        return _builder_label(value)
+    return _clip(str(value))
 
 
 def _set_fix(m: dict[str, Any], fix: str, state: str) -> None:
@@ -311,15 +284,6 @@ def _builder_label(value: Any) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
-
-
-def _number(value: Any, default: float | None = 0.0) -> Any:
-    """A finite float, else `default` (a hook's odd value must not raise or poison a sum)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return default
-    return number if math.isfinite(number) else default
 
 
 def _on_fork_child() -> None:

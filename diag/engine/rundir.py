@@ -11,36 +11,8 @@ Layout::
     D/events-<pid>.1.jsonl   the previous file of that process once the current one hit its cap
     D/control/<id>.json      control requests (written atomically: temp file + rename)
 
-Event schema (schema_version 1). Every event has ``ts`` (epoch seconds), ``kind``, ``pid`` and
-``n`` (per-process sequence number). By kind:
-
-- ``start``: ``ppid``, ``argv``, ``python``, ``executable``, ``started`` (epoch seconds),
-  ``source`` (bootstrap | plugin | api), ``sglang`` (release version or null),
-  ``fixes_requested`` (ids), ``probes`` (ids), ``probes_state`` ({id: {state, reason}}), ``fixes``
-  ({id: {state, reason}}), ``control`` ("poll" at start; a ``control`` event says "batch" once the
-  per-batch hook is in).
-- ``sglang``: ``version``, ``root``: SGLang was imported in this process (the release found).
-- ``control``: ``mode`` ("batch" | "poll"): where this process applies control requests;
-  ``engine`` (bool, optional): whether it is an engine process (runs batches: a per-batch hook
-  ran, or its title names an SGLang scheduler), ``reason``. `diag fix apply` waits only for
-  engine processes when the run has one.
-- ``probe``: ``probe``, ``state`` (on | pending | unavailable | failed), ``reason``: a runtime
-  counter.
-- ``fix``: ``fix``, ``state`` (applied | pending | reverted | refused | upstream | not-needed |
-  not-applicable | failed), ``reason``. A fix's state in a process is the last of
-  start/fix/control_ack that names it.
-- ``syncs``: ``builder``, ``count``, ``seconds`` (one call of a metadata builder).
-- ``draft_extend``: ``mode`` (graph | eager), ``seconds``, ``batch`` (one draft-extend pass).
-- ``profiler_stop``: ``seconds``, ``collected``, ``path`` (one profiler stop and teardown).
-- ``control_ack``: ``request`` (id), ``fix``, ``action`` (apply | revert), ``ok`` (bool),
-  ``state``, ``reason``.
-- ``error``: ``where``, ``message``. The agent hit a failure and left the engine unpatched.
-- ``snapshot``: ``counters``, ``fixes``: first event of a file started after the cap; it carries
-  the totals of everything before it, so a reader never needs the dropped older events.
-
-Counters a reader aggregates per process (`Aggregator`): ``syncs`` {builder: {calls, syncs,
-seconds}}, ``draft_extend`` {mode: {passes, seconds}}, ``profiler_stop`` {stops, seconds,
-collected}, ``errors``, ``events`` {kind: count}.
+Events: one JSON object per line; the kinds, their fields and how a reader folds them are defined
+in `diag.engine.events` (schema: `diag/schemas/event-v1.json`).
 
 Control request (``control/<id>.json``): ``{"id", "fix", "action": "apply"|"revert", "pid":
 int|null, "ts"}``. ``pid`` null means every process of the run. Each agent acts on a request once
@@ -63,14 +35,14 @@ import os
 import stat
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from diag.engine import events
+from diag.engine.events import Fold
 from diag.errors import DiagError
-
-SCHEMA_VERSION = 1
+from diag.schemas import SCHEMA_VERSION
 
 # Environment the agent reads (set by `diag run`, or by hand for the plugin / in-process use).
 ENV_RUN_DIR = "DIAG_RUN_DIR"  # where to write events and read control requests
@@ -81,7 +53,6 @@ ENV_POLL = "DIAG_CONTROL_POLL"  # seconds between control-directory polls (defau
 ENV_MAX_BYTES = "DIAG_EVENTS_MAX_BYTES"  # cap of one events file (default 8 MiB)
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
-LAST_EVENTS = 20
 
 
 # ----------------------------------------------------------------------------- the directory
@@ -183,80 +154,6 @@ def _atomic_write(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-# ----------------------------------------------------------------------------- aggregation
-
-
-def _empty_counters() -> dict[str, Any]:
-    return {"syncs": {}, "draft_extend": {},
-            "profiler_stop": {"stops": 0, "seconds": 0.0, "collected": 0},
-            "errors": 0, "events": {}}
-
-
-class Aggregator:
-    """Folds one process's events into counters and fix states (used by readers and writers)."""
-
-    def __init__(self) -> None:
-        self.counters = _empty_counters()
-        self.fixes: dict[str, dict[str, Any]] = {}
-        self.start: dict[str, Any] | None = None
-        self.acks: dict[str, dict[str, Any]] = {}
-        self.probes: dict[str, dict[str, Any]] = {}
-        self.control = "poll"
-        self.engine = False
-        self.sglang: str | None = None
-        self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
-
-    def add(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("kind")
-        c = self.counters
-        if kind == "snapshot":
-            self.counters = json.loads(json.dumps(ev.get("counters") or _empty_counters()))
-            self.fixes.update(ev.get("fixes") or {})
-            self.probes.update(ev.get("probes_state") or {})
-            self.control = ev.get("control") or self.control
-            self.engine = bool(ev.get("engine", self.engine))
-            self.sglang = ev.get("sglang") or self.sglang
-            if ev.get("start") and self.start is None:
-                self.start = ev["start"]
-            return
-        c["events"][kind] = c["events"].get(kind, 0) + 1
-        self.last.append(ev)
-        if kind == "start":
-            self.start = ev
-            for fid, st in (ev.get("fixes") or {}).items():
-                self.fixes[fid] = dict(st)
-        elif kind == "probe" and ev.get("probe"):
-            self.probes[ev["probe"]] = {"state": ev.get("state"), "reason": ev.get("reason", "")}
-        elif kind == "sglang":
-            self.sglang = ev.get("version")
-        elif kind == "control" and ev.get("mode"):
-            self.control = ev["mode"]
-            self.engine = bool(ev.get("engine", self.engine))
-        elif kind == "fix" and ev.get("fix"):
-            self.fixes[ev["fix"]] = {"state": ev.get("state"), "reason": ev.get("reason", "")}
-        elif kind == "control_ack":
-            self.acks[str(ev.get("request"))] = ev
-            if ev.get("fix") and ev.get("state"):
-                self.fixes[ev["fix"]] = {"state": ev["state"], "reason": ev.get("reason", "")}
-        elif kind == "syncs":
-            b = c["syncs"].setdefault(str(ev.get("builder")),
-                                      {"calls": 0, "syncs": 0, "seconds": 0.0})
-            b["calls"] += 1
-            b["syncs"] += int(ev.get("count") or 0)
-            b["seconds"] += float(ev.get("seconds") or 0.0)
-        elif kind == "draft_extend":
-            m = c["draft_extend"].setdefault(str(ev.get("mode")), {"passes": 0, "seconds": 0.0})
-            m["passes"] += 1
-            m["seconds"] += float(ev.get("seconds") or 0.0)
-        elif kind == "profiler_stop":
-            p = c["profiler_stop"]
-            p["stops"] += 1
-            p["seconds"] += float(ev.get("seconds") or 0.0)
-            p["collected"] += int(ev.get("collected") or 0)
-        elif kind == "error":
-            c["errors"] += 1
-
-
 # ----------------------------------------------------------------------------- writing events
 
 
@@ -278,7 +175,7 @@ class EventWriter:
                 max_bytes = DEFAULT_MAX_BYTES
         self.max_bytes = max(4096, max_bytes)
         self.path = self.run_dir / f"events-{self.pid}.jsonl"
-        self.agg = Aggregator()
+        self.agg = Fold()
         self._n = itertools.count()
         self._lock = threading.Lock()
         self._fh = None
@@ -312,10 +209,7 @@ class EventWriter:
         self._fh.close()
         os.replace(self.path, self.path.with_name(f"events-{self.pid}.1.jsonl"))
         self._open()
-        snap = {"ts": time.time(), "kind": "snapshot", "pid": self.pid, "n": next(self._n),
-                "counters": self.agg.counters, "fixes": self.agg.fixes, "start": self.agg.start,
-                "probes_state": self.agg.probes, "control": self.agg.control,
-                "engine": self.agg.engine, "sglang": self.agg.sglang}
+        snap = self.agg.snapshot(time.time(), self.pid, next(self._n))
         line = json.dumps(snap, default=str) + "\n"
         self._fh.write(line)
         self._size += len(line)
@@ -411,7 +305,7 @@ def _first_event(path: Path) -> dict[str, Any] | None:
 
 
 def read_process(run_dir: Path, pid: int) -> ProcessState:
-    agg = Aggregator()
+    agg = Fold()
     for name in (f"events-{pid}.1.jsonl", f"events-{pid}.jsonl"):
         for ev in _read_lines(run_dir / name):
             agg.add(ev)
@@ -481,7 +375,8 @@ def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None,
-             timeout: float = 10.0, interval: float = 0.05, engines_only: bool = False) -> dict[int, dict[str, Any] | None]:
+             timeout: float = 10.0, interval: float = 0.05,
+             engines_only: bool = False) -> dict[int, dict[str, Any] | None]:
     """Wait until the addressed live processes acknowledged `request_id`.
 
     Returns {pid: control_ack event or None (not acknowledged in time)} for every live process
@@ -517,8 +412,7 @@ def _has_live_process(d: Path) -> bool:
         started = None
         ev = _first_event(d / f"events-{pid}.jsonl")  # a start, or a snapshot carrying it
         if ev is not None:
-            started = ev.get("started") if ev.get("kind") == "start" else \
-                (ev.get("start") or {}).get("started")
+            started = events.started(events.parse(ev))
         if _alive(pid, started):
             return True
     return False

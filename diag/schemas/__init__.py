@@ -1,1 +1,4 @@
-"""JSON Schemas of diag's JSON outputs (loaded with importlib.resources)."""
+"""JSON Schemas of diag's JSON outputs (loaded with importlib.resources) and the one version
+number every JSON document diag writes carries."""
+
+SCHEMA_VERSION = 1

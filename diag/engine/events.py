@@ -1,0 +1,693 @@
+"""The run directory's event stream, typed: one class per event kind, its parsing, and ONE fold.
+
+Every event has ``ts`` (epoch seconds), ``kind``, ``pid`` and ``n`` (per-process sequence
+number); the fields of each kind are the dataclass fields of its class below. Parsing never
+raises: an unknown kind becomes a plain `Event`, unknown keys are kept in ``extra``, a value of
+the wrong type falls back to the field's default (and is kept in ``extra`` too).
+
+Counter events (`CounterEvent`) are what probes' runtime counters emit (the kinds a probe's
+`Counter(events=...)` declares). Each class says how its events aggregate per process
+(`section`, `empty`, `add_to`), how the aggregate reads as text (`describe`), and the Prometheus
+series it feeds (`series`, `record`): the fold, `diag fix status`, `diag.engine.metrics` and
+`diag.engine.fleet` iterate over `counter_kinds()` and name no kind themselves.
+
+The fold (`Fold`) turns one process's events into its state: the start event, fix states (the
+last of start/fix/control_ack that names a fix), counter states, acknowledgements, where control
+requests apply, the release seen, counters, the last events. A `snapshot` event (first of a file
+started after the cap) carries the totals of everything before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+LAST_EVENTS = 20
+
+
+# ----------------------------------------------------------------------------- the base
+
+
+@dataclass
+class Event:
+    """An event of any kind (also one this diag does not know: all its keys are in `extra`)."""
+
+    kind: ClassVar[str] = ""
+    ts: float = 0.0
+    pid: int | None = None
+    n: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        """The event's `kind` as written (an unknown kind's own name)."""
+        return self.kind or str(self.raw.get("kind"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.raw)
+
+    def apply(self, fold: Fold) -> None:
+        """What this event changes in a process's state (default: nothing beyond counting it)."""
+
+    def fix_states(self) -> dict[str, str]:
+        """{fix id: state} this event reports (start, fix, control_ack)."""
+        return {}
+
+
+_KINDS: dict[str, type[Event]] = {}
+
+
+def kind(cls: type[Event]) -> type[Event]:
+    """Register an event class under its `kind`."""
+    _KINDS[cls.kind] = cls
+    return cls
+
+
+def kinds() -> dict[str, type[Event]]:
+    return dict(_KINDS)
+
+
+def _coerce(value: Any, default: Any, typ: str) -> tuple[Any, bool]:
+    """(value as the field's type, ok). Lenient: ints and floats convert, None stays None."""
+    if value is None:
+        return None, True
+    t = typ.replace(" ", "")
+    try:
+        if t.startswith("float"):
+            if isinstance(value, bool):
+                return default, False
+            v = float(value)
+            return (v, True) if math.isfinite(v) else (default, False)
+        if t.startswith("int"):
+            if isinstance(value, bool):
+                return default, False
+            return int(value), True
+        if t.startswith("bool"):
+            return (value, True) if isinstance(value, bool) else (default, False)
+        if t.startswith("str"):
+            return (value, True) if isinstance(value, str) else (str(value), True)
+        if t.startswith("dict"):
+            return (value, True) if isinstance(value, dict) else (default, False)
+        if t.startswith("list"):
+            return (value, True) if isinstance(value, list) else (default, False)
+    except (TypeError, ValueError, OverflowError):
+        return default, False
+    return value, True
+
+
+def parse(doc: dict[str, Any]) -> Event:
+    """The typed event for one decoded JSON object. Never raises."""
+    if not isinstance(doc, dict):
+        return Event(extra={"value": doc}, raw={})
+    cls = _KINDS.get(str(doc.get("kind")), Event)
+    kw: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    names = {"kind", "extra", "raw"}
+    for f in dataclasses.fields(cls):
+        if f.name in names:
+            continue
+        if f.name in doc:
+            default = f.default if f.default is not dataclasses.MISSING else \
+                (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            value, ok = _coerce(doc[f.name], default, str(f.type))
+            kw[f.name] = 0.0 if value is None and f.name == "ts" else value
+            if not ok:
+                extra[f.name] = doc[f.name]
+    for k, v in doc.items():
+        if k not in names and k not in kw:
+            extra[k] = v
+    return cls(**kw, extra=extra, raw=doc)
+
+
+def parse_line(line: str | bytes) -> Event | None:
+    """The event of one JSON line; None for a line that is not a JSON object."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, TypeError):
+        return None
+    return parse(doc) if isinstance(doc, dict) else None
+
+
+def _fix_states(value: Any) -> dict[str, dict[str, Any]]:
+    out = {}
+    for fid, st in (value or {}).items() if isinstance(value, dict) else ():
+        if isinstance(st, dict):
+            out[str(fid)] = {"state": st.get("state"), "reason": st.get("reason", "")}
+        elif isinstance(st, str):
+            out[str(fid)] = {"state": st, "reason": ""}
+    return out
+
+
+# ----------------------------------------------------------------------------- agent events
+
+
+@kind
+@dataclass
+class Start(Event):
+    """A process's agent started (the first event of each process)."""
+
+    kind: ClassVar[str] = "start"
+    ppid: int | None = None
+    argv: list[str] = field(default_factory=list)
+    python: str | None = None
+    executable: str | None = None
+    started: float | None = None
+    source: str | None = None  # bootstrap | plugin | api
+    sglang: str | None = None
+    fixes_requested: list[str] = field(default_factory=list)
+    probes: list[str] = field(default_factory=list)
+    fixes: dict[str, Any] = field(default_factory=dict)  # {id: {state, reason}}
+    probes_state: dict[str, Any] = field(default_factory=dict)
+    control: str | None = None  # "poll" at start
+
+    def apply(self, fold: Fold) -> None:
+        fold.start = self.to_dict()
+        fold.fixes.update(_fix_states(self.fixes))
+
+    def fix_states(self) -> dict[str, str]:
+        return {f: str(st["state"]) for f, st in _fix_states(self.fixes).items() if st["state"]}
+
+
+@kind
+@dataclass
+class Sglang(Event):
+    """SGLang was imported in this process (the release found)."""
+
+    kind: ClassVar[str] = "sglang"
+    version: str | None = None
+    root: str | None = None
+
+    def apply(self, fold: Fold) -> None:
+        fold.sglang = self.version
+
+
+@kind
+@dataclass
+class Control(Event):
+    """Where this process applies control requests: "batch" | "poll"; and whether it is an
+    engine process (`engine`: it runs batches, a per-batch hook ran or its title names an SGLang
+    scheduler; `diag fix apply` waits only for those once the run has one), with `reason`."""
+
+    kind: ClassVar[str] = "control"
+    mode: str | None = None
+    engine: bool | None = None
+    reason: str | None = None
+
+    def apply(self, fold: Fold) -> None:
+        if self.mode:
+            fold.control = self.mode
+        if self.engine is not None:
+            fold.engine = bool(self.engine)
+
+
+@kind
+@dataclass
+class ProbeState(Event):
+    """A runtime counter's state: on | pending | unavailable | failed."""
+
+    kind: ClassVar[str] = "probe"
+    probe: str | None = None
+    state: str | None = None
+    reason: str = ""
+
+    def apply(self, fold: Fold) -> None:
+        if self.probe:
+            fold.probes[self.probe] = {"state": self.state, "reason": self.reason or ""}
+
+
+@kind
+@dataclass
+class FixState(Event):
+    """A fix's state in this process (applied | pending | reverted | refused | upstream |
+    not-needed | not-applicable | failed)."""
+
+    kind: ClassVar[str] = "fix"
+    fix: str | None = None
+    state: str | None = None
+    reason: str = ""
+
+    def apply(self, fold: Fold) -> None:
+        if self.fix:
+            fold.fixes[self.fix] = {"state": self.state, "reason": self.reason or ""}
+
+    def fix_states(self) -> dict[str, str]:
+        return {self.fix: self.state} if self.fix and self.state else {}
+
+
+@kind
+@dataclass
+class ControlAck(Event):
+    """A control request acted on (once per process)."""
+
+    kind: ClassVar[str] = "control_ack"
+    request: str | None = None
+    fix: str | None = None
+    action: str | None = None  # apply | revert
+    ok: bool = False
+    state: str | None = None
+    reason: str = ""
+
+    def apply(self, fold: Fold) -> None:
+        fold.acks[str(self.request)] = self.to_dict()
+        if self.fix and self.state:
+            fold.fixes[self.fix] = {"state": self.state, "reason": self.reason or ""}
+
+    def fix_states(self) -> dict[str, str]:
+        return {self.fix: self.state} if self.fix and self.state else {}
+
+
+@kind
+@dataclass
+class Error(Event):
+    """The agent hit a failure and left that part of the engine unpatched."""
+
+    kind: ClassVar[str] = "error"
+    where: str | None = None
+    message: str | None = None
+
+    def apply(self, fold: Fold) -> None:
+        fold.counters["errors"] = int(fold.counters.get("errors") or 0) + 1
+
+
+@kind
+@dataclass
+class Snapshot(Event):
+    """First event of a file started after the cap: the totals of everything before it."""
+
+    kind: ClassVar[str] = "snapshot"
+    counters: dict[str, Any] = field(default_factory=dict)
+    fixes: dict[str, Any] = field(default_factory=dict)
+    start: dict[str, Any] | None = None
+    probes_state: dict[str, Any] = field(default_factory=dict)
+    control: str | None = None
+    sglang: str | None = None
+    engine: bool | None = None
+
+
+# ----------------------------------------------------------------------------- counter events
+
+
+@dataclass(frozen=True)
+class Series:
+    """A Prometheus series a counter event feeds (`diag_` + name; counters get `_total`)."""
+
+    name: str
+    type: str  # counter | histogram | gauge
+    labels: tuple[str, ...]
+    unit: str
+    help: str
+    buckets: tuple[float, ...] | None = None
+
+
+Metric = Callable[[str], Any]  # series name -> the prometheus_client object
+Label = Callable[[str, Any], str]  # (label name, raw value) -> a bounded label value
+
+
+@dataclass
+class CounterEvent(Event):
+    """An event a runtime counter emits: how it aggregates, reads and records as metrics."""
+
+    section: ClassVar[str] = ""  # its key under a process's `counters`
+    series: ClassVar[tuple[Series, ...]] = ()
+
+    @staticmethod
+    def empty() -> Any:
+        return {}
+
+    def add_to(self, section: Any) -> Any:
+        """Fold this event into the section (mutate it, or return a new value)."""
+        return section
+
+    @classmethod
+    def describe(cls, section: Any) -> list[str]:
+        """The section as lines of text (`diag fix status`)."""
+        return []
+
+    def record(self, metric: Metric, label: Label) -> None:
+        """Record this event into its series."""
+
+    # The fleet view: per-instance figures over a window, from this kind's series.
+    fleet_defaults: ClassVar[dict[str, Any]] = {}  # in an instance row with no window data
+    fleet_empty: ClassVar[dict[str, Any]] = {}  # its figures for an instance without its series
+    fleet_compared: ClassVar[tuple[tuple[str, str, str], ...]] = ()  # (key, label, unit)
+
+    @classmethod
+    def fleet_window(cls, query: Callable[[str], dict], by: str, rng: str
+                     ) -> dict[Any, dict[str, Any]]:
+        """{instance key: {figure: value}} from Prometheus (`query(expr)` -> {key: value})."""
+        return {}
+
+    @classmethod
+    def fleet_window_empty(cls) -> dict[str, Any]:
+        return json.loads(json.dumps(cls.fleet_empty))
+
+
+def _num(value: Any, default: float | None = 0.0) -> Any:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return default
+    return v if math.isfinite(v) else default
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or not den:
+        return None
+    return num / den
+
+
+@kind
+@dataclass
+class Syncs(CounterEvent):
+    """One call of an attention metadata builder: implicit device->host syncs counted inside."""
+
+    kind: ClassVar[str] = "syncs"
+    section: ClassVar[str] = "syncs"
+    builder: str = "unknown"
+    count: int = 0
+    seconds: float = 0.0
+    sites: list[str] = field(default_factory=list)
+    series: ClassVar[tuple[Series, ...]] = (
+        Series("metadata_builds", "counter", ("builder",), "calls",
+               "Calls of an attention metadata builder observed by diag."),
+        Series("metadata_syncs", "counter", ("builder",), "syncs",
+               "Implicit device-to-host syncs made inside a metadata builder."),
+        Series("metadata_build_seconds", "counter", ("builder",), "seconds",
+               "Host time spent inside a metadata builder."),
+    )
+
+    def add_to(self, section: dict) -> dict:
+        b = section.setdefault(str(self.builder), {"calls": 0, "syncs": 0, "seconds": 0.0})
+        b["calls"] += 1
+        b["syncs"] += int(self.count or 0)
+        b["seconds"] += float(self.seconds or 0.0)
+        return section
+
+    @classmethod
+    def describe(cls, section: dict) -> list[str]:
+        return [f"syncs {b}: {v['syncs']} in {v['calls']} calls, {v['seconds'] * 1e3:.2f} ms"
+                for b, v in sorted(section.items())]
+
+    def record(self, metric: Metric, label: Label) -> None:
+        builder = label("builder", self.builder)
+        metric("metadata_builds").labels(builder=builder).inc()
+        if self.count and self.count > 0:
+            metric("metadata_syncs").labels(builder=builder).inc(self.count)
+        if self.seconds and self.seconds > 0:
+            metric("metadata_build_seconds").labels(builder=builder).inc(self.seconds)
+
+    fleet_defaults: ClassVar[dict[str, Any]] = {"syncs_per_step": None}
+    fleet_empty: ClassVar[dict[str, Any]] = {"metadata_builds": None, "syncs": None,
+                                             "syncs_per_step": None, "builders": {}}
+    fleet_compared: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("syncs_per_step", "syncs/step", ""),)
+
+    @classmethod
+    def fleet_window(cls, query, by, rng):
+        syncs = query(f"sum by ({by}) (increase(diag_metadata_syncs_total[{rng}]))")
+        builds = query(f"sum by ({by}) (increase(diag_metadata_builds_total[{rng}]))")
+        pb_syncs = query(f"sum by ({by}, builder) (increase(diag_metadata_syncs_total[{rng}]))",
+                         "builder")
+        pb_builds = query(f"sum by ({by}, builder) (increase(diag_metadata_builds_total[{rng}]))",
+                          "builder")
+        out: dict[Any, dict[str, Any]] = {}
+        for k in set(syncs) | set(builds):
+            builders = {}
+            for b, n in (pb_builds.get(k) or {}).items():
+                s = (pb_syncs.get(k) or {}).get(b)
+                builders[b] = {"calls": n, "syncs": s, "syncs_per_call": _ratio(s, n)}
+            out[k] = {"metadata_builds": builds.get(k), "syncs": syncs.get(k),
+                      "syncs_per_step": _ratio(syncs.get(k), builds.get(k)),
+                      "builders": builders}
+        return out
+
+
+DRAFT_EXTEND_MODES = ("graph", "eager")
+
+
+@kind
+@dataclass
+class DraftExtend(CounterEvent):
+    """One draft-extend pass: graph replay or eager, host time, batch size."""
+
+    kind: ClassVar[str] = "draft_extend"
+    section: ClassVar[str] = "draft_extend"
+    mode: str | None = None  # graph | eager
+    seconds: float | None = None
+    batch: int | None = None
+    series: ClassVar[tuple[Series, ...]] = (
+        Series("draft_extend_passes", "counter", ("mode",), "passes",
+               "Draft-extend forward passes by mode (graph replay or eager)."),
+        Series("draft_extend_seconds", "histogram", ("mode",), "seconds",
+               "Host time of one draft-extend forward pass, by mode.",
+               (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                1.0)),
+    )
+
+    def add_to(self, section: dict) -> dict:
+        m = section.setdefault(str(self.mode), {"passes": 0, "seconds": 0.0})
+        m["passes"] += 1
+        m["seconds"] += float(self.seconds or 0.0)
+        return section
+
+    @classmethod
+    def describe(cls, section: dict) -> list[str]:
+        return [f"draft-extend {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms"
+                for m, v in sorted(section.items())]
+
+    def record(self, metric: Metric, label: Label) -> None:
+        mode = self.mode if self.mode in DRAFT_EXTEND_MODES else "other"
+        metric("draft_extend_passes").labels(mode=mode).inc()
+        if self.seconds is not None and self.seconds >= 0:
+            metric("draft_extend_seconds").labels(mode=mode).observe(self.seconds)
+
+    fleet_defaults: ClassVar[dict[str, Any]] = {"draft_extend_eager_share": None}
+    fleet_empty: ClassVar[dict[str, Any]] = {"draft_extend_passes": {},
+                                             "draft_extend_eager_share": None,
+                                             "draft_extend_mean_s": {}}
+    fleet_compared: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("draft_extend_eager_share", "draft-extend eager", "%"),)
+
+    @classmethod
+    def fleet_window(cls, query, by, rng):
+        passes = query(f"sum by ({by}, mode) (increase(diag_draft_extend_passes_total[{rng}]))",
+                       "mode")
+        mean = query(f"sum by ({by}, mode) (increase(diag_draft_extend_seconds_sum[{rng}])) / "
+                     f"sum by ({by}, mode) (increase(diag_draft_extend_seconds_count[{rng}]))",
+                     "mode")
+        out: dict[Any, dict[str, Any]] = {}
+        for k in passes:
+            p = {m: v for m, v in (passes.get(k) or {}).items() if v is not None}
+            total = sum(p.values()) if p else None
+            out[k] = {"draft_extend_passes": p,
+                      "draft_extend_eager_share": _ratio(p.get("eager"), total),
+                      "draft_extend_mean_s": {m: v for m, v in (mean.get(k) or {}).items()
+                                              if v is not None}}
+        return out
+
+
+@kind
+@dataclass
+class ProfilerStop(CounterEvent):
+    """One torch.profiler stop and its teardown."""
+
+    kind: ClassVar[str] = "profiler_stop"
+    section: ClassVar[str] = "profiler_stop"
+    seconds: float | None = None
+    collected: int = 0
+    path: str | None = None
+    controlled: bool | None = None
+    freed: bool | None = None
+    function: str | None = None
+    teardown: str | None = None  # how the fix freed it: cycle-broken | gc-collect
+    teardown_s: float | None = None
+    heap_blocks: int | None = None  # with a sink: the heap then, and what a full collection
+    full_gc_est_s: float | None = None  # would cost (an estimate from measured ones)
+    series: ClassVar[tuple[Series, ...]] = (
+        Series("profiler_stops", "counter", (), "stops",
+               "torch.profiler stops (teardowns) observed."),
+        Series("profiler_stop_seconds", "histogram", (), "seconds",
+               "Time of one torch.profiler stop including its teardown.",
+               (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)),
+        Series("profiler_stop_collected_objects", "counter", (), "objects",
+               "Objects freed by the garbage collection at profiler stop."),
+        Series("profiler_teardowns", "counter", ("how",), "stops",
+               "Profiler stops torn down by the fix, by how (cycle-broken, gc-collect)."),
+    )
+    TEARDOWNS: ClassVar[tuple[str, ...]] = ("cycle-broken", "gc-collect")
+
+    @staticmethod
+    def empty() -> dict:
+        return {"stops": 0, "seconds": 0.0, "collected": 0}
+
+    def add_to(self, section: dict) -> dict:
+        section["stops"] = section.get("stops", 0) + 1
+        section["seconds"] = section.get("seconds", 0.0) + float(self.seconds or 0.0)
+        section["collected"] = section.get("collected", 0) + int(self.collected or 0)
+        if self.teardown:
+            td = section.setdefault("teardown", {})
+            td[str(self.teardown)] = td.get(str(self.teardown), 0) + 1
+            section["teardown_s"] = section.get("teardown_s", 0.0) + float(self.teardown_s or 0.0)
+        if self.heap_blocks is not None:  # the latest heap and full-collection estimate
+            section["heap_blocks"] = self.heap_blocks
+            section["full_gc_est_s"] = self.full_gc_est_s
+        return section
+
+    @classmethod
+    def describe(cls, section: dict) -> list[str]:
+        if not section.get("stops"):
+            return []
+        td = ", ".join(f"{k} {v}" for k, v in sorted((section.get("teardown") or {}).items()))
+        est = section.get("full_gc_est_s")
+        return [f"profiler stops: {section['stops']}, {section['seconds']:.3f} s, "
+                f"{section['collected']} objects collected" + (f"; teardown: {td}" if td else "")
+                + (f"; a full collection now: ~{est:.3f} s (estimate)" if est else "")]
+
+    def record(self, metric: Metric, label: Label) -> None:
+        metric("profiler_stops").inc()
+        if self.seconds is not None and self.seconds >= 0:
+            metric("profiler_stop_seconds").observe(self.seconds)
+        if self.collected and self.collected > 0:
+            metric("profiler_stop_collected_objects").inc(self.collected)
+        if self.teardown in self.TEARDOWNS:
+            metric("profiler_teardowns").labels(how=self.teardown).inc()
+
+    fleet_empty: ClassVar[dict[str, Any]] = {"profiler_stops": None, "profiler_stop_mean_s": None}
+
+    @classmethod
+    def fleet_window(cls, query, by, rng):
+        stops = query(f"sum by ({by}) (increase(diag_profiler_stops_total[{rng}]))")
+        mean = query(f"sum by ({by}) (increase(diag_profiler_stop_seconds_sum[{rng}])) / "
+                     f"sum by ({by}) (increase(diag_profiler_stop_seconds_count[{rng}]))")
+        return {k: {"profiler_stops": stops.get(k), "profiler_stop_mean_s": mean.get(k)}
+                for k in stops}
+
+
+def counter_kinds() -> list[type[CounterEvent]]:
+    """Every counter event class, in definition order."""
+    return [c for c in _KINDS.values() if issubclass(c, CounterEvent)]
+
+
+def declared_kinds() -> dict[str, list[str]]:
+    """Event kind -> the probes whose runtime counter declares it (`Counter(events=...)`)."""
+    from diag import probes
+
+    out: dict[str, list[str]] = {}
+    for spec in probes.specs():
+        if spec.counter is not None:
+            for k in spec.counter.events:
+                out.setdefault(k, []).append(spec.id)
+    return out
+
+
+def started(e: Event) -> float | None:
+    """When a process's agent started, from its first event (a start, or a snapshot carrying
+    it): to tell a live process from a later one that reuses its pid."""
+    if isinstance(e, Start):
+        return e.started
+    if isinstance(e, Snapshot) and isinstance(e.start, dict):
+        v, ok = _coerce(e.start.get("started"), None, "float")
+        return v if ok else None
+    return None
+
+
+# ----------------------------------------------------------------------------- the fold
+
+
+def empty_counters() -> dict[str, Any]:
+    out: dict[str, Any] = {c.section: c.empty() for c in counter_kinds()}
+    out["errors"] = 0
+    out["events"] = {}
+    return out
+
+
+class Fold:
+    """Folds one process's events into its state (every reader and the writer use this one)."""
+
+    def __init__(self) -> None:
+        self.counters = empty_counters()
+        self.fixes: dict[str, dict[str, Any]] = {}
+        self.start: dict[str, Any] | None = None
+        self.acks: dict[str, dict[str, Any]] = {}
+        self.probes: dict[str, dict[str, Any]] = {}
+        self.control = "poll"
+        self.engine = False
+        self.sglang: str | None = None
+        self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
+
+    def add(self, ev: Event | dict[str, Any]) -> Event:
+        e = ev if isinstance(ev, Event) else parse(ev)
+        if isinstance(e, Snapshot):
+            self._restore(e)
+            return e
+        events = self.counters.setdefault("events", {})
+        events[e.name] = events.get(e.name, 0) + 1
+        self.last.append(e.to_dict())
+        if isinstance(e, CounterEvent):
+            sec = self.counters.get(e.section)
+            if sec is None:
+                sec = e.empty()
+            self.counters[e.section] = e.add_to(sec)
+        else:
+            e.apply(self)
+        return e
+
+    def _restore(self, s: Snapshot) -> None:
+        counters = json.loads(json.dumps(s.counters)) if s.counters else {}
+        self.counters = {**empty_counters(), **counters}
+        self.fixes.update(_fix_states(s.fixes))
+        self.probes.update(s.probes_state or {})
+        self.control = s.control or self.control
+        self.engine = bool(s.engine) if s.engine is not None else self.engine
+        self.sglang = s.sglang or self.sglang
+        if s.start and self.start is None:
+            self.start = s.start
+
+    def snapshot(self, ts: float, pid: int, n: int) -> dict[str, Any]:
+        """The `snapshot` event carrying everything folded so far."""
+        return {"ts": ts, "kind": Snapshot.kind, "pid": pid, "n": n, "counters": self.counters,
+                "fixes": self.fixes, "start": self.start, "probes_state": self.probes,
+                "control": self.control, "engine": self.engine, "sglang": self.sglang}
+
+
+def describe_counters(counters: dict[str, Any]) -> list[str]:
+    """A process's counters as text lines, one per builder/mode/kind (`diag fix status`)."""
+    out: list[str] = []
+    for c in counter_kinds():
+        sec = counters.get(c.section)
+        if sec:
+            out.extend(c.describe(sec))
+    known = {c.kind for c in counter_kinds()}
+    for k in sorted(declared_kinds()):
+        if k not in known and (counters.get("events") or {}).get(k):
+            out.append(f"{k}: {counters['events'][k]} events")
+    if counters.get("errors"):
+        out.append(f"agent errors: {counters['errors']}")
+    return out
+
+
+def replay(docs: Iterable[dict[str, Any]]) -> Iterator[tuple[Event, bool]]:
+    """Each event with whether, in its process at that moment, a fix addressing the probe whose
+    counter emits its kind was applied (before/after splits of a run's figures)."""
+    from diag import probes
+
+    fixes_of: dict[str, set[str]] = {}
+    for spec in probes.specs():
+        if spec.counter is not None:
+            for k in spec.counter.events:
+                fixes_of.setdefault(k, set()).update(spec.fixes)
+    on: dict[tuple[Any, str], bool] = {}
+    for doc in docs:
+        e = doc if isinstance(doc, Event) else parse(doc)
+        states = _fix_states(e.fixes) if isinstance(e, Snapshot) else \
+            {f: {"state": st} for f, st in e.fix_states().items()}
+        for fid, st in states.items():
+            on[(e.pid, fid)] = st.get("state") == "applied"
+        fixed = any(on.get((e.pid, f), False) for f in fixes_of.get(e.name, ()))
+        yield e, fixed
