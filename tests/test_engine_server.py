@@ -91,6 +91,17 @@ def server(release, models, tmp_path_factory):
         s.stop()
 
 
+def _valid(doc: dict, schema: str) -> dict:
+    """`doc` against the JSON Schema diag ships (diag/schemas/<schema>-v1.json)."""
+    from importlib.resources import files
+
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads(files("diag").joinpath(
+        "schemas", f"{schema}-v1.json").read_text()))
+    return doc
+
+
 def _scheduler(d: Path) -> rundir.ProcessState:
     return _wait("the scheduler to report itself as an engine process", lambda: next(
         (p for p in rundir.read_state(d).live if p.engine), None))
@@ -124,7 +135,7 @@ def test_fix_apply_and_revert_exit_0_on_the_healthy_engine(server):
     for action, state in (("apply", "applied"), ("revert", "reverted")):
         r = _cli("fix", action, FIX, "--run-dir", str(server.run_dir), "--json", "--timeout", "60")
         assert r.returncode == 0, r.stdout + r.stderr
-        rows = {row["pid"]: row for row in json.loads(r.stdout)["processes"]}
+        rows = {row["pid"]: row for row in _valid(json.loads(r.stdout), "fix-action")["processes"]}
         assert rows[sched.pid]["engine"] and rows[sched.pid]["ok"]
         assert rows[sched.pid]["state"] == state
         launcher = rows[server.proc.pid]  # `diag run` exec'd into the launcher: same pid
@@ -136,7 +147,7 @@ def test_fix_status_lists_processes_and_roles(server):
     sched = _scheduler(server.run_dir)
     r = _cli("fix", "status", "--run-dir", str(server.run_dir), "--json")
     assert r.returncode == 0, r.stderr
-    (run,) = json.loads(r.stdout)["runs"]
+    (run,) = _valid(json.loads(r.stdout), "fix-status")["runs"]
     procs = {p["pid"]: p for p in run["processes"]}
     assert procs[sched.pid]["engine"] and procs[sched.pid]["alive"]
     assert procs[sched.pid]["fixes"][FIX]["state"] == "reverted"
@@ -263,6 +274,15 @@ def test_fleet_through_prometheus_scraping_the_server(server, tmp_path):
     finally:
         prom.terminate()
         prom.wait(20)
+
+
+def test_every_event_the_real_engine_wrote_is_valid(server):
+    n = 0
+    for path in sorted(server.run_dir.glob("events-*.jsonl")):
+        for ev in rundir._read_lines(path):
+            _valid(ev, "event")
+            n += 1
+    assert n > 0
 
 
 def test_killed_scheduler_shows_in_fix_status(server):  # last: it ends the server
