@@ -52,10 +52,20 @@ def code_fingerprint(*modules: str) -> list[Any]:
 
 
 def torch_fingerprint() -> list[Any]:
-    """The local torch (version and where it lives) and Python, for runtime results."""
-    import torch
+    """The local torch (version and where it lives) and Python, for runtime results.
 
-    return [torch.__version__, str(Path(torch.__file__).parent), sys.version]
+    Read without importing torch (seconds): the package's location from its import spec, the
+    version and build from its `version.py` (content hash, size, mtime). A torch that is already
+    imported is fingerprinted the same way, so both give one key. Raises ImportError when there
+    is no torch to import.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise ImportError("no torch")
+    pkg = Path(spec.origin).parent
+    return [file_fingerprint(pkg / "version.py"), str(pkg), sys.version]
 
 
 def key(*parts: Any) -> str:

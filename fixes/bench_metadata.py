@@ -9,7 +9,15 @@ source (probes.builder_harness), on the draft-extend path, batch 64 by default.
   (`torch.cuda._sleep`, calibrated; a matmul loop where it is missing), then the builder's host
   time is taken; a sync makes the host wait for the queue, so the ratio after/before shows it.
   On CPU there is no queue to wait for: the time row is left out and a note says so.
-Params: sglang (default 0.5.17), batch (64), repeats (30; 5 with --quick), queue_ms (10).
+- guarded: the same with the count checked on 1 call in `guard_every` (the fix's
+  `DIAG_RI_GUARD_EVERY`, default `GUARD_EVERY`), over `guard_rounds` x N calls: syncs and host
+  time as means (the checked calls are the rare slow ones, a median would hide them), and the
+  share of the unguarded gain kept.
+Only the builder call is timed: its inputs, the backend stand-in and the `output_size` value
+(the caller's expression compiled and evaluated once) are prepared before (`builder_harness
+.prepare`); the bare call (the builder called directly) is measured beside it, in the notes.
+Params: sglang (default 0.5.17), batch (64), repeats (30; 5 with --quick), queue_ms (10),
+guard_every, guard_rounds (3; 2 with --quick).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from diag.bench import BenchResult, Row, Stats
 ID = "repeat-interleave-output-size"
 TITLE = "metadata builder: repeat_interleave output_size (real SGLang code)"
 PATH = "draft-extend"
+WARMUP = 10  # untimed calls first: the host side of the builder settles (allocator, interpreter)
 
 
 def _queue(torch: Any, ms: float) -> Callable[[], None]:
@@ -61,12 +70,7 @@ def _queue(torch: Any, ms: float) -> Callable[[], None]:
 def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     import torch
 
-    from diag.fixes.repeat_interleave_output_size import (
-        APPLICABLE,
-        RepeatInterleaveOutputSizeFix,
-        host_count_expr,
-        make_patch,
-    )
+    from diag.fixes import repeat_interleave_output_size as ri
     from diag.probes import builder_harness as h
     from diag.probes.sync_counter import DeviceTags, count_syncs, gpu_available
     from diag.target import resolve
@@ -76,73 +80,137 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     batch = int(params.get("batch", 64))
     repeats = int(params.get("repeats", 5 if quick else 30))
     queue_ms = float(params.get("queue_ms", 10))
+    every = int(params.get("guard_every") or ri.guard_every())
+    rounds = int(params.get("guard_rounds", 2 if quick else 3))  # guarded: rounds x N calls
     gpu = gpu_available()
     device = "cuda" if gpu else "cpu"
     desc = (f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}" if gpu
             else f"cpu, torch {torch.__version__} (syncs simulated by the CPU counter)")
-    run_params: dict[str, Any] = {"sglang": version, "path": PATH, "batch": batch}
+    run_params: dict[str, Any] = {"sglang": version, "path": PATH, "batch": batch,
+                                  "guard_every": every}
     if gpu:
         run_params.update(repeats=repeats, queue_ms=queue_ms)
     result = BenchResult(ID, TITLE, desc, run_params)
 
     target = resolve(version, log=progress)
-    a = RepeatInterleaveOutputSizeFix().applies_to(target, "hip")
-    if a.status != APPLICABLE:
+    a = ri.RepeatInterleaveOutputSizeFix().applies_to(target, "hip")
+    if a.status != ri.APPLICABLE:
         result.skipped = f"sglang {target.version}: fix is {a.status}: {a.reason}"
         return result
     progress(f"loading the real {h.ATTACH} of sglang {target.version}")
     cls = h.dsv4_class(target)
     inp = h.make_inputs(getattr(cls, h.ATTACH), PATH, batch, device)
-    expr = host_count_expr("draft")
-    patch = make_patch(cls.__module__, "draft")
+    expr = ri.host_count_expr("draft")
     queue = _queue(torch, queue_ms) if gpu else None
+    queued_ms: list[float] = []  # the queue each sample really stood behind (GPU events)
 
-    def counts(patched: bool) -> list[float]:
+    def counts(p: h.Prepared, n: int = 3) -> list[float]:
         out = []
-        for _ in range(3):
+        for _ in range(n):
+            p.reset()
             tags = None if gpu else DeviceTags(device=inp.device_tensors)
             with count_syncs("gpu" if gpu else "cpu", tags) as rep:
-                h.call(cls, inp, expr if patched else None)
+                p.fn(p.self_obj, **p.kwargs)
             out.append(float(rep.count))
         return out
 
-    queued_ms: list[float] = []  # the queue each sample really stood behind (GPU events)
-
-    def host_times(patched: bool) -> list[float]:
+    def host_times(p: h.Prepared, n: int, warmup: int = WARMUP,
+                   after_warmup: Callable[[], None] | None = None) -> list[float]:
+        """Host time of the builder call alone, each behind ~queue_ms of queued GPU work."""
+        fn, me, kw = p.fn, p.self_obj, p.kwargs
         samples = []
         q0, q1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for i in range(repeats + 2):
+        for i in range(n + warmup):
+            if i == warmup and after_warmup is not None:
+                after_warmup()
+            p.reset()
             torch.cuda.synchronize()
             q0.record()
             queue()
             q1.record()
             t0 = time.perf_counter()
-            h.call(cls, inp, expr if patched else None)
+            fn(me, **kw)
             dt = time.perf_counter() - t0
             torch.cuda.synchronize()
-            if i >= 2:  # two warm-up calls
+            if i >= warmup:
                 samples.append(dt)
                 queued_ms.append(q0.elapsed_time(q1))
         return samples
 
+    def bare_times(n: int) -> list[float]:
+        """The bare call, as the issue measured it: the patched builder called directly."""
+        fn = getattr(cls, h.ATTACH)
+        me = h.backend_self()
+        kw = dict(inp.kwargs, _diag_output_size=inp.locals_["num_tokens"])
+        out = []
+        for _ in range(n + WARMUP):
+            inp.core.unified = None
+            torch.cuda.synchronize()
+            queue()
+            t0 = time.perf_counter()
+            fn(me, **kw)
+            out.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+        return out[WARMUP:]
+
     progress("before: as released")
-    out_before = h.call(cls, inp)
-    c_before = counts(False)
-    t_before = host_times(False) if gpu else None
+    before = h.prepare(cls, inp)
+    before.reset()
+    before.fn(before.self_obj, **before.kwargs)
+    out_before = before.outputs()
+    c_before = counts(before)
+    t_before = host_times(before, repeats) if gpu else None
+
+    patch = ri.make_patch(cls.__module__, "draft")
     patch.apply()
     try:
         progress("after: with output_size")
-        out_after = h.call(cls, inp, expr)
-        c_after = counts(True)
-        t_after = host_times(True) if gpu else None
+        after = h.prepare(cls, inp, expr)
+        after.reset()
+        after.fn(after.self_obj, **after.kwargs)
+        out_after = after.outputs()
+        c_after = counts(after)
+        # as many calls as the guarded series, so that both means cover the same warm state
+        t_after = host_times(after, rounds * every) if gpu else None
+        t_bare = bare_times(repeats) if gpu else None
     finally:
         patch.revert()
+
+    guarded = ri.make_patch(cls.__module__, "draft", guarded=True, every=every)
+    guarded.apply()
+    try:
+        progress(f"after, guarded: the count checked on 1 call in {every}")
+        g = h.prepare(cls, inp, expr)
+        ri.reset_guard()
+        c_guard = counts(g, rounds * every)
+        t_guard = host_times(g, rounds * every, after_warmup=ri.reset_guard) if gpu else None
+    finally:
+        guarded.revert()
+        ri.reset_guard()
+
     same = all(torch.equal(out_before[k], out_after[k]) and
                out_before[k].dtype == out_after[k].dtype for k in out_before)
     result.rows.append(Row("syncs per call", "syncs", Stats.of(c_before), Stats.of(c_after)))
+    result.rows.append(Row(f"syncs per call, guarded (mean of {len(c_guard)} calls)", "syncs",
+                           Stats.of(c_before), Stats.of([sum(c_guard) / len(c_guard)])))
     if gpu:
         result.rows.append(Row(f"host time per call behind ~{queue_ms:g} ms queued work", "s",
                                Stats.of(t_before), Stats.of(t_after)))
+        result.rows.append(Row(f"host time per call, guarded 1 in {every} (median)", "s",
+                               Stats.of(t_before), Stats.of(t_guard)))
+        mb, ma, mg = (sum(x) / len(x) for x in (t_before, t_after, t_guard))
+        kept = (mb - mg) / (mb - ma) * 100 if mb > ma else float("nan")
+        result.notes.append(
+            f"guarded (checks 1 call in {every}): mean host time {mg * 1e3:.3f} ms over "
+            f"{len(t_guard)} calls against {ma * 1e3:.3f} ms unguarded and {mb * 1e3:.3f} ms "
+            f"released: keeps {kept:.1f} % of the unguarded gain (means, checked calls "
+            f"included)")
+        bs, ta = Stats.of(t_bare), Stats.of(t_after)
+        result.notes.append(
+            f"bare call (the patched builder called directly, same queue): median "
+            f"{bs.median * 1e3:.3f} ms; the bench's 'after': median {ta.median * 1e3:.3f} ms "
+            f"(ratio {ta.median / bs.median:.2f}); the timed region is the builder call alone "
+            f"(output_size computed, backend built before it)")
     else:
         result.notes.append("host time behind queued work is not measured on CPU: there is no "
                             "device queue to wait for, so a ratio would mean nothing; run on a "

@@ -6,11 +6,16 @@ arbitrary point, where SGLang servers crashed (double free). SGLang 0.5.18 fixed
 (`_stop_profile` drops the profiler and calls `gc.collect()`); the V2 stop
 (`utils/profile_utils.py::ProfileManager._do_stop`, `SGLANG_PROFILE_V2`) still only drops it.
 
-The patch wraps each stop that lacks it (found by AST in the target, `probes.profiler_teardown`):
-after the original stop has dropped its profiler reference, the wrapper drops its own and runs
-`gc.collect()` right there, timed; the probe's stop wrapper (`probes.profiler_runtime`, whose
+Upstream's `gc.collect()` costs in proportion to the whole live heap (a scheduler holds
+millions of objects), in the middle of serving. This fix does not collect: the patch wraps each
+stop that lacks a teardown (found by AST in the target, `probes.profiler_teardown`); after the
+original stop has dropped its profiler reference, the wrapper breaks the stopped profiler's own
+reference cycles (found at run time by walking its referents, `break_cycles`), so reference
+counting frees it right there; a weak reference proves it, and only when one is still alive does
+it fall back to `gc.collect()`. The probe's stop wrapper (`probes.profiler_runtime`, whose
 counter records the same stops with the fix on or off) times the stop and emits `profiler_stop`
-telemetry. `teardown`,
+telemetry, with what the teardown did (`teardown`: "cycle-broken" or "gc-collect",
+`teardown_s`) and the heap estimate of `probes.profiler_teardown.HeapWatch`. `teardown`,
 `controlled_teardown` and `controlled_profile` do the same for users' own profiling.
 """
 
@@ -20,6 +25,8 @@ import contextlib
 import functools
 import gc
 import time
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,21 +40,111 @@ from diag.probes.profiler_teardown import StopSite, locate_stops
 from diag.target import Target, find_importable
 
 FIX_ID = "profiler-controlled-teardown"
+# ------------------------------------------------------------------------------ helpers
 
 
-def _collect() -> dict[str, Any]:
-    """The teardown: the stop dropped its profiler; collect its cycle right here, timed."""
-    c0 = time.perf_counter()
-    gc.collect()
-    return {"collect_seconds": time.perf_counter() - c0}
+# Types never walked while looking for a cycle: shared, long-lived, and no container of ours.
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.CodeType, types.BuiltinFunctionType)
+
+
+def _cut(parent: Any, child: Any) -> bool:
+    """Remove the reference `parent` -> `child` when `parent` is a mutable container."""
+    if isinstance(parent, list):
+        n = len(parent)
+        parent[:] = [x for x in parent if x is not child]
+        return len(parent) != n
+    if isinstance(parent, dict):
+        keys = [k for k, v in parent.items() if v is child or k is child]
+        for k in keys:
+            del parent[k]
+        return bool(keys)
+    if isinstance(parent, set):
+        if child in parent:
+            parent.discard(child)
+            return True
+    return False
+
+
+def break_cycles(obj: Any, limit: int = 100_000, rounds: int = 3) -> list[str]:
+    """Break the reference cycles through `obj`, found at run time, and say which links went.
+
+    A breadth-first walk of `gc.get_referents` from `obj` (GC-tracked objects only; classes,
+    modules and functions are not walked) finds every object that refers back to `obj`; on each
+    such path the link cut is the one nearest the back edge that lives in a mutable container
+    (list, dict, set): for torch's profile, the bound method of itself in an `action_map` list.
+    Only those links go. Repeated (`rounds`) for paths the first walk reached another way.
+    """
+    cut: list[str] = []
+    for _ in range(rounds):
+        parents: dict[int, Any] = {}
+        seen = {id(obj)}
+        queue, hits = [obj], []
+        while queue and len(seen) < limit:
+            nxt = []
+            for node in queue:
+                for ref in gc.get_referents(node):
+                    if ref is obj:
+                        hits.append(node)
+                    elif id(ref) not in seen and gc.is_tracked(ref) \
+                            and not isinstance(ref, _OPAQUE):
+                        seen.add(id(ref))
+                        parents[id(ref)] = node
+                        nxt.append(ref)
+            queue = nxt
+        done = len(cut)
+        for hit in hits:
+            child, parent = obj, hit
+            while parent is not obj:
+                if _cut(parent, child):
+                    cut.append(f"{type(parent).__name__} -> {_link_label(child)}")
+                    break
+                child, parent = parent, parents.get(id(parent), obj)
+        queue = hits = []  # drop our references before the caller checks the weak reference
+        parents.clear()
+        if len(cut) == done:
+            break
+    return cut
+
+
+def _link_label(child: Any) -> str:
+    if isinstance(child, types.MethodType):
+        return f"bound method {child.__func__.__qualname__}"
+    return type(child).__name__
+
+
+def free_now(refs: list[weakref.ref]) -> dict[str, Any]:
+    """Free the (dropped) objects behind `refs` at this point: break their cycles; if any is
+    still alive after that, fall back to `gc.collect()`. Says which happened and how long."""
+    t0 = time.perf_counter()
+    links: list[str] = []
+    for _ in range(3):  # a second walk only for paths the first one reached another way
+        before = len(links)
+        for r in refs:
+            o = r()
+            if o is not None:
+                links += break_cycles(o, rounds=1)
+            o = None
+        alive = sum(r() is not None for r in refs)
+        if not alive or len(links) == before:
+            break
+    how, collected, collect_s = "cycle-broken", 0, None
+    if alive:
+        how = "gc-collect"
+        c0 = time.perf_counter()
+        collected = gc.collect()
+        collect_s = time.perf_counter() - c0
+    return {"teardown": how, "teardown_s": time.perf_counter() - t0, "links_cut": len(links),
+            "links": sorted(set(links)), "alive_after_cut": alive, "collected": collected,
+            "collect_seconds": collect_s}
 
 
 def wrap_stop(original: Callable, attr: str, path: str,
               controlled: Callable[[], bool]) -> Callable:
     """The fix's wrapper of a profiler stop: when `controlled()` and the stop dropped
-    `self.<attr>`, drop our reference too and `gc.collect()` here (the probe's `wrap_stop`
-    times it and emits `profiler_stop`, stacked with its counter or alone)."""
-    return profiler_runtime.wrap_stop(original, attr, path, controlled, teardown=_collect)
+    `self.<attr>`, free the stopped profiler right here (`free_now`: its cycles broken, a
+    `gc.collect()` only if that did not free it). The probe's `wrap_stop` times the stop and
+    emits `profiler_stop`, stacked with its counter or alone."""
+    return profiler_runtime.wrap_stop(original, attr, path, controlled, teardown=free_now)
 
 
 def _make(original: Callable, attr: str, path: str, controlled: Callable[[], bool]) -> Callable:
@@ -58,20 +155,19 @@ def _make(original: Callable, attr: str, path: str, controlled: Callable[[], boo
 
 
 def teardown(profiler: Any) -> dict[str, Any]:
-    """Free a *stopped* torch profiler now: break its self-reference cycle (`action_map` holds
-    bound methods of itself), so it goes the moment its last reference goes, and `gc.collect()`
-    here. Its results (`export_chrome_trace`, `key_averages`) stay usable; do not restart it."""
+    """Free a *stopped* torch profiler as soon as its last reference goes: break its reference
+    cycles (`action_map` holds bound methods of itself) now. Its results (`export_chrome_trace`,
+    `key_averages`) stay usable; do not restart it. No `gc.collect()`: the caller still holds
+    the profiler, so freeing it is up to that reference (`controlled_profile` drops it)."""
     t0 = time.perf_counter()
-    broken = 0
+    links = []
     for p in _torch_profiles(profiler):
-        am = p.action_map
-        broken += len(am)
-        am.clear()
-    collected = gc.collect()
+        links += break_cycles(p)
     secs = time.perf_counter() - t0
-    telemetry.emit("profiler_stop", seconds=secs, collected=collected, controlled=True,
-                   path="user", function="teardown")
-    return {"seconds": secs, "collected": collected, "cycle_edges_broken": broken}
+    telemetry.emit("profiler_stop", seconds=secs, collected=0, controlled=True,
+                   path="user", function="teardown", teardown="cycle-broken", teardown_s=secs,
+                   links_cut=len(links))
+    return {"seconds": secs, "cycle_edges_broken": len(links), "links": sorted(set(links))}
 
 
 @contextlib.contextmanager
@@ -99,7 +195,7 @@ def controlled_profile(*args: Any, **kwargs: Any) -> Iterator[Any]:
 
 class ProfilerControlledTeardownFix(Fix):
     id = FIX_ID
-    title = "Drop the stopped profiler and collect at the stop (controlled teardown)"
+    title = "Free the stopped profiler at the stop: break its cycles (controlled teardown)"
     addresses = ("profiler-teardown",)
     revertible = True
     bench = "diag.fixes.bench_profiler:run"
@@ -119,7 +215,7 @@ class ProfilerControlledTeardownFix(Fix):
             return Applicability(UPSTREAM, "every profiler stop already drops the profiler and "
                                  "calls gc.collect(): " + ", ".join(s.qualname for s in sites))
         have = [s for s in sites if s.controlled]
-        reason = "adds drop-and-collect to " + ", ".join(
+        reason = "adds a controlled teardown (cycles broken at the stop) to " + ", ".join(
             f"{s.qualname} [{s.path}] ({s.file}:{s.line})" for s in missing)
         if have:
             reason += "; already upstream: " + ", ".join(f"{s.qualname} [{s.path}]" for s in have)

@@ -19,15 +19,18 @@ in `deepseek_v4_backend_hip_radix.py`, called by `init_forward_metadata_prefill`
 - anything else -> `refused`, with what differs.
 
 Opt-in (environment, read at `apply()`): `DIAG_RI_PATHS=all` also patches the target-extend
-path, and always in guarded mode: each call checks the host count against the device sum (one
-sync instead of two); on a mismatch it falls back to no `output_size` (exact, as released),
-records the mismatch (`MISMATCHES`, telemetry "error"). `DIAG_RI_GUARDED=1` guards the default
-draft-only mode too (for CI).
+path, and always in guarded mode: the host count is checked against the device sum (one sync
+instead of two) on the first call and then every Nth call only (`DIAG_RI_GUARD_EVERY`, default
+`GUARD_EVERY`; 1 checks every call), so the guard keeps nearly all of the gain (measured by the
+bench's guarded row); on a mismatch that call falls back to no `output_size` (exact, as
+released), the mismatch is recorded (`MISMATCHES`, telemetry "error"), and from then on every
+call is checked. `DIAG_RI_GUARDED=1` guards the default draft-only mode too (for CI).
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import threading
 from dataclasses import dataclass
@@ -49,6 +52,31 @@ PATHS = ("draft", "all")
 
 MISMATCHES: list[dict[str, Any]] = []  # guarded mode: host count != device sum, per call
 _mismatch_lock = threading.Lock()
+GUARD_EVERY = 100  # guarded mode checks the first call and then every Nth (DIAG_RI_GUARD_EVERY)
+ENV_GUARD_EVERY = "DIAG_RI_GUARD_EVERY"
+_guard_calls = itertools.count()  # calls of guarded builders in this process (next() is atomic)
+_guard_always = False  # set by the first mismatch: check every call from then on
+
+
+def guard_every() -> int:
+    """N of the guarded mode, from `DIAG_RI_GUARD_EVERY` (a positive integer) or the default."""
+    raw = os.environ.get(ENV_GUARD_EVERY, "").strip()
+    if not raw:
+        return GUARD_EVERY
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise FixError(f"{ENV_GUARD_EVERY} must be a positive integer, not {raw!r}")
+    return n
+
+
+def reset_guard() -> None:
+    """Start sampling afresh (the next guarded call is checked; no escalation)."""
+    global _guard_calls, _guard_always
+    _guard_calls = itertools.count()
+    _guard_always = False
 
 
 def host_count_expr(paths: str) -> str:
@@ -58,14 +86,19 @@ def host_count_expr(paths: str) -> str:
             f"and sum(extend_seq_lens_cpu) == num_tokens else None")
 
 
-def checked_output_size(repeats: Any, count: int | None) -> int | None:
-    """Guarded mode: the host count if the device agrees (one sync), else None (as released)."""
+def checked_output_size(repeats: Any, count: int | None, every: int = 1) -> int | None:
+    """Guarded mode: the host count, checked against the device (one sync) on every `every`th
+    call (the first included, every call after a mismatch); on a mismatch None (as released)."""
+    global _guard_always
     if count is None:
         return None
+    if not _guard_always and every > 1 and next(_guard_calls) % every:
+        return count
     actual = int(repeats.sum())
     if actual == count:
         return count
     with _mismatch_lock:
+        _guard_always = True
         MISMATCHES.append({"host": int(count), "device": actual})
     from diag import telemetry
 
@@ -175,8 +208,9 @@ def _locate(node: ast.AST, ref: ast.AST) -> ast.AST:
     return node
 
 
-def transform_builder(guarded: bool):
-    """The AST rewrite of the builder: a `_diag_output_size=None` parameter, passed on."""
+def transform_builder(guarded: bool, every: int = 1):
+    """The AST rewrite of the builder: a `_diag_output_size=None` parameter, passed on (guarded:
+    through `checked_output_size(..., every)`)."""
 
     def transform(fn: ast.FunctionDef) -> ast.FunctionDef:
         fn.args.kwonlyargs.append(_locate(ast.arg(PARAM), fn))
@@ -188,8 +222,8 @@ def transform_builder(guarded: bool):
         n = 0
         for call in _ri_calls(fn):
             if not _has_output_size(call):
-                value = ast.parse(f"_diag_checked(extend_seq_lens, {PARAM})" if guarded
-                                  else PARAM, mode="eval").body
+                value = ast.parse(f"_diag_checked(extend_seq_lens, {PARAM}, {int(every)})"
+                                  if guarded else PARAM, mode="eval").body
                 call.keywords.append(_locate(ast.keyword("output_size", value), call))
                 n += 1
         if n == 0:
@@ -217,13 +251,18 @@ def transform_caller(paths: str):
     return transform
 
 
-def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False):
-    """The Patch for `module` (the engine's, or a harness module holding the same real code)."""
+def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False,
+               every: int | None = None):
+    """The Patch for `module` (the engine's, or a harness module holding the same real code).
+    `every`: guarded mode's N (None: `guard_every()`, from the environment or the default)."""
     from diag.patcher import Patch, marked, rewrite_function
 
     if paths not in PATHS:
         raise FixError(f"DIAG_RI_PATHS must be one of {', '.join(PATHS)}, not {paths!r}")
     guarded = guarded or paths == "all"
+    every = guard_every() if every is None else int(every)
+    if every < 1:
+        raise FixError(f"guard sampling must check every N >= 1 calls, not {every}")
     qb, qc = f"{CLASS}.{BUILDER}", f"{CLASS}.{CALLER}"
     patch = Patch("repeat-interleave-output-size")
     def make_builder(f):
@@ -231,7 +270,7 @@ def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False
         # the counting (revert restores the counter's wrapper itself)
         counter = f if marked(f, "sync-counter") else None
         base = f.__wrapped__ if counter else f
-        new = rewrite_function(base, qb, transform_builder(guarded))
+        new = rewrite_function(base, qb, transform_builder(guarded, every))
         if counter:
             from diag.probes.sync_counter import rewrap
 

@@ -161,6 +161,7 @@ class MetadataSyncsProbe(Probe):
 
     def _measured(self, ctx: Context, c, ev: list) -> list[str]:
         """Run the real DSV4 HIP builder alone; append its counts; return disagreements."""
+        from diag.platform import gpu_possible
         from diag.probes import builder_harness as h
         from diag.probes.sync_counter import gpu_available
 
@@ -169,7 +170,7 @@ class MetadataSyncsProbe(Probe):
                            f"release"))
             return []
         static = [s for s in c.sites if s.function == f"{h.DSV4_CLASS}.{h.ATTACH}"]
-        modes = ["gpu", "cpu"] if gpu_available() else ["cpu"]
+        modes = ["gpu", "cpu"] if gpu_possible() and gpu_available() else ["cpu"]
         out: list[str] = []
         reused: list[str] = []
         reused_at: set[str] = set()

@@ -206,10 +206,9 @@ def run_once(name: str, gpu: str = "auto", timeout: float = DEFAULT_TIMEOUT_S) -
 
 
 def _diag_home() -> Path:
-    """The folder holding the `diag` package (site-packages, or a source checkout's root)."""
-    import diag
+    from diag.home import home
 
-    return Path(diag.__file__).resolve().parent.parent
+    return home()
 
 
 def run_scenarios(names: list[str] | None = None, tries: int = DEFAULT_TRIES, gpu: str = "auto",

@@ -21,7 +21,7 @@ from typing import Any
 
 from diag import telemetry
 from diag.patcher import Patch
-from diag.probes.profiler_teardown import locate_stops
+from diag.probes.profiler_teardown import heap_watch, locate_stops
 from diag.target import Target
 
 RECORD_ID = "profiler-stop-record"
@@ -34,7 +34,8 @@ _MANAGER = ("sglang.srt.managers.scheduler_components.profiler_manager",
             "SchedulerProfilerManager._stop_profile", "torch_profiler", "classic")
 _V2 = ("sglang.srt.utils.profile_utils", "ProfileManager._do_stop", "profiler", "v2")
 
-Teardown = Callable[[], dict[str, Any]]  # frees the dropped profiler now; extra event fields
+# frees the dropped objects (weak references given) now; returns extra event fields
+Teardown = Callable[[list[weakref.ref]], dict[str, Any]]
 
 
 class GcCount:
@@ -85,8 +86,8 @@ _state = threading.local()  # the outermost stop wrapper on this thread tears do
 def wrap_stop(original: Callable, attr: str, path: str, controlled: Callable[[], bool],
               teardown: Teardown | None = None) -> Callable:
     """Wrap a profiler stop method: time it; when `controlled()` and the stop dropped
-    `self.<attr>`, run `teardown()` right there (a fix's: free the profiler now); emit
-    `profiler_stop` with what the teardown returned.
+    `self.<attr>`, run `teardown(refs)` right there (a fix's: free the dropped profiler, given
+    weak references to it and its holder); emit `profiler_stop` with what the teardown returned.
 
     Stacked wrappers (a fix's over the recorder, or the reverse) tear down and emit once.
     """
@@ -103,10 +104,15 @@ def wrap_stop(original: Callable, attr: str, path: str, controlled: Callable[[],
         frame = {"controlled": on, "teardown": teardown if on else None}
         _state.frame = frame
         held = getattr(self, attr, None)
-        had, refs = held is not None, weak_refs(torch_profiles(held))
+        had = held is not None
+        profs = torch_profiles(held) if had else []
+        refs = weak_refs(profs)
+        # the holder too (SGLang V2's wrapper), when it is not the profile itself
+        holder = weak_refs([held]) if refs and not any(p is held for p in profs) else []
+        profs = []
         held = None  # no strong reference of ours may outlive the stop (or block its own collect)
         t0 = time.perf_counter()
-        extra: dict[str, Any] = {"collect_seconds": None}
+        done: dict[str, Any] = {"teardown": None, "teardown_s": None, "collect_seconds": None}
         try:
             with GcCount() as count:
                 try:
@@ -115,9 +121,12 @@ def wrap_stop(original: Callable, attr: str, path: str, controlled: Callable[[],
                     _state.frame = None
                     dropped = had and getattr(self, attr, None) is None
                     if frame["controlled"] and dropped and frame["teardown"] is not None:
-                        extra.update(frame["teardown"]())
+                        done = frame["teardown"](holder + refs)
         finally:
             if refs:
+                extra = {k: v for k, v in done.items() if k not in ("collected", "links")}
+                if telemetry.active():  # the heap read costs ~0.1 ms per million blocks
+                    extra.update(heap_watch().snapshot())
                 telemetry.emit("profiler_stop", seconds=time.perf_counter() - t0,
                                collected=count.collected, controlled=frame["controlled"],
                                freed=all(r() is None for r in refs), path=path,
@@ -154,6 +163,7 @@ def record_patch(target: Target | None = None, version: str | None = None) -> Pa
     sites = plan(target, None) if target is not None else plan(None, version)
     if not sites:
         return None
+    heap_watch()  # times the automatic full collections from now on (for the stop events)
     patch = Patch(RECORD_ID)
     for module, qualname, attr, path, _ in sites:
         patch.add(module, qualname, functools.partial(make_wrapper, attr=attr, path=path,

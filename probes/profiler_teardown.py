@@ -14,7 +14,9 @@ child processes (`probes.profiler_reproducer`), only with `ctx.full`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import gc
+import importlib.util
 import json
 import os
 import subprocess
@@ -22,6 +24,7 @@ import sys
 import time
 import types
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +190,102 @@ def locate_stops(target: Target) -> list[StopSite]:
     return sites
 
 
+V2_ENV = "SGLANG_PROFILE_V2"
+
+
+def v2_in_use(ctx: Context) -> str | None:
+    """Where the configuration under audit turns the V2 profiler on (None: it does not): the
+    env var in diag's environment, or a live server's arguments (`ctx.cache["server_info"]`)."""
+    from diag.probes.gate import env_bool
+
+    if env_bool(os.environ.get(V2_ENV)):
+        return f"{V2_ENV}={os.environ[V2_ENV]} in diag's environment"
+    info = ctx.cache.get("server_info")
+    if isinstance(info, dict):
+        from diag.server import server_args
+
+        try:
+            args = server_args(info)
+        except (TypeError, ValueError, AttributeError):
+            args = {}
+        for k, v in (args or {}).items():
+            if str(k).upper() == V2_ENV and env_bool(str(v)):
+                return f"{k}={v} in the server's arguments"
+    return None
+
+
+# ------------------------------------------------------------------------------ heap and GC cost
+
+
+class HeapWatch:
+    """What a full collection costs in this process, learnt without running one.
+
+    Why: the upstream teardown (`gc.collect()` at the stop) costs in proportion to the live heap,
+    and inside an engine that collection would stall every request. A `gc.callbacks` hook times
+    the automatic generation-2 collections the interpreter runs anyway (a `perf_counter` per
+    collection, nothing else) and notes the heap size then; the cost of a collection now is
+    estimated from that measured cost per heap block. The heap size is
+    `sys.getallocatedblocks()` (pymalloc's block count, read from its arena/pool counters: no
+    walk over the objects); it counts every small object, GC-tracked or not, which is why the
+    estimate is per block as measured here, not per object.
+    """
+
+    def __init__(self) -> None:
+        self._t0: float | None = None
+        self.full_collections = 0
+        self.last_full_s: float | None = None  # measured duration of the latest gen-2 collection
+        self.last_full_blocks: int | None = None  # heap blocks when it ran
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.last_full_s = time.perf_counter() - self._t0
+            self.last_full_blocks = sys.getallocatedblocks()
+            self.full_collections += 1
+            self._t0 = None
+
+    def install(self) -> HeapWatch:
+        if self._cb not in gc.callbacks:
+            gc.callbacks.append(self._cb)
+        return self
+
+    def uninstall(self) -> None:
+        if self._cb in gc.callbacks:
+            gc.callbacks.remove(self._cb)
+
+    def snapshot(self) -> dict[str, Any]:
+        """heap_blocks now, the last measured full collection, and the estimate for now."""
+        blocks = sys.getallocatedblocks()
+        est = None
+        if self.last_full_s is not None and self.last_full_blocks:
+            est = self.last_full_s * blocks / self.last_full_blocks
+        return {"heap_blocks": blocks, "full_gc_observed": self.full_collections,
+                "full_gc_last_s": self.last_full_s, "full_gc_est_s": est,
+                "full_gc_est_basis": "estimate: heap blocks x the measured cost per block of "
+                                     "the last automatic full collection" if est is not None
+                else "no automatic full collection observed yet in this process"}
+
+
+_watch: HeapWatch | None = None
+
+
+def heap_watch() -> HeapWatch:
+    """The process's one HeapWatch, installed on first use."""
+    global _watch
+    if _watch is None:
+        _watch = HeapWatch().install()
+    return _watch
+
+
+def collect_cost(seconds: float, tracked: int, blocks: int) -> dict[str, Any]:
+    """A full collection's measured cost, per live GC-tracked object and per heap block."""
+    return {"collect_s": seconds, "tracked_objects": tracked, "heap_blocks": blocks,
+            "s_per_object": seconds / max(tracked, 1), "s_per_block": seconds / max(blocks, 1)}
+
+
 # ------------------------------------------------------------------------------ runtime cycle
 
 
@@ -198,6 +297,7 @@ class CycleReport:
     collected: int  # what gc.collect() freed (a collection right before makes this the cycle's)
     collect_seconds: float
     path: list[str] = field(default_factory=list)  # profile -> ... -> profile
+    collect_cost: dict[str, Any] = field(default_factory=dict)  # collect_cost() of the check
 
 
 def _edge(parent: Any, child: Any) -> str:
@@ -278,8 +378,37 @@ def _render_path(obj: Any, parents: dict[int, tuple[Any, Any]], last: Any) -> li
     return steps
 
 
-def runtime_cycle() -> CycleReport:
+@contextlib.contextmanager
+def _compiler_stack_left_out(torch: Any) -> Iterator[None]:
+    """While inside, `hasattr(torch, "_inductor")` is False unless it is already imported.
+
+    Why: `_KinetoProfile.prepare_trace` asks it only to read inductor's `triton.cudagraphs`
+    flag (False by default), and torch's lazy `__getattr__` then imports torch._inductor and
+    torch._dynamo: seconds, more than the rest of the check, for a flag that plays no part in the
+    reference cycle. Restored on leaving; the check's own process only.
+    """
+    if "torch._inductor" in sys.modules or "__getattr__" not in vars(torch):
+        yield
+        return
+    orig = vars(torch)["__getattr__"]
+
+    def getattr_(name: str) -> Any:
+        if name == "_inductor":
+            raise AttributeError(name)
+        return orig(name)
+
+    torch.__getattr__ = getattr_
+    try:
+        yield
+    finally:
+        torch.__getattr__ = orig
+
+
+def runtime_cycle(lean: bool = False) -> CycleReport:
     """Start and stop a CPU-only profiler, drop it, and see whether only `gc.collect()` frees it.
+
+    `lean`: keep torch's compiler stack out (`_compiler_stack_left_out`), for diag's own
+    processes that import nothing else of torch.
 
     The automatic GC is disabled for the few lines between `del` and the check, and the
     collection runs right away (a controlled teardown), so this process never meets the late
@@ -295,17 +424,22 @@ def runtime_cycle() -> CycleReport:
         p.stop()
         return p
 
-    once()  # a first profile creates one-time garbage (lazy imports); leave it out of the count
-    gc.collect()
+    with _compiler_stack_left_out(torch) if lean else contextlib.nullcontext():
+        once()  # a first profile creates one-time garbage (lazy imports): not in the count
+        return _checked_cycle(torch, once)
+
+
+def _checked_cycle(torch: Any, once: Any) -> CycleReport:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         prof = once()
         path = find_cycle(prof)
-        gc.collect()  # other garbage of the stop, while the profiler is still referenced
+        gc.collect()  # other garbage (the first profile's too), while this one is referenced
         ref = weakref.ref(prof)
         del prof
         alive = ref() is not None
+        tracked, blocks = len(gc.get_objects()), sys.getallocatedblocks()
         t0 = time.perf_counter()
         collected = gc.collect()
         secs = time.perf_counter() - t0
@@ -313,7 +447,8 @@ def runtime_cycle() -> CycleReport:
     finally:
         if was_enabled:
             gc.enable()
-    return CycleReport(torch.__version__, alive, freed, collected, secs, path)
+    return CycleReport(torch.__version__, alive, freed, collected, secs, path,
+                       collect_cost(secs, tracked, blocks))
 
 
 def _cycle_cache_key() -> str | None:
@@ -337,7 +472,9 @@ def start_cycle_child() -> subprocess.Popen | None:
     digest = _cycle_cache_key()
     if digest is not None and cache.load("profiler_cycle", digest) is not None:
         return None
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from diag.home import home
+
+    root = str(home())  # never diag/ itself (its platform.py would shadow the stdlib's)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.Popen([sys.executable, "-m", "diag.probes.profiler_teardown", "--cycle-json"],
@@ -363,6 +500,34 @@ def collect_cycle_child(child: subprocess.Popen, timeout: float = 120.0) -> Cycl
     if rep is not None and digest is not None:
         cache.store("profiler_cycle", digest, asdict(rep))
     return rep
+
+
+CYCLE_REPORT = "profiler-cycle-report"  # ctx.cache: a CycleReport measured in this run
+
+
+def _cached_cycle() -> tuple[CycleReport, str] | None:
+    """The stored report and when it was measured, without importing torch; None: a miss."""
+    from diag import cache
+
+    digest = _cycle_cache_key()
+    hit = cache.load("profiler_cycle", digest) if digest is not None else None
+    if hit is None:
+        return None
+    try:
+        return CycleReport(**hit["value"]), str(hit.get("stored_at") or "earlier")
+    except TypeError:
+        return None
+
+
+def store_cycle(rep: CycleReport) -> None:
+    """Keep a report measured elsewhere in this run (diag's torch worker) in the cache."""
+    from dataclasses import asdict
+
+    from diag import cache
+
+    digest = _cycle_cache_key()
+    if digest is not None:
+        cache.store("profiler_cycle", digest, asdict(rep))
 
 
 def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
@@ -409,7 +574,8 @@ class ProfilerTeardownProbe(Probe):
     counter = Counter("diag.probes.profiler_runtime:runtime_patch", ("profiler_stop",))
 
     def prepare(self, ctx: Context) -> None:
-        if ctx.execute and _torch_importable() is None:
+        if ctx.execute and CYCLE_REPORT not in ctx.cache \
+                and importlib.util.find_spec("torch") is not None:
             ctx.cache["profiler-cycle-child"] = start_cycle_child()
 
     def run(self, ctx: Context) -> list[Finding]:
@@ -453,9 +619,14 @@ class ProfilerTeardownProbe(Probe):
                        "cyclic GC" + (" (and so does the V2 path)" if bad_v2 else ""))
         elif bad_v2:
             s = bad_v2[0]
-            status = Status.WARN
+            used = v2_in_use(ctx)
+            status = (Status.FAIL if ctx.platform == "hip" else Status.WARN) if used \
+                else Status.WARN
             summary = (f"default stop collects at once, but the V2 path (SGLANG_PROFILE_V2) "
-                       f"{s.qualname} ({s.file}:{s.line}) drops the profiler without gc.collect()")
+                       f"{s.qualname} ({s.file}:{s.line}) drops the profiler without gc.collect()"
+                       + (f"; the configuration under audit uses it ({used})" if used else
+                          "; only a configuration with SGLANG_PROFILE_V2 set uses it (not set "
+                          "in diag's environment nor in the server's arguments)"))
         else:
             how = " (patched in this process)" if patched else ""
             return self.finding(Status.OK, "every profiler stop drops the profiler and collects "
@@ -467,17 +638,38 @@ class ProfilerTeardownProbe(Probe):
 
     # (b) -------------------------------------------------------------------------------------
     def runtime(self, ctx: Context, static: Finding) -> Finding:
-        why = _torch_importable()
-        if why:
-            return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
+        rep = ctx.cache.pop(CYCLE_REPORT, None)  # measured in this run by diag's torch worker
         child = ctx.cache.pop("profiler-cycle-child", None)
-        rep = collect_cycle_child(child) if child is not None else None
-        rep, reused_at = (rep, None) if rep is not None else cached_runtime_cycle()
+        if rep is None and child is not None:
+            rep = collect_cycle_child(child)
+        reused_at = None
+        if rep is None:
+            hit = _cached_cycle()  # torch itself is imported only to measure
+            if hit is not None:
+                rep, reused_at = hit
+            else:
+                why = _torch_importable()
+                if why:
+                    return self.finding(Status.SKIP, f"runtime cycle check skipped: {why}")
+                rep, reused_at = cached_runtime_cycle()
         ev = [metric("alive_after_del", rep.alive_after_del),
               metric("collected_by_gc_collect", rep.collected, "objects"),
               metric("collect_time", round(rep.collect_seconds, 6), "s")]
         if rep.path:
             ev.append(row("reference cycle of a stopped profiler", path=" ".join(rep.path)))
+        cost = rep.collect_cost or {}
+        if cost.get("s_per_object"):
+            per = cost["s_per_object"]
+            ev.append(metric("full collection cost per live object", round(per * 1e9, 2), "ns",
+                             detail=f"measured: gc.collect() took {cost['collect_s'] * 1e3:.1f} "
+                                    f"ms with {cost['tracked_objects']} tracked objects"))
+            ev.append(note("upstream's teardown (gc.collect() at the stop) in a scheduler holding "
+                           f"1e6 / 1e7 live objects: ~{per * 1e6:.2f} s / ~{per * 1e7:.1f} s per "
+                           "stop, every request stalled meanwhile (an estimate: the measured cost "
+                           "per object times the heap size); profiler-controlled-teardown breaks "
+                           "the cycle instead and collects nothing. Inside an engine, the agent's "
+                           "profiler-teardown counter reports the heap (pymalloc blocks) and the "
+                           "cost estimated from its own automatic full collections with each stop"))
         if reused_at:
             ev.append(note(f"runtime check reused from the diag cache (measured {reused_at} "
                            f"on this machine with the same torch and diag code); "
@@ -524,4 +716,4 @@ class ProfilerTeardownProbe(Probe):
 if __name__ == "__main__" and sys.argv[1:] == ["--cycle-json"]:
     from dataclasses import asdict
 
-    print(json.dumps(asdict(runtime_cycle())))
+    print(json.dumps(asdict(runtime_cycle(lean=True))))

@@ -49,7 +49,8 @@ def spawn_child(index: int, via_agent: bool, ready, release) -> None:
                        count=2, seconds=0.01)
     telemetry.emit("draft_extend", mode="eager", seconds=0.0011, batch=8)
     telemetry.emit("draft_extend", mode="graph", seconds=0.0002, batch=8)
-    telemetry.emit("profiler_stop", seconds=0.25, collected=77)
+    telemetry.emit("profiler_stop", seconds=0.25, collected=77, teardown="cycle-broken",
+                   teardown_s=0.001)
     line = json.dumps({"child": index, "pid": os.getpid(), "status": status,
                        "prometheus_client_loaded": "prometheus_client" in sys.modules})
     os.write(1, (line + "\n").encode())  # one write (< PIPE_BUF): lines of children never mix

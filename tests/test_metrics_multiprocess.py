@@ -62,6 +62,7 @@ def _check_children_series(lines: list[dict]) -> None:
     assert live[("diag_profiler_stops_total", ())] == 2
     assert live[("diag_profiler_stop_seconds_sum", ())] == pytest.approx(0.5)
     assert live[("diag_profiler_stop_collected_objects_total", ())] == 154
+    assert live[("diag_profiler_teardowns_total", (("how", "cycle-broken"),))] == 2
     assert live[("diag_fix_state", (("fix", FIX), ("state", "applied")))] == 2  # livesum
     assert live[("diag_agent_processes", ())] == 2
     # After the children exit, their live gauges are gone (mark_process_dead at exit) and the

@@ -156,8 +156,11 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
         assert list((tmp_path / "b").glob("*.trace.json.gz"))  # the real stop still exported
         ev = [e for e in events if e["kind"] == "profiler_stop"]
         assert len(ev) == 1 and ev[0]["controlled"] and ev[0]["freed"]
-        assert ev[0]["collected"] > 0 and ev[0]["seconds"] >= ev[0]["collect_seconds"] > 0
-        assert ev[0]["path"] == "classic"
+        # freed by breaking its cycles (torch's action_map), no collection at the stop
+        assert ev[0]["teardown"] == "cycle-broken" and ev[0]["links_cut"] > 0
+        assert ev[0]["collect_seconds"] is None and ev[0]["alive_after_cut"] == 0
+        assert ev[0]["seconds"] >= ev[0]["teardown_s"] > 0
+        assert ev[0]["path"] == "classic" and ev[0]["heap_blocks"] > 0
 
         fix.revert()
         assert not fix.is_applied() and vars(cls)[name] is original
@@ -192,6 +195,7 @@ def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path):
             gc.enable()
         (ev,) = [e for e in events if e["kind"] == "profiler_stop"]
         assert ev["path"] == "v2" and ev["freed"] and ev["controlled"]
+        assert ev["teardown"] == "cycle-broken"
         fix.revert()
         assert not marked(vars(pu.ProfileManager)["_do_stop"])
 
@@ -268,11 +272,72 @@ def test_controlled_profile_frees_at_del(events, tmp_path):
 
 
 def test_teardown_helper_reports():
+    from diag.probes.profiler_teardown import find_cycle
+
     p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     p.start()
     p.stop()
+    assert find_cycle(p)  # torch 2.13: action_map -> list -> bound method -> the profile
     out = teardown(p)
-    assert out["cycle_edges_broken"] > 0 and out["seconds"] > 0 and p.action_map == {}
+    assert out["cycle_edges_broken"] > 0 and out["seconds"] > 0 and find_cycle(p) == []
+    assert any("bound method" in link for link in out["links"])
+
+
+class _Owner:
+    """A made-up object graph with cycles through a list, a dict->tuple and a closure."""
+
+    def m(self) -> None:
+        pass
+
+
+def test_break_cycles_cuts_exactly_the_links_back_and_frees():
+    from diag.fixes.profiler_controlled_teardown import break_cycles
+
+    o = _Owner()
+    keep = ["unrelated"]
+    o.cbs = [o.m, keep]
+    o.table = {"k": (o.m, 1), "other": keep}
+    gc.disable()
+    try:
+        links = break_cycles(o)
+        assert sorted(links) == ["dict -> tuple", "list -> bound method _Owner.m"]
+        assert o.cbs == [keep] and o.table == {"other": keep}  # only the links back went
+        ref = weakref.ref(o)
+        del o
+        assert ref() is None  # freed by reference counting
+    finally:
+        gc.enable()
+
+
+def test_wrap_stop_falls_back_to_gc_collect_when_a_cycle_cannot_be_cut(events):
+    """A cycle through a closure (functions are not walked): cutting leaves it alive, so the
+    wrapper collects, and says so."""
+    from diag.fixes.profiler_controlled_teardown import wrap_stop
+
+    class Stopper:
+        def __init__(self) -> None:
+            self.torch_profiler = torch.profiler.profile(
+                activities=[torch.profiler.ProfilerActivity.CPU])
+
+        def stop(self) -> None:
+            self.torch_profiler.stop()
+            self.torch_profiler = None
+
+    s = Stopper()
+    p = s.torch_profiler
+    p.start()
+    p.hold = (lambda q: lambda: q)(p)  # a cycle through a closure's cell
+    ref = weakref.ref(p)
+    del p
+    gc.disable()
+    try:
+        wrap_stop(Stopper.stop, "torch_profiler", "test", controlled=lambda: True)(s)
+        assert ref() is None
+    finally:
+        gc.enable()
+    (ev,) = [e for e in events if e["kind"] == "profiler_stop"]
+    assert ev["teardown"] == "gc-collect" and ev["alive_after_cut"] == 1
+    assert ev["collect_seconds"] > 0 and ev["freed"]
 
 
 def test_apply_without_sglang_is_a_clear_error(monkeypatch):

@@ -38,6 +38,28 @@ def test_stopped_profiler_is_in_a_cycle_on_local_torch():
     assert rep.path[0] == "torch.profiler.profiler.profile"
     assert ".action_map <dict>" in text and "<bound method" in text
     assert rep.path[-1] == ".__self__ (the same object)"
+    cost = rep.collect_cost
+    assert cost["tracked_objects"] > 1000 and cost["s_per_object"] > 0
+
+
+def test_heap_watch_times_full_collections_it_did_not_run():
+    """HeapWatch learns the cost of a full collection from one the interpreter runs (here the
+    test's own gc.collect(), a generation-2 collection) and estimates from the heap size."""
+    from diag.probes.profiler_teardown import HeapWatch
+
+    w = HeapWatch().install()
+    try:
+        before = w.snapshot()
+        assert before["full_gc_est_s"] is None and before["heap_blocks"] > 0
+        assert "no automatic full collection" in before["full_gc_est_basis"]
+        gc.collect(1)  # a younger generation: not a full collection
+        assert w.full_collections == 0
+        gc.collect()
+        after = w.snapshot()
+        assert w.full_collections == 1 and after["full_gc_last_s"] > 0
+        assert after["full_gc_est_s"] > 0 and after["full_gc_est_basis"].startswith("estimate")
+    finally:
+        w.uninstall()
     assert gc.isenabled()
 
 

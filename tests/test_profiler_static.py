@@ -57,16 +57,36 @@ def test_0518_classic_teardown_present(release):
     assert not sites["v2"].controlled
 
 
-def test_newest_reports_the_v2_path(release):
+def test_newest_reports_the_v2_path(release, monkeypatch):
+    monkeypatch.delenv("SGLANG_PROFILE_V2", raising=False)
     t = release("0.5.23")
     static = _static(t)[0]
+    # 0.5.23's default stop collects (profiler_manager.py `_stop_profile`); only the V2 path
+    # (profile_utils.py `_do_stop`, used when SGLANG_PROFILE_V2 is on: profiler_manager.py:62)
+    # does not: not a failure unless the configuration under audit turns V2 on
     assert static.status == Status.WARN
     assert "SGLANG_PROFILE_V2" in static.summary and "ProfileManager._do_stop" in static.summary
+    assert "only a configuration with SGLANG_PROFILE_V2 set uses it" in static.summary
     v2 = next(e for e in static.evidence if e.function == "ProfileManager._do_stop")
     assert v2.file == f"sglang/{V2}"
     assert v2.line == _line_of(t, V2, "def _do_stop(")
     classic = next(e for e in static.evidence if e.function == "SchedulerProfilerManager._stop_profile")
     assert "controlled point" in classic.detail
+
+
+def test_v2_in_use_fails_on_hip(release, monkeypatch):
+    t = release("0.5.23")
+    monkeypatch.setenv("SGLANG_PROFILE_V2", "1")
+    static = _static(t)[0]
+    assert static.status == Status.FAIL and "diag's environment" in static.summary
+    assert _static(t, "cuda")[0].status == Status.WARN
+    monkeypatch.setenv("SGLANG_PROFILE_V2", "0")  # EnvBool: "0" is off
+    assert _static(t)[0].status == Status.WARN
+    monkeypatch.delenv("SGLANG_PROFILE_V2")
+    ctx = Context(target=t, platform="hip", execute=False)
+    ctx.cache["server_info"] = {"server_args": {"SGLANG_PROFILE_V2": True}}
+    static = ProfilerTeardownProbe().run(ctx)[0]
+    assert static.status == Status.FAIL and "server's arguments" in static.summary
 
 
 def _copy_tree(t: Target, dest: Path, rels: list[str]) -> Target:

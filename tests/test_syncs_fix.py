@@ -75,7 +75,7 @@ def test_patched_0517_builder_is_equal_and_syncs_less(release, paths, counts):
     t = release("0.5.17")
     cls = h.dsv4_class(t)
     expr = ri.host_count_expr(paths)
-    patch = ri.make_patch(cls.__module__, paths)
+    patch = ri.make_patch(cls.__module__, paths, every=1)  # guarded: every call checked
     for path in h.PATHS:
         inp = h.make_inputs(cls.__dict__[h.ATTACH], path, 32, seed=7)
         before = h.call(cls, inp)
@@ -95,7 +95,7 @@ def test_0518_opt_in_covers_the_target_extend_call(release):
     expr = ri.host_count_expr("all")
     inp = h.make_inputs(cls.__dict__[h.ATTACH], "target-extend", 16)
     before = h.call(cls, inp)
-    patch = ri.make_patch(cls.__module__, "all")
+    patch = ri.make_patch(cls.__module__, "all", every=1)
     patch.apply()
     try:
         assert _outputs_equal(before, h.call(cls, inp, expr))
@@ -150,9 +150,10 @@ def test_guarded_mode_falls_back_on_a_wrong_count(release):
     cls = h.dsv4_class(release("0.5.17"))
     inp = h.make_inputs(cls.__dict__[h.ATTACH], "target-extend", 8, seed=1)
     before = h.call(cls, inp)
-    patch = ri.make_patch(cls.__module__, "draft", guarded=True)
+    patch = ri.make_patch(cls.__module__, "draft", guarded=True, every=1)
     patch.apply()
     ri.MISMATCHES.clear()
+    ri.reset_guard()
     try:
         wrong = inp.locals_["num_tokens"] - 1
         after = h.call(cls, inp, str(wrong))
@@ -160,6 +161,48 @@ def test_guarded_mode_falls_back_on_a_wrong_count(release):
         patch.revert()
     assert _outputs_equal(before, after)
     assert ri.MISMATCHES == [{"host": wrong, "device": wrong + 1}]
+
+
+def test_guard_samples_every_nth_call_and_escalates_on_a_mismatch(release, monkeypatch):
+    """Guarded with N=4: of 8 calls the 1st and 5th are checked (one sync each, CPU counter);
+    a wrong count met by a check is reported and from then on every call is checked."""
+    from diag.probes.sync_counter import DeviceTags, count_syncs
+
+    cls = h.dsv4_class(release("0.5.17"))
+    inp = h.make_inputs(cls.__dict__[h.ATTACH], "target-extend", 8, seed=2)
+    expr = ri.host_count_expr("all")
+    monkeypatch.setenv(ri.ENV_GUARD_EVERY, "4")
+    assert ri.guard_every() == 4
+    patch = ri.make_patch(cls.__module__, "all")  # N from the environment
+    patch.apply()
+    ri.MISMATCHES.clear()
+    ri.reset_guard()
+    try:
+        per_call = []
+        for _ in range(8):
+            with count_syncs("cpu", DeviceTags(device=inp.device_tensors)) as rep:
+                h.call(cls, inp, expr)
+            per_call.append(rep.count)
+        assert per_call == [1, 0, 0, 0, 1, 0, 0, 0]
+        wrong = inp.locals_["num_tokens"] + 3
+        ri.reset_guard()
+        h.call(cls, inp, expr)  # the checked first call, right count
+        before = h.call(cls, inp)
+        for _ in range(3):  # unchecked calls use the count as given: CPU torch rejects it (on
+            with pytest.raises(RuntimeError, match="size"):  # a GPU it may fault: a sampled
+                h.call(cls, inp, str(wrong))  # guard detects, it does not protect every call)
+        assert ri.MISMATCHES == []
+        h.call(cls, inp, str(wrong))  # the 5th call is checked: seen, falls back
+        assert ri.MISMATCHES == [{"host": wrong, "device": wrong - 3}]
+        assert _outputs_equal(before, h.call(cls, inp, str(wrong)))  # now every call checked
+        assert len(ri.MISMATCHES) == 2
+    finally:
+        patch.revert()
+        ri.reset_guard()
+        ri.MISMATCHES.clear()
+    monkeypatch.setenv(ri.ENV_GUARD_EVERY, "0")
+    with pytest.raises(FixError, match="positive integer"):
+        ri.guard_every()
 
 
 def test_apply_without_an_importable_sglang_is_a_fix_error():
@@ -176,13 +219,16 @@ def test_bench_runs_on_cpu_with_counts_and_says_time_is_not_measured(release):
     from diag.fixes.bench_metadata import run
 
     release("0.5.17")
-    res = run({"quick": True, "sglang": "0.5.17"}, lambda msg: None)
+    res = run({"quick": True, "sglang": "0.5.17", "guard_every": 10}, lambda msg: None)
     assert res.skipped is None
     syncs = next(r for r in res.rows if r.metric == "syncs per call")
     assert (syncs.before.median, syncs.after.median) == (2, 0)
+    # guarded, 1 call in 10 checked over 2 x 10 calls: 2 checking syncs in 20 calls
+    guarded = next(r for r in res.rows if r.metric.startswith("syncs per call, guarded"))
+    assert guarded.after.median == pytest.approx(0.1) and "20 calls" in guarded.metric
     assert any("outputs identical before/after: yes" in n for n in res.notes)
     if res.device.startswith("cpu"):
-        assert len(res.rows) == 1 and any("not measured on CPU" in n for n in res.notes)
+        assert len(res.rows) == 2 and any("not measured on CPU" in n for n in res.notes)
 
 
 def test_bench_skips_a_release_the_fix_does_not_apply_to(release):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -78,27 +79,108 @@ def main(verbose: bool) -> None:
 
 
 def _run_probes(ctx, ids: list[str], verbose: bool):
+    """Run the probes `ids` and return their findings in that order.
+
+    When a probe that runs torch has work to do (nothing cached), those probes run in the torch
+    worker (`diag.cli.probe_worker`), started first so that its torch import overlaps the
+    parsing here (the census it needs is computed here and handed over); the others run here,
+    in the meantime. This process never imports torch then. A worker that fails changes
+    nothing: its probes run here.
+    """
     from diag.findings import Finding, Status
     from diag.probes import get
     from diag.probes.base import run_probe
 
-    findings = []
+    remote = _worker_probes(ctx, ids)
+    proc = None
+    if remote:
+        from diag.cli import probe_worker
+
+        proc = probe_worker.start()
+        if proc is None:
+            remote = []
+    results: dict[str, list] = {pid: [] for pid in ids}
     probes = []
     for pid in ids:
         try:
             probes.append(get(pid))
         except Exception as e:  # a probe that cannot load is reported like one that crashed
-            findings.append(Finding(probe=pid, status=Status.ERROR, title=pid,
-                                    summary=f"probe cannot load: {type(e).__name__}: {e}",
-                                    hint="re-run with -v for the traceback and report it"))
-    for probe in probes:
+            results[pid].append(Finding(probe=pid, status=Status.ERROR, title=pid,
+                                        summary=f"probe cannot load: {type(e).__name__}: {e}",
+                                        hint="re-run with -v for the traceback and report it"))
+    local = [p for p in probes if p.id not in remote]
+    if proc is not None and not _hand_over(proc, ctx, remote, verbose):
+        proc, remote, local = None, [], probes
+    for probe in local:
         try:
             probe.prepare(ctx)
         except Exception as e:  # run() then does the work itself
             log(f"{probe.id}: background start failed ({type(e).__name__}: {e})")
-    for probe in probes:
-        findings.extend(run_probe(probe, ctx, verbose=verbose))
-    return findings
+    for probe in local:
+        results[probe.id].extend(run_probe(probe, ctx, verbose=verbose))
+    if proc is not None:
+        from diag.cli import probe_worker
+
+        got = probe_worker.collect(proc)
+        if got is None:  # the worker failed: run its probes here, as without it
+            log("torch worker failed; running its probes here")
+        for probe in (p for p in probes if p.id in remote):
+            mine = [f for f in got if f.probe == probe.id] if got is not None else None
+            results[probe.id].extend(mine if mine is not None else
+                                     run_probe(probe, ctx, verbose=verbose))
+    return [f for pid in ids for f in results[pid]]
+
+
+ENV_WORKER = "DIAG_PROBE_WORKER"  # "0": run every probe in this process (no torch worker)
+
+
+def _worker_probes(ctx, ids: list[str]) -> list[str]:
+    """The probes to run in the torch worker: those that run torch, when torch is there and
+    something is to be measured (caching off, or the profiler cycle check not cached)."""
+    import importlib.util
+
+    from diag.cli.probe_worker import TORCH_PROBES
+
+    wanted = [p for p in TORCH_PROBES if p in ids]
+    if not ctx.execute or not wanted or importlib.util.find_spec("torch") is None \
+            or "torch" in sys.modules or os.environ.get(ENV_WORKER, "") == "0":
+        return []
+    from diag import cache
+    from diag.probes.profiler_teardown import _cached_cycle
+
+    if cache.enabled() and _cached_cycle() is not None:
+        return []  # a warm run: the results are cached, no torch needed
+    return wanted
+
+
+def _hand_over(proc, ctx, remote: list[str], verbose: bool) -> bool:
+    """Send the worker its job (with the census computed here meanwhile); False if it failed."""
+    import pickle
+
+    from diag.cli import probe_worker
+
+    extra = {}
+    if "metadata-syncs" in remote:
+        try:
+            from diag.probes.metadata_census import census
+
+            extra[probe_worker.CENSUS_KEY.format(root=ctx.target.root)] = census(ctx.target)
+        except Exception:  # the probe computes (and reports) it itself
+            pass
+    shared = {}
+    for k, v in {**ctx.cache, **extra}.items():
+        try:
+            pickle.dumps(v)
+        except Exception:
+            continue
+        shared[k] = v
+    job = probe_worker.Job(remote, ctx.target, ctx.platform, ctx.config, ctx.server_url,
+                           ctx.run_dir, ctx.execute, ctx.full, verbose, shared)
+    if not probe_worker.send(proc, job):
+        return False
+    for k, v in extra.items():  # the same census serves the probes here too
+        ctx.cache.setdefault(k, v)
+    return True
 
 
 def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
@@ -111,6 +193,9 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
     else:
         line = f"diag {__version__}: {ctx.target.describe()}, platform {ctx.platform}"
         click.echo(render_human(findings, line, verbose=verbose))
+    import gc
+
+    gc.freeze()  # exiting: no final collection walk over the parsed sources (~0.5 s)
     sys.exit(exit_code(findings, fail_on))
 
 

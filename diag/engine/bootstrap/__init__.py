@@ -12,6 +12,6 @@ def directory() -> Path:
 
 def home() -> Path:
     """The folder from which `import diag` works (site-packages, or a source checkout's root)."""
-    import diag
+    from diag.home import home as _home
 
-    return Path(diag.__file__).resolve().parent.parent
+    return _home()

@@ -1,0 +1,59 @@
+"""`diag diagnose` runs the torch probes in one worker process (diag.cli.probe_worker): the
+parent never imports torch, and the findings are those of the same probes run in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+# Runs `diag diagnose --json` in this interpreter and prints whether torch got imported here.
+_SCRIPT = """
+import sys
+from diag.cli import main
+try:
+    main(["diagnose", "--sglang", sys.argv[1], "--json"])
+except SystemExit:
+    pass
+print("TORCH-IN-PARENT", "torch" in sys.modules)
+"""
+
+
+def _diagnose(version: str, worker: bool) -> tuple[list[dict], bool]:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1", DIAG_PROBE_WORKER="1" if worker else "0",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    p = subprocess.run([sys.executable, "-c", _SCRIPT, version], capture_output=True, text=True,
+                       env=env, timeout=300)
+    out, _, last = p.stdout.rpartition("TORCH-IN-PARENT")
+    return json.loads(out)["findings"], last.strip() == "True"
+
+
+@pytest.mark.release
+def test_worker_and_in_process_runs_agree_and_the_parent_skips_torch(release):
+    release("0.5.17")
+    remote, torch_in_parent = _diagnose("0.5.17", worker=True)
+    assert torch_in_parent is False  # metadata builders and the profiler check ran in the worker
+    local, torch_here = _diagnose("0.5.17", worker=False)
+    assert torch_here is True
+
+    def key(fs):
+        return [(f["probe"], f["status"], f["title"]) for f in fs]
+
+    assert key(remote) == key(local)
+    by_probe = {}
+    for f in remote:
+        by_probe.setdefault(f["probe"], []).append(f)
+    # the real builder ran (in the worker): its measured counts are in the evidence
+    ms = [e for e in by_probe["metadata-syncs"][0]["evidence"]
+          if e.get("kind") == "metric" and "measured syncs per call" in e.get("metric", "")]
+    # 0.5.17 deepseek_v4_backend_hip_radix.py:1116: torch.repeat_interleave(..., extend_seq_lens)
+    # without output_size, on both paths: two syncs per call
+    assert {e["value"] for e in ms} == {2}
+    runtime = by_probe["profiler-teardown"][1]
+    assert "only gc.collect() frees it" in runtime["summary"]
