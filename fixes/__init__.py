@@ -51,3 +51,9 @@ def specs() -> list[type[Fix]]:
 
 def all_ids() -> list[str]:
     return list(REGISTRY)
+
+
+def instantiated() -> dict[str, Fix]:
+    """The fixes created in this process so far (their state lives on them)."""
+    with _lock:
+        return dict(_instances)

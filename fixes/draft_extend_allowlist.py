@@ -27,7 +27,6 @@ import logging
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from diag import telemetry
+from diag.context import SpecConfig
 from diag.errors import FixError
-from diag.fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+from diag.findings import Finding
+from diag.fixes.base import APPLICABLE, NO_SGLANG, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 from diag.fixes.capture_syncs import SyncSite, capture_sync_sites
 from diag.patcher import Patch, find_def, patched_by
 from diag.probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
@@ -155,18 +156,16 @@ class DraftExtendAllowlistFix(Fix):
     id = FIX_ID
     title = "Capture the draft-extend graph on HIP for allow-listed attention backends"
     addresses = ("draft-extend-graph",)
-    # Per backend and release, see `dependencies(target)`: e.g. DSV4 on 0.5.17 needs it.
+    # Needed per backend and release (`dependencies(target)`): e.g. DSV4 on 0.5.17.
     depends_on = (OUTPUT_SIZE_FIX,)
     revertible = True
     bench = "diag.fixes.bench_draft_extend:run"
 
-    def __init__(self, extra: Iterable[str] = (), target: Target | None = None) -> None:
+    def __init__(self, extra: Iterable[str] = ()) -> None:
+        super().__init__()
         self.extra = parse_extra(",".join(extra))
-        self.target = target
         self.records: list[CaptureRecord] = []
-        self._patch: Patch | None = None
         self._rt = _Runtime()
-        self._lock = threading.Lock()
 
     # -- the allow-list
     def allowlist(self) -> dict[str, str | None]:
@@ -185,7 +184,57 @@ class DraftExtendAllowlistFix(Fix):
                 out[name] = sites
         return out
 
-    def applies_to(self, target: Target, platform: str) -> Applicability:
+    def _uncovered(self, target: Target, platform: str, config: SpecConfig | None,
+                   present: dict[str, str], cls: str) -> list[str]:
+        """`file:line function` of the syncs under `cls`'s capture that no applicable fix
+        removes (the dependency says what it patches in `changes`)."""
+        sites = capture_sync_sites(target.source(present[cls]) or "", cls)
+        if not sites:
+            return []
+        from diag import fixes
+
+        try:
+            dep = fixes.get(OUTPUT_SIZE_FIX).applies_to(target, platform, config)
+            covered = set(dep.changes) if dep.status == APPLICABLE else set()
+        except Exception:
+            covered = set()
+        return [f"sglang/{present[cls]}:{s.line} {cls}.{s.function} (repeat_interleave("
+                f"repeats={s.repeats}) without output_size)"
+                for s in sites if f"{cls}.{s.function}" not in covered]
+
+    def _captured_here(self, target: Target, gate) -> tuple[list[str], list[str]]:
+        """(HIP backends this release captures, HIP backends no allow-list admits)."""
+        from diag.probes.draft_extend_graph import HIP_BACKENDS
+        from diag.probes.gate import GRAPH, backend_map, verdict
+
+        bm = backend_map(target, "hip")
+        allow = set(self.allowlist())
+        graph, never = [], []
+        for n in (n for n in HIP_BACKENDS if n in bm):
+            v = verdict(gate, bm[n], "hip", None, release=target.version)
+            if v.mode == GRAPH:
+                graph.append(n + (" (with --speculative-num-steps >= 2)"
+                                  if "speculative-num-steps" in v.reason else ""))
+            elif v.cause == "not_allowlisted" and not (
+                    allow & set(bm[n].draft_extend_classes + bm[n].draft_extend_ancestors)):
+                never.append(n)
+        return graph, never
+
+    def _instead(self, target: Target, gate) -> str:
+        graph, never = self._captured_here(target, gate)
+        text = (f"on HIP sglang {target.version} captures draft-extend for "
+                f"{', '.join(graph) or 'no backend'}")
+        if never:
+            text += (f"; {', '.join(never)}: no upstream HIP allow-list ever admitted "
+                     f"{'it' if len(never) == 1 else 'them'} (nor does this fix), so "
+                     f"draft-extend stays eager: use one of the captured backends "
+                     f"(or try {EXTRA_ENV}=ClassName at your own risk)")
+        return text
+
+    def applies_to(self, target: Target | None, platform: str,
+                   config: SpecConfig | None = None) -> Applicability:
+        if target is None:
+            return Applicability(REFUSED, NO_SGLANG)
         if platform != "hip":
             return Applicability(NOT_NEEDED, "the allow-list is the HIP gate; on CUDA the "
                                  "release's own backend tuple decides")
@@ -202,25 +251,93 @@ class DraftExtendAllowlistFix(Fix):
                                  f"allow-list (HIP policy: {gate.hip_policy}); nothing to extend")
         admitted = {c.cls for c in gate.hip_checks if c.attr == EXTEND_ATTR}
         present = class_locations(target, self.allowlist())
+        name = config and (config.draft_attention_backend or config.attention_backend)
+        if name:
+            return self._for_backend(target, platform, config, gate, present, name)
         if not present:
             return Applicability(NOT_NEEDED, "the release has none of the allow-listed "
-                                 f"backends ({', '.join(self.allowlist())})")
+                                 f"backends ({', '.join(self.allowlist())})",
+                                 self._instead(target, gate))
         missing = [c for c in present if c not in admitted]
         if not missing:
             return Applicability(UPSTREAM, f"{gate.worker_class}.{gate.method} already admits "
-                                 f"{', '.join(present)} on HIP")
-        deps = self.dependencies(target)
+                                 f"{', '.join(present)} on HIP", self._instead(target, gate))
+        blocked = {c: u for c in missing
+                   if (u := self._uncovered(target, platform, config, present, c))}
+        capturable = [c for c in missing if c not in blocked]
+        held = "; ".join(f"capturing {c} would hold a host sync that no fix removes: {u[0]}"
+                         for c, u in blocked.items())
+        if not capturable:
+            return Applicability(REFUSED, held, self._instead(target, gate))
         reason = (f"{gate.worker_class}.{gate.method} ({gate.variable}) does not admit "
-                  f"{', '.join(missing)}; the fix captures their draft-extend graph")
-        need = [c for c in missing if c in deps]
+                  f"{', '.join(capturable)}; the fix captures their draft-extend graph")
+        deps = self.dependencies(target)
+        need = [c for c in capturable if c in deps]
         if need:
             reason += "; " + "; ".join(
                 f"{c} only with fix {OUTPUT_SIZE_FIX} (sync under capture: "
                 f"{deps[c][0].describe()})" for c in need)
-        return Applicability(APPLICABLE, reason)
+        if held:
+            reason += f"; not {', '.join(blocked)}: {held}"
+        return Applicability(APPLICABLE, reason, self._instead(target, gate), tuple(capturable))
 
-    # -- apply / revert
-    def _gate_method(self) -> str:
+    def _for_backend(self, target: Target, platform: str, config: SpecConfig, gate,
+                     present: dict[str, str], name: str) -> Applicability:
+        """For the configuration's backend: would the fix capture its draft-extend?"""
+        from diag.probes.gate import GRAPH, backend_map, verdict
+
+        info = backend_map(target, "hip").get(name)
+        v = verdict(gate, info, "hip", config.speculative_num_steps, False,
+                    config.disable_cuda_graph, False, target.version)
+        if v.mode == GRAPH:
+            return Applicability(UPSTREAM, f"{name}: {v.reason}")
+        instead = self._instead(target, gate)
+        if v.cause == "graphs_disabled":
+            return Applicability(REFUSED, f"{name}: {v.reason}; the fix captures only with "
+                                 "graphs enabled", "drop --disable-cuda-graph")
+        if v.cause == "num_steps":
+            return Applicability(REFUSED, f"{name}: {v.reason}; the fix does not change that",
+                                 "run with --speculative-num-steps >= 2")
+        if v.cause != "not_allowlisted" or info is None:
+            return Applicability(REFUSED, f"{name}: {v.reason}", instead)
+        classes = info.draft_extend_classes + info.draft_extend_ancestors
+        hit = [c for c in self.allowlist() if c in classes]
+        if not hit:
+            return Applicability(REFUSED, f"{name}'s draft-extend backend "
+                                 f"({info.draft_extend_class or '?'}) is not on the fix's "
+                                 "allow-list: no upstream HIP allow-list ever admitted it",
+                                 instead)
+        cls = hit[0]
+        if cls not in present:
+            present = {**present, **class_locations(target, [cls])}
+        unc = self._uncovered(target, platform, config, present, cls) if cls in present else []
+        if unc:
+            return Applicability(REFUSED, f"{name}: capturing {cls} would hold a host sync that "
+                                 f"no fix removes: {unc[0]}", instead)
+        reason = (f"{gate.worker_class}.{gate.method} ({gate.variable}) does not admit {cls} "
+                  f"({name}); the fix captures its draft-extend graph")
+        if cls in self.dependencies(target):
+            reason += f", with fix {OUTPUT_SIZE_FIX} (applied first)"
+        return Applicability(APPLICABLE, reason, instead, (cls,))
+
+    def would_change(self, finding: Finding, applicability: Applicability) -> tuple[bool, str]:
+        """Only when an eager backend of the finding is one the fix captures (its rows)."""
+        ok, why = super().would_change(finding, applicability)
+        if not ok:
+            return ok, why
+        rows = [e.data for e in finding.evidence
+                if e.kind == "row" and e.data and "backend" in e.data and "mode" in e.data]
+        rows = [r for r in rows if r.get("config") == "under audit"] or rows
+        if not rows:  # the live finding: applies_to judged the server's configuration
+            return True, ""
+        eager = [r for r in rows if r.get("mode") == "eager"]
+        if any(c in str(r.get("draft_extend", "")) for r in eager for c in applicability.changes):
+            return True, ""
+        return False, (f"it captures {', '.join(applicability.changes) or 'nothing here'}, "
+                       f"not {', '.join(str(r['backend']) for r in eager) or 'these backends'}")
+
+    # -- the patch
+    def _gate_method(self, target: Target | None) -> str:
         mod = sys.modules.get(WORKER_MODULE)
         if mod is not None:
             cls = vars(mod).get(WORKER_CLASS)
@@ -229,41 +346,19 @@ class DraftExtendAllowlistFix(Fix):
                     return m
             raise FixError(f"{WORKER_MODULE}.{WORKER_CLASS} has none of {', '.join(GATE_METHODS)}: "
                            "unexpected shape, nothing patched")
-        target = self.target
-        if target is None:
-            from diag.target import find_importable
-
-            target = find_importable()
         if target is None:
             raise FixError("sglang is not importable here: cannot tell which graph-capture "
-                           "method to wrap (pass a target)")
+                           "method to wrap")
         gate = read_gate(target, "v2")
         if not gate.recognised or gate.hip_policy != "allowlist" or gate.method not in GATE_METHODS:
             raise FixError(f"{target.describe()}: no HIP draft-extend gate in {WORKER_CLASS}; "
                            "nothing to patch")
         return gate.method
 
-    def apply(self) -> None:
-        with self._lock:
-            if self._patch is not None and self._patch.wanted:
-                return
-            method = self._gate_method()
-            patch = Patch(FIX_ID).add(WORKER_MODULE, f"{WORKER_CLASS}.{method}",
-                                      functools.partial(self._wrap, f"{WORKER_CLASS}.{method}"))
-            self._patch = self.install(patch)
-
-    def revert(self) -> None:
-        with self._lock:
-            if self._patch is not None:
-                self._patch.revert()
-                self._patch = None
-
-    def is_applied(self) -> bool:
-        return self._patch is not None and self._patch.wanted
-
-    @property
-    def errors(self) -> list[str]:
-        return list(self._patch.errors) if self._patch else []
+    def build_patch(self, target: Target | None) -> Patch:
+        method = self._gate_method(target)
+        return Patch(FIX_ID).add(WORKER_MODULE, f"{WORKER_CLASS}.{method}",
+                                 functools.partial(self._wrap, f"{WORKER_CLASS}.{method}"))
 
     # -- the wrapper
     def _wrap(self, qualname: str, original: Callable) -> Callable:

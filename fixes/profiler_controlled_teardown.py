@@ -31,13 +31,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from diag import telemetry
-from diag.errors import FixError
-from diag.fixes.base import APPLICABLE, REFUSED, UPSTREAM, Applicability, Fix
+from diag.context import SpecConfig
+from diag.fixes.base import APPLICABLE, NO_SGLANG, REFUSED, UPSTREAM, Applicability, Fix
 from diag.patcher import Patch
 from diag.probes import profiler_runtime
 from diag.probes.profiler_runtime import torch_profiles as _torch_profiles
 from diag.probes.profiler_teardown import StopSite, locate_stops
-from diag.target import Target, find_importable
+from diag.target import Target
 
 FIX_ID = "profiler-controlled-teardown"
 # ------------------------------------------------------------------------------ helpers
@@ -201,11 +201,13 @@ class ProfilerControlledTeardownFix(Fix):
     bench = "diag.fixes.bench_profiler:run"
 
     def __init__(self) -> None:
-        self.target: Target | None = None  # None: the importable SGLang
-        self.patch: Patch | None = None
-        self.sites: list[StopSite] = []
+        super().__init__()
+        self.sites: list[StopSite] = []  # the stops the patch wraps
 
-    def applies_to(self, target: Target, platform: str) -> Applicability:
+    def applies_to(self, target: Target | None, platform: str,
+                   config: SpecConfig | None = None) -> Applicability:
+        if target is None:
+            return Applicability(REFUSED, NO_SGLANG)
         sites = locate_stops(target)
         if not any(s.path == "classic" for s in sites):
             return Applicability(REFUSED, f"unrecognised shape: no stop_profile/_stop_profile "
@@ -219,33 +221,15 @@ class ProfilerControlledTeardownFix(Fix):
             f"{s.qualname} [{s.path}] ({s.file}:{s.line})" for s in missing)
         if have:
             reason += "; already upstream: " + ", ".join(f"{s.qualname} [{s.path}]" for s in have)
-        return Applicability(APPLICABLE, reason)
+        return Applicability(APPLICABLE, reason, changes=tuple(s.qualname for s in missing))
 
     def _enabled(self) -> bool:
-        return self.patch is not None and self.patch.wanted
+        return self._patch is not None and self._patch.wanted
 
-    def apply(self) -> None:
-        if self._enabled():
-            return
-        target = self.target or find_importable()
-        if target is None:
-            raise FixError(f"{FIX_ID}: no SGLang importable in this process (and no target set)")
-        a = self.applies_to(target, "")
-        if a.status == REFUSED:
-            raise FixError(f"{FIX_ID} refused: {a.reason}")
-        self.sites = [s for s in locate_stops(target) if not s.controlled]
-        if not self.sites:
-            return  # upstream: nothing to patch
+    def build_patch(self, target: Target | None) -> Patch:
+        self.sites = [s for s in locate_stops(target) if not s.controlled] if target else []
         patch = Patch(FIX_ID)
         for s in self.sites:
             patch.add(s.module, s.qualname, functools.partial(
                 _make, attr=s.attr, path=s.path, controlled=self._enabled))
-        self.patch = self.install(patch)
-
-    def revert(self) -> None:
-        if self.patch is not None:
-            self.patch.revert()
-        self.patch = None
-
-    def is_applied(self) -> bool:
-        return self._enabled()
+        return patch

@@ -36,10 +36,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from diag.context import Context
+from diag.context import Context, SpecConfig
 from diag.errors import FixError
 from diag.findings import Finding
-from diag.fixes.base import APPLICABLE, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+from diag.fixes.base import APPLICABLE, NO_SGLANG, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
 from diag.target import Target
 
 MODULE = "sglang.srt.layers.attention.deepseek_v4_backend_hip_radix"
@@ -49,6 +49,9 @@ BUILDER = "_attach_unified_kv_prefill_meta"
 CALLER = "init_forward_metadata_prefill"
 PARAM = "_diag_output_size"
 PATHS = ("draft", "all")
+
+INSTEAD = ("these syncs need a host-side count in SGLang itself (no diag fix rewrites "
+           "them); watch them per step with `diag run --probe metadata-syncs`")
 
 MISMATCHES: list[dict[str, Any]] = []  # guarded mode: host count != device sum, per call
 _mismatch_lock = threading.Lock()
@@ -291,59 +294,64 @@ class RepeatInterleaveOutputSizeFix(Fix):
     addresses: ClassVar[tuple[str, ...]] = ("metadata-syncs",)
     bench: ClassVar[str | None] = "diag.fixes.bench_metadata:run"
 
-    def __init__(self) -> None:
-        self._patch = None
-
     @staticmethod
     def options() -> tuple[str, bool]:
         paths = os.environ.get("DIAG_RI_PATHS", "draft").strip() or "draft"
         guarded = os.environ.get("DIAG_RI_GUARDED", "") not in ("", "0")
         return paths, guarded
 
-    def applies_to(self, target: Target, platform: str, paths: str | None = None
-                   ) -> Applicability:
+    def applies_to(self, target: Target | None, platform: str, config: SpecConfig | None = None,
+                   paths: str | None = None) -> Applicability:
         paths = paths or self.options()[0]
+        if target is None:
+            return Applicability(REFUSED, NO_SGLANG)
         if platform != "hip":
             return Applicability(NOT_NEEDED, f"{CLASS} is the HIP backend; not used on {platform}")
+        name = config.attention_backend if config else None
+        if name:
+            from diag.probes.gate import backend_map
+
+            info = backend_map(target, platform).get(name)
+            built = set(info.attention_classes + info.draft_extend_classes) if info else set()
+            if CLASS not in built:
+                return Applicability(NOT_NEEDED, f"--attention-backend {name} does not build "
+                                     f"{CLASS}, the only builder this fix rewrites", INSTEAD)
         src = target.source(FILE)
         if src is None:
-            return Applicability(NOT_NEEDED, f"this release has no {FILE.rsplit('/', 1)[-1]}")
+            return Applicability(NOT_NEEDED, f"this release has no {FILE.rsplit('/', 1)[-1]}",
+                                 INSTEAD)
         shape = analyze(src)
         where = f"{FILE.rsplit('/', 1)[-1]}::{BUILDER}"
         if shape.name == "absent":
-            return Applicability(NOT_NEEDED, f"{CLASS} has no {BUILDER} in this release")
+            return Applicability(NOT_NEEDED, f"{CLASS} has no {BUILDER} in this release", INSTEAD)
         if not shape.name:
             return Applicability(REFUSED, f"{where}: source differs from what the fix expects: "
-                                          f"{shape.reason}")
+                                          f"{shape.reason}", INSTEAD)
         if shape.name == "exact_num_tokens":
             return Applicability(UPSTREAM, f"{where} threads exact_num_tokens into output_size "
-                                           f"(0.5.20+): nothing to patch")
+                                           f"(0.5.20+): nothing to patch", INSTEAD)
         if shape.name == "need_compress" and (paths == "draft" or not shape.missing):
             return Applicability(UPSTREAM, f"{where} already passes output_size on the "
-                                           f"draft-extend path (#29202)")
+                                           f"draft-extend path (#29202)", INSTEAD)
         scope = "draft-extend path" if paths == "draft" else "all paths, guarded (opt-in)"
         return Applicability(APPLICABLE, f"{where}: repeat_interleave without output_size at "
                                          f"line {', '.join(map(str, shape.missing))}; patches "
-                                         f"the {scope}")
+                                         f"the {scope}", INSTEAD, (f"{CLASS}.{BUILDER}",))
 
-    def apply(self) -> None:
-        if self._patch is not None and self._patch.wanted:
-            return
-        from diag.target import find_importable
-
-        target = find_importable()
-        if target is None:
-            raise FixError("sglang is not importable in this process: nothing to patch")
+    def build_patch(self, target: Target | None):
         paths, guarded = self.options()
-        a = self.applies_to(target, "hip", paths)
-        if a.status != APPLICABLE:
-            raise FixError(f"{self.id}: {a.status}: {a.reason}")
-        self._patch = self.install(make_patch(MODULE, paths, guarded))
+        return make_patch(MODULE, paths, guarded)
 
-    def revert(self) -> None:
-        if self._patch is not None:
-            self._patch.revert()
-            self._patch = None
+    def would_change(self, finding: Finding, applicability: Applicability) -> tuple[bool, str]:
+        """Only when the finding names the builder it rewrites."""
+        ok, why = super().would_change(finding, applicability)
+        if not ok:
+            return ok, why
+        named = {e.function for e in finding.evidence if e.function} | {
+            str(e.data.get("builder")) for e in finding.evidence if e.data and e.data.get("builder")}
+        if set(applicability.changes) & named:
+            return True, ""
+        return False, f"it rewrites {', '.join(applicability.changes)} only, which has no sync here"
 
     def verify(self, ctx: Context) -> list[Finding]:
         """The probes it addresses, plus the real builder of the target measured with the
@@ -353,7 +361,7 @@ class RepeatInterleaveOutputSizeFix(Fix):
 
         out = super().verify(ctx)
         paths, guarded = self.options()
-        a = self.applies_to(ctx.target, ctx.platform, paths)
+        a = self.applies_to(ctx.target, ctx.platform, ctx.config, paths=paths)
         title = f"{self.title} (verified on the real builder)"
         if a.status != APPLICABLE or not ctx.execute:
             why = a.reason if a.status != APPLICABLE else "execution disabled (--no-execute)"
@@ -391,6 +399,3 @@ class RepeatInterleaveOutputSizeFix(Fix):
                                                      "is identical and syncs less"),
                            evidence=ev, fixes=[self.id]))
         return out
-
-    def is_applied(self) -> bool:
-        return self._patch is not None and self._patch.applied

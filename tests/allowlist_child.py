@@ -119,7 +119,7 @@ def dependency_case(m, backend, fix) -> dict:
     out["sites"] = [s.function for s in fix._unfixed_syncs(type(backend))]
     if out["sites"]:
         other = fixes.get("repeat-interleave-output-size")
-        other.apply()
+        other.apply(None, "hip")
         out["other_applied"] = other.is_applied()
         out["after_output_size"] = capture(m, backend)
         other.revert()
@@ -149,16 +149,30 @@ def runtime_hooks(version: str) -> dict:
             "reverted": all(vars(o)[n] is f for o, n, f in originals)}
 
 
+def install(fix, target):
+    """`fix.apply()` (the contract). Where the release already admits every allow-listed class
+    (0.5.23: `upstream`), apply patches nothing; the wrapper is then installed from the fix's own
+    `build_patch` to exercise it on that release (the returned Patch; None otherwise)."""
+    st = fix.apply(target, "hip")
+    if st.active:
+        return None, st.state
+    patch = fix.build_patch(target)
+    patch.apply()
+    return patch, st.state
+
+
 def main() -> None:
     from diag.fixes.draft_extend_allowlist import DraftExtendAllowlistFix
     from diag.target import from_path
 
     root = Path(os.environ["DIAG_RELEASE_ROOT"])
-    fix = DraftExtendAllowlistFix(target=from_path(root))
+    fix = DraftExtendAllowlistFix()
+    target = from_path(root)
     res: dict = {"version": VERSION, "order": ORDER}
 
+    direct = None
     if ORDER == "apply-first":
-        fix.apply()
+        direct, res["apply_state"] = install(fix, target)
         res["module_loaded_at_apply"] = WORKER in sys.modules
         res["pending_at_apply"] = fix._patch.pending
     import importlib
@@ -174,14 +188,17 @@ def main() -> None:
     if ORDER == "import-first":
         original = vars(cls)[method]
         res["without"] = {k: capture(m, v) for k, v in b.items()}
-        fix.apply()
+        direct, res["apply_state"] = install(fix, target)
     else:
         res["patch_errors"] = fix.errors
         original = getattr(vars(cls)[method], "__wrapped__", None)
 
     wrapped = vars(cls)[method]
     res["wrapped"] = wrapped is not original and getattr(wrapped, "__wrapped__", None) is original
-    fix.apply()  # twice: a no-op
+    if direct is None:
+        fix.apply(target, "hip")  # twice: a no-op
+    else:
+        direct.apply()
     res["twice_same_object"] = vars(cls)[method] is wrapped
     res["with"] = {k: capture(m, v) for k, v in b.items()}
     res["records"] = [r.__dict__ for r in fix.records]
@@ -196,7 +213,10 @@ def main() -> None:
     if "dsv4" in b:  # the output_size dependency (0.5.17: _attach_unified_kv_prefill_meta)
         res["dsv4_dependency"] = dependency_case(m, b["dsv4"], fix)
 
-    fix.revert()
+    if direct is None:
+        fix.revert()
+    else:
+        direct.revert()
     res["revert_identical"] = vars(cls)[method] is original
     res["after_revert"] = {k: capture(m, v) for k, v in b.items()}
     res["applied_after_revert"] = fix.is_applied()

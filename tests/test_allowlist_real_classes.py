@@ -125,6 +125,9 @@ def test_dsa_on_0_5_13_waits_for_the_output_size_fix(results):
 
 def test_upstream_release_is_left_alone(results):
     r = results["0.5.23"]
+    assert r["apply_state"] == "upstream"  # the contract's apply() patches nothing there
+    assert {v: results[v]["apply_state"] for v in ("0.5.13.post1", "0.5.17", "0.5.18")} == {
+        "0.5.13.post1": "pending", "0.5.17": "pending", "0.5.18": "applied"}
     for b in ("dsa", "dsv4", "qsa"):
         assert r["without"][b]["runner"] == "StandinDraftExtendRunner"
     assert [x for x in r["records"] if x["backend"] != "TritonAttnBackend"] == []

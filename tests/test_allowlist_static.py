@@ -83,11 +83,11 @@ def test_dependencies_map(release):
     assert "repeat-interleave-output-size" in f.depends_on
 
 
-def test_apply_without_an_importable_sglang_is_a_clear_error(release):
-    f = DraftExtendAllowlistFix(target=release("0.5.9"))
-    with pytest.raises(FixError, match="no HIP draft-extend gate"):
-        f.apply()
-    assert not f.is_applied()
+def test_apply_to_a_release_without_a_hip_gate_patches_nothing(release):
+    f = DraftExtendAllowlistFix()
+    st = f.apply(release("0.5.9"), "hip")  # v1 worker (eagle_worker.py): no gate to extend
+    assert st.state == "not-needed" and "v1 EAGLE worker" in st.reason
+    assert not f.is_applied() and f.patches() == []
 
 
 def _resolves(root, module: str, qualname: str) -> bool:

@@ -61,7 +61,8 @@ def events():
 def fix(release):
     f = ProfilerControlledTeardownFix()
     yield f
-    f.revert()
+    if f.is_applied():  # reverting a fix that is not applied raises NotApplied
+        f.revert()
 
 
 # ---------------------------------------------------------------------------- applicability
@@ -135,7 +136,6 @@ def _classic_stop(module, tmp_path):
 @pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.17"])
 def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, version):
     t = release(version)
-    fix.target = t
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
         cls = mod.SchedulerProfilerManager if hasattr(mod, "SchedulerProfilerManager") \
@@ -146,9 +146,9 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
         assert alive and res.success  # as released: left to the cyclic GC
         gc.collect()
 
-        fix.apply()
+        fix.apply(t)
         assert fix.is_applied() and marked(vars(cls)[name], FIX_ID)
-        fix.apply()  # idempotent
+        fix.apply(t)  # idempotent
         (static,) = fix.verify(Context(target=t, platform="hip", execute=False))[:1]
         assert static.status == Status.OK and "patched in this process" in static.summary
         alive, res = _classic_stop(mod, tmp_path / "b")
@@ -176,15 +176,14 @@ def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path):
     """0.5.23: applied before the modules are imported; the V2 `_do_stop` gets patched on import,
     the (upstream) classic stop is left alone."""
     t = release("0.5.23")
-    fix.target = t
     with real_profiler_modules(t, v2=True) as names:
-        fix.apply()
-        assert fix.is_applied() and fix.patch.pending == [names["v2"]]
+        fix.apply(t)
+        assert fix.is_applied() and fix._patch.pending == [names["v2"]]
         pu = import_real(names["v2"])
         classic = import_real(names["classic"])
         assert marked(vars(pu.ProfileManager)["_do_stop"], FIX_ID)
         assert not marked(vars(classic.SchedulerProfilerManager)["_stop_profile"])
-        assert fix.patch.errors == [] and fix.patch.pending == []
+        assert fix._patch.errors == [] and fix._patch.pending == []
         pm = v2_manager(pu, str(tmp_path))
         ref = weakref.ref(pm.profiler.inners[0].torch_profiler)
         gc.disable()
@@ -225,14 +224,12 @@ def test_recorder_and_fix_stacked_emit_once(release, fix, events, tmp_path, monk
     """The agent's recorder applied first, the fix over it: one event, collected at the stop;
     the fix reverted while the recorder still wraps it: recording only again."""
     t = release("0.5.17")
-    fix.target = t
-    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: t)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
         rec = runtime_patch(t)
         rec.apply()
         try:
-            fix.apply()
+            fix.apply(t)
             alive, _ = _classic_stop(mod, tmp_path / "a")
             assert not alive
             fix.revert()
@@ -343,6 +340,6 @@ def test_wrap_stop_falls_back_to_gc_collect_when_a_cycle_cannot_be_cut(events):
 def test_apply_without_sglang_is_a_clear_error(monkeypatch):
     from diag.errors import FixError
 
-    monkeypatch.setattr("diag.fixes.profiler_controlled_teardown.find_importable", lambda: None)
-    with pytest.raises(FixError, match="no SGLang importable"):
+    monkeypatch.setattr("diag.target.find_importable", lambda: None)  # the base looks here
+    with pytest.raises(FixError, match="sglang is not importable in this process"):
         ProfilerControlledTeardownFix().apply()

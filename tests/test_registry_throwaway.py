@@ -71,23 +71,11 @@ class ThrowawayFix(Fix):
     title = "Throw-away fix"
     addresses = ("throwaway-probe",)
 
-    def __init__(self):
-        self.patch = None
-
-    def applies_to(self, target, platform):
+    def applies_to(self, target, platform, config=None):
         return Applicability(APPLICABLE, "applies everywhere")
 
-    def apply(self):
-        self.patch = self.install(
-            Patch("throwaway-fix").add("throwaway_work", "tick", lambda fn: lambda: fn() + 100))
-
-    def revert(self):
-        if self.patch is not None:
-            self.patch.revert()
-        self.patch = None
-
-    def is_applied(self):
-        return self.patch is not None and self.patch.wanted
+    def build_patch(self, target):
+        return Patch("throwaway-fix").add("throwaway_work", "tick", lambda fn: lambda: fn() + 100)
 '''
 
 ENGINE = '''\

@@ -76,7 +76,8 @@ def test_apply_in_this_process_without_sglang_is_refused(release):
              "--json")
     assert r.exit_code == 4  # diag's own process has no SGLang to patch
     doc = json.loads(r.stdout)
-    assert doc["ok"] is False and doc["state"] == "failed"
+    assert doc["ok"] is False and doc["state"] == "refused"
+    assert "sglang is not importable in this process" in doc["reason"]
 
 
 @pytest.mark.release

@@ -64,25 +64,11 @@ class StandInFix(Fix):
     addresses = ("metadata-syncs",)
     bench = "tui_standins:standin_bench"
 
-    def __init__(self) -> None:
-        self._patch: Patch | None = None
-
-    def applies_to(self, target, platform) -> Applicability:
+    def applies_to(self, target, platform, config=None) -> Applicability:
         return Applicability(APPLICABLE, f"stand-in: applies on {platform}")
 
-    def apply(self) -> None:
-        if self._patch is None:
-            p = Patch(self.id).add(STANDIN_MODULE, "value", lambda orig: lambda: 2 * orig())
-            p.apply()
-            self._patch = p
-
-    def revert(self) -> None:
-        if self._patch is not None:
-            self._patch.revert()
-            self._patch = None
-
-    def is_applied(self) -> bool:
-        return self._patch is not None
+    def build_patch(self, target) -> Patch:
+        return Patch(self.id).add(STANDIN_MODULE, "value", lambda orig: lambda: 2 * orig())
 
 
 class UpstreamStandInFix(StandInFix):

@@ -94,11 +94,40 @@ class Backend:
         return self.run_dir is not None
 
     def apply(self, fix_id: str) -> str:
-        """In this process: the acknowledgement; a fix that is not applicable is refused."""
-        return data.apply_fix(self.fix(fix_id), self.ctx)
+        """In this process, through the orchestrator (dependencies first, the same refusals as
+        every other caller): the acknowledgement; a fix that is not applicable is refused."""
+        if self._fixes is not None:  # a test's own instances, not in the registry
+            return data.apply_fix(self.fix(fix_id), self.ctx)
+        from diag.errors import FixError
+        from diag.fixes import orchestrator
+
+        ctx = self.ctx  # the TUI's target: the patch waits for its import in this process
+        why = data.refusal(self.fix(fix_id), ctx) if ctx is not None else None
+        if why:
+            raise FixError(why)
+        res = orchestrator.apply([fix_id], ctx.target if ctx else None,
+                                 ctx.platform if ctx else None, ctx.config if ctx else None)
+        o = res[fix_id]
+        if not o.ok:
+            raise FixError(f"{fix_id}: {o.state}: {o.reason}")
+        deps = [f"{d} {r.state}" for d, r in res.items() if d != fix_id]
+        return f"applied in this process: {data.fix_state(self.fix(fix_id))}" + (
+            f" (with {', '.join(deps)})" if deps else "")
 
     def revert(self, fix_id: str) -> str:
-        return data.revert_fix(self.fix(fix_id))
+        """In this process, the fixes depending on it first; one not applied is refused."""
+        if self._fixes is not None:
+            return data.revert_fix(self.fix(fix_id))
+        from diag.errors import FixError
+        from diag.fixes import orchestrator
+
+        res = orchestrator.revert([fix_id])
+        bad = [o for o in res.values() if not o.ok]
+        if bad:
+            raise FixError("; ".join(o.reason for o in bad))
+        others = [d for d in res if d != fix_id]
+        return f"reverted in this process: {data.fix_state(self.fix(fix_id))}" + (
+            f" (and {', '.join(others)}, which depend on it)" if others else "")
 
     def request(self, fix_id: str, action: str) -> str:
         """In the engine: the control request's id; refused at once with no live process."""

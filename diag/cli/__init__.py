@@ -183,8 +183,18 @@ def _hand_over(proc, ctx, remote: list[str], verbose: bool) -> bool:
     return True
 
 
+def _advise(ctx, findings):
+    """Each finding names only the fixes that apply here and would change it (one resolution,
+    shared with `diag fix list`, `fix check` and the TUI: `diag.fixes.advice`)."""
+    from diag.fixes.advice import advise, resolve
+
+    return advise(findings, resolve(ctx))
+
+
 def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
     from diag.report import exit_code, render_human, to_json
+
+    findings = _advise(ctx, findings)
 
     if as_json:
         header = {"target": ctx.target.to_dict(), "platform": ctx.platform,

@@ -21,27 +21,39 @@ def fix() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: a `fixes` list.")
 @guarded
 def list_(as_json: bool, **target_kw) -> None:
-    """Every registered fix and whether it applies to the target."""
+    """Every registered fix and whether it applies to the target, platform and configuration
+    (--attention-backend, --speculative-num-steps, --speculative-algorithm, --server)."""
     from diag import fixes
+    from diag.fixes.advice import resolve
 
     ctx = build_context(**target_kw, execute=False)
+    resolved = resolve(ctx)
     rows = []
-    for fid in fixes.all_ids():
-        f = fixes.get(fid)
-        try:
-            a = f.applies_to(ctx.target, ctx.platform)
-            status, reason = a.status, a.reason
-        except Exception as e:  # a crashing check says so; the list goes on
-            status, reason = "refused", f"applicability check crashed: {type(e).__name__}: {e}"
-        rows.append({"id": fid, "title": f.title, "status": status, "reason": reason,
-                     "depends_on": list(f.depends_on), "addresses": list(f.addresses)})
+    for fid, a in resolved.items():
+        s = fixes.spec(fid)
+        rows.append({"id": fid, "title": s.title, "status": a.status, "reason": a.reason,
+                     "instead": a.instead or None, "depends_on": list(s.depends_on),
+                     "addresses": list(s.addresses)})
     if as_json:
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
-                               "platform": ctx.platform, "fixes": rows}, indent=2))
+                               "platform": ctx.platform, "config": vars(ctx.config),
+                               "fixes": rows}, indent=2))
         return
-    click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
+    click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}"
+                           + _config_text(ctx.config), bold=True))
     for r in rows:
         click.echo(f"{r['id']:<32} {r['status']:<11} {r['reason']}")
+        if r["instead"] and r["status"] != "applicable":
+            click.echo(f"{'':<32} {'':<11} instead: {r['instead']}")
+
+
+def _config_text(cfg) -> str:
+    parts = [f"--{k.replace('_', '-')} {v}" for k, v in vars(cfg).items()
+             if k in ("attention_backend", "draft_attention_backend", "speculative_num_steps",
+                      "speculative_algorithm") and v is not None]
+    if cfg.disable_cuda_graph:
+        parts.append("--disable-cuda-graph")
+    return f", {' '.join(parts)} ({cfg.source})" if parts else ", no configuration given"
 
 
 # ----------------------------------------------------------------------------- apply / revert
@@ -91,37 +103,41 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
 
 
 def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
-    from diag import fixes
+    """In this diag process, through the orchestrator (dependencies first; dependants reverted
+    first). Revert of a fix that is not applied here: one line, exit 4."""
     from diag.errors import EXIT_FIX_FAILED
-    from diag.fixes.base import APPLICABLE, UPSTREAM
+    from diag.fixes import orchestrator
 
-    fix = fixes.get(fix_id)
     if action == "apply":
         ctx = build_context(**target_kw, run_dir=None, execute=False)
-        a = fix.applies_to(ctx.target, ctx.platform)
-        state, reason, ok = a.status, a.reason, a.status in (APPLICABLE, UPSTREAM)
-        if a.status == APPLICABLE:
-            try:
-                fix.apply()
-                state = "applied" if fix.is_applied() else "pending"
-                reason = "in this diag process only; use --run-dir for a running engine, or " \
-                         "`diag run --fix` to start one with it"
-            except Exception as e:
-                state, reason, ok = "failed", f"{type(e).__name__}: {e}", False
+        res = orchestrator.apply([fix_id], platform=ctx.platform, config=ctx.config)
+        o = res[fix_id]
+        state, reason, ok = o.state, o.reason, o.ok
+        if o.state in ("applied", "pending"):
+            reason = "in this diag process only; use --run-dir for a running engine, or " \
+                     "`diag run --fix` to start one with it"
     else:
-        if not fix.revertible:
-            state, reason, ok = "applied", f"{fix_id} cannot be reverted", False
-        else:
-            try:
-                fix.revert()
-                state, reason, ok = "reverted", "in this diag process only", True
-            except Exception as e:
-                state, reason, ok = "failed", f"{type(e).__name__}: {e}", False
+        res = orchestrator.revert([fix_id])
+        o = res[fix_id]
+        state, reason, ok = o.state, o.reason, o.ok and all(r.ok for r in res.values())
+        if ok:
+            reason = "in this diag process only"
+    others = {d: r for d, r in res.items() if d != fix_id}
     if as_json:
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "fix": fix_id, "action": action,
-                               "ok": ok, "state": state, "reason": reason}, indent=2))
+        doc = {"schema_version": SCHEMA_VERSION, "fix": fix_id, "action": action, "ok": ok, "state": state,
+               "reason": reason}
+        if others:
+            doc["with"] = [{"fix": d, "state": r.state, "reason": r.reason, "ok": r.ok}
+                           for d, r in others.items()]
+        click.echo(json.dumps(doc, indent=2))
     else:
-        click.echo(f"{fix_id}: {state}" + (f"  ({reason})" if reason else ""))
+        if state == "not-applied":
+            click.echo(f"diag: {reason}", err=True)
+        else:
+            click.echo(f"{fix_id}: {state}" + (f"  ({reason})" if reason else ""))
+        for d, r in others.items():
+            click.echo(f"  {'dependency' if action == 'apply' else 'dependant'} {d}: {r.state}"
+                       + (f"  ({r.reason})" if r.reason else ""))
     if not ok:
         sys.exit(EXIT_FIX_FAILED)
 
@@ -245,16 +261,11 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
             raise DiagError(f"--python {python}: no such interpreter (not found or not "
                             "executable)", exit_code=EXIT_USAGE)
         python = found
+    from diag.fixes.advice import resolve
+
     ctx = build_context(**target_kw, execute=False)
-    rows = []
-    for fid in fixes.all_ids():
-        try:
-            a = fixes.get(fid).applies_to(ctx.target, ctx.platform)
-            st, reason = a.status, a.reason
-        except Exception as e:
-            st, reason = "refused", f"applicability check crashed: {type(e).__name__}: {e}"
-        rows.append({"id": fid, "required": fid in req, "status": st, "reason": reason,
-                     "dry": None})
+    rows = [{"id": fid, "required": fid in req, "status": a.status, "reason": a.reason,
+             "dry": None} for fid, a in resolve(ctx).items()]
     todo = [r["id"] for r in rows if r["status"] == APPLICABLE]
     if dry and todo:
         res = dry_apply(str(ctx.target.root), todo, ctx.platform, python=python)

@@ -106,34 +106,10 @@ def current() -> Agent | None:
 
 
 def _platform() -> str:
-    """hip | cuda without importing torch: DIAG_PLATFORM, the loaded torch, or torch/version.py."""
-    p = os.environ.get(ENV_PLATFORM)
-    if p in ("hip", "cuda"):
-        return p
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "version", None) is not None:
-        return "cuda" if getattr(torch.version, "cuda", None) and \
-            not getattr(torch.version, "hip", None) else "hip"
-    try:
-        import importlib.util
+    """hip | cuda without importing torch (`diag.fixes.base.process_platform`)."""
+    from diag.fixes.base import process_platform
 
-        spec = importlib.util.find_spec("torch")
-        if spec and spec.submodule_search_locations:
-            path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
-            ns: dict[str, Any] = {}
-            with open(path, encoding="utf-8") as fh:
-                src = fh.read()
-            for line in src.splitlines():
-                if line.startswith(("hip", "cuda")) and "=" in line:
-                    name, _, value = line.partition("=")
-                    ns[name.split(":")[0].strip()] = value.strip()
-            if ns.get("hip", "None") != "None":
-                return "hip"
-            if ns.get("cuda", "None") != "None":
-                return "cuda"
-    except Exception:
-        pass
-    return "hip"
+    return process_platform()
 
 
 class Agent:
@@ -252,7 +228,7 @@ class Agent:
                                       if on and f not in self.fix_ids]
                 for fid in ids:
                     if self.desired.get(fid, True):
-                        self._set_fix(fid, *self._apply(fid, target), emit=emit)
+                        self._set_fix(fid, *self._apply(fid, target, emit=emit), emit=emit)
                     else:
                         self._set_fix(fid, "reverted", "reverted by a control request", emit=emit)
                 for pid in self.probe_ids:
@@ -268,86 +244,63 @@ class Agent:
         if emit and old != self.fixes[fid]:
             telemetry.emit("fix", fix=fid, state=state, reason=reason)
 
-    def _apply(self, fid: str, target: Any = None, check: bool = True) -> tuple[str, str]:
-        """Apply one fix; (state, reason). Never raises."""
+    def _apply(self, fid: str, target: Any = None, check: bool = True,
+               emit: bool = True) -> tuple[str, str]:
+        """Apply one fix through the orchestrator (dependencies first, their states emitted);
+        (state, reason). Never raises. `check` is kept for callers: applicability is always
+        judged (from the importable SGLang's source, found without importing it)."""
         from diag import fixes
-        from diag.fixes.base import APPLICABLE
+        from diag.fixes import orchestrator
 
         try:
-            fix = fixes.get(fid)
+            fixes.spec(fid)
         except KeyError as e:
             return "refused", str(e.args[0])
         try:
-            if check:
-                if target is None:
-                    from diag.target import find_importable
-
-                    target = find_importable()
-                if target is None:
-                    return "not-applicable", "no SGLang importable in this process"
-                a = fix.applies_to(target, _platform())
-                if a.status != APPLICABLE:
-                    return a.status, a.reason
-            for dep in fix.depends_on:  # best effort: the fix itself decides what it needs
-                if self.fixes.get(dep, {}).get("state") in ("upstream", "not-needed", "refused",
-                                                            "failed", "not-applicable"):
-                    continue
-                if not fixes.get(dep).is_applied():
-                    self._set_fix(dep, *self._apply(dep, target, check))
-            fix.apply()
-            return self._fix_state(fid)
+            res = orchestrator.apply([fid], target=target, platform=_platform())
         except Exception as e:
             self.error(f"apply {fid}", e)
-            with contextlib.suppress(Exception):
-                fix.revert()  # leave it unpatched
             return "failed", f"{type(e).__name__}: {e}"
+        for dep, o in res.items():
+            if dep != fid:
+                self._set_fix(dep, o.state, o.reason, emit=emit)
+        o = res[fid]
+        if o.state == "failed":
+            self._fix_error(f"apply {fid}", o.reason)
+        return o.state, o.reason
+
+    def _fix_error(self, where: str, message: str) -> None:
+        with contextlib.suppress(Exception):
+            log.warning("diag agent: %s failed: %s", where, message)
+            telemetry.emit("error", where=where, message=message)
 
     def _fix_state(self, fid: str) -> tuple[str, str]:
-        from diag import fixes
+        from diag.fixes import orchestrator
 
-        fix = fixes.get(fid)
-        errs = self._patch_errors(fix)
-        if errs:
-            return "failed", "; ".join(errs)
-        # `applied` once the code is really patched: a module being imported is already in
-        # sys.modules, but the patcher patches it only when its import has finished.
-        patches = self._patches(fix)
-        if not fix.is_applied() or not all(getattr(p, "applied", True) for p in patches):
-            return "pending", "waiting for the import of the code it patches"
-        return "applied", ""
-
-    @staticmethod
-    def _patches(fix: Any) -> list[Any]:
-        out: list[Any] = []
-        for name in ("patch", "_patch", "patches", "_patches"):
-            p = getattr(fix, name, None)
-            out.extend(x for x in (p if isinstance(p, (list, tuple)) else [p]) if x is not None)
-        return out
-
-    @classmethod
-    def _patch_errors(cls, fix: Any) -> list[str]:
-        errs = getattr(fix, "errors", None)
-        out: list[str] = list(errs) if isinstance(errs, (list, tuple)) else []
-        for patch in cls._patches(fix):
-            out.extend(e for e in getattr(patch, "errors", None) or [] if e not in out)
-        return out
+        st = orchestrator.state(fid)
+        return st.state, st.reason
 
     def _revert(self, fid: str) -> tuple[bool, str, str]:
+        """Revert through the orchestrator (dependants first, their states emitted)."""
         from diag import fixes
+        from diag.fixes import orchestrator
 
         try:
-            fix = fixes.get(fid)
+            fixes.spec(fid)
         except KeyError as e:
             return False, "refused", str(e.args[0])
-        if not fix.revertible:
-            return False, self.fixes.get(fid, {}).get("state", "applied"), \
-                f"{fid} cannot be reverted in a running process"
         try:
-            fix.revert()
-            return True, "reverted", ""
+            res = orchestrator.revert([fid])
         except Exception as e:
             self.error(f"revert {fid}", e)
             return False, "failed", f"{type(e).__name__}: {e}"
+        for dep, o in res.items():
+            if dep != fid:
+                self._set_fix(dep, o.state, o.reason)
+        o = res[fid]
+        if o.state == "failed":
+            self._fix_error(f"revert {fid}", o.reason)
+        return o.ok, o.state, o.reason
 
     def refresh(self) -> None:
         """Pending fixes whose modules got imported since: emit their new state."""
@@ -543,8 +496,10 @@ class Agent:
         if action in ("apply", "revert"):
             self.desired[fid] = action == "apply"
         if action == "apply":
+            from diag.fixes.orchestrator import OK_APPLY
+
             state, reason = self._apply(fid, check=self.sglang_seen)
-            ok = state in ("applied", "pending")
+            ok = state in OK_APPLY
             if not self.sglang_seen and state == "pending":
                 reason = reason or "waiting for the import of the code it patches"
         elif action == "revert":

@@ -51,64 +51,42 @@ def _requested() -> list[str]:
 
 
 def apply(*ids: str) -> dict[str, dict[str, Any]]:
-    """Apply fixes in this process (when SGLang is imported, for modules not loaded yet) and
-    request them for child processes. Returns {id: {state, reason}}; raises FixError (nothing
-    changed for that fix) when one is refused."""
-    from diag import fixes
-    from diag.fixes.base import APPLICABLE, UPSTREAM
-    from diag.target import find_importable
-
-    out: dict[str, dict[str, Any]] = {}
-    target = find_importable()
-    applied: list[str] = []
-    for fid in _ids(ids):
-        fix = fixes.get(fid)
-        if target is not None:
-            from diag.engine.agent import _platform
-
-            a = fix.applies_to(target, _platform())
-            if a.status == UPSTREAM:
-                out[fid] = {"state": "upstream", "reason": a.reason}
-                continue
-            if a.status != APPLICABLE:
-                for done in applied:
-                    fixes.get(done).revert()
-                raise FixError(f"{fid}: {a.status}: {a.reason}")
-        try:
-            fix.apply()
-        except Exception as e:
-            for done in applied:
-                fixes.get(done).revert()
-            raise FixError(f"{fid}: {e}") from None
-        applied.append(fid)
-        out[fid] = {"state": "applied" if fix.is_applied() else "pending", "reason": ""}
-    _export(list(dict.fromkeys(_requested() + applied)))
-    return out
-
-
-def revert(*ids: str) -> None:
-    """Revert fixes in this process and stop requesting them for children started afterwards."""
-    from diag import fixes
+    """Apply fixes in this process (when SGLang is imported, for modules not loaded yet), their
+    dependencies first (`diag.fixes.orchestrator`), and request them for child processes.
+    Returns {id: {state, reason}} (dependencies included); raises FixError, with nothing left
+    applied by this call, when one is refused."""
+    from diag.fixes import orchestrator
 
     chosen = _ids(ids)
-    for fid in chosen:
-        fix = fixes.get(fid)
-        if not fix.revertible:
-            raise FixError(f"{fid} cannot be reverted")
-        fix.revert()
-    _export([x for x in _requested() if x not in chosen])
+    res = orchestrator.apply(chosen, atomic=True)
+    bad = [o for o in res.values() if not o.ok and o.state != "not-needed"]
+    if bad:
+        raise FixError("; ".join(f"{o.fix}: {o.state}: {o.reason}" for o in bad))
+    active = [f for f, o in res.items() if o.state in ("applied", "pending")]
+    _export(list(dict.fromkeys(_requested() + active)))
+    return {f: {"state": o.state, "reason": o.reason} for f, o in res.items()}
+
+
+def revert(*ids: str) -> dict[str, dict[str, Any]]:
+    """Revert fixes in this process (the applied fixes depending on them first) and stop
+    requesting them for children started afterwards. `all` means every applied fix; a fix named
+    that is not applied raises FixError (the others are still reverted)."""
+    from diag.fixes import orchestrator
+
+    chosen = applied() if any(str(i).strip() == "all" for i in ids) else _ids(ids)
+    res = orchestrator.revert(chosen)
+    _export([x for x in _requested() if x not in chosen and not (x in res and res[x].ok)])
+    bad = [o for o in res.values() if not o.ok]
+    if bad:
+        raise FixError("; ".join(o.reason for o in bad))
+    return {f: {"state": o.state, "reason": o.reason} for f, o in res.items()}
 
 
 def applied() -> list[str]:
     """Fix ids applied (or waiting for their module's import) in this process."""
-    from diag import fixes
+    from diag.fixes import orchestrator
 
-    out = []
-    for fid in fixes.all_ids():
-        with contextlib.suppress(Exception):
-            if fid in fixes._instances and fixes.get(fid).is_applied():
-                out.append(fid)
-    return out
+    return [f for f, st in orchestrator.states().items() if st.active]
 
 
 @contextlib.contextmanager
@@ -120,8 +98,8 @@ def fixes_applied(*ids: str) -> Iterator[dict[str, dict[str, Any]]]:
     try:
         yield states
     finally:
-        mine = [f for f in _ids(ids) if f not in before and states.get(f, {}).get("state") !=
-                "upstream"]
+        mine = [f for f, st in states.items() if f not in before
+                and st.get("state") in ("applied", "pending")]
         if mine:
             revert(*mine)
         if env_before is None:

@@ -56,53 +56,12 @@ def dry_apply(target_root: str, fix_ids: list[str], platform: str,
             for f in fix_ids}
 
 
-def _patches(fix: Any) -> list[Any]:
-    from diag.engine.agent import Agent
-
-    return Agent._patches(fix)
-
-
 def _one(fid: str, target: Any, platform: str) -> dict[str, str]:
-    import importlib
+    """The dry application of one fix, by the orchestrator every caller uses (dependencies
+    applied first, reverted after)."""
+    from diag.fixes import orchestrator
 
-    from diag import fixes
-    from diag.fixes.base import APPLICABLE
-
-    fix = fixes.get(fid)
-    a = fix.applies_to(target, platform)
-    if a.status != APPLICABLE:
-        return {"status": "skipped", "reason": f"{a.status}: nothing to apply"}
-    try:
-        fix.apply()
-    except Exception as e:
-        return {"status": "does-not-fit", "reason": f"apply: {type(e).__name__}: {e}"}
-    try:
-        patches = _patches(fix)
-        modules = sorted({m for p in patches for m in getattr(p, "modules", [])})
-        for m in modules:
-            try:
-                importlib.import_module(m)
-            except Exception as e:
-                return {"status": "skipped",
-                        "reason": f"release code cannot be loaded here: import {m}: "
-                                  f"{type(e).__name__}: {e}"}
-        errors = [e for p in patches for e in getattr(p, "errors", [])]
-        if errors:
-            return {"status": "does-not-fit", "reason": "; ".join(errors)}
-        if not fix.is_applied() or (patches and not all(p.applied for p in patches)):
-            return {"status": "does-not-fit", "reason": "applied, but nothing was patched"}
-        done = [(d.owner, d.name, d.original) for p in patches for d in p.done]
-        fix.revert()
-        moved = [f"{getattr(o, '__name__', o)}.{n}" for o, n, orig in done
-                 if vars(o).get(n) is not orig]
-        if moved:
-            return {"status": "does-not-fit", "reason": f"revert left {', '.join(moved)} changed"}
-        return {"status": "fits", "reason": f"patched and reverted {', '.join(modules)}"}
-    finally:
-        try:
-            fix.revert()
-        except Exception:
-            pass
+    return orchestrator.dry_run(fid, target, platform)
 
 
 def main(argv: list[str]) -> int:

@@ -11,34 +11,21 @@ class StandinToggleFix(Fix):
     id = "standin-toggle"
     title = "stand-in: compute() returns 'fixed'"
 
-    def __init__(self) -> None:
-        self._patch: Patch | None = None
-
-    def applies_to(self, target, platform) -> Applicability:
+    def applies_to(self, target, platform, config=None) -> Applicability:
         return Applicability(APPLICABLE, "stand-in")
 
-    def apply(self) -> None:
-        if self._patch is None:
-            self._patch = Patch(self.id).add("standin_scheduler", "compute",
-                                             lambda orig: (lambda: "fixed"), rebind=True)
-            self._patch.apply()
-
-    def revert(self) -> None:
-        if self._patch is not None:
-            self._patch.revert()
-            self._patch = None
-
-    def is_applied(self) -> bool:
-        return self._patch is not None and self._patch.applied
+    def build_patch(self, target) -> Patch:
+        return Patch(self.id).add("standin_scheduler", "compute",
+                                  lambda orig: (lambda: "fixed"), rebind=True)
 
 
 class StandinBrokenFix(StandinToggleFix):
-    """Its apply raises an unexpected exception (not a FixError): the agent must contain it."""
+    """Building its patch raises an unexpected exception (not a FixError): contained."""
 
     id = "standin-broken"
     title = "stand-in: apply() raises"
 
-    def apply(self) -> None:
+    def build_patch(self, target) -> Patch:
         raise RuntimeError("injected failure in apply")
 
 
