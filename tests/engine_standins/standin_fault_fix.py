@@ -18,24 +18,13 @@ class EngineFaultFix(Fix):
     id = FIX_ID
     title = "stand-in: a patch of the real scheduler that raises"
 
-    def __init__(self) -> None:
-        self._patch: Patch | None = None
-
-    def applies_to(self, target, platform) -> Applicability:
+    def applies_to(self, target, platform, config=None) -> Applicability:
         return Applicability(APPLICABLE, "stand-in")
 
-    def apply(self) -> None:
-        self._patch = Patch(self.id).add("sglang.srt.managers.scheduler",
-                                         "Scheduler.process_input_requests", _raising_factory)
-        self._patch.apply()
-
-    def revert(self) -> None:
-        if self._patch is not None:
-            self._patch.revert()
-            self._patch = None
-
-    def is_applied(self) -> bool:
-        return self._patch is not None and self._patch.applied
+    def build_patch(self, target) -> Patch:
+        # the factory runs (and raises) when the patcher applies it to the loaded scheduler
+        return Patch(self.id).add("sglang.srt.managers.scheduler",
+                                  "Scheduler.process_input_requests", _raising_factory)
 
 
 def register() -> None:
