@@ -22,6 +22,8 @@ if [ "$part" = tests-bench ] || [ "$part" = all ]; then
   diag bench draft-extend-allowlist --param preset=design --out "$out/bench_de_design.json"
   diag bench draft-extend-allowlist --out "$out/bench_de_mtp.json"
   diag bench profiler-controlled-teardown --param gpu=1 --out "$out/bench_profiler.json"
+  diag bench profiler-controlled-teardown --quick --param gpu=1 --param heap_objects=1000000 \
+    --out "$out/bench_profiler_heap.json"
   diag probe metadata-syncs --sglang 0.5.17 | head -20
 fi
 if [ "$part" = reproducer ] || [ "$part" = all ]; then

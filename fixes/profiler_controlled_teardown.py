@@ -45,6 +45,11 @@ FIX_ID = "profiler-controlled-teardown"
 
 # Types never walked while looking for a cycle: shared, long-lived, and no container of ours.
 _OPAQUE = (type, types.ModuleType, types.FunctionType, types.CodeType, types.BuiltinFunctionType)
+# What the walk descends through: the object's own data (its __dict__ and the containers in it)
+# and bound methods. Never another instance: a link inside torch's autograd profiler, a module
+# global or any object shared with the rest of the engine is never cut; a cycle through such an
+# object is left to the gc.collect() fallback.
+_OWN = (dict, list, tuple, set, frozenset, types.MethodType)
 
 
 def _cut(parent: Any, child: Any) -> bool:
@@ -68,11 +73,12 @@ def _cut(parent: Any, child: Any) -> bool:
 def break_cycles(obj: Any, limit: int = 100_000, rounds: int = 3) -> list[str]:
     """Break the reference cycles through `obj`, found at run time, and say which links went.
 
-    A breadth-first walk of `gc.get_referents` from `obj` (GC-tracked objects only; classes,
-    modules and functions are not walked) finds every object that refers back to `obj`; on each
-    such path the link cut is the one nearest the back edge that lives in a mutable container
-    (list, dict, set): for torch's profile, the bound method of itself in an `action_map` list.
-    Only those links go. Repeated (`rounds`) for paths the first walk reached another way.
+    A breadth-first walk of `gc.get_referents` from `obj` through its own data only (its
+    `__dict__`, the containers in it and bound methods; never into another instance, a class, a
+    module or a function) finds every object that refers back to `obj`; on each such path the
+    link cut is the one nearest the back edge that lives in a mutable container (list, dict,
+    set): for torch's profile, the bound method of itself in an `action_map` list. Only those
+    links go. Repeated (`rounds`) for paths the first walk reached another way.
     """
     cut: list[str] = []
     for _ in range(rounds):
@@ -86,7 +92,7 @@ def break_cycles(obj: Any, limit: int = 100_000, rounds: int = 3) -> list[str]:
                     if ref is obj:
                         hits.append(node)
                     elif id(ref) not in seen and gc.is_tracked(ref) \
-                            and not isinstance(ref, _OPAQUE):
+                            and isinstance(ref, _OWN) and not isinstance(ref, _OPAQUE):
                         seen.add(id(ref))
                         parents[id(ref)] = node
                         nxt.append(ref)

@@ -28,6 +28,8 @@ fi
 
 # --- the SGLang-requirements environment for tests that import real SGLang modules
 bash scripts/sglang-env.sh
+# --- ... plus what the real server needs (the `engine` lane: tests/test_engine_server.py)
+bash scripts/engine-env.sh
 
 # --- lint, then the suite
 .venv/bin/ruff check diag probes fixes tui tests benchmarks

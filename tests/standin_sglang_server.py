@@ -1,7 +1,12 @@
 """A stand-in for a running SGLang server (tests only): serves SGLang-shaped `/server_info`,
 `/get_server_info` and `/metrics` on 127.0.0.1 from canned answers.
 
-Why a stand-in: a real SGLang server needs a GPU and a model. The shapes copy SGLang 0.5.23
+Why a stand-in: the real 0.5.23 server runs here on CPU (the `engine` lane,
+tests/test_engine_server.py, covers `--server` audits, live TUI values and /metrics on it), but
+on CPU it can only report `draft_extend == 0.0` (no draft-extend graph is ever captured) and CPU
+attention backends; the cases kept on this stand-in need a captured graph (`draft_extend` > 0),
+a HIP backend in `server_info` (dsa, aiter, ...), older /get_server_info shapes, or a server that
+fails in a chosen way. The shapes copy SGLang 0.5.23
 (`http_server.py::server_info`: resolved server args at the top level, `internal_states[]` per
 DP rank with `startup_time.cuda_graph.*` seconds and `memory_usage.graph.*` GB;
 `metrics_collector.py`: gauge `sglang:startup_cuda_graph_time_seconds{phase=...}`).

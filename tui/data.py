@@ -109,6 +109,14 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
     cfg = SpecConfig(**{k: v for k, v in (config or {}).items() if v is not None})
     ctx = Context(target=tgt, platform=platform, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, log=log)
+    if server_url:  # the configuration from /server_info, as `diag diagnose --server` takes it
+        from diag import server
+        from diag.errors import ServerError
+
+        try:
+            server.attach(ctx, timeout=2.0)
+        except ServerError as e:  # unreachable: the probes say so; the header shows the state
+            ctx.cache["server_error"] = str(e)
     head = Header(target=f"sglang {tgt.version or '?'} [{tgt.origin}]", version=tgt.version or NA,
                   platform=platform)
     return ctx, head

@@ -73,20 +73,32 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
     if not live:
         raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
     rid = rundir.request(d, fix_id, action, pid)
-    acks = rundir.wait_ack(d, rid, pid=pid, timeout=timeout)
-    rows = [{"pid": p, "acknowledged": ev is not None, "ok": bool(ev and ev.get("ok")),
-             "state": ev.get("state") if ev else None,
-             "reason": (ev.get("reason") if ev else f"no acknowledgement within {timeout:g} s")}
-            for p, ev in sorted(acks.items())]
+    # Only engine processes (schedulers: they run batches) are waited for once the run has one;
+    # the launcher, detokenizer and helpers are listed with what they answered by then.
+    acks = rundir.wait_ack(d, rid, pid=pid, timeout=timeout, engines_only=pid is None)
+    procs = rundir.read_state(d).processes
+    engines = {p for p in acks if procs.get(p) and procs[p].engine}
+    rows = []
+    for p, ev in sorted(acks.items()):
+        waited = not engines or p in engines
+        reason = ev.get("reason") if ev else (
+            f"no acknowledgement within {timeout:g} s" if waited
+            else "not an engine process: not waited for")
+        rows.append({"pid": p, "engine": p in engines, "acknowledged": ev is not None,
+                     "ok": bool(ev and ev.get("ok")), "state": ev.get("state") if ev else None,
+                     "reason": reason, "waited": waited})
     if as_json:
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "run_dir": str(d), "request": rid,
                                "fix": fix_id, "action": action, "processes": rows}, indent=2))
     else:
         for r in rows:
-            mark = "ok" if r["ok"] else ("refused" if r["acknowledged"] else "no ack")
-            click.echo(f"pid {r['pid']:<8} {action} {fix_id}: {mark:<8} {r['state'] or '-'}"
-                       + (f"  ({r['reason']})" if r["reason"] else ""))
-    if not rows or not all(r["ok"] for r in rows):
+            mark = "ok" if r["ok"] else ("refused" if r["acknowledged"] else
+                                         ("no ack" if r["waited"] else "skipped"))
+            role = "engine" if r["engine"] else "other"
+            click.echo(f"pid {r['pid']:<8} {role:<6} {action} {fix_id}: {mark:<8} "
+                       f"{r['state'] or '-'}" + (f"  ({r['reason']})" if r["reason"] else ""))
+    counted = [r for r in rows if r["waited"] or r["acknowledged"]]
+    if not counted or not all(r["ok"] for r in counted):
         sys.exit(EXIT_FIX_FAILED)
 
 
@@ -196,8 +208,9 @@ def status(run_dir: str | None, as_json: bool) -> None:
             click.echo("  no process has written events yet")
         for p in s.processes.values():
             argv = " ".join(p.argv)[:60]
+            role = "engine process" if p.engine else "not an engine process"
             click.echo(f"  pid {p.pid} (parent {p.ppid}) {'live' if p.alive else 'exited'}"
-                       f"  control at {p.control}  {argv}")
+                       f"  {role}  control at {p.control}  {argv}")
             for fid, st in sorted(p.fixes.items()):
                 reason = f"  ({st.get('reason')})" if st.get("reason") else ""
                 click.echo(f"    fix {fid:<30} {st.get('state')}{reason}")

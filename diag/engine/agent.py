@@ -48,6 +48,12 @@ ENV_PLATFORM = "DIAG_PLATFORM"
 ENV_CONTROL = "DIAG_CONTROL"  # "auto" (default) | "manual": only diag.api.safe_point() applies
 DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
                       "sglang.srt.managers.scheduler:Scheduler.process_input_requests")
+# A process is an *engine process* (it runs batches, so it must acknowledge control requests)
+# once a per-batch hook has run in it, or once its title says it is an SGLang scheduler (set by
+# `run_scheduler_process` with setproctitle before the model loads). Others (the launcher, which
+# imports the scheduler module but runs no loop; the detokenizer; multiprocessing helpers) are
+# reported as not engine processes, and `diag fix apply` does not wait for them.
+ENGINE_TITLES = ("sglang::scheduler",)
 
 _agent: Agent | None = None
 _start_lock = threading.Lock()
@@ -132,6 +138,7 @@ class Agent:
         self.sglang_seen = False
         self.batch_patch = None
         self.control_mode = "poll"
+        self.engine = False
         self._seen: set[str] = set()
         self.desired: dict[str, bool] = {}  # fix id -> applied, as the last control request said
         self._queue: deque[dict[str, Any]] = deque()
@@ -402,7 +409,20 @@ class Agent:
     def _on_batch_hook(self, _module: str) -> None:
         if self.control_mode != "batch":
             self.control_mode = "batch"
-            telemetry.emit("control", mode="batch")
+            telemetry.emit("control", mode="batch", engine=self.engine)
+
+    def _mark_engine(self, why: str) -> None:
+        if not self.engine:
+            self.engine = True
+            telemetry.emit("control", mode=self.control_mode, engine=True, reason=why)
+
+    def _check_engine_title(self) -> None:
+        if self.engine or "setproctitle" not in sys.modules:
+            return
+        with contextlib.suppress(Exception):
+            title = sys.modules["setproctitle"].getproctitle()
+            if title.startswith(ENGINE_TITLES):
+                self._mark_engine(f"process title {title.split()[0]!r}")
 
     def _make_batch_wrapper(self, original: Any) -> Any:
         owner = self
@@ -410,6 +430,9 @@ class Agent:
         def diag_batch_boundary(*args: Any, **kwargs: Any) -> Any:
             # The process's current agent: a forked child replaces the one that patched.
             agent = _agent or owner
+            if not agent.engine:
+                with contextlib.suppress(Exception):
+                    agent._mark_engine("runs the per-batch hook")
             if agent.pending:
                 try:
                     agent.safe_point()
@@ -435,6 +458,7 @@ class Agent:
     def poll(self) -> None:
         """Read new control requests; apply them here unless a per-batch hook is in."""
         self.refresh()
+        self._check_engine_title()
         if self.writer is None:
             return
         new = []

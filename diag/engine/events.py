@@ -190,14 +190,20 @@ class Sglang(Event):
 @kind
 @dataclass
 class Control(Event):
-    """Where this process applies control requests: "batch" | "poll"."""
+    """Where this process applies control requests: "batch" | "poll"; and whether it is an
+    engine process (`engine`: it runs batches, a per-batch hook ran or its title names an SGLang
+    scheduler; `diag fix apply` waits only for those once the run has one), with `reason`."""
 
     kind: ClassVar[str] = "control"
     mode: str | None = None
+    engine: bool | None = None
+    reason: str | None = None
 
     def apply(self, fold: Fold) -> None:
         if self.mode:
             fold.control = self.mode
+        if self.engine is not None:
+            fold.engine = bool(self.engine)
 
 
 @kind
@@ -281,6 +287,7 @@ class Snapshot(Event):
     probes_state: dict[str, Any] = field(default_factory=dict)
     control: str | None = None
     sglang: str | None = None
+    engine: bool | None = None
 
 
 # ----------------------------------------------------------------------------- counter events
@@ -610,6 +617,7 @@ class Fold:
         self.acks: dict[str, dict[str, Any]] = {}
         self.probes: dict[str, dict[str, Any]] = {}
         self.control = "poll"
+        self.engine = False
         self.sglang: str | None = None
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
 
@@ -636,6 +644,7 @@ class Fold:
         self.fixes.update(_fix_states(s.fixes))
         self.probes.update(s.probes_state or {})
         self.control = s.control or self.control
+        self.engine = bool(s.engine) if s.engine is not None else self.engine
         self.sglang = s.sglang or self.sglang
         if s.start and self.start is None:
             self.start = s.start
@@ -644,7 +653,7 @@ class Fold:
         """The `snapshot` event carrying everything folded so far."""
         return {"ts": ts, "kind": Snapshot.kind, "pid": pid, "n": n, "counters": self.counters,
                 "fixes": self.fixes, "start": self.start, "probes_state": self.probes,
-                "control": self.control, "sglang": self.sglang}
+                "control": self.control, "engine": self.engine, "sglang": self.sglang}
 
 
 def describe_counters(counters: dict[str, Any]) -> list[str]:

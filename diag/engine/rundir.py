@@ -240,11 +240,13 @@ class ProcessState:
     start: dict[str, Any] | None = None
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {state, reason}
     control: str = "poll"  # where control requests are applied: "batch" or "poll"
+    engine: bool = False  # runs batches (a scheduler): control requests must reach it
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
-                "probes": self.probes, "control": self.control, "counters": self.counters,
+                "probes": self.probes, "control": self.control, "engine": self.engine,
+                "counters": self.counters,
                 "last_events": self.last_events}
 
 
@@ -312,7 +314,8 @@ def read_process(run_dir: Path, pid: int) -> ProcessState:
                         started=s.get("started"), sglang=agg.sglang or s.get("sglang"),
                         alive=_alive(pid, s.get("started")), fixes=agg.fixes,
                         counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
-                        start=agg.start, probes=agg.probes, control=agg.control)
+                        start=agg.start, probes=agg.probes, control=agg.control,
+                        engine=agg.engine)
 
 
 def pids_in(run_dir: Path) -> list[int]:
@@ -372,24 +375,31 @@ def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None,
-             timeout: float = 10.0, interval: float = 0.05) -> dict[int, dict[str, Any] | None]:
+             timeout: float = 10.0, interval: float = 0.05,
+             engines_only: bool = False) -> dict[int, dict[str, Any] | None]:
     """Wait until the addressed live processes acknowledged `request_id`.
 
     Returns {pid: control_ack event or None (not acknowledged in time)} for every live process
-    addressed (all live processes of the run when `pid` is None).
+    addressed (all live processes of the run when `pid` is None). With `engines_only`, once the
+    run has an engine process (`ProcessState.engine`) only engine processes are waited for; the
+    others are in the result with whatever they acknowledged by then.
     """
     d = check_run_dir(run_dir)
     deadline = time.monotonic() + timeout
     while True:
         acks: dict[int, dict[str, Any] | None] = {}
+        engines: set[int] = set()
         pids = [pid] if pid is not None else pids_in(d)
         for p in pids:
             ps = read_process(d, p)
+            if ps.engine:
+                engines.add(p)
             if ps.acks.get(request_id) is not None:
                 acks[p] = ps.acks[request_id]
             elif ps.alive:
                 acks[p] = None
-        if not acks or all(v is not None for v in acks.values()) or time.monotonic() > deadline:
+        waited = [p for p in acks if p in engines] if engines_only and engines else list(acks)
+        if not acks or all(acks[p] is not None for p in waited) or time.monotonic() > deadline:
             return acks  # nothing live to wait for, all acknowledged, or out of time
         time.sleep(interval)
 

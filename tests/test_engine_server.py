@@ -1,0 +1,289 @@
+"""The `engine` lane: diag end to end on a real SGLang 0.5.23 server (CPU) with EAGLE.
+
+One server for the module: `diag run --probe all -- python -m sglang.launch_server` with a tiny
+Llama target and an EAGLE draft that agrees with it (tests/engine_models.py), the
+`intel_amx` attention backend on the plain-torch sgl_kernel stand-in (tests/engine_standins: no
+CPU build of sgl_kernel is installable here, and the AMX flag stand-in because these CPUs lack
+amx_tile), `--enable-metrics`. Tests run in file order; the last one kills the scheduler.
+
+Expected values come from the release and from what the test itself launched:
+- 0.5.23 `srt/speculative/eagle_worker_v2.py` `_capture_cuda_graphs`: on CPU neither the CUDA
+  nor the HIP branch admits a backend, so no draft-extend runner exists and every draft-extend
+  pass is eager (the `draft-extend-graph` counter says `eager`, never `graph`).
+- `srt/managers/scheduler_components/profiler_manager.py` `_stop_profile` already drops and
+  collects (upstream since 0.5.18); the V2 path (`SGLANG_PROFILE_V2`, `srt/utils/profile_utils.py`
+  `ProfileManager._do_stop`) does not, so `profiler-controlled-teardown` applies there: the
+  server runs with SGLANG_PROFILE_V2=1 and a profile started with `num_steps` stops through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import engine_models  # noqa: E402
+import engine_server  # noqa: E402
+import report_schema  # noqa: E402
+
+from diag.engine import rundir  # noqa: E402
+
+pytestmark = [pytest.mark.engine, pytest.mark.release, pytest.mark.slow,
+              pytest.mark.timeout(900)]
+
+DIAG = [sys.executable, "-m", "diag"]
+FIX = "profiler-controlled-teardown"
+FAULT = "standin-engine-fault"
+PROMPT = [5, 6, 7]
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_") or k == "DIAG_CACHE_DIR"}
+    return subprocess.run([*DIAG, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _wait(what: str, check, timeout: float = 60.0, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    why = engine_server.missing_env()
+    if why:
+        pytest.skip(why)
+    made = engine_models.in_env(engine_server.VENV_PY, "make", tmp_path_factory.mktemp("models"), 0)
+    return {k: Path(v) for k, v in made.items()}
+
+
+@pytest.fixture(scope="module")
+def server(release, models, tmp_path_factory):
+    t = release("0.5.23")
+    tmp = tmp_path_factory.mktemp("engine")
+    d = tmp / "run"
+    # --fix at start: `ProfileManager.__init__` binds `on_stop=self._do_stop`
+    # (srt/utils/profile_utils.py:77) when the scheduler starts, so a V2 stop triggered by
+    # num_steps only goes through a patch that was in before then.
+    s = engine_server.start(
+        t.root, models["bigram"], tmp / "server.log", draft=models["draft"], run_dir=d,
+        diag_args=("--probe", "all", "--fix", FIX),
+        extra_env={"SGLANG_PROFILE_V2": "1", "DIAG_STANDIN_FAULT_FIX": "1"})
+    sys.stderr.write(f"engine lane: server ready in {s.ready_s:.1f} s\n")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _valid(doc: dict, schema: str) -> dict:
+    """`doc` against the JSON Schema diag ships (diag/schemas/<schema>-v1.json)."""
+    report_schema.check(f"{schema}-v1.json", doc)
+    return doc
+
+
+def _scheduler(d: Path) -> rundir.ProcessState:
+    return _wait("the scheduler to report itself as an engine process", lambda: next(
+        (p for p in rundir.read_state(d).live if p.engine), None))
+
+
+def test_eagle_tokens_are_the_targets_and_drafts_are_accepted(server, models):
+    doc = server.generate(PROMPT, 24)
+    # The bigram target's greedy continuation, computed from its weights in plain torch.
+    assert doc["output_ids"] == engine_models.in_env(engine_server.VENV_PY, "greedy",
+                                                     models["bigram"], PROMPT[-1], 24)
+    meta = doc["meta_info"]
+    assert meta["spec_verify_ct"] > 0
+    assert meta["spec_accept_length"] > 1.0, meta  # the accepted path ran
+
+
+def test_agent_in_scheduler_counts_eager_draft_extend(server):
+    sched = _scheduler(server.run_dir)
+    assert sched.sglang == "0.5.23" and sched.control == "batch"
+    assert sched.probes["draft-extend-graph"]["state"] == "on", sched.probes
+    server.generate(PROMPT, 16)
+    c = _wait("draft-extend passes", lambda: (
+        rundir.read_process(server.run_dir, sched.pid).counters["draft_extend"] or None))
+    assert c["eager"]["passes"] > 0 and c["eager"]["seconds"] > 0
+    assert "graph" not in c  # no draft-extend runner on CPU (see the module docstring)
+    others = [p for p in rundir.read_state(server.run_dir).live if p.pid != sched.pid]
+    assert others and not any(p.engine for p in others)  # launcher, detokenizer, helpers
+
+
+def test_fix_apply_and_revert_exit_0_on_the_healthy_engine(server):
+    sched = _scheduler(server.run_dir)
+    for action, state in (("apply", "applied"), ("revert", "reverted")):
+        r = _cli("fix", action, FIX, "--run-dir", str(server.run_dir), "--json", "--timeout", "60")
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = {row["pid"]: row for row in _valid(json.loads(r.stdout), "fix-action")["processes"]}
+        assert rows[sched.pid]["engine"] and rows[sched.pid]["ok"]
+        assert rows[sched.pid]["state"] == state
+        launcher = rows[server.proc.pid]  # `diag run` exec'd into the launcher: same pid
+        assert not launcher["engine"] and not launcher["waited"]
+        assert server.generate(PROMPT, 4)["output_ids"]
+
+
+def test_fix_status_lists_processes_and_roles(server):
+    sched = _scheduler(server.run_dir)
+    r = _cli("fix", "status", "--run-dir", str(server.run_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    (run,) = _valid(json.loads(r.stdout), "fix-status")["runs"]
+    procs = {p["pid"]: p for p in run["processes"]}
+    assert procs[sched.pid]["engine"] and procs[sched.pid]["alive"]
+    assert procs[sched.pid]["fixes"][FIX]["state"] == "reverted"
+    assert procs[sched.pid]["counters"]["draft_extend"]["eager"]["passes"] > 0
+    text = _cli("fix", "status", "--run-dir", str(server.run_dir))
+    assert f"pid {sched.pid} " in text.stdout and "engine process" in text.stdout
+
+
+def _metrics(server) -> dict[str, float]:
+    code, body = server.get("/metrics")
+    assert code == 200
+    out = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_server_metrics_carry_diag_beside_sglang(server):
+    server.generate(PROMPT, 16)
+    m = _metrics(server)
+    assert any(k.startswith("sglang:") for k in m)
+    assert m['diag_draft_extend_passes_total{mode="eager"}'] > 0
+    assert any(k.startswith("diag_fix_state") for k in m), sorted(k for k in m if "diag" in k)
+
+
+def test_diagnose_takes_configuration_from_server_info(server):
+    code, body = server.get("/server_info")
+    assert code == 200 and json.loads(body)["attention_backend"] == "intel_amx"
+    r = _cli("diagnose", "--server", server.url, "--json", "--no-execute")
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    cfg = doc["config"]
+    assert cfg["source"] == "server"
+    # what this test launched the server with (engine_server.EAGLE_ARGS, start())
+    assert cfg["attention_backend"] == "intel_amx"
+    assert cfg["speculative_algorithm"] == "EAGLE" and cfg["speculative_num_steps"] == 2
+
+
+def test_tui_once_shows_live_server_values(server):
+    server.generate(PROMPT, 64)  # long enough for SGLang to log decode stats (accept length)
+    r = _cli("tui", "--server", server.url, "--once", "--no-execute", "--width", "160")
+    assert r.returncode == 0, r.stderr
+    assert f"server {server.url}: ok" in r.stdout
+    lines = [line for line in r.stdout.splitlines() if "accept length" in line]
+    # /server_info internal_states[].avg_spec_accept_length: every draft is accepted, so it is
+    # the number of draft tokens this test launched with (3)
+    assert any("avg accept length = 3.0 tokens" in line for line in lines), lines
+    # and the live-values row read from /metrics (sglang:spec_accept_length)
+    assert any(line.startswith("(server)") for line in lines), lines
+
+
+def test_profile_with_num_steps_stops_through_the_controlled_teardown(server, tmp_path):
+    sched = _scheduler(server.run_dir)
+    r = _cli("fix", "apply", FIX, "--run-dir", str(server.run_dir), "--json", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    code, body = server.post("/start_profile", {"num_steps": 2, "activities": ["CPU"],
+                                                "profile_by_stage": True,  # V2 needs it
+                                                "output_dir": str(tmp_path / "prof")})
+    assert code == 200, body
+    for _ in range(3):
+        server.generate(PROMPT, 8)
+
+    def stop_event():
+        evs = [e for e in rundir._read_lines(server.run_dir / f"events-{sched.pid}.jsonl")
+               if e.get("kind") == "profiler_stop"]
+        return evs[-1] if evs else None
+
+    ev = _wait("a profiler_stop event", stop_event, timeout=120)
+    assert ev["controlled"] is True and ev["path"] == "v2", ev
+    assert server.generate(PROMPT, 4)["output_ids"]  # still serving
+
+
+def test_fix_whose_patch_raises_leaves_the_server_serving(server):
+    sched = _scheduler(server.run_dir)
+    r = _cli("fix", "apply", FAULT, "--run-dir", str(server.run_dir), "--pid", str(sched.pid),
+             "--json", "--timeout", "60")
+    assert r.returncode == 4, r.stdout + r.stderr
+    (row,) = json.loads(r.stdout)["processes"]
+    assert row["acknowledged"] and not row["ok"] and row["state"] == "failed"
+    assert "injected failure" in row["reason"]
+    ps = rundir.read_process(server.run_dir, sched.pid)
+    assert ps.counters["errors"] >= 1
+    assert any(e["kind"] == "error" and FAULT in e.get("where", "") for e in ps.last_events)
+    doc = server.generate(PROMPT, 8)
+    assert doc["meta_info"]["spec_accept_length"] > 1.0
+
+
+def test_fleet_through_prometheus_scraping_the_server(server, tmp_path):
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("the prometheus binary is absent (scripts/test.sh installs it)")
+    instance = server.url.removeprefix("http://")
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                      "scrape_configs:\n  - job_name: sglang\n    static_configs:\n"
+                      f"      - targets: ['{instance}']\n")
+    port = engine_server.free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "prometheus.log", "w") as log:
+        prom = subprocess.Popen([binary, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        def scraped() -> bool:
+            q = urllib.parse.urlencode({"query": "count_over_time(diag_agent_processes[1m])"})
+            try:
+                with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=2) as resp:
+                    res = json.loads(resp.read())["data"]["result"]
+            except OSError:
+                return False
+            server.generate(PROMPT, 8)
+            return bool(res) and float(res[0]["value"][1]) >= 4
+
+        _wait("4 scrapes of the server", scraped, timeout=120, interval=0.5)
+        r = _cli("fleet", "--prometheus", url, "--window", "2m", "--json")
+        assert r.returncode == 0, r.stderr
+        rows = {row["instance"]: row for row in json.loads(r.stdout)["instances"]}
+        row = rows[instance]
+        assert row["job"] == "sglang" and row["processes"] >= 1
+        assert row["draft_extend_eager_share"] == pytest.approx(1.0)
+    finally:
+        prom.terminate()
+        prom.wait(20)
+
+
+def test_every_event_the_real_engine_wrote_is_valid(server):
+    assert report_schema.check_events(server.run_dir) > 0
+
+
+def test_killed_scheduler_shows_in_fix_status(server):  # last: it ends the server
+    sched = _scheduler(server.run_dir)
+    os.kill(sched.pid, signal.SIGKILL)
+    _wait("the scheduler to be gone", lambda: not rundir.read_process(server.run_dir,
+                                                                      sched.pid).alive)
+    r = _cli("fix", "status", "--run-dir", str(server.run_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    procs = {p["pid"]: p for p in json.loads(r.stdout)["runs"][0]["processes"]}
+    assert procs[sched.pid]["alive"] is False and procs[sched.pid]["engine"] is True
+    text = _cli("fix", "status", "--run-dir", str(server.run_dir)).stdout
+    assert f"pid {sched.pid} (parent {sched.ppid}) exited" in text
