@@ -107,7 +107,8 @@ def test_bench_on_gpu_counts_and_times(release):
     guarded = next(r for m, r in by.items() if m.startswith("syncs per call, guarded"))
     assert (syncs.before.median, syncs.after.median) == (2, 0)
     assert 0 < guarded.after.median < 1  # the sampled guard syncs on some calls, not on all
-    assert host.before.n == host.after.n == 5 and host.before.min > 0 and host.after.min > 0
+    # before: one sample per repeat; after: every call of the series the guarded one shares
+    assert host.before.n == 5 and host.after.n >= 5 and host.before.min > 0 and host.after.min > 0
     assert any("outputs identical before/after: yes" in n for n in res.notes)
     print(f"host before {host.before.median * 1e3:.3f} ms, after "
           f"{host.after.median * 1e3:.3f} ms, ratio {host.ratio:.3f}")
