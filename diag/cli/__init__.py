@@ -223,12 +223,19 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
     sys.exit(exit_code(findings, fail_on))
 
 
+def run_options(f):
+    """--execute/--no-execute and --full, shared by `diagnose` and `probe`."""
+    f = click.option("--full", is_flag=True,
+                     help="Also the slow parts (the whole crash reproducer).")(f)
+    return click.option("--execute/--no-execute", default=True, show_default=True,
+                        help="Run real SGLang builders and cheap runtime checks on the local "
+                             "torch.")(f)
+
+
 @main.command()
 @target_options
 @output_options
-@click.option("--execute/--no-execute", default=True, show_default=True,
-              help="Run real SGLang builders and cheap runtime checks on the local torch.")
-@click.option("--full", is_flag=True, help="Also the slow parts (the whole crash reproducer).")
+@run_options
 @click.pass_context
 @guarded
 def diagnose(cctx: click.Context, as_json: bool, fail_on: str, execute: bool, full: bool,
@@ -257,9 +264,7 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
 @click.option("--list", "list_", is_flag=True, help="List the probes and exit.")
 @target_options
 @output_options
-@click.option("--execute/--no-execute", default=True, show_default=True,
-              help="Run real SGLang builders and cheap runtime checks on the local torch.")
-@click.option("--full", is_flag=True, help="Also the slow parts (the whole crash reproducer).")
+@run_options
 @click.pass_context
 @guarded
 def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool, fail_on: str,
