@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from diag.context import Context
 from diag.findings import Finding, Status
@@ -31,6 +31,14 @@ class Probe:
     concern: ClassVar[str] = ""
     fixes: ClassVar[tuple[str, ...]] = ()
     counter: ClassVar[Counter | None] = None
+    # Runs torch work (measurements on the local torch): `diag diagnose` runs it in its torch
+    # worker process, started first, so the parent never imports torch.
+    needs_torch: ClassVar[bool] = False
+
+    def handover(self, ctx: Context) -> dict[str, Any]:
+        """Torch-free work the parent can do for this probe while the worker imports torch:
+        `ctx.cache` entries handed to the worker (optional)."""
+        return {}
 
     def prepare(self, ctx: Context) -> None:
         """Called for every probe before any runs: start slow work in the background here

@@ -32,12 +32,22 @@ def registry_name(backend_class: str) -> str:
     return names[0] if names else backend_class
 
 
+def _census_key(target) -> str:
+    return f"metadata_census:{target.root}"
+
+
 class MetadataSyncsProbe(Probe):
     id = "metadata-syncs"
     title = "implicit device->host syncs in attention metadata builders"
     concern = "implicit device->host syncs in attention metadata builders"
     fixes = ("repeat-interleave-output-size",)
     counter = Counter("diag.probes.sync_counter:runtime_patch", ("syncs",))
+    needs_torch = True
+
+    def handover(self, ctx: Context) -> dict[str, Any]:
+        from diag.probes.metadata_census import census
+
+        return {_census_key(ctx.target): census(ctx.target)}
 
     def run(self, ctx: Context) -> Finding:
         from diag.probes.metadata_census import (
@@ -50,7 +60,7 @@ class MetadataSyncsProbe(Probe):
         target = ctx.target
         if not target.file(ATTENTION_DIR).is_dir():
             return self.finding(Status.SKIP, f"this release has no sglang/{ATTENTION_DIR}")
-        key = f"metadata_census:{target.root}"
+        key = _census_key(target)
         c = ctx.cache.get(key) or census(target)
         ctx.cache[key] = c
         cfg = ctx.config

@@ -572,6 +572,7 @@ class ProfilerTeardownProbe(Probe):
     concern = "torch.profiler stop / cyclic-GC teardown"
     fixes = ("profiler-controlled-teardown",)
     counter = Counter("diag.probes.profiler_runtime:runtime_patch", ("profiler_stop",))
+    needs_torch = True
 
     def prepare(self, ctx: Context) -> None:
         if ctx.execute and CYCLE_REPORT not in ctx.cache \

@@ -762,16 +762,14 @@ def _median(xs: list[float]) -> Any:
 
 
 def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
-    """Per-builder syncs from the metadata-syncs finding, read from evidence `data` (never
+    """Per-builder syncs from the findings' sync evidence, read from evidence `data` (never
     `detail`): measured counts first (`metric` with data.source `cpu-counter`/`gpu-sync-debug`),
     then the static census's sites grouped per builder (`location` with data.source `static`),
     those on the path under audit (data.reach `reaches`) before others."""
     measured: list[SyncRow] = []
     census: dict[str, SyncRow] = {}
     sites: dict[str, int] = {}
-    for f in findings:
-        if f.probe != "metadata-syncs":
-            continue
+    for f in findings:  # any probe's sync evidence: the rows come from evidence fields alone
         for e in f.evidence:
             d = e.data or {}
             if e.kind == "metric" and d.get("builder") and d.get("source") != "static":

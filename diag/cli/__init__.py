@@ -153,9 +153,9 @@ def _worker_probes(execute: bool, ids: list[str]) -> list[str]:
     something is to be measured (caching off, or the profiler cycle check not cached)."""
     import importlib.util
 
-    from diag.cli.probe_worker import TORCH_PROBES
+    from diag.probes import spec
 
-    wanted = [p for p in TORCH_PROBES if p in ids]
+    wanted = [p for p in ids if spec(p).needs_torch]
     if not execute or not wanted or importlib.util.find_spec("torch") is None \
             or "torch" in sys.modules or os.environ.get(ENV_WORKER, "") == "0":
         return []
@@ -172,13 +172,12 @@ def _hand_over(proc, ctx, remote: list[str], verbose: bool) -> bool:
     import pickle
 
     from diag.cli import probe_worker
+    from diag.probes import get
 
     extra = {}
-    if "metadata-syncs" in remote:
+    for pid in remote:
         try:
-            from diag.probes.metadata_census import census
-
-            extra[probe_worker.CENSUS_KEY.format(root=ctx.target.root)] = census(ctx.target)
+            extra.update(get(pid).handover(ctx))
         except Exception:  # the probe computes (and reports) it itself
             pass
     shared = {}

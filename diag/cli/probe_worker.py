@@ -28,8 +28,6 @@ if TYPE_CHECKING:  # imported in the worker after torch (torch's import is the c
     from diag.target import Target
 
 # Probes whose runs need torch, run in the worker (in this order among themselves).
-TORCH_PROBES = ("metadata-syncs", "profiler-teardown")
-CENSUS_KEY = "metadata_census:{root}"  # metadata-syncs' ctx.cache entry for the census
 
 
 @dataclass
