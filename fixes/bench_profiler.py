@@ -111,8 +111,12 @@ def _child(mode: str, cycles: int, gpu_arg: str, heap_objects: int = 0) -> None:
 
 
 def _run_child(mode: str, cycles: int, gpu: str, timeout: float,
-               heap_objects: int = 0) -> dict[str, Any]:
+               heap_objects: int = 0, teardown: str | None = None) -> dict[str, Any]:
     env = dict(os.environ)
+    if teardown:
+        from diag.fixes.profiler_controlled_teardown import ENV_TEARDOWN
+
+        env[ENV_TEARDOWN] = teardown
     from diag.home import home
 
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(home()), env.get("PYTHONPATH")) if p)
@@ -141,6 +145,11 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     gpu = str(params.get("gpu", "auto"))
     timeout = float(params.get("timeout", 300))
     heap_objects = int(float(params.get("heap_objects", 0)))
+    from diag.fixes.profiler_controlled_teardown import TEARDOWNS, teardown_mode
+
+    teardown = str(params.get("teardown", teardown_mode()))  # the fix's mode under test
+    if teardown not in TEARDOWNS:
+        raise ValueError(f"teardown must be one of {', '.join(TEARDOWNS)}, not {teardown!r}")
     try:
         import torch  # noqa: F401
     except Exception as e:
@@ -154,7 +163,7 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
         progress(f"profiler bench: without and with, side by side, child {i + 1}/{children}, "
                  f"{cycles} cycles, {heap_objects} live objects")
         with ThreadPoolExecutor(2) as pool:
-            pair = {m: pool.submit(_run_child, m, cycles, gpu, timeout, heap_objects)
+            pair = {m: pool.submit(_run_child, m, cycles, gpu, timeout, heap_objects, teardown)
                     for m in ("without", "with")}
         for m, fut in pair.items():
             series[m].append(fut.result())
@@ -164,7 +173,7 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     device = next((r["device"] for rs in ok.values() for r in rs), "unknown")
     res = BenchResult("profiler-controlled-teardown", TITLE, device,
                       params={"cycles": cycles, "children": children,
-                              "heap_objects": heap_objects})
+                              "heap_objects": heap_objects, "teardown": teardown})
     mib = 1024 * 1024
 
     def stats(mode: str, fn: Callable[[dict], list[float]]) -> Stats | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import os
 import time
 import types
 import weakref
@@ -118,12 +119,26 @@ def _link_label(child: Any) -> str:
     return type(child).__name__
 
 
+ENV_TEARDOWN = "DIAG_PROFILER_TEARDOWN"  # "collect" (default) | "cycle"
+TEARDOWNS = ("collect", "cycle")
+
+
+def teardown_mode() -> str:
+    """How the fix frees a stopped profiler: `collect` (default: `gc.collect()` at the stop, as
+    upstream 0.5.18 does) or `cycle` (break its own reference cycles, collect only if that did
+    not free it: no full collection, but opt-in — with it the real 0.5.23 CPU server's V2
+    stage profiling failed at the next stage's stop in 2 of 4 engine-lane runs, cause not
+    established)."""
+    mode = os.environ.get(ENV_TEARDOWN, "collect").strip().lower()
+    return mode if mode in TEARDOWNS else "collect"
+
+
 def free_now(refs: list[weakref.ref]) -> dict[str, Any]:
-    """Free the (dropped) objects behind `refs` at this point: break their cycles; if any is
-    still alive after that, fall back to `gc.collect()`. Says which happened and how long."""
+    """Free the (dropped) objects behind `refs` at this point: in `cycle` mode break their
+    cycles first; if any is still alive, `gc.collect()`. Says which happened and how long."""
     t0 = time.perf_counter()
     links: list[str] = []
-    for _ in range(3):  # a second walk only for paths the first one reached another way
+    for _ in range(3 if teardown_mode() == "cycle" else 0):  # a second walk only for paths the first one reached another way
         before = len(links)
         for r in refs:
             o = r()
@@ -133,8 +148,10 @@ def free_now(refs: list[weakref.ref]) -> dict[str, Any]:
         alive = sum(r() is not None for r in refs)
         if not alive or len(links) == before:
             break
+    alive = sum(r() is not None for r in refs)
+    cycle = teardown_mode() == "cycle"
     how, collected, collect_s = "cycle-broken", 0, None
-    if alive:
+    if alive or not cycle:  # collect mode: drop and collect, as upstream 0.5.18 does
         how = "gc-collect"
         c0 = time.perf_counter()
         collected = gc.collect()

@@ -125,7 +125,7 @@ def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = No
     server = [str(VENV_PY), "-m", "sglang.launch_server", "--model-path", str(model),
               "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
               "--attention-backend", attention, "--enable-metrics",
-              "--mem-fraction-static", "0.05", "--max-running-requests", "8"]
+              "--mem-fraction-static", "0.12", "--max-running-requests", "8"]
     if draft is not None:
         server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
     cmd = server

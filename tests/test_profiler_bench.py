@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 def test_bench_runs_both_series_in_children():
     assert fixes.get("profiler-controlled-teardown").bench == "diag.fixes.bench_profiler:run"
     msgs: list[str] = []
-    res = run({"quick": True, "cycles": 4, "gpu": "0", "heap_objects": 20000}, msgs.append)
+    res = run({"quick": True, "cycles": 4, "gpu": "0", "heap_objects": 20000,
+               "teardown": "cycle"}, msgs.append)
     assert res.skipped is None and res.device == "cpu"
     rows = {r.metric.split(" after")[0].split(",")[0]: r for r in res.rows}
     stop = rows["stop (incl. teardown when on)"]
@@ -26,5 +27,5 @@ def test_bench_runs_both_series_in_children():
     upstream = next(r for r in res.rows if r.metric.startswith("stop, upstream"))
     assert upstream.after.n == 4  # the third series: 0.5.18's drop + gc.collect() stop
     assert any("fix teardown: cycle-broken 4/4" in n for n in res.notes), res.notes
-    assert res.params["heap_objects"] == 20000
+    assert res.params["heap_objects"] == 20000 and res.params["teardown"] == "cycle"
     assert len(msgs) == 2  # the side-by-side pair, then upstream

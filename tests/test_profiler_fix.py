@@ -134,7 +134,15 @@ def _classic_stop(module, tmp_path):
 
 @pytest.mark.release
 @pytest.mark.parametrize("version", ["0.5.12.post1", "0.5.17"])
-def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, version):
+@pytest.mark.parametrize("mode", ["collect", "cycle"])
+def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, version, mode,
+                                           monkeypatch):
+    """Both teardown modes: `collect` (the default, upstream's gc.collect() at the stop) and
+    `cycle` (DIAG_PROFILER_TEARDOWN=cycle: the profiler's own cycles broken, no collection)."""
+    if mode == "cycle":
+        monkeypatch.setenv("DIAG_PROFILER_TEARDOWN", "cycle")
+    else:
+        monkeypatch.delenv("DIAG_PROFILER_TEARDOWN", raising=False)
     t = release(version)
     with real_profiler_modules(t) as names:
         mod = import_real(names["classic"])
@@ -156,9 +164,12 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
         assert list((tmp_path / "b").glob("*.trace.json.gz"))  # the real stop still exported
         ev = [e for e in events if e["kind"] == "profiler_stop"]
         assert len(ev) == 1 and ev[0]["controlled"] and ev[0]["freed"]
-        # freed by breaking its cycles (torch's action_map), no collection at the stop
-        assert ev[0]["teardown"] == "cycle-broken" and ev[0]["links_cut"] > 0
-        assert ev[0]["collect_seconds"] is None and ev[0]["alive_after_cut"] == 0
+        if mode == "cycle":  # freed by breaking its cycles (torch's action_map), no collection
+            assert ev[0]["teardown"] == "cycle-broken" and ev[0]["links_cut"] > 0
+            assert ev[0]["collect_seconds"] is None and ev[0]["alive_after_cut"] == 0
+        else:  # the default: dropped and collected at the stop, no link cut
+            assert ev[0]["teardown"] == "gc-collect" and ev[0]["links_cut"] == 0
+            assert ev[0]["collect_seconds"] is not None and ev[0]["collected"] > 0
         assert ev[0]["seconds"] >= ev[0]["teardown_s"] > 0
         assert ev[0]["path"] == "classic" and ev[0]["heap_blocks"] > 0
 
@@ -172,9 +183,10 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
 
 
 @pytest.mark.release
-def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path):
+def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path, monkeypatch):
     """0.5.23: applied before the modules are imported; the V2 `_do_stop` gets patched on import,
-    the (upstream) classic stop is left alone."""
+    the (upstream) classic stop is left alone (in `cycle` mode)."""
+    monkeypatch.setenv("DIAG_PROFILER_TEARDOWN", "cycle")
     t = release("0.5.23")
     with real_profiler_modules(t, v2=True) as names:
         fix.apply(t)
