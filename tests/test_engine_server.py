@@ -208,13 +208,18 @@ def test_profile_with_num_steps_stops_through_the_controlled_teardown(server, tm
     for _ in range(3):
         server.generate(PROMPT, 8)
 
-    def stop_event():
+    def stop_events():  # one per stage (prefill, then decode): the second stop must go well too
         evs = [e for e in rundir._read_lines(server.run_dir / f"events-{sched.pid}.jsonl")
                if e.get("kind") == "profiler_stop"]
-        return evs[-1] if evs else None
+        if len(evs) < 2:
+            server.generate(PROMPT, 4)  # the decode stage stops after its steps
+            return None
+        return evs
 
-    ev = _wait("a profiler_stop event", stop_event, timeout=120)
-    assert ev["controlled"] is True and ev["path"] == "v2", ev
+    evs = _wait("two profiler_stop events (prefill, decode)", stop_events, timeout=180)
+    for ev in evs[:2]:
+        assert ev["controlled"] is True and ev["path"] == "v2" and ev["freed"] is True, ev
+        assert ev["teardown"] == "gc-collect", ev  # the fix's default mode
     assert server.generate(PROMPT, 4)["output_ids"]  # still serving
 
 
