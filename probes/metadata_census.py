@@ -139,34 +139,33 @@ def _unparse(node: ast.AST) -> str:
     return text
 
 
+def _children(node: ast.AST, node_t: type = ast.AST) -> list[ast.AST]:
+    """`ast.iter_child_nodes(node)` as a list (the same order)."""
+    out: list[ast.AST] = []
+    for name in node._fields:
+        v = getattr(node, name, None)
+        if isinstance(v, list):
+            out.extend([x for x in v if isinstance(x, node_t)])
+        elif isinstance(v, node_t):
+            out.append(v)
+    return out
+
+
 def _walk(node: ast.AST) -> list[ast.AST]:
     """The nodes of `ast.walk(node)`, in its (breadth-first) order, as a list: twice as fast."""
-    out, i, node_t = [node], 0, ast.AST
+    out, i = [node], 0
     while i < len(out):
-        n = out[i]
+        out.extend(_children(out[i]))
         i += 1
-        for name in n._fields:
-            v = getattr(n, name, None)
-            if isinstance(v, list):
-                out.extend([x for x in v if isinstance(x, node_t)])
-            elif isinstance(v, node_t):
-                out.append(v)
     return out
 
 
 def _kids(node: ast.AST) -> list[ast.AST]:
-    """`ast.iter_child_nodes(node)` as a list kept on the node: every pass of the fixpoint
-    walks the same expressions again."""
+    """`_children(node)` kept on the node: every pass of the fixpoint walks the same
+    expressions again."""
     out = getattr(node, "_diag_kids", None)
     if out is None:
-        out, node_t = [], ast.AST
-        for name in node._fields:
-            v = getattr(node, name, None)
-            if isinstance(v, list):
-                out.extend([x for x in v if isinstance(x, node_t)])
-            elif isinstance(v, node_t):
-                out.append(v)
-        node._diag_kids = out  # type: ignore[attr-defined]
+        out = node._diag_kids = _children(node)  # type: ignore[attr-defined]
     return out
 
 
