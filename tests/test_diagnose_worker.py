@@ -57,3 +57,29 @@ def test_worker_and_in_process_runs_agree_and_the_parent_skips_torch(release):
     assert {e["value"] for e in ms} == {2}
     runtime = by_probe["profiler-teardown"][1]
     assert "only gc.collect() frees it" in runtime["summary"]
+
+
+def test_a_worker_its_parent_gave_up_on_says_nothing():
+    """The parent starts the worker before it resolves the target; when the target turns out
+    bad (an unreachable index, an unknown release) it gives the worker up, and nothing of the
+    worker may reach the user's terminal (CI once saw its EOFError traceback there)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    # the parent closed stdin without a job (the worker reads it only once torch is imported)
+    p = subprocess.run([sys.executable, "-m", "diag.cli.probe_worker", "metadata-syncs"],
+                       input=b"", capture_output=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
+    # and through the parent's own stop(), at once and after the worker got going
+    from diag.cli import probe_worker
+
+    for delay in (0.0, 1.5):
+        proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker", "metadata-syncs"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+        if delay:
+            import time
+
+            time.sleep(delay)
+        probe_worker.stop(proc)
+        assert proc.stderr.read() == b""

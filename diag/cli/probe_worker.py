@@ -105,12 +105,13 @@ def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """Give up on a started worker."""
+    """Give up on a started worker: killed before its stdin closes, so that it never reads an
+    empty job (it would have nothing to say, and nothing of it may reach the user)."""
+    proc.kill()
     try:
         proc.stdin.close()
     except (OSError, ValueError):
         pass
-    proc.kill()
     proc.wait()
 
 
@@ -152,7 +153,10 @@ def _main(argv: list[str]) -> int:
     except Exception as e:
         why = f"{type(e).__name__}: {e}"
     early = _cycle_first(argv) if why is None else None
-    job: Job = pickle.loads(sys.stdin.buffer.read())  # noqa: S301  (from our parent)
+    data = sys.stdin.buffer.read()
+    if not data:  # the parent gave up (bad input, an error of its own): nothing to run
+        return 0
+    job: Job = pickle.loads(data)  # noqa: S301  (from our parent)
     if why:
         sys.stdout.buffer.write(pickle.dumps({"findings": [], "torch": why}))
         return 0
