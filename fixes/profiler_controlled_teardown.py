@@ -17,6 +17,10 @@ counter records the same stops with the fix on or off) times the stop and emits 
 telemetry, with what the teardown did (`teardown`: "cycle-broken" or "gc-collect",
 `teardown_s`) and the heap estimate of `probes.profiler_teardown.HeapWatch`. `teardown`,
 `controlled_teardown` and `controlled_profile` do the same for users' own profiling.
+
+Where the target switches profiler stages inside `Scheduler.run_batch`'s profiler span (0.5.14
+on), the patch also moves that switch before the span opens (`fixes.profiler_stage_switch`): a
+span that crosses two profiler sessions crashes torch's profiler, with any teardown.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 from diag import telemetry
 from diag.context import SpecConfig
+from diag.fixes import profiler_stage_switch as stage_switch
 from diag.fixes.base import APPLICABLE, NO_SGLANG, REFUSED, UPSTREAM, Applicability, Fix
 from diag.patcher import Patch
 from diag.probes import profiler_runtime
@@ -119,18 +124,16 @@ def _link_label(child: Any) -> str:
     return type(child).__name__
 
 
-ENV_TEARDOWN = "DIAG_PROFILER_TEARDOWN"  # "collect" (default) | "cycle"
+ENV_TEARDOWN = "DIAG_PROFILER_TEARDOWN"  # "cycle" (default) | "collect"
 TEARDOWNS = ("collect", "cycle")
 
 
 def teardown_mode() -> str:
-    """How the fix frees a stopped profiler: `collect` (default: `gc.collect()` at the stop, as
-    upstream 0.5.18 does) or `cycle` (break its own reference cycles, collect only if that did
-    not free it: no full collection, but opt-in — with it the real 0.5.23 CPU server's V2
-    stage profiling failed at the next stage's stop in 2 of 4 engine-lane runs, cause not
-    established)."""
-    mode = os.environ.get(ENV_TEARDOWN, "collect").strip().lower()
-    return mode if mode in TEARDOWNS else "collect"
+    """How the fix frees a stopped profiler: `cycle` (default: break its own reference cycles,
+    `gc.collect()` only if that did not free it; no full collection on the serving path) or
+    `collect` (`gc.collect()` at the stop, as upstream 0.5.18 does)."""
+    mode = os.environ.get(ENV_TEARDOWN, "cycle").strip().lower()
+    return mode if mode in TEARDOWNS else "cycle"
 
 
 def free_now(refs: list[weakref.ref]) -> dict[str, Any]:
@@ -151,7 +154,7 @@ def free_now(refs: list[weakref.ref]) -> dict[str, Any]:
     alive = sum(r() is not None for r in refs)
     cycle = teardown_mode() == "cycle"
     how, collected, collect_s = "cycle-broken", 0, None
-    if alive or not cycle:  # collect mode: drop and collect, as upstream 0.5.18 does
+    if alive or not cycle:  # the fallback, or `collect` mode (as upstream 0.5.18 does)
         how = "gc-collect"
         c0 = time.perf_counter()
         collected = gc.collect()
@@ -244,7 +247,13 @@ class ProfilerControlledTeardownFix(Fix):
             f"{s.qualname} [{s.path}] ({s.file}:{s.line})" for s in missing)
         if have:
             reason += "; already upstream: " + ", ".join(f"{s.qualname} [{s.path}]" for s in have)
-        return Applicability(APPLICABLE, reason, changes=tuple(s.qualname for s in missing))
+        changes = tuple(s.qualname for s in missing)
+        switch = stage_switch.locate(target)
+        if switch is not None:
+            reason += ("; and switches profiler stages before run_batch's span opens (the "
+                       f"switch is at {switch.where})")
+            changes += ("Scheduler.run_batch", f"{switch.manager_class}.{stage_switch.PREDICATE}")
+        return Applicability(APPLICABLE, reason, changes=changes)
 
     def _enabled(self) -> bool:
         return self._patch is not None and self._patch.wanted
@@ -255,4 +264,10 @@ class ProfilerControlledTeardownFix(Fix):
         for s in self.sites:
             patch.add(s.module, s.qualname, functools.partial(
                 _make, attr=s.attr, path=s.path, controlled=self._enabled))
+        switch = stage_switch.locate(target) if target and self.sites else None
+        if switch is not None:
+            patch.add(stage_switch.SCHEDULER[1], "Scheduler.run_batch", functools.partial(
+                stage_switch.wrap_run_batch, enabled=self._enabled))
+            patch.add(switch.manager_module, f"{switch.manager_class}.{stage_switch.PREDICATE}",
+                      stage_switch.wrap_predicate)
         return patch

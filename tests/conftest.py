@@ -95,3 +95,15 @@ def notorch_python(tmp_path_factory) -> Path:
 
 def _without_pythonpath() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen_gc():
+    """`diag diagnose` calls `gc.freeze()` as it exits (diag.cli._emit); a test that runs the CLI
+    in this process would leave the whole heap frozen for the tests after it, which then measure
+    collections over a few hundred objects (test_profiler_runtime counts the tracked objects)."""
+    yield
+    import gc
+
+    if gc.get_freeze_count():
+        gc.unfreeze()

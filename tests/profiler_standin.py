@@ -14,6 +14,7 @@
   `ForwardBatch`), `server_args.get_global_server_args`, `platforms.current_platform` (not out of
   tree), `runtime_context` (`get_device`, `get_parallel`: one rank), `profile_merger.ProfileMerger`,
   `torch_npu_patch_utils.apply_torch_npu_patches`, `parallel_state_wrapper.ParallelState`,
+  (the real `utils/nvtx_utils.py` imports too, for `Scheduler.run_batch`'s span decorator),
   `step_span_utils` (three no-op functions), `dp_attention.get_dp_tp_group`.
 
 torch is the real one; `torch.distributed.barrier` needs a process group (gloo, one rank).
@@ -60,6 +61,15 @@ class ForwardMode(enum.Enum):  # stand-in
     DECODE = 2
     IDLE = 3
 
+    def is_prefill(self) -> bool:
+        return self is ForwardMode.EXTEND
+
+    def is_decode(self) -> bool:
+        return self is ForwardMode.DECODE
+
+    def is_idle(self) -> bool:
+        return self is ForwardMode.IDLE
+
 
 _ONE_RANK = SimpleNamespace(tp_rank=0, dp_rank=0, dp_size=1, num_dp_ranks=1, pp_size=1,
                             pp_rank=0, moe_ep_size=1, moe_ep_rank=0, tp_size=1)
@@ -86,7 +96,9 @@ def _standins(target: Target, v2: bool) -> dict[str, types.ModuleType]:
     leaves = {
         "sglang.srt.utils": dict(is_npu=lambda: False, is_mps=lambda: False),
         "sglang.srt.environ": dict(envs=SimpleNamespace(
-            SGLANG_PROFILE_V2=_Flag(v2), SGLANG_MEM_PROFILE_MAX_ENTRIES=_Flag(1000))),
+            SGLANG_PROFILE_V2=_Flag(v2), SGLANG_MEM_PROFILE_MAX_ENTRIES=_Flag(1000),
+            SGLANG_ENABLE_NVTX_SCHEDULER=_Flag(False), SGLANG_ENABLE_NVTX_OPERATIONS=_Flag(False),
+            SGLANG_TORCH_PROFILER_DIR=_Flag("/tmp"))),
         "sglang.srt.managers.io_struct": dict(ProfileReq=object, ProfileReqOutput=ProfileReqOutput,
                                               ProfileReqType=ProfileReqType),
         "sglang.srt.model_executor.forward_batch_info": dict(ForwardMode=ForwardMode,
@@ -138,6 +150,15 @@ def ensure_process_group() -> None:
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def classic_owner_class(module: Any) -> Any:
+    """A real `SchedulerProfilerManager` of the release (>= 0.5.13.post1), built from its
+    dataclass fields for one rank, nothing started."""
+    cls = module.SchedulerProfilerManager
+    kw = {"dp_tp_cpu_group": None, "get_forward_ct": lambda: 0, "ps": _ONE_RANK}
+    fields = {n for n, f in cls.__dataclass_fields__.items() if f.init}
+    return cls(**{k: v for k, v in kw.items() if k in fields})
 
 
 def classic_owner(module: Any, out_dir: str) -> tuple[Any, str]:

@@ -197,29 +197,43 @@ def test_tui_once_shows_live_server_values(server):
     assert any(line.startswith("(server)") for line in lines), lines
 
 
+PROFILES = 3  # V2 stage profiles in a row: without the stage-switch move the first one crashed
+
+
 def test_profile_with_num_steps_stops_through_the_controlled_teardown(server, tmp_path):
+    """Three V2 stage profiles (prefill, then decode), each stop torn down by breaking the
+    profiler's cycles (the default), both traces of each written, and the server serving after.
+
+    Without the fix's stage-switch move, this very sequence on this server crashed the scheduler
+    (SIGSEGV) at the first decode stop, with either teardown, in 3 of 3 tries; without the fix
+    at all it crashed inside a later automatic collection (the bug the fix is for)."""
     sched = _scheduler(server.run_dir)
     r = _cli("fix", "apply", FIX, "--run-dir", str(server.run_dir), "--json", "--timeout", "60")
     assert r.returncode == 0, r.stdout + r.stderr
-    code, body = server.post("/start_profile", {"num_steps": 2, "activities": ["CPU"],
-                                                "profile_by_stage": True,  # V2 needs it
-                                                "output_dir": str(tmp_path / "prof")})
-    assert code == 200, body
-    for _ in range(3):
-        server.generate(PROMPT, 8)
+    events = server.run_dir / f"events-{sched.pid}.jsonl"
+    for i in range(PROFILES):
+        out = tmp_path / f"prof{i}"
+        code, body = server.post("/start_profile", {"num_steps": 2, "activities": ["CPU"],
+                                                    "profile_by_stage": True,  # V2 needs it
+                                                    "output_dir": str(out)})
+        assert code == 200, body
+        want = 2 * (i + 1)
 
-    def stop_events():  # one per stage (prefill, then decode): the second stop must go well too
-        evs = [e for e in rundir._read_lines(server.run_dir / f"events-{sched.pid}.jsonl")
-               if e.get("kind") == "profiler_stop"]
-        if len(evs) < 2:
-            server.generate(PROMPT, 4)  # the decode stage stops after its steps
-            return None
-        return evs
+        def stop_events(want=want):  # one per stage: prefill, then decode
+            evs = [e for e in rundir._read_lines(events) if e.get("kind") == "profiler_stop"]
+            if len(evs) < want:
+                server.generate(PROMPT, 8)  # each stage stops after its steps
+                return None
+            return evs
 
-    evs = _wait("two profiler_stop events (prefill, decode)", stop_events, timeout=180)
-    for ev in evs[:2]:
-        assert ev["controlled"] is True and ev["path"] == "v2" and ev["freed"] is True, ev
-        assert ev["teardown"] == "gc-collect", ev  # the fix's default mode
+        evs = _wait(f"profile {i}: two profiler_stop events", stop_events, timeout=180)
+        for ev in evs[want - 2:want]:
+            assert ev["controlled"] is True and ev["path"] == "v2" and ev["freed"] is True, ev
+            assert ev["teardown"] == "cycle-broken" and ev["collect_seconds"] is None, ev
+            assert ev["links_cut"] > 0, ev
+        traces = sorted(p.name.rsplit("-", 1)[-1] for p in out.glob("*.trace.json.gz"))
+        assert traces == ["decode.trace.json.gz", "prefill.trace.json.gz"], traces
+    assert server.proc.poll() is None
     assert server.generate(PROMPT, 4)["output_ids"]  # still serving
 
 

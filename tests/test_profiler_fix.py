@@ -137,10 +137,11 @@ def _classic_stop(module, tmp_path):
 @pytest.mark.parametrize("mode", ["collect", "cycle"])
 def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, version, mode,
                                            monkeypatch):
-    """Both teardown modes: `collect` (the default, upstream's gc.collect() at the stop) and
-    `cycle` (DIAG_PROFILER_TEARDOWN=cycle: the profiler's own cycles broken, no collection)."""
-    if mode == "cycle":
-        monkeypatch.setenv("DIAG_PROFILER_TEARDOWN", "cycle")
+    """Both teardown modes: `cycle` (the default: the profiler's own cycles broken, no
+    collection) and `collect` (DIAG_PROFILER_TEARDOWN=collect: upstream's gc.collect() at the
+    stop)."""
+    if mode == "collect":
+        monkeypatch.setenv("DIAG_PROFILER_TEARDOWN", "collect")
     else:
         monkeypatch.delenv("DIAG_PROFILER_TEARDOWN", raising=False)
     t = release(version)
@@ -167,7 +168,7 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
         if mode == "cycle":  # freed by breaking its cycles (torch's action_map), no collection
             assert ev[0]["teardown"] == "cycle-broken" and ev[0]["links_cut"] > 0
             assert ev[0]["collect_seconds"] is None and ev[0]["alive_after_cut"] == 0
-        else:  # the default: dropped and collected at the stop, no link cut
+        else:  # opt-in: dropped and collected at the stop, no link cut
             assert ev[0]["teardown"] == "gc-collect" and ev[0]["links_cut"] == 0
             assert ev[0]["collect_seconds"] is not None and ev[0]["collected"] > 0
         assert ev[0]["seconds"] >= ev[0]["teardown_s"] > 0
@@ -185,17 +186,22 @@ def test_apply_revert_on_real_classic_stop(release, fix, events, tmp_path, versi
 @pytest.mark.release
 def test_patch_on_import_and_v2_stop(release, fix, events, tmp_path, monkeypatch):
     """0.5.23: applied before the modules are imported; the V2 `_do_stop` gets patched on import,
-    the (upstream) classic stop is left alone (in `cycle` mode)."""
-    monkeypatch.setenv("DIAG_PROFILER_TEARDOWN", "cycle")
+    the (upstream) classic stop is left alone (in the default `cycle` mode). The stage switch's
+    two targets (scheduler.py:4614 `Scheduler.run_batch`, the manager's predicate) wait too; the
+    scheduler module is never imported here, so it stays pending."""
+    monkeypatch.delenv("DIAG_PROFILER_TEARDOWN", raising=False)
     t = release("0.5.23")
+    scheduler = "sglang.srt.managers.scheduler"
     with real_profiler_modules(t, v2=True) as names:
         fix.apply(t)
-        assert fix.is_applied() and fix._patch.pending == [names["v2"]]
+        assert fix.is_applied()
+        assert fix._patch.pending == sorted([names["v2"], names["classic"], scheduler])
         pu = import_real(names["v2"])
         classic = import_real(names["classic"])
         assert marked(vars(pu.ProfileManager)["_do_stop"], FIX_ID)
         assert not marked(vars(classic.SchedulerProfilerManager)["_stop_profile"])
-        assert fix._patch.errors == [] and fix._patch.pending == []
+        assert marked(vars(classic.SchedulerProfilerManager)["_profile_batch_predicate"], FIX_ID)
+        assert fix._patch.errors == [] and fix._patch.pending == [scheduler]
         pm = v2_manager(pu, str(tmp_path))
         ref = weakref.ref(pm.profiler.inners[0].torch_profiler)
         gc.disable()
