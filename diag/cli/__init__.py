@@ -135,6 +135,8 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
     if proc is not None:
         from diag.cli import probe_worker
 
+        _resolve_early(ctx)  # while the worker still runs: off the critical path
+
         got = probe_worker.collect(proc)
         if got is None:  # the worker failed: run its probes here, as without it
             log("torch worker failed; running its probes here")
@@ -196,12 +198,27 @@ def _hand_over(proc, ctx, remote: list[str], verbose: bool) -> bool:
     return True
 
 
+RESOLVED = "advice.resolved"  # ctx.cache: the fixes' applicability, judged once per run
+
+
+def _resolve_early(ctx) -> None:
+    """Judge every fix for the target now (it needs no finding), so that the report does not
+    wait for it after the torch worker's answer."""
+    from diag.fixes.advice import resolve
+
+    try:
+        ctx.cache[RESOLVED] = resolve(ctx)
+    except Exception:  # judged again (and reported) by _advise
+        ctx.cache.pop(RESOLVED, None)
+
+
 def _advise(ctx, findings):
     """Each finding names only the fixes that apply here and would change it (one resolution,
     shared with `diag fix list`, `fix check` and the TUI: `diag.fixes.advice`)."""
     from diag.fixes.advice import advise, resolve
 
-    return advise(findings, resolve(ctx))
+    resolved = ctx.cache.pop(RESOLVED, None)
+    return advise(findings, resolved if resolved is not None else resolve(ctx))
 
 
 def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
