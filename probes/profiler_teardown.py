@@ -30,6 +30,7 @@ from typing import Any
 
 from diag.context import Context
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
+from diag.probes import profiler_stage_site as stage_site
 from diag.probes.base import Counter, Probe
 from diag.target import Target
 
@@ -601,6 +602,14 @@ class ProfilerTeardownProbe(Probe):
             s.file, s.line, s.qualname, f"[{s.path}] {s.describe()}" + (
                 "; patched in this process by profiler-controlled-teardown (drop and collect "
                 "at the stop)" if id(s) in patched else "")) for s in sites]
+        switch = stage_site.locate(t)
+        if switch is not None:  # the stage switch runs inside a span: torch's profiler crashes
+            ev.append(location(
+                switch.file, switch.call_line, "Scheduler.run_batch",
+                f"stage profiling (profile_by_stage; always with {V2_ENV}) stops one profile and "
+                f"starts the next inside run_batch's profiler span (@{', @'.join(switch.decorators)}"
+                "): a span crossing two profiler sessions crashes torch's profiler, with any "
+                "teardown; profiler-controlled-teardown moves the switch before the span"))
         where = ", ".join(f for f, _ in CLASSIC_FILES)
         if not classic:
             return self.finding(

@@ -88,3 +88,18 @@ def test_v2_stage_switch_runs_outside_the_span_with_the_fix(release, tmp_path):
     assert fixed["traces"] == ["t-TP-0-decode.trace.json.gz", "t-TP-0-prefill.trace.json.gz"]
     if released is not None:
         assert released["traces"] == fixed["traces"]
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version,line", [("0.5.13", None), ("0.5.23", 4639)])
+def test_the_probe_reports_the_switch_site(release, version, line):
+    from diag.context import Context
+    from diag.probes import get
+
+    static = get("profiler-teardown").static(Context(target=release(version), platform="hip",
+                                                      execute=False))
+    sites = [e for e in static.evidence if e.kind == "location"
+             and "inside run_batch's profiler span" in (e.detail or "")]
+    assert [e.line for e in sites] == ([line] if line else [])
+    if line:
+        assert sites[0].file == "sglang/srt/managers/scheduler.py"
