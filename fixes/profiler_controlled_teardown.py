@@ -41,6 +41,7 @@ from diag.fixes import profiler_stage_switch as stage_switch
 from diag.fixes.base import APPLICABLE, NO_SGLANG, REFUSED, UPSTREAM, Applicability, Fix
 from diag.patcher import Patch
 from diag.probes import profiler_runtime
+from diag.probes import profiler_stage_site as stage_site
 from diag.probes.profiler_runtime import torch_profiles as _torch_profiles
 from diag.probes.profiler_teardown import StopSite, locate_stops
 from diag.target import Target
@@ -248,11 +249,11 @@ class ProfilerControlledTeardownFix(Fix):
         if have:
             reason += "; already upstream: " + ", ".join(f"{s.qualname} [{s.path}]" for s in have)
         changes = tuple(s.qualname for s in missing)
-        switch = stage_switch.locate(target)
+        switch = stage_site.locate(target)
         if switch is not None:
             reason += ("; and switches profiler stages before run_batch's span opens (the "
                        f"switch is at {switch.where})")
-            changes += ("Scheduler.run_batch", f"{switch.manager_class}.{stage_switch.PREDICATE}")
+            changes += ("Scheduler.run_batch", f"{switch.manager_class}.{stage_site.PREDICATE}")
         return Applicability(APPLICABLE, reason, changes=changes)
 
     def _enabled(self) -> bool:
@@ -264,10 +265,10 @@ class ProfilerControlledTeardownFix(Fix):
         for s in self.sites:
             patch.add(s.module, s.qualname, functools.partial(
                 _make, attr=s.attr, path=s.path, controlled=self._enabled))
-        switch = stage_switch.locate(target) if target and self.sites else None
+        switch = stage_site.locate(target) if target and self.sites else None
         if switch is not None:
-            patch.add(stage_switch.SCHEDULER[1], "Scheduler.run_batch", functools.partial(
+            patch.add(stage_site.SCHEDULER[1], "Scheduler.run_batch", functools.partial(
                 stage_switch.wrap_run_batch, enabled=self._enabled))
-            patch.add(switch.manager_module, f"{switch.manager_class}.{stage_switch.PREDICATE}",
+            patch.add(switch.manager_module, f"{switch.manager_class}.{stage_site.PREDICATE}",
                       stage_switch.wrap_predicate)
         return patch

@@ -31,10 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from diag.probes.profiler_stage_site import PREDICATE, SCHEDULER, V2_ENV, StageSwitchSite, locate
-
-__all__ = ["PREDICATE", "SCHEDULER", "StageSwitchSite", "locate", "wrap_predicate",
-           "wrap_run_batch"]
+from diag.probes.profiler_stage_site import PREDICATE, V2_ENV
 
 _hoisted = threading.local()  # the batch whose predicate ran before the span, on this thread
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 from diag.target import Target
 
@@ -69,8 +70,28 @@ def _method_source(src: str, cls_name: str, fn_name: str) -> tuple[str, int] | N
     return None
 
 
+_memo: dict[tuple, StageSwitchSite | None] = {}
+
+
 def locate(target: Target) -> StageSwitchSite | None:
-    """The stage switch inside a decorated `Scheduler.run_batch`, or None (no such shape)."""
+    """The stage switch inside a decorated `Scheduler.run_batch`, or None (no such shape).
+    Memoised on the two files' path, size and mtime: `diagnose` asks three times (the probe,
+    the advice, the patch)."""
+    key = tuple(_stat(target.file(rel)) for rel in (SCHEDULER[0], MANAGER[0]))
+    if key not in _memo:
+        _memo[key] = _locate(target)
+    return _memo[key]
+
+
+def _stat(path: Path) -> tuple:
+    try:
+        st = path.stat()
+    except OSError:
+        return (str(path), None)
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
+def _locate(target: Target) -> StageSwitchSite | None:
     rel, _, cls_name, fn_name = SCHEDULER
     src = target.source(rel)
     msrc = target.source(MANAGER[0])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.fixes import profiler_stage_switch as stage_switch
+from diag.probes import profiler_stage_site as stage_site
 
 pytest.importorskip("torch")
 
@@ -37,7 +37,7 @@ CHILD = Path(__file__).with_name("stage_switch_child.py")
     ("0.5.23", (4614, ("scheduler_stage_method",), 4639)),
 ])
 def test_the_switch_inside_run_batchs_span_is_found_by_shape(release, version, expect):
-    site = stage_switch.locate(release(version))
+    site = stage_site.locate(release(version))
     got = None if site is None else (site.run_batch_line, site.decorators, site.call_line)
     assert got == expect
     if site is not None:

@@ -131,16 +131,21 @@ def test_apply_and_revert_in_this_process_show_state_and_ack(release):
     asyncio.run(go())
 
 
+async def start_bench(pilot, app) -> None:
+    """Once the probes are done, `b` on the Fixes tab, until the stand-in bench has started."""
+    await until(pilot, lambda: app.probes_done)
+    await show_tab(pilot, "tab-fixes")
+    await pilot.press("b")
+    await until(pilot, bench_started.is_set)
+
+
 def test_bench_started_from_the_tui_shows_progress_then_rows(release, tmp_path):
     gates(tmp_path)
     app = make_app(backend=standin_backend(release))
 
     async def go():
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.probes_done)
-            await show_tab(pilot, "tab-fixes")
-            await pilot.press("b")
-            await until(pilot, bench_started.is_set)
+            await start_bench(pilot, app)
             await until(pilot, lambda: "step 1/2" in app.model.bench_progress)
             assert app.query_one("#tabs").active == "tab-timings"
             assert app.query_one("#bench-bar").display  # progress shown while it runs
@@ -181,10 +186,7 @@ def test_q_during_a_bench_ends_it_and_its_process_at_once(release, tmp_path):
 
     async def go():
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.probes_done)
-            await show_tab(pilot, "tab-fixes")
-            await pilot.press("b")
-            await until(pilot, bench_started.is_set)
+            await start_bench(pilot, app)
             pids.extend(app.backend.benches.running)
             assert len(pids) == 1 and psutil.pid_exists(pids[0])
             await pilot.press("q")
