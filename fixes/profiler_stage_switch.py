@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from diag.probes.gate import env_bool
 from diag.probes.profiler_stage_site import PREDICATE, V2_ENV
 
 _hoisted = threading.local()  # the batch whose predicate ran before the span, on this thread
@@ -43,15 +44,9 @@ def _switches_stages(pm: Any) -> bool:
         return True
     flag = getattr(getattr(sys.modules.get(type(pm).__module__), "envs", None), V2_ENV, None)
     try:
-        return bool(flag.get()) if flag is not None else _env_bool(os.environ.get(V2_ENV))
+        return bool(flag.get()) if flag is not None else env_bool(os.environ.get(V2_ENV))
     except Exception:  # an envs object of another shape: as the environment says
-        return _env_bool(os.environ.get(V2_ENV))
-
-
-def _env_bool(value: str | None) -> bool:
-    from diag.probes.gate import env_bool
-
-    return env_bool(value)
+        return env_bool(os.environ.get(V2_ENV))
 
 
 def wrap_run_batch(original: Callable, enabled: Callable[[], bool]) -> Callable:
