@@ -32,7 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from diag.probes.gate import env_bool
-from diag.probes.profiler_stage_site import PREDICATE, V2_ENV
+from diag.probes.profiler_stage_site import PREDICATE
+from diag.probes.profiler_teardown import V2_ENV
 
 _hoisted = threading.local()  # the batch whose predicate ran before the span, on this thread
 

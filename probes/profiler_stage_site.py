@@ -22,7 +22,6 @@ SCHEDULER = ("srt/managers/scheduler.py", "sglang.srt.managers.scheduler", "Sche
 MANAGER = ("srt/managers/scheduler_components/profiler_manager.py",
            "sglang.srt.managers.scheduler_components.profiler_manager")
 PREDICATE = "_profile_batch_predicate"
-V2_ENV = "SGLANG_PROFILE_V2"
 
 
 @dataclass(frozen=True)
