@@ -18,6 +18,10 @@ from pathlib import Path
 import torch
 
 HIDDEN, HEADS, KV_HEADS, INTER, VOCAB = 64, 4, 2, 128, 512
+# The GPU lane (benchmarks/gpu_engine): bf16, heads of 64 (the head size SGLang's CUDA rope and
+# triton attention kernels take on their main path), the same construction otherwise.
+PROFILES = {"cpu": {"hidden": 64, "inter": 128, "dtype": "float32"},
+            "gpu": {"hidden": 256, "inter": 512, "dtype": "bfloat16"}}
 _TEXT = (
     "speculative decoding drafts a few tokens with a small model and verifies them with the "
     "target in one pass; the draft extend step runs eager or replays a graph. "
@@ -44,13 +48,13 @@ def _tokenizer(out: Path) -> int:
     return tok.get_vocab_size()
 
 
-def _config(arch: str, layers: int) -> dict:
+def _config(arch: str, layers: int, dtype: str = "float32") -> dict:
     return {
         "architectures": [arch], "model_type": "llama", "hidden_size": HIDDEN,
         "intermediate_size": INTER, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
         "num_hidden_layers": layers, "vocab_size": VOCAB, "max_position_embeddings": 512,
         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
-        "tie_word_embeddings": False, "torch_dtype": "float32", "bos_token_id": 0,
+        "tie_word_embeddings": False, "torch_dtype": dtype, "bos_token_id": 0,
         "eos_token_id": 1,
     }
 
@@ -95,8 +99,12 @@ def _target(g: torch.Generator, layers: int, zero_o: bool) -> dict:
     return w
 
 
-def make_models(root: Path, seed: int = 0) -> dict[str, Path]:
+def make_models(root: Path, seed: int = 0, profile: str = "cpu") -> dict[str, Path]:
     """Write tokenizer, target, bigram and draft under `root`; return their folders."""
+    global HIDDEN, INTER
+    prof = PROFILES[profile]
+    HIDDEN, INTER = prof["hidden"], prof["inter"]
+    dt = getattr(torch, prof["dtype"])
     root = Path(root)
     tok_dir = root / "tokenizer"
     tok_dir.mkdir(parents=True, exist_ok=True)
@@ -105,18 +113,24 @@ def make_models(root: Path, seed: int = 0) -> dict[str, Path]:
         raise RuntimeError(f"tokenizer has {n} tokens > {VOCAB}")
     g = torch.Generator().manual_seed(seed)
     paths = {"target": root / "target", "bigram": root / "bigram", "draft": root / "draft"}
-    _save(paths["target"], _config("LlamaForCausalLM", 2), _target(g, 2, zero_o=False), tok_dir)
+    _save(paths["target"], _config("LlamaForCausalLM", 2, prof["dtype"]),
+          _cast(_target(g, 2, zero_o=False), dt), tok_dir)
     bigram = _target(g, 1, zero_o=True)
-    _save(paths["bigram"], _config("LlamaForCausalLM", 1), bigram, tok_dir)
+    _save(paths["bigram"], _config("LlamaForCausalLM", 1, prof["dtype"]), _cast(bigram, dt),
+          tok_dir)
     draft = {k.removeprefix("model."): v.clone() for k, v in bigram.items()
              if k.startswith("model.layers.0.") and "input_layernorm" not in k}
     draft["embed_tokens.weight"] = bigram["model.embed_tokens.weight"].clone()
     draft["lm_head.weight"] = bigram["lm_head.weight"].clone()
     draft["fc.weight"] = torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN)], dim=1)
     draft["fc.bias"] = torch.zeros(HIDDEN)
-    draft_cfg = _config("LlamaForCausalLMEagle", 1)
-    _save(paths["draft"], draft_cfg, draft, tok_dir)
+    draft_cfg = _config("LlamaForCausalLMEagle", 1, prof["dtype"])
+    _save(paths["draft"], draft_cfg, _cast(draft, dt), tok_dir)
     return paths
+
+
+def _cast(weights: dict, dtype: torch.dtype) -> dict:
+    return {k: v.to(dtype) for k, v in weights.items()}
 
 
 def bigram_greedy(model_dir: Path, first: int, steps: int) -> list[int]:
@@ -158,7 +172,8 @@ if __name__ == "__main__":
 
     cmd, *rest = sys.argv[1:]
     if cmd == "make":
-        print(json.dumps({k: str(v) for k, v in make_models(Path(rest[0]), int(rest[1])).items()}))
+        made = make_models(Path(rest[0]), int(rest[1]), *rest[2:3])
+        print(json.dumps({k: str(v) for k, v in made.items()}))
     elif cmd == "greedy":
         print(json.dumps(bigram_greedy(Path(rest[0]), int(rest[1]), int(rest[2]))))
     else:

@@ -1,0 +1,125 @@
+"""What the GPU engine lane reads and judges, as pure functions (tested on CPU in CI).
+
+Why apart from the driver: the driver (lane.py) needs a GPU and a real server; what it concludes
+from a server log, from diag's counters and from timed requests must be checkable where CI runs.
+Each judgement is a `Check`: a name, a verdict, and the evidence it rests on. A check whose input
+is missing is `ok=None` (not run), never a pass.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+# SGLang 0.5.23 logs one line per captured runner (log_info_on_rank0 / logger.info):
+#   model_executor/model_runner_components/cuda_graph_setup.py:696  "Capture {role} {verify|decode|
+#       prefill} CUDA graph end. elapsed=..."  (role is "target" or "draft")
+#   speculative/eagle_worker_v2.py:533  "Capture draft decode CUDA graph end. elapsed=..."
+#   speculative/eagle_worker_v2.py:654  "Capture draft extend CUDA graph end. elapsed=..."
+CAPTURE_END = re.compile(r"Capture (?P<name>[a-z ]+?) CUDA graph end\. elapsed=(?P<s>[0-9.]+) s")
+PHASES = ("target verify", "draft decode", "draft extend")
+ERRORS = re.compile(r"Traceback \(most recent call last\)|CUDA error|operation not permitted when "
+                    r"stream is capturing|cudaErrorStreamCapture|Capture .* failed|Scheduler hit an "
+                    r"exception|SIGSEGV|Segmentation fault")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool | None  # None: could not be judged (its input is missing)
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "data": self.data}
+
+
+def captures(log: str) -> dict[str, float]:
+    """Captured runners in a server log: name ("target verify", "draft extend", ...) -> seconds."""
+    out: dict[str, float] = {}
+    for m in CAPTURE_END.finditer(log):
+        out[m.group("name")] = out.get(m.group("name"), 0.0) + float(m.group("s"))
+    return out
+
+
+def log_errors(log: str, limit: int = 5) -> list[str]:
+    return [line.strip()[:200] for line in log.splitlines() if ERRORS.search(line)][:limit]
+
+
+def check_captures(name: str, log: str, expect: dict[str, bool]) -> Check:
+    """Every phase in `expect` captured (True) or not (False), and no error in the log. A sync
+    inside a capture is an error there (CUDA refuses it: the capture fails and the log says so)."""
+    got = captures(log)
+    errs = log_errors(log)
+    wrong = [p for p, want in expect.items() if (p in got) != want]
+    parts = [f"{p}: captured {got[p]:.2f} s" if p in got else f"{p}: not captured" for p in expect]
+    ok = not wrong and not errs
+    detail = "; ".join(parts) + (f"; log errors: {errs}" if errs else "") + \
+        (f"; unexpected: {wrong}" if wrong else "")
+    return Check(name, ok, detail, {"captured": got, "errors": errs})
+
+
+def check_equal_tokens(name: str, runs: dict[str, list[list[int]]]) -> Check:
+    """The same prompts' greedy outputs from several servers: identical, token for token."""
+    names = list(runs)
+    if len(names) < 2 or not all(runs.values()):
+        return Check(name, None, "fewer than two servers answered")
+    ref = runs[names[0]]
+    diffs = {n: [i for i, (a, b) in enumerate(zip(ref, runs[n])) if a != b] for n in names[1:]}
+    ok = all(not d for d in diffs.values()) and all(len(runs[n]) == len(ref) for n in names)
+    n_tok = sum(len(x) for x in ref)
+    return Check(name, ok, f"{len(ref)} prompts, {n_tok} tokens each server; differing prompts: "
+                 + ", ".join(f"{n} {d or 'none'}" for n, d in diffs.items()), {"diffs": diffs})
+
+
+def modes(counters: dict[str, Any] | None, section: str = "draft_extend") -> dict[str, int]:
+    """Passes by mode from a process's folded counters (`diag fix status --json`)."""
+    sec = (counters or {}).get(section) or {}
+    return {m: int(v.get("passes", 0)) for m, v in sec.items() if isinstance(v, dict)}
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {m: after.get(m, 0) - before.get(m, 0) for m in set(after) | set(before)
+            if after.get(m, 0) - before.get(m, 0)}
+
+
+def check_modes(name: str, got: dict[str, int] | None, want: str, why: str = "") -> Check:
+    """All counted passes in mode `want` (graph or eager), at least one."""
+    if got is None:
+        return Check(name, None, "no counters (the scheduler's agent did not report)")
+    other = {m: n for m, n in got.items() if m != want and n}
+    ok = got.get(want, 0) > 0 and not other
+    return Check(name, ok, f"passes by mode {dict(sorted(got.items()))}; expected {want} only"
+                 + (f" ({why})" if why else ""), {"passes": got})
+
+
+def median_ms_per_token(times_s: list[float], tokens: int) -> float | None:
+    return 1e3 * statistics.median(times_s) / tokens if times_s and tokens else None
+
+
+def iqr(values: list[float]) -> float | None:
+    if len(values) < 4:
+        return None
+    q = statistics.quantiles(values, n=4)
+    return q[2] - q[0]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def eager_estimate(graph_mean_s: float | None, eager_mean_s: float | None,
+                   passes_per_token: float | None) -> float | None:
+    """diag's own estimate of what eager draft-extend costs per token (ms): the counters' mean
+    host time of an eager pass minus a graph replay, times draft-extend passes per token."""
+    if graph_mean_s is None or eager_mean_s is None or passes_per_token is None:
+        return None
+    return 1e3 * (eager_mean_s - graph_mean_s) * passes_per_token
+
+
+def mean_s(counters: dict[str, Any] | None, mode: str, section: str = "draft_extend") -> float | None:
+    m = ((counters or {}).get(section) or {}).get(mode) or {}
+    n = m.get("passes") or 0
+    return m.get("seconds", 0.0) / n if n else None
