@@ -39,11 +39,17 @@ MAX_BS = 8  # --cuda-graph-max-bs-decode: the largest batch every runner capture
 PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [64, 65]]
 
 
-def server_cmd(py: str, models: dict[str, Path], port: int) -> list[str]:
+# --mem-fraction-static: SGLang sizes the KV pool as what is free at its start minus
+# (1 - fraction) of the whole card, so each server started after another needs a larger fraction
+# (0.15 for all three: "Loaded weights leave no GPU memory for the KV cache").
+MEM_FRACTION = {"diag": 0.15, "plain": 0.32, "eager": 0.5}
+
+
+def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[str]:
     return [py, "-m", "sglang.launch_server", "--model-path", str(models["bigram"]),
             "--speculative-draft-model-path", str(models["draft"]), *es.EAGLE_ARGS,
             "--device", "cuda", "--attention-backend", "triton", "--host", "127.0.0.1",
-            "--port", str(port), "--mem-fraction-static", "0.15",
+            "--port", str(port), "--mem-fraction-static", str(mem),
             "--cuda-graph-max-bs-decode", str(MAX_BS), "--disable-prefill-cuda-graph",
             "--max-running-requests", "32", "--enable-metrics"]
 
@@ -52,7 +58,7 @@ def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
           env: dict[str, str] | None = None, diag_args: tuple[str, ...] = ()) -> es.Server:
     port = es.free_port()
     py = sys.executable
-    cmd = server_cmd(py, models, port)
+    cmd = server_cmd(py, models, port, MEM_FRACTION[name])
     run_dir = work / f"run-{name}" if under_diag else None
     if run_dir is not None:
         cmd = [py, "-m", "diag", "run", "--probe", "all", *diag_args, "--run-dir", str(run_dir),

@@ -21,13 +21,15 @@ PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 WANT=(orjson pybase64 ipython pydantic setproctitle starlette msgspec "pyzmq>=25.1.2" uvicorn
       fastapi "openai==2.6.1" partial_json_parser "apache-tvm-ffi==0.1.11" compressed-tensors
       gguf dill jsonschema soundfile python-multipart "textual==8.2.8" interegular)
-if [ ! -f "$C/whl/.done" ]; then
+if [ ! -f "$C/whl/.done-2" ]; then
+  rm -f "$C"/whl/*
   python3 -m pip download -q --disable-pip-version-check "${PLAT[@]}" --no-deps -d "$C/whl" "${WANT[@]}" \
     annotated-types asttokens cffi decorator distro executing jedi jiter jsonschema-specifications \
     linkify-it-py loguru matplotlib-inline mdit-py-plugins parso pexpect platformdirs \
     prompt-toolkit ptyprocess pure-eval pycparser pydantic-core referencing rpds-py sniffio \
-    stack-data traitlets typing-inspection wcwidth uc-micro-py ipython-pygments-lexers
-  touch "$C/whl/.done"
+    stack-data traitlets typing-inspection wcwidth uc-micro-py ipython-pygments-lexers \
+    opentelemetry-api
+  touch "$C/whl/.done-2"
 fi
 if [ ! -f "$C/xgrammar-stripped.tgz" ]; then
   rm -rf "$C/tmp/xg" && mkdir -p "$C/tmp/xg"
