@@ -38,6 +38,26 @@ def active() -> bool:
     return bool(_sinks)
 
 
+_flushers: list[Callable[[], None]] = []
+
+
+def add_flusher(fn: Callable[[], None]) -> None:
+    """A counter that folds events in-process (to keep per-pass cost low) registers how to emit
+    what it holds; the agent calls `flush` from its poll thread, so an idle engine's last passes
+    are not held back."""
+    with _lock:
+        if fn not in _flushers:
+            _flushers.append(fn)
+
+
+def flush() -> None:
+    for fn in list(_flushers):
+        try:
+            fn()
+        except Exception:  # never into the engine
+            _log.debug("telemetry flusher failed", exc_info=True)
+
+
 def emit(kind: str, **fields: Any) -> None:
     if not _sinks:
         return

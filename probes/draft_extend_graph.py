@@ -64,7 +64,8 @@ class DraftExtendGraphProbe(Probe):
     title = "Draft-extend graph capture"
     concern = "draft-extend falls back to eager (graph-capture gate)"
     fixes = (FIX_ID,)
-    counter = Counter("diag.probes.draft_extend_runtime:runtime_patch", ("draft_extend",))
+    counter = Counter("diag.probes.draft_extend_runtime:runtime_patch",
+                      ("draft_extend", "graph_phase"))
 
     def run(self, ctx: Context) -> list[Finding]:
         out = [self._static(ctx)]

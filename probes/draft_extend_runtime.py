@@ -7,8 +7,12 @@ hooks, at points that exist in every supported release (tests resolve them by AS
 - the draft-extend runner's graph check, `EAGLEDraftExtendCudaGraphRunner.can_run` (up to
   0.5.13.post1) / `.can_run_graph` (from 0.5.15.post1): called only when a runner exists; its
   answer during the pass decides the mode. No runner, or the check said no -> `eager`.
-Each pass emits `diag.telemetry.emit("draft_extend", mode=..., seconds=..., batch=...)` and is
-added to `COUNTERS`. The first draft-extend after a prefill (`_draft_extend_for_prefill`) is
+Each pass emits `diag.telemetry.emit("draft_extend", mode=..., seconds=..., batch=..., reason=...)`
+and is added to `COUNTERS`; an eager pass says why (`reason`): `kill-switch`
+(SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH set, no runner), `no-runner` (none captured: the gate),
+`batch-above-captured` (a runner exists, the batch is larger than its largest captured size) or
+`runner-declined` (its check said no for another reason). The same patch carries the
+target-verify and draft-decode counters (graph_phase_runtime). The first draft-extend after a prefill (`_draft_extend_for_prefill`) is
 always eager in SGLang and is not counted. Times are host time: nothing here synchronizes the
 device (that would add the very stall being measured).
 """
@@ -16,6 +20,7 @@ device (that would add the very stall being measured).
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +31,8 @@ from packaging.version import InvalidVersion, Version
 
 from diag import telemetry
 from diag.patcher import Patch
+from diag.probes import graph_phase_runtime
+from diag.probes.gate import env_bool
 from diag.target import Target
 
 PATCH_ID = "draft-extend-runtime"
@@ -33,6 +40,8 @@ WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 WORKER_PASS = "EagleDraftWorker._draft_extend_for_decode"
 RUNNER_MODULE = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner"
 RUNNER_CLASS = "EAGLEDraftExtendCudaGraphRunner"
+RUNNER_ATTR = "cuda_graph_runner_for_draft_extend"
+KILL_SWITCH = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
 CAN_RUN_RENAMED_IN = Version("0.5.15")  # 0.5.15.post1 is the first release with can_run_graph
 
 
@@ -117,9 +126,17 @@ def _wrap_pass(original: Callable) -> Callable:
                 (_batch_size(args[0]) if args else None)
             _state.answer = outer
             COUNTERS.add(mode, seconds)
-            telemetry.emit("draft_extend", mode=mode, seconds=seconds, batch=batch)
+            telemetry.emit("draft_extend", mode=mode, seconds=seconds, batch=batch,
+                           reason=None if mode == "graph" else _eager_reason(self, batch))
 
     return draft_extend_for_decode_counted
+
+
+def _eager_reason(worker: Any, batch: int | None) -> str:
+    runner = getattr(worker, RUNNER_ATTR, None)
+    if runner is None and env_bool(os.environ.get(KILL_SWITCH)):
+        return "kill-switch"
+    return graph_phase_runtime.eager_reason(runner, batch)
 
 
 def _wrap_can_run(original: Callable) -> Callable:
@@ -136,7 +153,9 @@ def _wrap_can_run(original: Callable) -> Callable:
 def hook_patch(target_version: str | None) -> Patch:
     """The hooks for a release version as one revertible Patch (None: the newest layout)."""
     (wm, wq), (rm, rq) = hook_targets(target_version)
-    return Patch(PATCH_ID).add(wm, wq, _wrap_pass).add(rm, rq, _wrap_can_run)
+    patch = Patch(PATCH_ID).add(wm, wq, _wrap_pass).add(rm, rq, _wrap_can_run)
+    patch.entries += graph_phase_runtime.hook_patch().entries
+    return patch
 
 
 def runtime_patch(target: Target | None) -> Patch:

@@ -361,6 +361,26 @@ def counted(fn: Callable, mode: str = "auto",
     return wrapper
 
 
+# SGLang's ForwardMode names -> the phases of a speculative step (the census's names). DECODE is
+# the draft model's decode under EAGLE (the target verifies, it never decodes).
+PHASE_OF_MODE = {"EXTEND": "target-extend", "TARGET_VERIFY": "target-verify",
+                 "DRAFT_EXTEND": "draft-extend", "DRAFT_EXTEND_V2": "draft-extend",
+                 "DECODE": "draft-decode", "IDLE": "idle"}
+
+
+def call_phase(args: tuple, kwargs: dict) -> str | None:
+    """The phase of a metadata-builder call, from its ForwardBatch's (or a ForwardMode
+    argument's) mode; None when the call carries neither."""
+    for a in (*args, *kwargs.values()):
+        mode = getattr(a, "forward_mode", None)
+        if mode is None and hasattr(a, "is_target_verify"):
+            mode = a
+        name = getattr(mode, "name", None)
+        if isinstance(name, str):
+            return PHASE_OF_MODE.get(name, name.lower())
+    return None
+
+
 def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
     from diag import telemetry
 
@@ -374,7 +394,7 @@ def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
             out = fn(*args, **kwargs)
         if counting:
             telemetry.emit("syncs", builder=builder, count=report.count,
-                           seconds=time.perf_counter() - t0,
+                           seconds=time.perf_counter() - t0, phase=call_phase(args, kwargs),
                            sites=[f"{os.path.basename(e.file)}:{e.line}" for e in report.events])
         return out
 
@@ -417,6 +437,15 @@ BUILDERS: tuple[tuple[str, str], ...] = (
      "MiniMaxSparseAttnBackend._build_prefill_meta"),
     ("sglang.srt.layers.attention.deepseek_v4_backend",
      "DeepseekV4AttnBackend._build_late_layer_tail_metadata"),
+    # the triton backend (the GPU engine lane's): eager metadata, and the host part of each
+    # replayed step (`*_out_graph`, from 0.5.2x; absent before, so not wrapped there)
+    ("sglang.srt.layers.attention.triton_backend", "TritonAttnBackend.init_forward_metadata"),
+    ("sglang.srt.layers.attention.triton_backend",
+     "TritonAttnBackend.init_forward_metadata_out_graph"),
+    ("sglang.srt.layers.attention.triton_backend",
+     "TritonMultiStepDraftBackend.init_forward_metadata"),
+    ("sglang.srt.layers.attention.triton_backend",
+     "TritonMultiStepDraftBackend.init_forward_metadata_out_graph"),
 )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 #       prefill} CUDA graph end. elapsed=..."  (role is "target" or "draft")
 #   speculative/eagle_worker_v2.py:533  "Capture draft decode CUDA graph end. elapsed=..."
 #   speculative/eagle_worker_v2.py:654  "Capture draft extend CUDA graph end. elapsed=..."
-CAPTURE_END = re.compile(r"Capture (?P<name>[a-z ]+?) CUDA graph end\. elapsed=(?P<s>[0-9.]+) s")
+CAPTURE_END = re.compile(r"Capture (?P<name>[a-z ]+?) CUDA graph end\.[^\n]*?elapsed=(?P<s>[0-9.]+) s")
 PHASES = ("target verify", "draft decode", "draft extend")
 ERRORS = re.compile(r"Traceback \(most recent call last\)|CUDA error|operation not permitted when "
                     r"stream is capturing|cudaErrorStreamCapture|Capture .* failed|Scheduler hit an "

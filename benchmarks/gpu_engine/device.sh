@@ -17,6 +17,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
   || { echo "device.sh: wheel install failed"; tail -5 $W/pip.log; }
 tar xzf $C/xgrammar-stripped.tgz -C $S/py
 tar xzf $C/sglang-src-*.tgz -C $S/src && tar xzf $C/sglang-meta-*.tgz -C $S/src
+# the flashinfer stand-in gets the real flashinfer headers beside it (SGLang's JIT finds them
+# through the package's folder: data/include; the other include folders it checks stay empty)
+FI=$PWD/tests/engine_standins_cuda/flashinfer/data
+mkdir -p $FI/csrc $FI/cutlass/include $FI/cutlass/tools/util/include $FI/spdlog/include
+tar xzf $C/flashinfer-include.tgz -C $FI
 [ -f $C/caches.tgz ] && tar xzf $C/caches.tgz -C / && echo "device.sh: restored JIT/triton caches"
 python3 -m pip install -q --no-deps --no-build-isolation --no-cache-dir . >$W/pip-diag.log 2>&1 \
   || { echo "device.sh: diag install failed"; tail -5 $W/pip-diag.log; }

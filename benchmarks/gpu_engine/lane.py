@@ -232,6 +232,9 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
                          tui.returncode == 0 and "graph" in tui.stdout,
                          f"rc {tui.returncode}; " + " | ".join(
                              ln.strip() for ln in tui.stdout.splitlines() if "draft-extend" in ln)[:300]))
+        res["timings"] = timings(servers, rounds, tokens)
+        # last: without flashinfer's JIT sampling kernel building, a sampled request ends the
+        # scheduler (SGLang's own failure, not diag's), and nothing may come after it
         sampled = {}
         for n in ("diag", "eager"):
             code, body = servers[n].post("/generate", {"input_ids": [5, 6, 7], "sampling_params": {
@@ -239,7 +242,6 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
             sampled[n] = {"code": code, "n": len(json.loads(body).get("output_ids", [])) if code == 200 else body[:200]}
         add(checks.Check("sampled (non-greedy) requests", all(v["code"] == 200 for v in sampled.values()),
                          json.dumps(sampled), sampled))
-        res["timings"] = timings(servers, rounds, tokens)
         for n, s in servers.items():
             res["servers"][n]["alive_at_end"] = s.proc.poll() is None
             res["servers"][n]["log_errors"] = checks.log_errors(s.log.read_text(errors="replace"))

@@ -5,6 +5,7 @@
 #                                    ... are there; the list below is what its image lacks)
 #   .carry/gpu/xgrammar-stripped.tgz xgrammar 0.2.1 without its static library, its binding
 #                                    stripped of symbols (44 MB wheel -> 0.9 MB; same code)
+#   .carry/gpu/flashinfer-include.tgz  flashinfer 0.7.2's headers (see below)
 #   .carry/gpu/sglang-src.tgz        the release's .py files and the sources of its JIT kernels
 #                                    (sglang/kernels/jit, built there with nvcc)
 # Usage: bash benchmarks/gpu_engine/pack.sh [VERSION]   (default 0.5.23). Idempotent, cached.
@@ -44,6 +45,14 @@ if [ ! -f "$C/sglang-src-$V.tgz" ]; then
      && find sglang \( -name '*.py' -o -path 'sglang/kernels/jit/*' \) -type f -print0 \
         | tar czf "../../sglang-src-$V.tgz" --null -T - \
      && { find sglang-*.dist-info -type f | tar czf "../../sglang-meta-$V.tgz" -T -; } )
+fi
+if [ ! -f "$C/flashinfer-include.tgz" ]; then
+  # flashinfer's C++ headers (flashinfer/data/include, 5.5 MB of the 65 MB wheel): SGLang's JIT
+  # tree-sampling kernel (non-greedy EAGLE verification) compiles against them
+  rm -rf "$C/tmp/fi" && mkdir -p "$C/tmp/fi"
+  python3 -m pip download -q --disable-pip-version-check --no-deps -d "$C/tmp" flashinfer_python==0.7.2
+  (cd "$C/tmp/fi" && unzip -q ../flashinfer_python-0.7.2-*.whl 'flashinfer/data/include/*' \
+     && tar czf ../../flashinfer-include.tgz -C flashinfer/data include)
 fi
 rm -rf "$C/tmp"
 du -sh "$C"/* | sed 's/^/pack: /' >&2

@@ -454,6 +454,7 @@ class Agent:
                 self.poll()
             except Exception as e:
                 self.error("control poll", e)
+            telemetry.flush()  # counters that fold in-process emit what an idle engine holds
 
     def poll(self) -> None:
         """Read new control requests; apply them here unless a per-batch hook is in."""

@@ -373,9 +373,14 @@ class Syncs(CounterEvent):
     count: int = 0
     seconds: float = 0.0
     sites: list[str] = field(default_factory=list)
+    phase: str | None = None  # target-extend | target-verify | draft-extend | draft-decode
     series: ClassVar[tuple[Series, ...]] = (
         Series("metadata_builds", "counter", ("builder",), "calls",
                "Calls of an attention metadata builder observed by diag."),
+        Series("metadata_phase_builds", "counter", ("phase",), "calls",
+               "Metadata builder calls by the phase of the step they serve."),
+        Series("metadata_phase_syncs", "counter", ("phase",), "syncs",
+               "Implicit device-to-host syncs inside metadata builders, by phase."),
         Series("metadata_syncs", "counter", ("builder",), "syncs",
                "Implicit device-to-host syncs made inside a metadata builder."),
         Series("metadata_build_seconds", "counter", ("builder",), "seconds",
@@ -387,6 +392,10 @@ class Syncs(CounterEvent):
         b["calls"] += 1
         b["syncs"] += int(self.count or 0)
         b["seconds"] += float(self.seconds or 0.0)
+        if self.phase:
+            p = b.setdefault("phases", {}).setdefault(self.phase, {"calls": 0, "syncs": 0})
+            p["calls"] += 1
+            p["syncs"] += int(self.count or 0)
         return section
 
     @classmethod
@@ -401,6 +410,11 @@ class Syncs(CounterEvent):
             metric("metadata_syncs").labels(builder=builder).inc(self.count)
         if self.seconds and self.seconds > 0:
             metric("metadata_build_seconds").labels(builder=builder).inc(self.seconds)
+        if self.phase:
+            phase = label("phase", self.phase)
+            metric("metadata_phase_builds").labels(phase=phase).inc()
+            if self.count and self.count > 0:
+                metric("metadata_phase_syncs").labels(phase=phase).inc(self.count)
 
     fleet_defaults: ClassVar[dict[str, Any]] = {"syncs_per_step": None}
     fleet_empty: ClassVar[dict[str, Any]] = {"metadata_builds": None, "syncs": None,
@@ -431,16 +445,22 @@ class Syncs(CounterEvent):
 DRAFT_EXTEND_MODES = ("graph", "eager")
 
 
+def _why(reasons: dict | None) -> str:
+    return f" (eager because: {', '.join(f'{k} {n}' for k, n in sorted(reasons.items()))})" \
+        if reasons else ""
+
+
 @kind
 @dataclass
 class DraftExtend(CounterEvent):
-    """One draft-extend pass: graph replay or eager, host time, batch size."""
+    """One draft-extend pass: graph replay or eager (and why), host time, batch size."""
 
     kind: ClassVar[str] = "draft_extend"
     section: ClassVar[str] = "draft_extend"
     mode: str | None = None  # graph | eager
     seconds: float | None = None
     batch: int | None = None
+    reason: str | None = None  # eager only: kill-switch | no-runner | batch-above-captured | ...
     series: ClassVar[tuple[Series, ...]] = (
         Series("draft_extend_passes", "counter", ("mode",), "passes",
                "Draft-extend forward passes by mode (graph replay or eager)."),
@@ -448,24 +468,32 @@ class DraftExtend(CounterEvent):
                "Host time of one draft-extend forward pass, by mode.",
                (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                 1.0)),
+        Series("draft_extend_eager_passes", "counter", ("reason",), "passes",
+               "Eager draft-extend passes by why they ran eager."),
     )
 
     def add_to(self, section: dict) -> dict:
         m = section.setdefault(str(self.mode), {"passes": 0, "seconds": 0.0})
         m["passes"] += 1
         m["seconds"] += float(self.seconds or 0.0)
+        if self.reason:
+            r = m.setdefault("reasons", {})
+            r[self.reason] = r.get(self.reason, 0) + 1
         return section
 
     @classmethod
     def describe(cls, section: dict) -> list[str]:
         return [f"draft-extend {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms"
-                for m, v in sorted(section.items())]
+                + _why(v.get("reasons")) for m, v in sorted(section.items())]
 
     def record(self, metric: Metric, label: Label) -> None:
         mode = self.mode if self.mode in DRAFT_EXTEND_MODES else "other"
         metric("draft_extend_passes").labels(mode=mode).inc()
         if self.seconds is not None and self.seconds >= 0:
             metric("draft_extend_seconds").labels(mode=mode).observe(self.seconds)
+        if mode == "eager":
+            metric("draft_extend_eager_passes").labels(
+                reason=label("reason", self.reason or "unknown")).inc()
 
     fleet_defaults: ClassVar[dict[str, Any]] = {"draft_extend_eager_share": None}
     fleet_empty: ClassVar[dict[str, Any]] = {"draft_extend_passes": {},
@@ -490,6 +518,51 @@ class DraftExtend(CounterEvent):
                       "draft_extend_mean_s": {m: v for m, v in (mean.get(k) or {}).items()
                                               if v is not None}}
         return out
+
+
+@kind
+@dataclass
+class GraphPhase(CounterEvent):
+    """Target-verify or draft-decode passes by mode since the last such event (folded in the
+    engine, emitted at most once a second): graph replay or eager, why eager, host time."""
+
+    kind: ClassVar[str] = "graph_phase"
+    section: ClassVar[str] = "graph_phases"
+    phase: str | None = None  # target-verify | draft-decode
+    mode: str | None = None  # graph | eager
+    reason: str | None = None
+    passes: int = 0
+    seconds: float | None = None
+    series: ClassVar[tuple[Series, ...]] = (
+        Series("graph_phase_passes", "counter", ("phase", "mode"), "passes",
+               "Target-verify and draft-decode passes by mode (graph replay or eager)."),
+        Series("graph_phase_seconds", "counter", ("phase", "mode"), "seconds",
+               "Host time of target-verify and draft-decode passes, by mode."),
+    )
+
+    def add_to(self, section: dict) -> dict:
+        m = section.setdefault(str(self.phase), {}).setdefault(
+            str(self.mode), {"passes": 0, "seconds": 0.0})
+        m["passes"] += int(self.passes or 0)
+        m["seconds"] += float(self.seconds or 0.0)
+        if self.reason:
+            r = m.setdefault("reasons", {})
+            r[self.reason] = r.get(self.reason, 0) + int(self.passes or 0)
+        return section
+
+    @classmethod
+    def describe(cls, section: dict) -> list[str]:
+        return [f"{phase} {m}: {v['passes']} passes, {v['seconds'] * 1e3:.2f} ms"
+                + _why(v.get("reasons"))
+                for phase, modes in sorted(section.items()) for m, v in sorted(modes.items())]
+
+    def record(self, metric: Metric, label: Label) -> None:
+        mode = self.mode if self.mode in DRAFT_EXTEND_MODES else "other"
+        phase = label("phase", self.phase or "unknown")
+        if self.passes and self.passes > 0:
+            metric("graph_phase_passes").labels(phase=phase, mode=mode).inc(self.passes)
+        if self.seconds and self.seconds > 0:
+            metric("graph_phase_seconds").labels(phase=phase, mode=mode).inc(self.seconds)
 
 
 @kind
