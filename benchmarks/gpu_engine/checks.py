@@ -123,3 +123,79 @@ def mean_s(counters: dict[str, Any] | None, mode: str, section: str = "draft_ext
     m = ((counters or {}).get(section) or {}).get(mode) or {}
     n = m.get("passes") or 0
     return m.get("seconds", 0.0) / n if n else None
+
+
+def phase_modes(counters: dict[str, Any] | None, phase: str) -> dict[str, int]:
+    """Passes by mode of one phase: draft-extend from its own section, target-verify and
+    draft-decode from `graph_phases`."""
+    if phase == "draft-extend":
+        return modes(counters)
+    sec = ((counters or {}).get("graph_phases") or {}).get(phase) or {}
+    return {m: int(v.get("passes", 0)) for m, v in sec.items() if isinstance(v, dict)}
+
+
+def phase_reasons(counters: dict[str, Any] | None, phase: str) -> dict[str, int]:
+    sec = (counters or {}).get("draft_extend") if phase == "draft-extend" else \
+        ((counters or {}).get("graph_phases") or {}).get(phase)
+    return dict(((sec or {}).get("eager") or {}).get("reasons") or {})
+
+
+def phase_lines(counters: dict[str, Any] | None) -> list[str]:
+    """One line per phase: captured (graph replays) or eager, and why."""
+    out = []
+    for phase in ("target-verify", "draft-decode", "draft-extend"):
+        m = phase_modes(counters, phase)
+        why = phase_reasons(counters, phase)
+        out.append(f"{phase}: graph {m.get('graph', 0)}, eager {m.get('eager', 0)}"
+                   + (f" (eager because: {why})" if why else ""))
+    return out
+
+
+def syncs_by_phase(counters: dict[str, Any] | None) -> dict[str, dict[str, int]]:
+    """Runtime syncs and builder calls per phase, summed over the wrapped builders."""
+    out: dict[str, dict[str, int]] = {}
+    for b in ((counters or {}).get("syncs") or {}).values():
+        for phase, v in (b.get("phases") or {}).items():
+            o = out.setdefault(phase, {"calls": 0, "syncs": 0})
+            o["calls"] += int(v.get("calls", 0))
+            o["syncs"] += int(v.get("syncs", 0))
+    return out
+
+
+def syncs_per_step(counters: dict[str, Any] | None) -> dict[str, float | None]:
+    """Measured syncs per pass of each phase: its builders' syncs / the phase's passes."""
+    by = syncs_by_phase(counters)
+    out: dict[str, float | None] = {}
+    for phase, v in by.items():
+        passes = sum(phase_modes(counters, phase).values()) if phase in (
+            "target-verify", "draft-decode", "draft-extend") else None
+        out[phase] = v["syncs"] / passes if passes else None
+    return out
+
+
+def census_per_phase(report: dict[str, Any]) -> dict[str, float]:
+    """The static census's per-phase totals from a `diag probe metadata-syncs --json` report:
+    evidence items whose data carry `phase` and `syncs_per_step`."""
+    out: dict[str, float] = {}
+    for f in report.get("findings", []):
+        for ev in f.get("evidence", []):
+            d = ev.get("data") or {}
+            if "phase" in d and isinstance(d.get("syncs_per_step"), (int, float)):
+                out[str(d["phase"])] = d["syncs_per_step"]
+    return out
+
+
+def check_syncs_agree(name: str, measured: dict[str, float | None],
+                      census: dict[str, float]) -> Check:
+    """Measured syncs per step per phase equal the census's, for the phases both have."""
+    both = sorted(p for p in census if measured.get(p) is not None)
+    if not census:
+        return Check(name, None, "the census report gives no per-phase totals", {
+            "measured": measured})
+    if not both:
+        return Check(name, None, f"no phase measured and counted both (measured {measured}, "
+                     f"census {census})", {"measured": measured, "census": census})
+    diff = {p: (measured[p], census[p]) for p in both if abs((measured[p] or 0) - census[p]) > 1e-9}
+    return Check(name, not diff, "per step, measured vs census: "
+                 + ", ".join(f"{p} {measured[p]:g} vs {census[p]:g}" for p in both),
+                 {"measured": measured, "census": census, "differ": diff})

@@ -188,10 +188,18 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         c1 = checks.modes(counters(d))
         add(checks.check_modes("draft-extend counted as graph replays (captured runner)",
                                checks.delta(c1, c0), "graph"))
+        wait_for(lambda: checks.phase_modes(counters(d), "draft-decode"), 5)
+        cd = counters(d)
+        for phase in ("target-verify", "draft-decode"):
+            add(checks.check_modes(f"{phase} counted as graph replays at batch 1",
+                                   checks.phase_modes(cd, phase), "graph"))
         k0 = checks.modes(counters(k))
         k.generate(PROMPTS[1], 32)
         add(checks.check_modes("draft-extend counted eager with the kill switch",
                                checks.delta(checks.modes(counters(k)), k0), "eager", KILL))
+        why = checks.phase_reasons(counters(k), "draft-extend")
+        add(checks.Check("kill switch named as the reason", set(why) == {"kill-switch"},
+                         f"eager reasons {why}", {"reasons": why}))
         before = counters(d)
         concurrent_batch(d, 2 * MAX_BS, 48)
         after = counters(d)
@@ -200,6 +208,24 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
                          big.get("eager", 0) > 0,
                          f"{2 * MAX_BS} concurrent requests: passes by mode {big}",
                          {"passes": big, "draft_extend": (after or {}).get("draft_extend")}))
+        time.sleep(1.5)  # the phase counters flush at most once a second
+        after = counters(d)
+        for phase in ("target-verify", "draft-decode", "draft-extend"):
+            why = checks.phase_reasons(after, phase)
+            add(checks.Check(f"{phase} eager above the largest captured batch, with the reason",
+                             why.get("batch-above-captured", 0) > 0, f"eager reasons {why}",
+                             {"reasons": why}))
+        res["phase_lines"] = {n: checks.phase_lines(counters(s)) for n, s in
+                              (("diag", d), ("eager", k))}
+        # syncs per step per phase: the runtime counter (GPU sync debug mode in the scheduler)
+        # next to the static census for this configuration
+        measured = checks.syncs_per_step(after)
+        probe = diag_cli("probe", "metadata-syncs", "--server", d.url, "--json", timeout=300)
+        rep = json.loads(probe.stdout) if probe.stdout.strip().startswith("{") else {}
+        res["census_report"] = rep
+        res["syncs_by_phase"] = checks.syncs_by_phase(after)
+        add(checks.check_syncs_agree("runtime syncs per step per phase agree with the census",
+                                     measured, checks.census_per_phase(rep)))
         res["counters"] = {"diag": counters(d), "eager": counters(k)}
         # profiles with CUDA activities through the controlled teardown
         classic = profile(d, work / "prof-classic", {"num_steps": 3, "activities": ["CPU", "GPU"]}, 1)
@@ -237,9 +263,13 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         # scheduler (SGLang's own failure, not diag's), and nothing may come after it
         sampled = {}
         for n in ("diag", "eager"):
-            code, body = servers[n].post("/generate", {"input_ids": [5, 6, 7], "sampling_params": {
-                "max_new_tokens": 16, "temperature": 0.8, "top_p": 0.9, "top_k": 20}})
-            sampled[n] = {"code": code, "n": len(json.loads(body).get("output_ids", [])) if code == 200 else body[:200]}
+            try:
+                code, body = servers[n].post("/generate", {"input_ids": [5, 6, 7], "sampling_params": {
+                    "max_new_tokens": 16, "temperature": 0.8, "top_p": 0.9, "top_k": 20}})
+                sampled[n] = {"code": code, "n": len(json.loads(body).get("output_ids", []))
+                              if code == 200 else body[:200]}
+            except OSError as e:
+                sampled[n] = {"code": None, "error": f"{type(e).__name__}: {e}"}
         add(checks.Check("sampled (non-greedy) requests", all(v["code"] == 200 for v in sampled.values()),
                          json.dumps(sampled), sampled))
         for n, s in servers.items():
@@ -307,6 +337,10 @@ def summary(res: dict) -> str:
                      f"{t['eager_vs_captured']:.3f}x; eager cost measured "
                      f"{t['measured_eager_cost_ms_per_token']:.3f} ms/token, diag's estimate "
                      f"{t['diag_estimate_eager_cost_ms_per_token'] or float('nan'):.3f} ms/token")
+    for n, pl in (res.get("phase_lines") or {}).items():
+        lines.append(f"phases ({n} server): " + "; ".join(pl))
+    if res.get("syncs_by_phase") is not None:
+        lines.append(f"runtime syncs by phase (diag server): {res['syncs_by_phase']}")
     lines.append(f"servers: {json.dumps(res.get('servers'))}")
     return "\n".join(lines)
 
