@@ -39,10 +39,12 @@ MAX_BS = 8  # --cuda-graph-max-bs-decode: the largest batch every runner capture
 PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [64, 65]]
 
 
-# --mem-fraction-static: SGLang sizes the KV pool as what is free at its start minus
-# (1 - fraction) of the whole card, so each server started after another needs a larger fraction
-# (0.15 for all three: "Loaded weights leave no GPU memory for the KV cache").
-MEM_FRACTION = {"diag": 0.15, "plain": 0.32, "eager": 0.5}
+# Three servers on one card: SGLang sizes the KV pool as what is free at its start minus
+# (1 - --mem-fraction-static) of the whole card, so a server that starts after another one took
+# its pool finds none ("Loaded weights leave no GPU memory for the KV cache"). A fixed, small
+# pool (--max-total-tokens) under a high fraction fits in any start order.
+MEM_FRACTION = dict.fromkeys(("diag", "plain", "eager"), 0.85)
+MAX_TOTAL_TOKENS = 65536
 
 
 def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[str]:
@@ -50,6 +52,7 @@ def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[
             "--speculative-draft-model-path", str(models["draft"]), *es.EAGLE_ARGS,
             "--device", "cuda", "--attention-backend", "triton", "--host", "127.0.0.1",
             "--port", str(port), "--mem-fraction-static", str(mem),
+            "--max-total-tokens", str(MAX_TOTAL_TOKENS),
             "--cuda-graph-max-bs-decode", str(MAX_BS), "--disable-prefill-cuda-graph",
             "--max-running-requests", "32", "--enable-metrics"]
 
