@@ -67,3 +67,42 @@ def emit(kind: str, **fields: Any) -> None:
             sink(event)
         except Exception:  # a broken sink must not break the engine
             _log.debug("telemetry sink failed", exc_info=True)
+
+
+class Folder:
+    """Sums one counter's events in-process and emits them as one event per key at most every
+    `every` seconds (and on `flush`, which the agent's poll thread calls): a write and a metrics
+    update per pass of a hot path is most of what a counter would cost a serving engine.
+
+    `add(key_fields, **sums)`: the event for a key carries the key's fields, `count_field` (how
+    many adds it folds) and each summed field."""
+
+    def __init__(self, kind: str, count_field: str, every: float = 1.0) -> None:
+        self.kind, self.count_field, self.every = kind, count_field, every
+        self.lock = threading.Lock()
+        self.pending: dict[tuple, dict[str, Any]] = {}
+        self.last = time.monotonic()
+        add_flusher(self.flush)
+
+    def add(self, key: dict[str, Any], **sums: float) -> None:
+        if not _sinks:
+            return
+        k = tuple(sorted((n, v if not isinstance(v, list) else tuple(v)) for n, v in key.items()))
+        with self.lock:
+            p = self.pending.get(k)
+            if p is None:
+                p = self.pending[k] = {**key, self.count_field: 0, **dict.fromkeys(sums, 0)}
+            p[self.count_field] += 1
+            for n, v in sums.items():
+                p[n] += v
+            due = time.monotonic() - self.last >= self.every
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, {}
+            self.last = time.monotonic()
+        for fields in pending.values():
+            emit(self.kind, **fields)
+

@@ -7,8 +7,8 @@ hooks, at points that exist in every supported release (tests resolve them by AS
 - the draft-extend runner's graph check, `EAGLEDraftExtendCudaGraphRunner.can_run` (up to
   0.5.13.post1) / `.can_run_graph` (from 0.5.15.post1): called only when a runner exists; its
   answer during the pass decides the mode. No runner, or the check said no -> `eager`.
-Each pass emits `diag.telemetry.emit("draft_extend", mode=..., seconds=..., batch=..., reason=...)`
-and is added to `COUNTERS`; an eager pass says why (`reason`): `kill-switch`
+Each pass is added to `COUNTERS` and folded into `draft_extend` events (mode, batch, reason,
+passes, seconds summed; one per key at most once a second: `telemetry.Folder`); an eager pass says why (`reason`): `kill-switch`
 (SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH set, no runner), `no-runner` (none captured: the gate),
 `batch-above-captured` (a runner exists, the batch is larger than its largest captured size) or
 `runner-declined` (its check said no for another reason). The same patch carries the
@@ -81,6 +81,7 @@ class Counters:
 
 
 COUNTERS = Counters()
+FOLD = telemetry.Folder("draft_extend", "passes")
 _state = threading.local()  # per thread: the graph check's answer during the current pass
 
 
@@ -126,8 +127,9 @@ def _wrap_pass(original: Callable) -> Callable:
                 (_batch_size(args[0]) if args else None)
             _state.answer = outer
             COUNTERS.add(mode, seconds)
-            telemetry.emit("draft_extend", mode=mode, seconds=seconds, batch=batch,
-                           reason=None if mode == "graph" else _eager_reason(self, batch))
+            FOLD.add({"mode": mode, "batch": batch,
+                      "reason": None if mode == "graph" else _eager_reason(self, batch)},
+                     seconds=seconds)
 
     return draft_extend_for_decode_counted
 

@@ -10,8 +10,8 @@ size, a runner that declines), and users do not expect it. Two hooks, in every s
 - `EagleDraftWorker.draft` (speculative/eagle_worker_v2.py): one call is one draft-decode step
   (steps - 1 inner forwards); it replays the draft runner's graph, or calls the draft model
   runner's `forward` eagerly (seen by the hook above).
-Passes are folded in-process and emitted at most once a second as `graph_phase` events carrying
-the counts since the last one (per pass would add an event write to every forward). Host time
+Passes are folded in-process (`telemetry.Folder`) and emitted at most once a second as
+`graph_phase` events carrying the counts since the last one. Host time
 only: nothing here synchronizes the device.
 """
 
@@ -32,41 +32,16 @@ RUNNER_FORWARD = "ModelRunner.forward"
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 WORKER_DRAFT = "EagleDraftWorker.draft"
 TARGET_RUNNER_ATTRS = ("decode_cuda_graph_runner", "graph_runner", "cuda_graph_runner")
-FLUSH_EVERY_S = 1.0
 PHASES = ("target-verify", "draft-decode")
 
 _state = threading.local()  # per thread: inside a draft step, eager forwards seen in it
 
 
-class Fold:
-    """(phase, mode, reason) -> [passes, seconds] since the last emit, flushed at most every
-    FLUSH_EVERY_S from the pass that finds the interval over (and by `flush`)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pending: dict[tuple[str, str, str | None], list[float]] = {}
-        self.last = time.monotonic()
-
-    def add(self, phase: str, mode: str, reason: str | None, seconds: float) -> None:
-        with self.lock:
-            p = self.pending.setdefault((phase, mode, reason), [0, 0.0])
-            p[0] += 1
-            p[1] += seconds
-            due = time.monotonic() - self.last >= FLUSH_EVERY_S
-        if due:
-            self.flush()
-
-    def flush(self) -> None:
-        with self.lock:
-            pending, self.pending = self.pending, {}
-            self.last = time.monotonic()
-        for (phase, mode, reason), (n, s) in pending.items():
-            telemetry.emit("graph_phase", phase=phase, mode=mode, reason=reason, passes=int(n),
-                           seconds=s)
+FOLD = telemetry.Folder("graph_phase", "passes")
 
 
-FOLD = Fold()
-telemetry.add_flusher(FOLD.flush)
+def _add(phase: str, mode: str, reason: str | None, seconds: float) -> None:
+    FOLD.add({"phase": phase, "mode": mode, "reason": reason}, seconds=seconds)
 
 
 def _bs(forward_batch: Any) -> int | None:
@@ -120,7 +95,7 @@ def _wrap_forward(original: Callable) -> Callable:
         out = original(self, forward_batch, *args, **kwargs)
         try:
             graph = _graph_ran(out)
-            FOLD.add("target-verify", "graph" if graph else "eager",
+            _add("target-verify", "graph" if graph else "eager",
                      None if graph else eager_reason(_target_runner(self), _bs(forward_batch)),
                      time.perf_counter() - t0)
         except Exception:  # counting must never break the forward
@@ -144,7 +119,7 @@ def _wrap_draft(original: Callable) -> Callable:
             try:
                 n = getattr(batch, "batch_size", None)
                 n = n() if callable(n) else n
-                FOLD.add("draft-decode", "eager" if eager else "graph",
+                _add("draft-decode", "eager" if eager else "graph",
                          eager_reason(getattr(self, "cuda_graph_runner", None),
                                       n if isinstance(n, int) else None) if eager else None,
                          time.perf_counter() - t0)

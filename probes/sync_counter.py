@@ -6,7 +6,8 @@ Three entry points:
   first frame outside torch: function, file, line).
 - `counted(fn)`: a method wrapper that counts every call (`wrapper.reports`).
 - `builder_patch(builders)`: a `diag.patcher.Patch` that wraps builder methods inside an engine
-  and emits `diag.telemetry.emit("syncs", builder=, count=, seconds=)` per call; with no sink
+  and emits `syncs` events (builder, phase, calls, count, seconds; folded in-process, one per key
+  at most once a second: `telemetry.Folder`); with no sink
   installed the wrapper costs one list check. `runtime_patch(target)` is the metadata-syncs
   probe's runtime counter: that patch over the `BUILDERS` present in the running release.
 
@@ -361,6 +362,8 @@ def counted(fn: Callable, mode: str = "auto",
     return wrapper
 
 
+_FOLD: Any = None  # the `syncs` events' fold (builder, phase, syncs per call, sites) -> sums
+
 # SGLang's ForwardMode names -> the phases of a speculative step (the census's names). DECODE is
 # the draft model's decode under EAGLE (the target verifies, it never decodes).
 PHASE_OF_MODE = {"EXTEND": "target-extend", "TARGET_VERIFY": "target-verify",
@@ -384,6 +387,10 @@ def call_phase(args: tuple, kwargs: dict) -> str | None:
 def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
     from diag import telemetry
 
+    global _FOLD
+    if _FOLD is None:
+        _FOLD = telemetry.Folder("syncs", "calls")
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not telemetry._sinks or not gpu_available():
@@ -393,9 +400,10 @@ def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
         with _gpu_scope(report, blocking=False) as counting:
             out = fn(*args, **kwargs)
         if counting:
-            telemetry.emit("syncs", builder=builder, count=report.count,
-                           seconds=time.perf_counter() - t0, phase=call_phase(args, kwargs),
-                           sites=[f"{os.path.basename(e.file)}:{e.line}" for e in report.events])
+            n = report.count
+            _FOLD.add({"builder": builder, "phase": call_phase(args, kwargs), "per_call": n,
+                       "sites": [f"{os.path.basename(e.file)}:{e.line}" for e in report.events]},
+                      seconds=time.perf_counter() - t0, count=n)
         return out
 
     wrapper.__diag_builder__ = builder  # type: ignore[attr-defined]
@@ -410,7 +418,7 @@ def rewrap(counter: Callable, inner: Callable) -> Callable:
 def builder_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]):
     """A Patch wrapping each (module, qualname) builder to count its syncs per call on the device.
 
-    Emits telemetry "syncs" (builder, count, seconds, sites) when a sink is installed and a GPU is
+    Emits telemetry "syncs" (builder, phase, calls, count, seconds, sites; folded) when a sink is installed and a GPU is
     present; otherwise the wrapper calls straight through. Another thread already counting makes
     the call go uncounted rather than wait.
     """

@@ -365,12 +365,15 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 @kind
 @dataclass
 class Syncs(CounterEvent):
-    """One call of an attention metadata builder: implicit device->host syncs counted inside."""
+    """Calls of an attention metadata builder (`calls`, one when absent; folded in the engine) and
+    the implicit device->host syncs counted inside them (`count`, in all; `per_call` each)."""
 
     kind: ClassVar[str] = "syncs"
     section: ClassVar[str] = "syncs"
     builder: str = "unknown"
     count: int = 0
+    calls: int = 1
+    per_call: int | None = None
     seconds: float = 0.0
     sites: list[str] = field(default_factory=list)
     phase: str | None = None  # target-extend | target-verify | draft-extend | draft-decode
@@ -389,12 +392,12 @@ class Syncs(CounterEvent):
 
     def add_to(self, section: dict) -> dict:
         b = section.setdefault(str(self.builder), {"calls": 0, "syncs": 0, "seconds": 0.0})
-        b["calls"] += 1
+        b["calls"] += int(self.calls or 0)
         b["syncs"] += int(self.count or 0)
         b["seconds"] += float(self.seconds or 0.0)
         if self.phase:
             p = b.setdefault("phases", {}).setdefault(self.phase, {"calls": 0, "syncs": 0})
-            p["calls"] += 1
+            p["calls"] += int(self.calls or 0)
             p["syncs"] += int(self.count or 0)
         return section
 
@@ -405,14 +408,15 @@ class Syncs(CounterEvent):
 
     def record(self, metric: Metric, label: Label) -> None:
         builder = label("builder", self.builder)
-        metric("metadata_builds").labels(builder=builder).inc()
+        calls = max(int(self.calls or 0), 0)
+        metric("metadata_builds").labels(builder=builder).inc(calls)
         if self.count and self.count > 0:
             metric("metadata_syncs").labels(builder=builder).inc(self.count)
         if self.seconds and self.seconds > 0:
             metric("metadata_build_seconds").labels(builder=builder).inc(self.seconds)
         if self.phase:
             phase = label("phase", self.phase)
-            metric("metadata_phase_builds").labels(phase=phase).inc()
+            metric("metadata_phase_builds").labels(phase=phase).inc(calls)
             if self.count and self.count > 0:
                 metric("metadata_phase_syncs").labels(phase=phase).inc(self.count)
 
@@ -453,7 +457,8 @@ def _why(reasons: dict | None) -> str:
 @kind
 @dataclass
 class DraftExtend(CounterEvent):
-    """One draft-extend pass: graph replay or eager (and why), host time, batch size."""
+    """Draft-extend passes of one mode, batch size and reason (`passes`, one when absent; folded
+    in the engine): graph replay or eager (and why), their host time in all."""
 
     kind: ClassVar[str] = "draft_extend"
     section: ClassVar[str] = "draft_extend"
@@ -461,6 +466,7 @@ class DraftExtend(CounterEvent):
     seconds: float | None = None
     batch: int | None = None
     reason: str | None = None  # eager only: kill-switch | no-runner | batch-above-captured | ...
+    passes: int = 1
     series: ClassVar[tuple[Series, ...]] = (
         Series("draft_extend_passes", "counter", ("mode",), "passes",
                "Draft-extend forward passes by mode (graph replay or eager)."),
@@ -473,12 +479,13 @@ class DraftExtend(CounterEvent):
     )
 
     def add_to(self, section: dict) -> dict:
+        n = int(self.passes or 0)
         m = section.setdefault(str(self.mode), {"passes": 0, "seconds": 0.0})
-        m["passes"] += 1
+        m["passes"] += n
         m["seconds"] += float(self.seconds or 0.0)
         if self.reason:
             r = m.setdefault("reasons", {})
-            r[self.reason] = r.get(self.reason, 0) + 1
+            r[self.reason] = r.get(self.reason, 0) + n
         return section
 
     @classmethod
@@ -488,12 +495,16 @@ class DraftExtend(CounterEvent):
 
     def record(self, metric: Metric, label: Label) -> None:
         mode = self.mode if self.mode in DRAFT_EXTEND_MODES else "other"
-        metric("draft_extend_passes").labels(mode=mode).inc()
-        if self.seconds is not None and self.seconds >= 0:
-            metric("draft_extend_seconds").labels(mode=mode).observe(self.seconds)
+        n = max(int(self.passes or 0), 0)
+        metric("draft_extend_passes").labels(mode=mode).inc(n)
+        if self.seconds is not None and self.seconds >= 0 and n:
+            # folded passes observe their mean (one event folds at most a second of passes)
+            hist = metric("draft_extend_seconds").labels(mode=mode)
+            for _ in range(n):
+                hist.observe(self.seconds / n)
         if mode == "eager":
             metric("draft_extend_eager_passes").labels(
-                reason=label("reason", self.reason or "unknown")).inc()
+                reason=label("reason", self.reason or "unknown")).inc(n)
 
     fleet_defaults: ClassVar[dict[str, Any]] = {"draft_extend_eager_share": None}
     fleet_empty: ClassVar[dict[str, Any]] = {"draft_extend_passes": {},
