@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
+import select
 import sys
 import traceback
 from collections.abc import Callable
@@ -12,7 +14,13 @@ from typing import Any, NoReturn
 
 import click
 
-from diag.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, DiagError
+from diag.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OPERATIONAL,
+    DiagError,
+)
 
 
 def log(msg: str) -> None:
@@ -60,8 +68,76 @@ def exit_broken_pipe() -> NoReturn:
     """The reader went away (`diag ... | head`): exit 141 like a shell, no message, no
     traceback; stdout goes to /dev/null so the interpreter's last flush cannot fail again."""
     with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.exit(EXIT_BROKEN_PIPE)
+
+
+def stdout_gone() -> bool:
+    """fd 1 closed (`>&-`: Python then has no sys.stdout) or a pipe whose reader left.
+
+    Why poll: a write into a pipe that closes mid-report returns short, and Python's buffered
+    stdout drops the rest without an error; the write end then polls POLLERR."""
+    if sys.stdout is None:
+        return True
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (CliRunner, a wrapper)
+        return False
+    try:
+        os.fstat(fd)
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except OSError as e:
+        return e.errno == errno.EBADF
+    except ValueError:
+        return False
+
+
+def check_stdout() -> None:
+    """After a report: flush it and exit 141 if any of it could not reach the reader."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        exit_broken_pipe()
+    except OSError as e:
+        exit_os_error(e)
+    if stdout_gone():
+        exit_broken_pipe()
+
+
+# OSError classes that are the machine's state, not a bug in diag: one line, exit 3.
+OPERATIONAL_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EIO", "EMFILE", "ENFILE", "ENOENT",
+    "ENOTDIR", "EISDIR", "EEXIST", "ENOTEMPTY", "EBUSY", "ETXTBSY", "ENAMETOOLONG",
+    "ELOOP", "EXDEV", "ENXIO", "ENODEV") if hasattr(errno, n))
+
+
+def exit_os_error(e: OSError, verbose: bool = False) -> NoReturn:
+    """The one policy for an OSError that reached the top: a closed stdout is 141 (EPIPE, or
+    EBADF with fd 1 gone), the machine's state (disk full, read-only, no permission, ...) is
+    one line and exit 3, anything else is a bug (70)."""
+    if isinstance(e, BrokenPipeError) or e.errno == errno.EPIPE or (
+            e.errno == errno.EBADF and stdout_gone()):
+        exit_broken_pipe()
+    if verbose:
+        traceback.print_exc()
+    where = f": {e.filename}" if e.filename else ""
+    if e.errno in OPERATIONAL_ERRNOS:
+        what = e.strerror or str(e)
+        if not e.filename:
+            where = " (writing the output)" if e.errno in (errno.ENOSPC, errno.EDQUOT,
+                                                            errno.EIO) else ""
+        _echo_err(f"diag: error: {what}{where}")
+        sys.exit(EXIT_OPERATIONAL)
+    _echo_err(f"diag: internal error: {type(e).__name__}: {e} (run with -v for the traceback)")
+    sys.exit(EXIT_INTERNAL)
+
+
+def _echo_err(msg: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(msg, err=True)
 
 
 def guarded(f: Callable) -> Callable:
@@ -80,8 +156,8 @@ def guarded(f: Callable) -> Callable:
         except KeyboardInterrupt:
             click.echo("diag: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except BrokenPipeError:
-            exit_broken_pipe()
+        except OSError as e:
+            exit_os_error(e, verbose)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as e:
