@@ -307,6 +307,8 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
 
     from diag.probes import REGISTRY
 
+    if list_ and probe_id:
+        raise click.UsageError(f"--list takes no PROBE_ID (got {probe_id!r})")
     if list_ or not probe_id:
         from diag.probes import specs
         from diag.schemas import SCHEMA_VERSION

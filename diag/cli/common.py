@@ -28,6 +28,31 @@ def log(msg: str) -> None:
     click.echo(f"diag: {msg}", err=True)
 
 
+MAX_STEPS = 64  # --speculative-num-steps: SGLang runs 1-10 in practice; more is a typo
+
+
+def _server_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """--server checked where it is parsed: http(s), a host, a port 1-65535 (a usage error)."""
+    if value is None:
+        return None
+    from diag.server import check_url
+
+    try:
+        return check_url(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A backend or algorithm name: not empty, no spaces (the release judges the name itself,
+    `diag.cli.validate`)."""
+    if value is None:
+        return None
+    if not value.strip() or any(c.isspace() for c in value):
+        raise click.BadParameter(f"{value!r} is not a name")
+    return value
+
+
 def target_options(f: Callable) -> Callable:
     """--sglang, --platform and the configuration under audit."""
     opts = [
@@ -37,13 +62,13 @@ def target_options(f: Callable) -> Callable:
                           "importable sglang, else the pinned default release."),
         click.option("--platform", type=click.Choice(["hip", "cuda"]), default=None,
                      help="Evaluate for this platform. Default: the local torch's; hip without a GPU."),
-        click.option("--attention-backend", metavar="NAME",
+        click.option("--attention-backend", metavar="NAME", callback=_name,
                      help="The --attention-backend the server runs (e.g. dsv4, dsa, aiter)."),
-        click.option("--speculative-num-steps", type=click.IntRange(min=1), metavar="N",
+        click.option("--speculative-num-steps", type=click.IntRange(1, MAX_STEPS), metavar="N",
                      help="The server's --speculative-num-steps."),
-        click.option("--speculative-algorithm", metavar="NAME",
+        click.option("--speculative-algorithm", metavar="NAME", callback=_name,
                      help="The server's --speculative-algorithm (EAGLE, EAGLE3, NEXTN, ...)."),
-        click.option("--server", "server_url", metavar="URL",
+        click.option("--server", "server_url", metavar="URL", callback=_server_url,
                      help="A live SGLang server to read /server_info and /metrics from."),
         click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(),
                      help="A run directory written by the in-engine agent (diag run)."),
@@ -180,7 +205,11 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     from diag.platform import default_platform
 
     tgt = target_mod.resolve(sglang, log=log)
+    target_mod.check_tree(tgt)
     plat = platform or default_platform()
+    from diag.cli.validate import check_config
+
+    check_config(tgt, plat, attention_backend, speculative_algorithm)
     cfg = SpecConfig(attention_backend=attention_backend,
                      speculative_num_steps=speculative_num_steps,
                      speculative_algorithm=speculative_algorithm)

@@ -155,15 +155,18 @@ def _control_command(action: str):
                  "every process acknowledges; exit 4 when one refuses or does not answer), or "
                  "in this diag process.")
     @click.argument("fix_id", metavar="ID")
-    @click.option("--pid", type=int, default=None,
-                  help="Only this process of the run (default: every live process).")
-    @click.option("--timeout", type=float, default=30.0, show_default=True,
-                  help="Seconds to wait for every process to acknowledge.")
+    @click.option("--pid", type=click.IntRange(min=1), default=None,
+                  help="Only this process of the run (with --run-dir; default: every live "
+                       "process).")
+    @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+                  show_default=True, help="Seconds to wait for every process to acknowledge.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @target_options
     @guarded
     def command(fix_id: str, pid: int | None, timeout: float, as_json: bool, run_dir: str | None,
                 **target_kw) -> None:
+        if pid is not None and not run_dir:
+            raise click.UsageError("--pid names a process of a run: give --run-dir DIR too")
         if run_dir:  # the engine's own registry decides (it refuses unknown ids: exit 4)
             _control(fix_id, action, run_dir, pid, timeout, as_json)
         else:
