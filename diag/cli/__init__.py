@@ -248,8 +248,20 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
                   "config": vars(ctx.config), "server": ctx.server_url}
         click.echo(to_json(findings, header, fail_on))
     else:
+        from diag.report import verdict
+
         line = f"diag {__version__}: {ctx.target.describe()}, platform {ctx.platform}"
-        click.echo(render_human(findings, line, verbose=verbose))
+        cfg = ctx.config
+        configured = bool(ctx.server_url) or any(
+            getattr(cfg, n, None) is not None for n in (
+                "attention_backend", "draft_attention_backend", "speculative_num_steps",
+                "speculative_algorithm"))
+        notes = []
+        if ctx.execute and importlib.util.find_spec("torch") is None:
+            notes.append("measured checks skipped: no torch here; `pip install torch` (the ROCm "
+                         "build on an AMD host), or install diag where SGLang runs, measures them")
+        click.echo(render_human(findings, line, verbose=verbose, notes=notes,
+                                last=verdict(findings, configured, fail_on)))
     import gc
 
     gc.freeze()  # exiting: no final collection walk over the parsed sources (~0.5 s)
