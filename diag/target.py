@@ -106,6 +106,7 @@ def from_release(version: str, origin: str = "release", log=None) -> Target:
 REQUIRED_DIRS = ("srt/speculative", "srt/layers/attention")
 REQUIRED_CLASSES = {"srt/speculative/eagle_worker_v2.py": ("EagleDraftWorker", "EAGLEWorkerV2"),
                     "srt/speculative/draft_utils.py": ("DraftBackendFactory",)}
+PROBE_CHECKED = ("srt/speculative/eagle_worker_v2.py",)  # missing: a finding, JSON still written
 
 
 def check_tree(target: Target) -> None:
@@ -117,6 +118,9 @@ def check_tree(target: Target) -> None:
                               "release has this package); reinstall it or pass --sglang VERSION")
     for rel, classes in REQUIRED_CLASSES.items():
         text = target.source(rel)
+        if text is None and rel not in PROBE_CHECKED:
+            raise TargetError(f"{target.file(rel)}: missing: not a complete SGLang tree (every "
+                              "release has it); reinstall it or pass --sglang VERSION")
         if not text or not text.strip():
             continue  # missing or empty: the probe's target error, with the file
         if not any(re.search(rf"^class {c}\b", text, re.M) for c in classes):

@@ -113,7 +113,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["run", "--fix", "nope", "--", "true"], 2, "unknown fix 'nope'"),
         (["run", "--probe", "nope", "--", "true"], 2, "unknown runtime counter 'nope'"),
         (["run"], 2, "Missing argument 'CMD...'"),
-        (["env", "--bogus"], 2, "No such option: --bogus"),
+        (["env", "--bogus"], 2, "No such option '--bogus'"),
     ]
 
 
