@@ -33,6 +33,9 @@ def _out_path(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     return value
 
 
+QUICK = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
 def bench_params(ids: list[str], raw: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """Per bench (fix id), its --param values parsed by the declaration beside it (`PARAMS`);
     a key no selected bench takes, or a bad value, is a usage error naming the bench."""
@@ -48,6 +51,12 @@ def bench_params(ids: list[str], raw: tuple[str, ...]) -> dict[str, dict[str, An
         k, sep, v = p.partition("=")
         if not sep or not k:
             raise click.UsageError(f"--param {p!r}: expected KEY=VALUE")
+        if k == "quick":  # the --quick flag, for every bench
+            if v.lower() not in QUICK:
+                raise click.UsageError(f"--param quick={v!r}: expected 1 or 0")
+            for d in out.values():
+                d["quick"] = QUICK[v.lower()]
+            continue
         takers = [fid for fid, d in decl.items() if k in d]
         if not takers:
             known = "; ".join(f"{fid}: {', '.join(d)}" for fid, d in decl.items() if d)
@@ -95,6 +104,7 @@ def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | No
         module, attr = path.split(":")
         log(f"bench {fid} ...")
         kv = {"quick": quick, "sglang": sglang, **per_bench.get(fid, {})}
+        kv["quick"] = bool(kv["quick"] or quick)
         results.append(getattr(importlib.import_module(module), attr)(kv, log))
     doc = {"schema_version": SCHEMA_VERSION, "benches": [r.to_dict() for r in results]}
     click.echo(json.dumps(doc, indent=2) if as_json else render(results))
