@@ -267,3 +267,22 @@ def test_quick_start_first_screen(notorch_python, release, columns):
     assert verdict.startswith("verdict: no failure, but nothing is proven for a server")
     assert "next: diag diagnose --attention-backend NAME --speculative-num-steps N" in verdict
     assert all(ln.startswith("  ") for ln in last[1:])  # the verdict is the report's end
+
+
+def test_read_only_cache_with_releases_is_exit_3(tmp_path):
+    """A cache whose `releases/` exists but cannot be written: the machine's state (3)."""
+    from test_bad_input import _read_only
+
+    cache = tmp_path / "cache"
+    (cache / "releases").mkdir(parents=True)
+    argv = _read_only(cache / "releases", [DIAG, "fix", "list", "--sglang", "0.0.0.998"])
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/",
+                           env=_env(DIAG_CACHE_DIR=str(cache)))
+    finally:
+        (cache / "releases").chmod(0o755)
+    assert p.returncode == 3, p.stderr
+    assert not any(m in p.stderr for m in TRACEBACK_MARKS), p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("diag: error:")]
+    assert len(errors) == 1 and str(cache / "releases") in errors[0], p.stderr
+    assert ("Read-only file system" if os.geteuid() == 0 else "Permission denied") in errors[0]
