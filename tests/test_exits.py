@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import test_fleet_cli
 from click.testing import CliRunner
 from standin_sglang_server import StandinSGLangServer, free_port
 
@@ -286,3 +287,25 @@ def test_read_only_cache_with_releases_is_exit_3(tmp_path):
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("diag: error:")]
     assert len(errors) == 1 and str(cache / "releases") in errors[0], p.stderr
     assert ("Read-only file system" if os.geteuid() == 0 else "Permission denied") in errors[0]
+
+
+standin_prometheus = test_fleet_cli.standin_prometheus  # the loopback stand-in (a fixture)
+
+
+@pytest.mark.parametrize("data", [
+    '{"resultType": "vector", "result": 5}',
+    '{"resultType": "vector", "result": ["x"]}',
+    '{"resultType": "vector", "result": [{"metric": {}, "value": 7}]}',
+    '{"resultType": "matrix", "result": [{"metric": {}, "values": [["t", "1"]]}]}',
+    '[1, 2]',
+])
+def test_prometheus_answer_of_the_wrong_shape_is_exit_3(standin_prometheus, data):  # noqa: F811
+    """A Prometheus API answer (`status: success`) whose data is not a list of series: the
+    server's fault, one line, exit 3 (it was 70)."""
+    host, port = standin_prometheus.server_address[:2]
+    standin_prometheus.answer = (200, "application/json",
+                                 f'{{"status": "success", "data": {data}}}', 0.0)
+    r = CliRunner().invoke(main, ["fleet", "--prometheus", f"http://{host}:{port}"],
+                           catch_exceptions=False)
+    assert r.exit_code == 3, r.output
+    assert "did not answer like a Prometheus API" in r.stderr, r.stderr
