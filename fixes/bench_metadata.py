@@ -30,6 +30,7 @@ from diag.bench import BenchResult, Param, Row, Stats
 
 # The --param keys this bench takes (diag bench checks them before any work).
 PARAMS = {
+    "sglang": Param(str, doc="the release whose builder runs (as --sglang)"),
     "batch": Param(int, 1, doc="requests per metadata build"),
     "repeats": Param(int, 1, doc="timed calls per side"),
     "queue_ms": Param(float, 0, doc="GPU work queued in front of each call"),
