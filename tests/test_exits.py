@@ -67,6 +67,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["diagnose", "--platform", "rocm"], 2, "'rocm' is not one of 'hip', 'cuda'"),
         (["diagnose", "--sglang", "banana"], 2, "neither an existing path nor a release"),
         (["diagnose", "--sglang", missing], 3, "no such file or directory"),
+        (["diagnose", "--run-dir", missing], 3, f"run directory {missing} does not exist"),
         # probe
         (["probe", "--list", "extra"], 2, "--list takes no PROBE_ID (got 'extra')"),
         (["probe", "nope"], 2, "unknown probe 'nope'"),

@@ -204,6 +204,10 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     from diag.context import Context, SpecConfig
     from diag.platform import default_platform
 
+    if run_dir:  # named, so it must be there (and safe): exit 3, as in `fix status` and `tui`
+        from diag.engine.rundir import check_run_dir
+
+        check_run_dir(run_dir)
     tgt = target_mod.resolve(sglang, log=log)
     target_mod.check_tree(tgt)
     plat = platform or default_platform()
