@@ -10,6 +10,36 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+
+@dataclass(frozen=True)
+class Param:
+    """One `--param KEY=VALUE` a bench takes, declared beside the bench (`PARAMS`), so that
+    `diag bench` rejects a bad value before any work, naming the bench."""
+
+    kind: type  # int, float or str
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def parse(self, raw: str) -> Any:
+        """The value, or ValueError saying what was expected."""
+        if self.kind is str:
+            if self.choices and raw not in self.choices:
+                raise ValueError(f"expected one of {', '.join(self.choices)}")
+            return raw
+        try:
+            value = self.kind(raw)
+        except ValueError:
+            raise ValueError(f"expected {'an integer' if self.kind is int else 'a number'}"
+                             + (f" >= {self.minimum:g}" if self.minimum is not None else "")) \
+                from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("expected a finite number")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be >= {self.minimum:g}")
+        return value
+
+
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 

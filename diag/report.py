@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
+import textwrap
 from collections import Counter
 from typing import Any
 
@@ -51,27 +55,104 @@ def to_json(findings: list[Finding], header: dict[str, Any], fail_on: str) -> st
     return json.dumps(doc, indent=2, default=str)
 
 
+DEFAULT_WIDTH = 100  # the report's width when stdout is not a terminal and COLUMNS is unset
+
+
+def report_width() -> int:
+    """`COLUMNS` when set, else the terminal's width, else 100 (a pipe, a file, CI)."""
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+        if cols > 0:
+            return max(cols, 40)
+    except ValueError:
+        pass
+    try:
+        if sys.stdout is not None and sys.stdout.isatty():
+            return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, 40)
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_WIDTH
+
+
+def _wrap(text: str, width: int, indent: int, hang: int = 2) -> list[str]:
+    """One logical line as lines of at most `width` characters, continuations indented."""
+    pad = " " * indent
+    return textwrap.wrap(text, width=width, initial_indent=pad,
+                         subsequent_indent=pad + " " * hang, break_long_words=True,
+                         break_on_hyphens=False) or [pad]
+
+
+def verdict(findings: list[Finding], configured: bool, fail_on: str = "fail") -> str:
+    """The last line: what the run proved, and the next command when nothing was configured."""
+    c = counts(findings)
+    nxt = ("; next: diag diagnose --attention-backend NAME --speculative-num-steps N "
+           "(the server's settings), or --server URL")
+    if any(f.target_error for f in findings):
+        return ("verdict: the SGLang tree is broken (see ERROR): reinstall it or pass "
+                "--sglang VERSION")
+    bad = c["fail"] + c["error"] + (c["warn"] if fail_on == "warn" else 0)
+    if bad:
+        what = "for the configuration under audit" if configured else "in the release"
+        return (f"verdict: {bad} problem{'s' if bad != 1 else ''} {what} (see the FAIL/ERROR "
+                "lines and the fixes they name)" + ("" if configured else nxt))
+    if not configured:
+        return ("verdict: no failure, but nothing is proven for a server: no configuration "
+                "given, the warnings list what could fall back" + nxt)
+    if c["warn"]:
+        return (f"verdict: no failure for the configuration under audit; {c['warn']} "
+                f"warning{'s' if c['warn'] != 1 else ''} to read")
+    return "verdict: no problem found for the configuration under audit"
+
+
+REACH_WORDS = {"reaches": "on-path"}
+
+
+def _more(hidden: list) -> str:
+    """What the hidden evidence is, counted so that the parts add up to the number shown."""
+    c = Counter(((e.data or {}).get("reach"), e.kind) for e in hidden)
+
+    def label(reach: str | None, kind: str, n: int) -> str:
+        if reach:  # a census site: where it runs (`data.reach`, README)
+            return f"{n} {REACH_WORDS.get(reach, reach)} site{'s' if n != 1 else ''}"
+        return f"{n} {kind}{'s' if n != 1 else ''}"
+
+    parts = [label(r, k, n) for (r, k), n in sorted(c.items(), key=lambda kv: -kv[1])]
+    return f"… {len(hidden)} more: {', '.join(parts)} (-v or --json)"
+
+
 def render_human(findings: list[Finding], header_line: str | None = None,
-                 verbose: bool = False) -> str:
+                 verbose: bool = False, width: int | None = None,
+                 notes: list[str] | None = None, last: str | None = None) -> str:
+    """The human report, no line wider than `width` (default `report_width()`); `notes` go
+    after the counts, `last` (the verdict) ends it."""
+    width = width or report_width()
     out: list[str] = []
     if header_line:
-        out.append(click.style(header_line, bold=True))
+        out += [click.style(ln, bold=True) for ln in _wrap(header_line, width, 0)]
     for f in findings:
         label, color = _STYLE[f.status]
-        out.append(f"[{click.style(label, fg=color, bold=True):>5}] {f.probe}: {f.summary}")
+        first = _wrap(f"[{label}] {f.probe}: {f.summary}", width, 0, hang=8)
+        out.append(first[0].replace(f"[{label}]", f"[{click.style(label, fg=color, bold=True)}]",
+                                    1))
+        out += first[1:]
         limit = None if verbose else 12
         shown = f.evidence if limit is None else f.evidence[:limit]
         for e in shown:
             text = e.short()
             if text:
-                out.append(f"        {text}")
+                out += _wrap(text, width, 8)
         if limit is not None and len(f.evidence) > limit:
-            out.append(f"        … {len(f.evidence) - limit} more (-v or --json)")
+            out += _wrap(_more(f.evidence[limit:]), width, 8)
         if f.hint:
-            out.append(f"        hint: {f.hint}")
+            out += _wrap(f"hint: {f.hint}", width, 8)
         if f.fixes and f.status in (Status.WARN, Status.FAIL):
-            out.append(f"        fix: {', '.join(f.fixes)}")
+            out += _wrap(f"fix: {', '.join(f.fixes)}", width, 8)
     c = counts(findings)
     parts = [f"{c[s]} {s}" for s in ("ok", "warn", "fail", "error", "skip") if c[s]]
-    out.append(f"{len(findings)} findings: " + (", ".join(parts) if parts else "none"))
+    out += _wrap(f"{len(findings)} findings: " + (", ".join(parts) if parts else "none"),
+                 width, 0)
+    for n in notes or []:
+        out += _wrap(n, width, 0)
+    if last:
+        out += _wrap(last, width, 0)
     return "\n".join(out)

@@ -34,6 +34,36 @@ class ServerBadAnswer(ServerError):
     """The server answered, but not with what SGLang serves (HTTP error, malformed body)."""
 
 
+class NotSGLang(ServerBadAnswer):
+    """Something answers HTTP at the URL, but it is not an SGLang server: no `/server_info`
+    (404 on both paths), or not a JSON object there. The user named it: exit 3."""
+
+
+def check_url(url: str) -> str:
+    """The URL normalised, or ValueError saying what is wrong: a usage error, found before
+    any connection (scheme http/https, a host, a port 1-65535, no spaces)."""
+    import urllib.parse
+
+    text = url.strip()
+    if not text:
+        raise ValueError("empty URL (expected http://HOST:PORT)")
+    if any(c.isspace() for c in text):
+        raise ValueError(f"{url!r} contains a space")
+    full = normalize_url(text)
+    parts = urllib.parse.urlsplit(full)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url!r}: scheme {parts.scheme}:// is not http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{url!r}: no host (expected http://HOST:PORT)")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"{url!r}: the port must be a number from 1 to 65535")
+    return full
+
+
 def normalize_url(url: str) -> str:
     """`host:port` → `http://host:port`; no trailing slash."""
     url = url.strip()
@@ -74,14 +104,21 @@ def get_server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, A
     except ServerBadAnswer as e:
         if "HTTP 404" not in str(e):
             raise
-        body = _get(url, "/get_server_info", timeout, "application/json")
+        try:
+            body = _get(url, "/get_server_info", timeout, "application/json")
+        except ServerBadAnswer as e2:
+            if "HTTP 404" not in str(e2):
+                raise
+            raise NotSGLang(f"{normalize_url(url)} is not an SGLang server: /server_info and "
+                            "/get_server_info answer HTTP 404") from e2
         path = "/get_server_info"
+    not_sglang = f"{normalize_url(url)} is not an SGLang server: {path}"
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ServerBadAnswer(f"{path}: not JSON ({e})") from e
+        raise NotSGLang(f"{not_sglang} is not JSON ({e})") from e
     if not isinstance(doc, dict):
-        raise ServerBadAnswer(f"{path}: expected a JSON object, got {type(doc).__name__}")
+        raise NotSGLang(f"{not_sglang} is not a JSON object ({type(doc).__name__})")
     return doc
 
 
@@ -167,14 +204,15 @@ def attach(ctx: Any, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     Stores the document in `ctx.cache["server_info"]` (or the failure in
     `ctx.cache["server_error"]` for the probes to report as a finding) and, when the command
     line gave no configuration, takes it from the server's arguments. A server that cannot be
-    reached at all raises `ServerUnreachable`: the user named it, so that is exit 3.
+    reached at all raises `ServerUnreachable`, one that answers but is not SGLang `NotSGLang`:
+    the user named it, so that is exit 3.
     """
     from diag.context import SpecConfig
 
     ctx.server_url = normalize_url(ctx.server_url)
     try:
         info = get_server_info(ctx.server_url, timeout)
-    except ServerUnreachable:
+    except (ServerUnreachable, NotSGLang):
         raise
     except ServerError as e:
         ctx.cache["server_error"] = str(e)

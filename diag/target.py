@@ -100,6 +100,34 @@ def from_release(version: str, origin: str = "release", log=None) -> Target:
     return Target(root, read_version(root) or version, origin)
 
 
+# What every supported release (0.5.9 - 0.5.23) has. A file that is missing, empty or does not
+# parse is the probes' target error (named with its line); here: the package that is gone and
+# the class that is gone from a file that is still there.
+REQUIRED_DIRS = ("srt/speculative", "srt/layers/attention")
+REQUIRED_CLASSES = {"srt/speculative/eagle_worker_v2.py": ("EagleDraftWorker", "EAGLEWorkerV2"),
+                    "srt/speculative/draft_utils.py": ("DraftBackendFactory",)}
+PROBE_CHECKED = ("srt/speculative/eagle_worker_v2.py",)  # missing: a finding, JSON still written
+
+
+def check_tree(target: Target) -> None:
+    """TargetError (exit 3) naming the path when the tree lacks what every release has; checked
+    once, before the probes (which would otherwise read the gap as "not recognised")."""
+    for rel in REQUIRED_DIRS:
+        if not target.file(rel).is_dir():
+            raise TargetError(f"{target.file(rel)}: missing: not a complete SGLang tree (every "
+                              "release has this package); reinstall it or pass --sglang VERSION")
+    for rel, classes in REQUIRED_CLASSES.items():
+        text = target.source(rel)
+        if text is None and rel not in PROBE_CHECKED:
+            raise TargetError(f"{target.file(rel)}: missing: not a complete SGLang tree (every "
+                              "release has it); reinstall it or pass --sglang VERSION")
+        if not text or not text.strip():
+            continue  # missing or empty: the probe's target error, with the file
+        if not any(re.search(rf"^class {c}\b", text, re.M) for c in classes):
+            raise TargetError(f"{target.file(rel)}: no class {' or '.join(classes)} in it: not a "
+                              "complete SGLang tree; reinstall it or pass --sglang VERSION")
+
+
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
 
 

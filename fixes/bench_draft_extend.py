@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from diag.bench import BenchResult, Row, Stats
+from diag.bench import BenchResult, Param, Row, Stats
 from diag.errors import DiagError
 
 FIX_ID = "draft-extend-allowlist"
@@ -42,6 +42,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 KERNELS_PER_DESIGN_LAYER = 6
 _INT_KEYS = ("layers", "hidden", "heads", "mlp", "batch", "tokens", "context", "vocab",
              "repeats", "inner")
+
+# The --param keys this bench takes (diag bench checks them before any work).
+PARAMS = {"preset": Param(str, choices=tuple(PRESETS), doc="the step's shape"),
+          "dtype": Param(str, choices=("bf16", "fp16", "fp32")),
+          **{k: Param(int, 1) for k in _INT_KEYS}}
 
 
 def resolve_params(params: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from diag.bench import BenchResult, Row, Stats
+from diag.bench import BenchResult, Param, Row, Stats
+
+# The --param keys this bench takes (diag bench checks them before any work).
+PARAMS = {
+    "sglang": Param(str, doc="the release whose builder runs (as --sglang)"),
+    "batch": Param(int, 1, doc="requests per metadata build"),
+    "repeats": Param(int, 1, doc="timed calls per side"),
+    "queue_ms": Param(float, 0, doc="GPU work queued in front of each call"),
+    "guard_every": Param(int, 1, doc="the fix's guard checks every N calls"),
+    "guard_rounds": Param(int, 1, doc="rounds of N guarded calls"),
+}
 
 ID = "repeat-interleave-output-size"
 TITLE = "metadata builder: repeat_interleave output_size (real SGLang code)"

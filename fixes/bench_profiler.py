@@ -24,7 +24,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from diag.bench import BenchResult, Row, Stats
+from diag.bench import BenchResult, Param, Row, Stats
+from diag.fixes.profiler_controlled_teardown import TEARDOWNS
+
+# The --param keys this bench takes (diag bench checks them before any work).
+PARAMS = {
+    "cycles": Param(int, 1, doc="profiler start/stop cycles per child"),
+    "children": Param(int, 1, doc="child processes per series"),
+    "gpu": Param(str, choices=("auto", "0", "1"), doc="profile GPU work"),
+    "timeout": Param(float, 1, doc="seconds per child"),
+    "heap_objects": Param(int, 0, doc="live objects the cyclic GC walks"),
+    "teardown": Param(str, choices=TEARDOWNS, doc="the fix's teardown mode"),
+}
 
 MARK = "BENCH-PROFILER "
 TITLE = "profiler stop: left to the cyclic GC vs controlled teardown"
@@ -145,7 +156,7 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     gpu = str(params.get("gpu", "auto"))
     timeout = float(params.get("timeout", 300))
     heap_objects = int(float(params.get("heap_objects", 0)))
-    from diag.fixes.profiler_controlled_teardown import TEARDOWNS, teardown_mode
+    from diag.fixes.profiler_controlled_teardown import teardown_mode
 
     teardown = str(params.get("teardown", teardown_mode()))  # the fix's mode under test
     if teardown not in TEARDOWNS:

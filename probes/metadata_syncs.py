@@ -154,13 +154,16 @@ class MetadataSyncsProbe(Probe):
             if label not in named:
                 named.append(label)
         total = sum(s.syncs for s in syncing)
+        others = len(syncing) - len(hot) - len(unsure_path)  # the parts add up to the whole
         summary = (f"{len(syncing)} sync sites ({total} syncs if each runs once) in metadata "
-                   f"builders; {len(hot)} on the {scope}")
+                   f"builders: {len(hot)} on the {scope}")
         if hot and not name:
             backends = sorted({registry_name(s.backend) for s in hot})
             modes = sorted({p for s in hot for p in s.paths if p in paths})
             summary += (f" (would sync with --attention-backend {'/'.join(backends)} on "
                         f"{', '.join(modes)}; pass --attention-backend or --server to audit one)")
+        summary += f", {others} on other paths" + (
+            f", {len(unsure_path)} on a path it cannot tell" if unsure_path else "")
         if named:
             summary += ": " + ", ".join(named[:6]) + (" ..." if len(named) > 6 else "")
         hint = None

@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.version import Version
+
 from diag.context import Context
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
 from diag.probes import profiler_stage_site as stage_site
@@ -641,11 +643,15 @@ class ProfilerTeardownProbe(Probe):
             how = " (patched in this process)" if patched else ""
             return self.finding(Status.OK, "every profiler stop drops the profiler and frees it "
                                 f"at once{how}", evidence=ev)
-        return self.finding(
-            status, summary, evidence=ev,
-            hint="apply profiler-controlled-teardown (frees the stopped profiler at the stop by "
-                 "breaking its reference cycle, no full collection), or upgrade to >= 0.5.18 for "
-                 "the default path")
+        fix = ("apply profiler-controlled-teardown (frees the stopped profiler at the stop by "
+               "breaking its reference cycle, no full collection)")
+        if not bad_classic:  # advice that fits the release: its default path is fine already
+            hint = f"{fix}; this release's default stop already frees it, only the V2 path needs it"
+        else:
+            ver = ctx.target.parsed_version
+            older = ver is None or ver < Version("0.5.18")
+            hint = fix + (", or upgrade to >= 0.5.18 for the default path" if older else "")
+        return self.finding(status, summary, evidence=ev, hint=hint)
 
     # (b) -------------------------------------------------------------------------------------
     def runtime(self, ctx: Context, static: Finding) -> Finding:

@@ -80,23 +80,27 @@ def test_fix_list_json_schema(release):
 
 
 def test_gate_not_recognised_is_a_warning(release, tmp_path):
-    """A stand-in tree: the real 0.5.23 worker with its HIP gate variable renamed."""
-    src = release("0.5.23").file("srt/speculative/eagle_worker_v2.py").read_text()
+    """A stand-in tree: the real 0.5.23 worker whose draft-extend runner is set nowhere (a
+    renamed gate variable is read by shape: tests/test_gate_refactors.py)."""
+    real = release("0.5.23")
+    src = real.file("srt/speculative/eagle_worker_v2.py").read_text()
     dest = tmp_path / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py"
     dest.parent.mkdir(parents=True)
-    dest.write_text(src.replace("supports_hip_draft_extend_graph", "hip_ok"))
+    # what every release has (the factory, the attention package): without it, exit 3
+    (dest.parent / "draft_utils.py").write_text(real.file("srt/speculative/draft_utils.py")
+                                                .read_text())
+    (tmp_path / "sglang" / "srt" / "layers").mkdir()
+    (tmp_path / "sglang" / "srt" / "layers" / "attention").symlink_to(
+        real.file("srt/layers/attention"))
+    dest.write_text(src.replace("cuda_graph_runner_for_draft_extend", "runner_x"))
     r = probe("--sglang", str(tmp_path), "--json")
-    doc = json.loads(r.stdout)
-    f = doc["findings"][0]
+    f = json.loads(r.stdout)["findings"][0]
     assert f["status"] == "warn" and f["summary"].startswith("gate not recognised")
+    assert "cuda_graph_runner_for_draft_extend" in f["summary"]
     assert any(e.get("file") == "sglang/srt/speculative/eagle_worker_v2.py"
                for e in f["evidence"])
     assert any("expected:" in (e.get("detail") or "") for e in f["evidence"])
     assert r.exit_code == 0
-    # no capture site at all
-    dest.write_text(src.replace("cuda_graph_runner_for_draft_extend", "runner_x"))
-    f = json.loads(probe("--sglang", str(tmp_path), "--json").stdout)["findings"][0]
-    assert f["status"] == "warn" and "cuda_graph_runner_for_draft_extend" in f["summary"]
     dest.unlink()  # a broken tree is a target error (tests/test_gate_probe.py)
     r = probe("--sglang", str(tmp_path), "--json")
     f = json.loads(r.stdout)["findings"][0]
@@ -152,18 +156,25 @@ def test_live_version_mismatch_is_noted(release, standin):
     assert any("--sglang 0.5.19" in (e.get("detail") or "") for e in _live(doc)["evidence"])
 
 
+def test_bad_server_answers_are_findings(release, standin):
+    """An SGLang server that fails (HTTP 500): a finding; one that is not SGLang: exit 3."""
+    release("0.5.23")
+    standin.json("/server_info", {"x": 1}, status=500)
+    r = probe("--sglang", "0.5.23", "--server", standin.url, "--json")
+    live = _live(json.loads(r.stdout))
+    assert live["status"] == "warn" and "HTTP 500" in live["summary"]
+
+
 @pytest.mark.parametrize("setup,needle", [
-    (lambda s: s.text("/server_info", "{oops", ctype="application/json"), "not JSON"),
-    (lambda s: s.json("/server_info", {"x": 1}, status=500), "HTTP 500"),
-    (lambda s: None, "HTTP 404"),
+    (lambda s: s.text("/server_info", "{oops", ctype="application/json"), "is not JSON"),
+    (lambda s: None, "/server_info and /get_server_info answer HTTP 404"),
 ])
-def test_bad_server_answers_are_findings(release, standin, setup, needle):
+def test_server_that_is_not_sglang_is_exit_3(release, standin, setup, needle):
     release("0.5.23")
     setup(standin)
     r = probe("--sglang", "0.5.23", "--server", standin.url, "--json")
-    doc = json.loads(r.stdout)
-    live = _live(doc)
-    assert live["status"] == "warn" and needle in live["summary"]
+    assert r.exit_code == 3 and r.stdout == "", r.output
+    assert f"{standin.url} is not an SGLang server" in r.stderr and needle in r.stderr
 
 
 def test_server_without_speculative_decoding_is_skipped(release, standin):

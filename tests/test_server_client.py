@@ -111,9 +111,13 @@ def test_attach_keeps_options_and_fills_the_rest(standin, release):
 
 
 def test_attach_records_bad_answers_and_raises_on_unreachable(standin, release):
-    standin.text("/server_info", "<html>", ctype="text/html")
+    standin.json("/server_info", {"detail": "boom"}, status=500)
+    standin.json("/get_server_info", {"detail": "boom"}, status=500)
     ctx = _ctx(standin.url, release)
     srv.attach(ctx)
-    assert "not JSON" in ctx.cache["server_error"] and "server_info" not in ctx.cache
+    assert "HTTP 500" in ctx.cache["server_error"] and "server_info" not in ctx.cache
+    standin.text("/server_info", "<html>", ctype="text/html")  # answers, but is not SGLang
+    with pytest.raises(srv.NotSGLang, match="is not an SGLang server: /server_info is not JSON"):
+        srv.attach(_ctx(standin.url, release))
     with pytest.raises(srv.ServerUnreachable):
         srv.attach(_ctx(f"http://127.0.0.1:{free_port()}", release))

@@ -12,20 +12,25 @@ import click
 from diag import __version__
 from diag.cli.common import (
     build_context,
+    check_stdout,
     exit_broken_pipe,
+    exit_os_error,
     guarded,
     log,
     output_options,
+    stdout_gone,
     target_options,
 )
-from diag.errors import EXIT_USAGE
+from diag.errors import EXIT_FIX_FAILED, EXIT_USAGE
 
 
 class LazyGroup(click.Group):
     """Subcommands that live in other modules, imported only when named (or listed by --help).
 
     It also owns the closed-pipe exit for every command: click's own handler exits 1 when
-    `--help` or `--version` meets a closed stdout; here that is 141 and quiet, as in `guarded`.
+    `--help` or `--version` meets a closed stdout; here that is 141 and quiet, as in `guarded`,
+    also for a stdout closed before the start (`>&-`) or by its reader mid-report; an OSError
+    of the machine (disk full, read-only) is one line and exit 3 (`exit_os_error`).
     """
 
     def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
@@ -38,16 +43,28 @@ class LazyGroup(click.Group):
         return sorted(set(super().list_commands(ctx)) | present)
 
     def make_context(self, *args, **kwargs) -> click.Context:
+        if stdout_gone():  # `diag env >&-`: nowhere to write the report
+            exit_broken_pipe()
         try:  # `diag --help`, `diag --version` print while parsing
             return super().make_context(*args, **kwargs)
-        except BrokenPipeError:
-            exit_broken_pipe()
+        except OSError as e:
+            exit_os_error(e)
 
     def invoke(self, ctx: click.Context):
         try:  # every subcommand, its --help and its output, guarded or not
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            exit_broken_pipe()
+            rv = super().invoke(ctx)
+        except OSError as e:
+            exit_os_error(e)
+        except click.exceptions.Exit as e:  # a subcommand's --help
+            if e.exit_code == 0:
+                check_stdout()
+            raise
+        except SystemExit as e:
+            if e.code in (None, 0, 1, EXIT_FIX_FAILED):  # a report was written: did it arrive?
+                check_stdout()
+            raise
+        check_stdout()
+        return rv
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
@@ -231,8 +248,20 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
                   "config": vars(ctx.config), "server": ctx.server_url}
         click.echo(to_json(findings, header, fail_on))
     else:
+        from diag.report import verdict
+
         line = f"diag {__version__}: {ctx.target.describe()}, platform {ctx.platform}"
-        click.echo(render_human(findings, line, verbose=verbose))
+        cfg = ctx.config
+        configured = bool(ctx.server_url) or any(
+            getattr(cfg, n, None) is not None for n in (
+                "attention_backend", "draft_attention_backend", "speculative_num_steps",
+                "speculative_algorithm"))
+        notes = []
+        if ctx.execute and importlib.util.find_spec("torch") is None:
+            notes.append("measured checks skipped: no torch here; `pip install torch` (the ROCm "
+                         "build on an AMD host), or install diag where SGLang runs, measures them")
+        click.echo(render_human(findings, line, verbose=verbose, notes=notes,
+                                last=verdict(findings, configured, fail_on)))
     import gc
 
     gc.freeze()  # exiting: no final collection walk over the parsed sources (~0.5 s)
@@ -290,6 +319,8 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
 
     from diag.probes import REGISTRY
 
+    if list_ and probe_id:
+        raise click.UsageError(f"--list takes no PROBE_ID (got {probe_id!r})")
     if list_ or not probe_id:
         from diag.probes import specs
         from diag.schemas import SCHEMA_VERSION

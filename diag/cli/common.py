@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
+import select
 import sys
 import traceback
 from collections.abc import Callable
@@ -12,12 +14,43 @@ from typing import Any, NoReturn
 
 import click
 
-from diag.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, DiagError
+from diag.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OPERATIONAL,
+    DiagError,
+)
 
 
 def log(msg: str) -> None:
     """Progress and logs go to stderr; stdout holds only the report."""
     click.echo(f"diag: {msg}", err=True)
+
+
+MAX_STEPS = 64  # --speculative-num-steps: SGLang runs 1-10 in practice; more is a typo
+
+
+def _server_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """--server checked where it is parsed: http(s), a host, a port 1-65535 (a usage error)."""
+    if value is None:
+        return None
+    from diag.server import check_url
+
+    try:
+        return check_url(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A backend or algorithm name: not empty, no spaces (the release judges the name itself,
+    `diag.cli.validate`)."""
+    if value is None:
+        return None
+    if not value.strip() or any(c.isspace() for c in value):
+        raise click.BadParameter(f"{value!r} is not a name")
+    return value
 
 
 def target_options(f: Callable) -> Callable:
@@ -29,13 +62,13 @@ def target_options(f: Callable) -> Callable:
                           "importable sglang, else the pinned default release."),
         click.option("--platform", type=click.Choice(["hip", "cuda"]), default=None,
                      help="Evaluate for this platform. Default: the local torch's; hip without a GPU."),
-        click.option("--attention-backend", metavar="NAME",
+        click.option("--attention-backend", metavar="NAME", callback=_name,
                      help="The --attention-backend the server runs (e.g. dsv4, dsa, aiter)."),
-        click.option("--speculative-num-steps", type=click.IntRange(min=1), metavar="N",
+        click.option("--speculative-num-steps", type=click.IntRange(1, MAX_STEPS), metavar="N",
                      help="The server's --speculative-num-steps."),
-        click.option("--speculative-algorithm", metavar="NAME",
+        click.option("--speculative-algorithm", metavar="NAME", callback=_name,
                      help="The server's --speculative-algorithm (EAGLE, EAGLE3, NEXTN, ...)."),
-        click.option("--server", "server_url", metavar="URL",
+        click.option("--server", "server_url", metavar="URL", callback=_server_url,
                      help="A live SGLang server to read /server_info and /metrics from."),
         click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(),
                      help="A run directory written by the in-engine agent (diag run)."),
@@ -60,8 +93,76 @@ def exit_broken_pipe() -> NoReturn:
     """The reader went away (`diag ... | head`): exit 141 like a shell, no message, no
     traceback; stdout goes to /dev/null so the interpreter's last flush cannot fail again."""
     with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.exit(EXIT_BROKEN_PIPE)
+
+
+def stdout_gone() -> bool:
+    """fd 1 closed (`>&-`: Python then has no sys.stdout) or a pipe whose reader left.
+
+    Why poll: a write into a pipe that closes mid-report returns short, and Python's buffered
+    stdout drops the rest without an error; the write end then polls POLLERR."""
+    if sys.stdout is None:
+        return True
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (CliRunner, a wrapper)
+        return False
+    try:
+        os.fstat(fd)
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except OSError as e:
+        return e.errno == errno.EBADF
+    except ValueError:
+        return False
+
+
+def check_stdout() -> None:
+    """After a report: flush it and exit 141 if any of it could not reach the reader."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        exit_broken_pipe()
+    except OSError as e:
+        exit_os_error(e)
+    if stdout_gone():
+        exit_broken_pipe()
+
+
+# OSError classes that are the machine's state, not a bug in diag: one line, exit 3.
+OPERATIONAL_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EIO", "EMFILE", "ENFILE", "ENOENT",
+    "ENOTDIR", "EISDIR", "EEXIST", "ENOTEMPTY", "EBUSY", "ETXTBSY", "ENAMETOOLONG",
+    "ELOOP", "EXDEV", "ENXIO", "ENODEV") if hasattr(errno, n))
+
+
+def exit_os_error(e: OSError, verbose: bool = False) -> NoReturn:
+    """The one policy for an OSError that reached the top: a closed stdout is 141 (EPIPE, or
+    EBADF with fd 1 gone), the machine's state (disk full, read-only, no permission, ...) is
+    one line and exit 3, anything else is a bug (70)."""
+    if isinstance(e, BrokenPipeError) or e.errno == errno.EPIPE or (
+            e.errno == errno.EBADF and stdout_gone()):
+        exit_broken_pipe()
+    if verbose:
+        traceback.print_exc()
+    where = f": {e.filename}" if e.filename else ""
+    if e.errno in OPERATIONAL_ERRNOS:
+        what = e.strerror or str(e)
+        if not e.filename:
+            where = " (writing the output)" if e.errno in (errno.ENOSPC, errno.EDQUOT,
+                                                            errno.EIO) else ""
+        _echo_err(f"diag: error: {what}{where}")
+        sys.exit(EXIT_OPERATIONAL)
+    _echo_err(f"diag: internal error: {type(e).__name__}: {e} (run with -v for the traceback)")
+    sys.exit(EXIT_INTERNAL)
+
+
+def _echo_err(msg: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(msg, err=True)
 
 
 def guarded(f: Callable) -> Callable:
@@ -80,8 +181,8 @@ def guarded(f: Callable) -> Callable:
         except KeyboardInterrupt:
             click.echo("diag: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except BrokenPipeError:
-            exit_broken_pipe()
+        except OSError as e:
+            exit_os_error(e, verbose)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as e:
@@ -103,8 +204,16 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     from diag.context import Context, SpecConfig
     from diag.platform import default_platform
 
+    if run_dir:  # named, so it must be there (and safe): exit 3, as in `fix status` and `tui`
+        from diag.engine.rundir import check_run_dir
+
+        check_run_dir(run_dir)
     tgt = target_mod.resolve(sglang, log=log)
+    target_mod.check_tree(tgt)
     plat = platform or default_platform()
+    from diag.cli.validate import check_config
+
+    check_config(tgt, plat, attention_backend, speculative_algorithm)
     cfg = SpecConfig(attention_backend=attention_backend,
                      speculative_num_steps=speculative_num_steps,
                      speculative_algorithm=speculative_algorithm)

@@ -155,15 +155,18 @@ def _control_command(action: str):
                  "every process acknowledges; exit 4 when one refuses or does not answer), or "
                  "in this diag process.")
     @click.argument("fix_id", metavar="ID")
-    @click.option("--pid", type=int, default=None,
-                  help="Only this process of the run (default: every live process).")
-    @click.option("--timeout", type=float, default=30.0, show_default=True,
-                  help="Seconds to wait for every process to acknowledge.")
+    @click.option("--pid", type=click.IntRange(min=1), default=None,
+                  help="Only this process of the run (with --run-dir; default: every live "
+                       "process).")
+    @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+                  show_default=True, help="Seconds to wait for every process to acknowledge.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @target_options
     @guarded
     def command(fix_id: str, pid: int | None, timeout: float, as_json: bool, run_dir: str | None,
                 **target_kw) -> None:
+        if pid is not None and not run_dir:
+            raise click.UsageError("--pid names a process of a run: give --run-dir DIR too")
         if run_dir:  # the engine's own registry decides (it refuses unknown ids: exit 4)
             _control(fix_id, action, run_dir, pid, timeout, as_json)
         else:
@@ -202,26 +205,48 @@ def status(run_dir: str | None, as_json: bool) -> None:
         log("no running engine started under `diag run` found (pass --run-dir DIR)")
         return
     for s in states:
-        cmd = " ".join(s.meta.get("cmd") or [])
+        meta = s.meta if isinstance(s.meta, dict) else {}
+        cmd = _words(meta.get("cmd"))
         click.echo(click.style(f"{s.run_dir}", bold=True) + (f"  {cmd}" if cmd else ""))
         if not s.processes:
             click.echo("  no process has written events yet")
         for p in s.processes.values():
-            argv = " ".join(p.argv)[:60]
+            argv = _words(p.argv)[:60]
             role = "engine process" if p.engine else "not an engine process"
-            click.echo(f"  pid {p.pid} (parent {p.ppid}) {'live' if p.alive else 'exited'}"
-                       f"  {role}  control at {p.control}  {argv}")
-            for fid, st in sorted(p.fixes.items()):
-                reason = f"  ({st.get('reason')})" if st.get("reason") else ""
-                click.echo(f"    fix {fid:<30} {st.get('state')}{reason}")
-            for pid_, st in sorted(p.probes.items()):
-                reason = f"  ({st.get('reason')})" if st.get("reason") else ""
-                click.echo(f"    counter {pid_:<26} {st.get('state')}{reason}")
+            click.echo(f"  pid {p.pid} (parent {_shown(p.ppid)}) "
+                       f"{'live' if p.alive else 'exited'}  {role}  control at "
+                       f"{_shown(p.control)}  {argv}".rstrip())
+            for fid, st in sorted(_items(p.fixes)):
+                click.echo(f"    fix {fid:<30} {_state_text(st)}")
+            for pid_, st in sorted(_items(p.probes)):
+                click.echo(f"    counter {pid_:<26} {_state_text(st)}")
             for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
             if p.last_events:
-                kinds = ", ".join(str(e.get("kind")) for e in p.last_events[-5:])
+                kinds = ", ".join(_shown(e.get("kind") if isinstance(e, dict) else None)
+                                  for e in p.last_events[-5:])
                 click.echo(f"    last events: {kinds}")
+
+
+def _shown(v: object) -> str:
+    """A value a run directory gave, as text: what is missing or garbled reads `?`, never
+    Python's `None`."""
+    return "?" if v is None or v == "" else str(v)
+
+
+def _words(v: object) -> str:
+    """A command line (a list of strings) as one line; anything else is not shown."""
+    return " ".join(str(w) for w in v) if isinstance(v, list) else ""
+
+
+def _items(d: object) -> list[tuple[str, dict]]:
+    return [(str(k), v if isinstance(v, dict) else {}) for k, v in d.items()] \
+        if isinstance(d, dict) else []
+
+
+def _state_text(st: dict) -> str:
+    reason = f"  ({st.get('reason')})" if st.get("reason") else ""
+    return f"{_shown(st.get('state'))}{reason}"
 
 
 # ----------------------------------------------------------------------------- check (CI)

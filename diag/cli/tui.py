@@ -42,6 +42,10 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
     """
     if run_dir and server_url:
         raise click.UsageError("give --run-dir or --server, not both")
+    if run_dir:  # a run directory that is not there (or unsafe) is exit 3, not a frame
+        from diag.engine.rundir import check_run_dir
+
+        check_run_dir(run_dir)
     import importlib.util
 
     for need in ("rich", "textual"):

@@ -78,18 +78,43 @@ class Prometheus:
         if not isinstance(doc, dict) or doc.get("status") != "success":
             err = doc.get("error") if isinstance(doc, dict) else None
             raise ServerError(f"Prometheus at {self.url}: query failed: {err or 'bad answer'}")
-        return doc.get("data") or {}
+        return self._result(doc.get("data") or {}, path)
+
+    def _result(self, data: Any, path: str) -> list[dict]:
+        """`data.result` as a list of series objects, or ServerError: an answer of another
+        shape is the server's fault (exit 3), not diag's."""
+        result = data.get("result") if isinstance(data, dict) else None
+        result = [] if result is None and isinstance(data, dict) else result
+        if not isinstance(result, list) or not all(_series_shape(r) for r in result):
+            raise ServerError(f"{self.url} did not answer like a Prometheus API ({path}: "
+                              "data.result is not a list of series)")
+        return result
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:
         params = {"query": expr}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self._get("/api/v1/query", params).get("result") or []
+        return self._get("/api/v1/query", params)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
                   "step": f"{step:g}"}
-        return self._get("/api/v1/query_range", params).get("result") or []
+        return self._get("/api/v1/query_range", params)
+
+
+def _series_shape(r: Any) -> bool:
+    """One series of a vector (`value: [t, v]`) or matrix (`values: [[t, v], ...]`) answer."""
+    def pair(p: Any) -> bool:
+        return isinstance(p, list) and len(p) == 2 and _value(p[0]) is not None
+
+    if not isinstance(r, dict) or not isinstance(r.get("metric", {}), dict):
+        return False
+    if "value" in r and not pair(r["value"]):
+        return False
+    try:
+        return all(pair(p) for p in r.get("values", []))
+    except TypeError:
+        return False
 
 
 def _value(raw: Any) -> float | None:
