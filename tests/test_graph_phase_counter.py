@@ -18,6 +18,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import report_schema
 
 from diag import telemetry
 from diag.engine.events import Fold, describe_counters
@@ -25,8 +26,6 @@ from diag.patcher import find_def
 from diag.probes import draft_extend_runtime as der
 from diag.probes import graph_phase_runtime as gpr
 from diag.probes import sync_counter
-
-import report_schema
 
 
 class StandinForwardMode(enum.IntEnum):  # sglang/srt/model_executor/forward_batch_info.py
