@@ -7,6 +7,8 @@ set-up (tests/engine_models.py, profile "gpu"), EAGLE, triton attention, graphs 
   plain  the same server without diag (reference tokens, overhead baseline)
   eager  under diag with SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 and SGLANG_PROFILE_V2=1 (the
          kill switch: draft-extend runs eager; V2 stage profiling)
+  lite   under `diag run --probe draft-extend-graph` only (what the phase counters cost alone,
+         without the sync counter's GPU sync-debug scope around every metadata build)
 The checks (benchmarks/gpu_engine/checks.py) are recorded, never asserted here; then the timed
 part: interleaved greedy requests, one server after the other, per round (side by side in one
 run): overhead of diag (diag / plain) and eager draft-extend's cost (eager / diag), next to diag's
@@ -43,7 +45,7 @@ PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [6
 # (1 - --mem-fraction-static) of the whole card, so a server that starts after another one took
 # its pool finds none ("Loaded weights leave no GPU memory for the KV cache"). A fixed, small
 # pool (--max-total-tokens) under a high fraction fits in any start order.
-MEM_FRACTION = dict.fromkeys(("diag", "plain", "eager"), 0.85)
+MEM_FRACTION = dict.fromkeys(("diag", "plain", "eager", "lite"), 0.85)
 MAX_TOTAL_TOKENS = 65536
 
 
@@ -64,8 +66,8 @@ def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
     cmd = server_cmd(py, models, port, MEM_FRACTION[name])
     run_dir = work / f"run-{name}" if under_diag else None
     if run_dir is not None:
-        cmd = [py, "-m", "diag", "run", "--probe", "all", *diag_args, "--run-dir", str(run_dir),
-               "--", *cmd]
+        probes = () if "--probe" in diag_args else ("--probe", "all")
+        cmd = [py, "-m", "diag", "run", *probes, *diag_args, "--run-dir", str(run_dir), "--", *cmd]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     full_env.update(PYTHONUNBUFFERED="1", **(env or {}))
     log = work / f"server-{name}.log"
@@ -166,7 +168,9 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         servers["plain"] = start("plain", work, models, under_diag=False)
         servers["eager"] = start("eager", work, models, under_diag=True, diag_args=("--fix", FIX),
                                  env={KILL: "1", "SGLANG_PROFILE_V2": "1"})
-        for n in ("plain", "eager"):
+        servers["lite"] = start("lite", work, models, under_diag=True,
+                                diag_args=("--probe", "draft-extend-graph"))
+        for n in ("plain", "eager", "lite"):
             ready(servers[n], 300)
         for n, s in servers.items():
             res["servers"][n] = {"ready_s": round(s.ready_s or 0, 1), "url": s.url}
@@ -177,11 +181,11 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         add(checks.check_captures("capture: plain server, all three phases", logs["plain"], all3))
         add(checks.check_captures("capture: kill switch, draft extend not captured", logs["eager"],
                                   {**all3, "draft extend": False}))
+        add(checks.check_captures("capture: phase counters alone, all three phases", logs["lite"],
+                                  all3))
         # greedy tokens, with and without diag (and with the kill switch)
         toks = {n: greedy(s) for n, s in servers.items()}
-        add(checks.check_equal_tokens("greedy tokens identical with and without diag",
-                                      {"plain": toks["plain"], "diag": toks["diag"],
-                                       "eager": toks["eager"]}))
+        add(checks.check_equal_tokens("greedy tokens identical with and without diag", toks))
         meta = d.generate(PROMPTS[0], 32)["meta_info"]
         res["accept_length"] = meta.get("spec_accept_length")
         # draft-extend counter: graph when captured, eager with the kill switch, eager above the
@@ -293,13 +297,13 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
 def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
     """Interleaved: each round sends one greedy request of `tokens` tokens (batch 1) to each
     server in turn (rotating the order), so drift hits all three alike."""
-    names = ["plain", "diag", "eager"]
+    names = [n for n in ("plain", "diag", "eager", "lite") if n in servers]
     times: dict[str, list[float]] = {n: [] for n in names}
     for s in servers.values():  # warm-up
         timed(s, [5, 6, 7], tokens)
     c_before = {n: counters(servers[n]) for n in ("diag", "eager")}
     for r in range(rounds):
-        order = names[r % 3:] + names[:r % 3]
+        order = names[r % len(names):] + names[:r % len(names)]
         for n in order:
             times[n].append(timed(servers[n], PROMPTS[r % len(PROMPTS)], tokens))
     c_after = {n: counters(servers[n]) for n in ("diag", "eager")}
@@ -308,6 +312,9 @@ def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
         out[n] = {"median_s": statistics.median(times[n]), "iqr_s": checks.iqr(times[n]),
                   "ms_per_token": checks.median_ms_per_token(times[n], tokens)}
     out["overhead_diag_vs_plain"] = checks.ratio(out["diag"]["median_s"], out["plain"]["median_s"])
+    if "lite" in out:
+        out["overhead_lite_vs_plain"] = checks.ratio(out["lite"]["median_s"],
+                                                     out["plain"]["median_s"])
     out["eager_vs_captured"] = checks.ratio(out["eager"]["median_s"], out["diag"]["median_s"])
     out["measured_eager_cost_ms_per_token"] = out["eager"]["ms_per_token"] - out["diag"]["ms_per_token"]
 
@@ -335,8 +342,10 @@ def summary(res: dict) -> str:
     t = res.get("timings") or {}
     if t.get("plain"):
         lines.append(f"per token (median of {t['rounds']} interleaved requests of {t['tokens']}): "
-                     + ", ".join(f"{n} {t[n]['ms_per_token']:.3f} ms" for n in ("plain", "diag", "eager")))
-        lines.append(f"overhead diag/plain {t['overhead_diag_vs_plain']:.3f}x; eager/captured "
+                     + ", ".join(f"{n} {t[n]['ms_per_token']:.3f} ms (IQR {1e3 * (t[n]['iqr_s'] or 0) / t['tokens']:.3f})"
+                                 for n in ("plain", "diag", "eager", "lite") if n in t))
+        lines.append(f"overhead diag/plain {t['overhead_diag_vs_plain']:.3f}x; phase counters "
+                     f"alone (lite)/plain {t.get('overhead_lite_vs_plain') or float('nan'):.3f}x; eager/captured "
                      f"{t['eager_vs_captured']:.3f}x; eager cost measured "
                      f"{t['measured_eager_cost_ms_per_token']:.3f} ms/token, diag's estimate "
                      f"{t['diag_estimate_eager_cost_ms_per_token'] or float('nan'):.3f} ms/token")
@@ -352,7 +361,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-lane"))
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=64)
     a = ap.parse_args()
     res = run(a.work, a.rounds, a.tokens)
