@@ -121,6 +121,11 @@ _PREDICATES: dict[str, tuple[set[str], set[str]]] = {
 # Flags that are true only while a CUDA graph is captured.
 _CAPTURE_FLAG = re.compile(r"^(get_)?(is_|in_)?(cuda_graph_)?captur(e|ing)(_mode)?$"
                            r"|^is_current_stream_capturing$|^is_in_capture$")
+# The modes a CUDA/HIP graph runner captures and replays (cuda_graph_runner: decode, idle,
+# target-verify; the draft-extend runner): `*_out_graph` / `*_cuda_graph` entry points run
+# under these only (the target's extend and the dLLM modes run eager).
+GRAPH_MODES = {"decode", "idle", "target-verify", "draft-extend"}
+_GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
 # Entry points the model runner or graph runners call from outside the file.
 _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
                        r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
@@ -190,6 +195,8 @@ def seed_state(name: str) -> frozenset:
                        ("decode", "decode")):
         if hint in name:
             return _modes({mode}, phases)
+    if _GRAPH_ENTRY.search(name):  # called by the graph runners only: their modes
+        return _modes(GRAPH_MODES, phases)
     return _modes(set(MODES), phases)
 
 
@@ -390,6 +397,46 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
     return {a for a, ok in seen.items() if ok}
 
 
+def _is_device_value(v: ast.AST) -> bool | None:
+    """True for `torch.zeros(..., device=d)` (d not "cpu") / `torch.*_like(...)`, False for a
+    host value (a constant other than None, a factory without `device=`, `.cpu()`, `.tolist()`),
+    None when the assignment says nothing (a parameter, None, another call)."""
+    if isinstance(v, ast.Constant):
+        return None if v.value is None else False
+    if not isinstance(v, ast.Call) or not isinstance(v.func, ast.Attribute):
+        return None
+    f = v.func
+    if f.attr in ("cpu", "tolist", "item", "numpy"):
+        return False
+    if isinstance(f.value, ast.Name) and f.value.id == "torch":
+        dev = [k.value for k in v.keywords if k.arg == "device"]
+        if dev:
+            return not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu")
+        if f.attr.endswith("_like"):
+            return True
+        return False if f.attr in _FACTORIES else None
+    return None
+
+
+def class_device_attrs(c: ast.ClassDef) -> set[str]:
+    """The `self.X` of one class made on the device (`torch.zeros(..., device=self.device)`)
+    and never assigned a host value: `self.kv_indptr[bs].item()` reads the device."""
+    seen: dict[str, bool] = {}
+    for item in c.body:
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else _walk(item)
+        for n in nodes:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                t = n.targets[0]
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                        t.value.id == "self":
+                    dev = _is_device_value(n.value)
+                    if dev is False:
+                        seen[t.attr] = False
+                    elif dev and seen.get(t.attr, True):
+                        seen[t.attr] = True
+    return {a for a, ok in seen.items() if ok}
+
+
 def path_class(state: frozenset, unknown: bool) -> str:
     if not state:
         return "unreachable"
@@ -501,6 +548,10 @@ class _Kinds:
             elif ann in ("int", "bool", "float"):
                 self.params[a.arg] = "scalar"
         self.config: set[str] = set()
+        self.device: set[str] = set()
+        # (backend, call) -> the helper's def, when the call is to a same-class method or a
+        # same-module function (set by _Scan): its return value is read through
+        self.helper: Any = None
         self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
 
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
@@ -523,6 +574,8 @@ class _Kinds:
                 return "host"
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
                 return "scalar"  # set from the server arguments (a Python number)
+            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
+                return "tensor"  # made on the device in the class (a buffer)
             if e.attr in _DEVICE_FIELDS:
                 return "tensor"
             return "unknown"
@@ -543,6 +596,10 @@ class _Kinds:
             fname = _unparse(f)
             if fname in _SCALAR_CALLS:
                 return "scalar"
+            if self.helper is not None:
+                k = self._helper_kind(e, line, depth)
+                if k is not None:
+                    return k
             dev = [k.value for k in e.keywords if k.arg == "device"]
             if dev and not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu"):
                 return "tensor"  # made on (or copied to) the device
@@ -568,6 +625,27 @@ class _Kinds:
                     return self.of(f.value, line, depth + 1)
             return "unknown"
         return "unknown"
+
+
+    def _helper_kind(self, call: ast.Call, line: int, depth: int) -> str | None:
+        """A same-class/same-module helper's result: `Tensor` annotated, or what it returns
+        when every return is a call fed one of this call's device tensors (`get_dcp_lens(lens,
+        ...)`); None when the helper says nothing."""
+        found = self.helper(call)
+        if found is None:
+            return None
+        fn = found[1]
+        ann = _unparse(fn.returns) if fn.returns is not None else ""
+        if ann.startswith(("int", "bool", "float", "List", "list", "Optional[int")):
+            return "scalar" if not ann.startswith(("List", "list")) else "host"
+        if ann in ("torch.Tensor", "Tensor"):
+            return "tensor"
+        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return) and n.value is not None]
+        if rets and all(isinstance(r, ast.Call) and _unparse(r.func) not in _SCALAR_CALLS
+                        for r in rets) and any(
+                self.of(a, line, depth + 1) == "tensor" for a in call.args):
+            return "tensor"
+        return None
 
 
 def _classify(kind: str, what: str) -> tuple[str, str]:
@@ -644,6 +722,9 @@ class _Scan:
         self.kinds = _Kinds(fn, facts, info.assigned)
         host_attrs = getattr(resolve, "host_attrs", None)
         self.kinds.config = host_attrs(backend) if host_attrs else set()
+        device_attrs = getattr(resolve, "device_attrs", None)
+        self.kinds.device = device_attrs(backend) - self.kinds.config if device_attrs else set()
+        self.kinds.helper = lambda c: resolve(backend, c)
         self.sites: list[Site] = []
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
@@ -924,6 +1005,15 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
         return out
 
     resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
+    devices: dict[str, set[str]] = {}
+
+    def device_attrs(backend: str) -> set[str]:
+        if backend not in devices:
+            devices[backend] = class_device_attrs(classes[backend]) \
+                if backend in classes else set()
+        return devices[backend]
+
+    resolve.device_attrs = device_attrs  # type: ignore[attr-defined]
     out: dict[tuple[str, str], tuple[str, str, ast.FunctionDef]] = {}
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
