@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -466,13 +466,17 @@ class Site:
     col: int = 0  # column of the call: two calls on one line are two sites
     paths: tuple[str, ...] = ()  # MODES that reach it per step (eager run or graph replay)
     path_class: str = "per-step"  # one of PATH_CLASSES
+    # the calls that reach its function, `file:line Caller.qualname`, for each helper up to an
+    # entry point (a chain one caller wide at each level, the first reaching caller)
+    callers: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy() | {"paths": list(self.paths)}
+        return self.__dict__.copy() | {"paths": list(self.paths), "callers": list(self.callers)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
-        return cls(**(d | {"paths": tuple(d.get("paths", ()))}))
+        return cls(**(d | {"paths": tuple(d.get("paths", ())),
+                           "callers": tuple(d.get("callers", ()))}))
 
     def reach(self, modes: set[str] | frozenset[str]) -> str:
         """`reaches` | `not-on-path` | `capture-only` | `unreachable` | `cannot-tell` for a
@@ -668,6 +672,7 @@ class _Edge:
     args: dict[str, str]  # callee parameter -> "none" | "host" | "other"
     truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
     # callee parameter -> (pairs where the argument may be true, where it may be false)
+    at: str = ""  # `file:line Caller.qualname` of the call
 
 
 class _FnInfo:
@@ -728,6 +733,7 @@ class _Scan:
         self.sites: list[Site] = []
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
+        self.chain: tuple[str, ...] = ()  # set by _analyse: the calls that reach it
 
     def run(self, state: frozenset, unknown: bool) -> None:
         self.block(self.fn.body, state, unknown)
@@ -830,7 +836,8 @@ class _Scan:
         if target is not None:
             (cqual, cfn) = target
             args, truth = self._args(cfn, call, state)
-            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth))
+            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth,
+                                    f"{self.rel}:{call.lineno} {self.qual}"))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
@@ -1097,6 +1104,21 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
         entry, unknown, facts, truths = new_entry, new_unknown, new_facts, new_truths
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
+    callers: dict[tuple[str, str], list[_Edge]] = {}
+    for s in scans.values():
+        for e in s.edges:
+            if e.state:  # a call that can run
+                callers.setdefault(e.callee, []).append(e)
+    for key, s in scans.items():
+        chain, seen, at = [], {key}, key
+        while callers.get(at):
+            e = callers[at][0]
+            chain.append(e.at)
+            at = (e.at.rsplit(" ", 1)[-1], at[1])
+            if at in seen:
+                break
+            seen.add(at)
+        s.chain = tuple(chain)
     return list(dict.fromkeys(names)), [scans[(q, b)] for q, b, _ in order]
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts
@@ -1126,7 +1148,7 @@ def scan_source(source: str, path: Path, rel: str | Any
             key = (site.backend, site.line, site.col, site.kind)
             if key not in seen:
                 seen.add(key)
-                sites.append(site)
+                sites.append(replace(site, callers=scan.chain) if scan.chain else site)
         with_os.extend(scan.with_os)
     return names, sites, with_os
 
