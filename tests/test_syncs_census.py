@@ -72,7 +72,8 @@ def _ctx(target, execute=False, backend=None, steps=None):
                    config=SpecConfig(attention_backend=backend, speculative_num_steps=steps))
 
 
-SITE_KEYS = {"builder", "backend", "call", "syncs", "paths", "reach", "source"}
+SITE_KEYS = {"builder", "backend", "call", "syncs", "paths", "reach", "source", "status",
+             "syncs_per_execution", "why", "callers"}
 MEASURED_KEYS = {"builder", "file", "line", "syncs", "path", "source", "release"}
 
 
