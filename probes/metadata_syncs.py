@@ -28,30 +28,37 @@ def audited_paths(steps: int | None) -> tuple[str, ...]:
 # The phases of one speculative step, for the configuration under audit: the census mode each
 # reads, and whether the target or the draft backend runs it. Draft decode runs steps - 1
 # times per step; the target's extend (prefill) runs once per request.
-PHASES = (("target-extend", "target-extend", "target"), ("draft-extend", "draft-extend", "draft"),
-          ("target-verify", "target-verify", "target"), ("draft-decode", "decode", "draft"))
+PHASES = (("target-extend", "target-extend", "target"),
+          ("draft-extend", "draft-extend", "draft-extend"),
+          ("target-verify", "target-verify", "target"), ("draft-decode", "decode", "draft-decode"))
 
 
-def backend_classes(name: str | None, platform: str) -> set[str]:
-    """The classes `--attention-backend NAME` builds on the platform: on HIP, `dsv4` builds
-    the HIP radix class only (attention_registry.py), on CUDA the CUDA one."""
+def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, set[str]]:
+    """The classes `--attention-backend NAME` builds on the platform, per role, read from the
+    release's registry and draft factory (probes.gate.backend_map): on HIP `dsv4` builds the
+    HIP radix class only. Falls back to the census's name table when the release says nothing."""
+    from diag.probes.gate import backend_map
     from diag.probes.metadata_census import BACKEND_NAMES
 
-    out = set(BACKEND_NAMES.get(name or "", set()))
-    if name == "dsv4":
-        out &= {"DeepseekV4HipRadixBackend"} if platform == "hip" else {"DeepseekV4AttnBackend"}
-    return out
+    info = backend_map(target, platform).get(name or "") if name else None
+    if info is None or not (info.attention_classes or info.draft_extend_classes):
+        known = set(BACKEND_NAMES.get(name or "", set()))
+        return {"target": known, "draft-extend": known, "draft-decode": known}
+    ext = set(info.draft_extend_classes)
+    # a multi-step draft backend runs one per-step backend of the same kind per decode step
+    return {"target": set(info.attention_classes), "draft-extend": ext,
+            "draft-decode": set(info.decode_classes) | ext}
 
 
-def phase_totals(sites: list, target_classes: set[str], draft_classes: set[str],
-                 steps: int | None) -> list[dict[str, Any]]:
+def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None
+                 ) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the live per-step sites of the backend that runs
     it (an upper bound: a condition on data or configuration is taken to go both ways), and
     the sites the census cannot tell. `steps` None is read as the default 3 (SGLang's EAGLE)."""
     runs_decode = max((steps if steps is not None else 3) - 1, 0)
     out = []
     for phase, mode, side in PHASES:
-        classes = target_classes if side == "target" else draft_classes
+        classes = roles[side]
         mine = [s for s in sites if s.backend in classes and mode in s.paths]
         live = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
@@ -113,8 +120,13 @@ class MetadataSyncsProbe(Probe):
         paths = audited_paths(cfg.speculative_num_steps)
         draft_name = cfg.draft_attention_backend or name
         if name:  # the configuration under audit: the target verifies, the draft extends/decodes
-            target_classes = backend_classes(name, ctx.platform)
-            draft_classes = backend_classes(draft_name, ctx.platform)
+            target_roles = backend_classes(target, name, ctx.platform)
+            draft_roles = backend_classes(target, draft_name, ctx.platform)
+            roles = {"target": target_roles["target"],
+                     "draft-extend": draft_roles["draft-extend"],
+                     "draft-decode": draft_roles["draft-decode"]}
+            target_classes = roles["target"]
+            draft_classes = roles["draft-extend"] | roles["draft-decode"]
             scope = f"--attention-backend {name}" + (
                 f" (draft {draft_name})" if draft_name != name else "") + \
                 f" path ({', '.join(paths)})"
@@ -152,8 +164,7 @@ class MetadataSyncsProbe(Probe):
                      data={"source": "static", "paths": list(paths),
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (README: `phase` fields)
-            for t in phase_totals(c.sites, target_classes, draft_classes,
-                                  cfg.speculative_num_steps):
+            for t in phase_totals(c.sites, roles, cfg.speculative_num_steps):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
                 ev.append(metric(f"syncs per {t['phase']} step (static)", t["syncs_per_step"],
