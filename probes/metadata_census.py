@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from diag.probes.source import children, inner, parse_text, unparse, walk
 from diag.target import Target
 
 ATTENTION_DIR = "srt/layers/attention"
@@ -131,55 +132,16 @@ _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda
                        r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
 
 
-def _unparse(node: ast.AST) -> str:
-    """`ast.unparse`, kept on the node: the fixpoint in `_analyse` rescans every builder, and
-    the same conditions and calls are read again on each pass."""
-    text = getattr(node, "_diag_src", None)
-    if text is None:
-        text = ast.unparse(node)
-        try:
-            node._diag_src = text  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
-    return text
-
-
-def _children(node: ast.AST, node_t: type = ast.AST) -> list[ast.AST]:
-    """`ast.iter_child_nodes(node)` as a list (the same order)."""
-    out: list[ast.AST] = []
-    for name in node._fields:
-        v = getattr(node, name, None)
-        if isinstance(v, list):
-            out.extend([x for x in v if isinstance(x, node_t)])
-        elif isinstance(v, node_t):
-            out.append(v)
-    return out
-
-
-def _walk(node: ast.AST) -> list[ast.AST]:
-    """The nodes of `ast.walk(node)`, in its (breadth-first) order, as a list: twice as fast."""
-    out, i = [node], 0
-    while i < len(out):
-        out.extend(_children(out[i]))
-        i += 1
-    return out
+# The walks and the cached unparse are the shared source-reading core's (probes.source).
+_unparse, _children, _walk, _inner = unparse, children, walk, inner
 
 
 def _kids(node: ast.AST) -> list[ast.AST]:
-    """`_children(node)` kept on the node: every pass of the fixpoint walks the same
+    """`children(node)` kept on the node: every pass of the fixpoint walks the same
     expressions again."""
     out = getattr(node, "_diag_kids", None)
     if out is None:
-        out = node._diag_kids = _children(node)  # type: ignore[attr-defined]
-    return out
-
-
-def _inner(fn: ast.FunctionDef) -> list[ast.AST]:
-    """The nodes under `fn` in walk order, kept on it (without `fn` itself: no reference
-    cycle): `_builders` and `_FnInfo` both walk every builder."""
-    out = getattr(fn, "_diag_inner", None)
-    if out is None:
-        out = fn._diag_inner = _walk(fn)[1:]  # type: ignore[attr-defined]
+        out = node._diag_kids = children(node)  # type: ignore[attr-defined]
     return out
 
 
@@ -1137,7 +1099,7 @@ def scan_source(source: str, path: Path, rel: str | Any
     that can define a builder needs its relative path)."""
     if not _SEED_TEXT.search(source):
         return [], [], []
-    tree = ast.parse(source, str(path))
+    tree = parse_text(source, str(path))
     names, scans = _analyse(tree, rel() if callable(rel) else rel)
     sites, with_os = [], []
     seen: set[tuple[str, int, int, str]] = set()
