@@ -49,7 +49,12 @@ _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_pre
                   "positions", "out_cache_loc", "extend_start_loc", "accept_length",
                   "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table"}
 _HOST_READ_METHODS = {"item": 1, "tolist": 1, "cpu": 1, "numpy": 1}
-_DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere"}
+_DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere", "bincount"}
+# torch factories whose positional arguments are sizes (`full`: the first only): a device
+# scalar there is read back (`torch.empty(cu[-1])`)
+_SIZED = {"empty": None, "zeros": None, "ones": None, "rand": None, "randn": None,
+          "arange": None, "full": 1, "new_empty": None, "new_zeros": None, "new_ones": None,
+          "new_full": 1}
 _REDUCTIONS = {"sum", "max", "min", "any", "all", "prod", "amax", "amin"}
 _SCALAR_CALLS = {"int", "len", "sum", "float", "bool", "round", "math.ceil", "cdiv"}
 _FACTORIES = {"tensor", "as_tensor", "arange", "zeros", "ones", "empty", "full", "rand",
@@ -547,6 +552,8 @@ class _Kinds:
             return "unknown"
         if isinstance(e, ast.Subscript):
             return self.of(e.value, line, depth + 1)
+        if isinstance(e, ast.Compare) and len(e.comparators) == 1:
+            e = ast.BinOp(e.left, ast.Add(), e.comparators[0])  # `a == b`: the kinds of a, b
         if isinstance(e, ast.BinOp):
             kinds = {self.of(e.left, line, depth + 1), self.of(e.right, line, depth + 1)}
             for k in ("tensor", "host", "unknown"):
@@ -585,8 +592,15 @@ class _Kinds:
                         return "tensor"
                     if f.attr.endswith("_like") and e.args:
                         return self.of(e.args[0], line, depth + 1)
-                    # a factory without device= makes a host tensor; an op follows its inputs
-                    return "host" if f.attr in _FACTORIES else "tensor"
+                    # a factory without device= makes a host tensor; an op follows its
+                    # inputs (`torch.count_nonzero(seq_lens_cpu == v)` is a host tensor)
+                    if f.attr in _FACTORIES:
+                        return "host"
+                    kinds = {self.of(a, line, depth + 1) for a in e.args
+                             if not isinstance(a, ast.Constant)}
+                    if "tensor" in kinds or not kinds:
+                        return "tensor"
+                    return "host" if "host" in kinds else "unknown"
                 if f.attr in _SAME_KIND:
                     return self.of(f.value, line, depth + 1)
             return "unknown"
@@ -772,8 +786,36 @@ class _Scan:
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
+        elif isinstance(e, ast.Subscript):
+            self.subscript(e, state, unknown)
         for child in _kids(e):
             self.expr(child, state, unknown)
+
+    def _device_scalar(self, b: ast.AST | None, line: int) -> bool:
+        """A device tensor element (or a name bound to one) used where Python needs an int."""
+        return isinstance(b, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp)) and \
+            self.kinds.of(b, line) == "tensor"
+
+    def subscript(self, e: ast.Subscript, state: frozenset, unknown: bool) -> None:
+        """`x[n:]` / `x[:t[-1]]` with a device bound (`__index__` reads it back), and
+        `x[t > 0]` / `x[mask]` of a device bool mask (a data-dependent size): one sync each."""
+        sl, line = e.slice, e.lineno
+        if isinstance(sl, ast.Slice):
+            for b in (sl.lower, sl.upper, sl.step):
+                if b is not None and self._device_scalar(b, line):
+                    self.add(b, state, unknown, "slice-bound", "syncs",
+                             f"slice bound `{_src(b, 40)}` is a device scalar", 1)
+            return
+        mask = sl
+        if isinstance(sl, ast.Name):
+            prior = [v for ln, v in self.kinds.assigned.get(sl.id, []) if ln <= line]
+            mask = prior[-1] if prior else sl
+        if isinstance(mask, ast.Compare) and len(mask.ops) == 1 and not isinstance(
+                mask.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and \
+                self.kinds.of(mask.left, line) == "tensor":
+            self.add(e, state, unknown, "bool-mask", "syncs",
+                     f"indexing with the device bool mask `{_src(mask, 40)}` (data-dependent "
+                     f"size)", 1)
 
     def truth_test(self, test: ast.AST, state: frozenset, unknown: bool) -> None:
         """`if torch.all(t == n):` / `if t.any():` of a device tensor: `bool()` reads it back."""
@@ -901,6 +943,16 @@ class _Scan:
             if verdict == "syncs":
                 why += f"; {name} has a data-dependent output size"
             add(name, verdict, why, 1)
+        elif name in _SIZED and ((is_torch and not name.startswith("new_")) or (
+                name.startswith("new_") and isinstance(f, ast.Attribute))):
+            args = list(call.args[:_SIZED[name]] if _SIZED[name] else call.args)
+            if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+                args = list(args[0].elts)
+            args += [k.value for k in call.keywords if k.arg in ("size", "start", "end")]
+            for a in args:
+                if self._device_scalar(a, line):
+                    self.add(a, state, unknown, "size", "syncs",
+                             f"size `{_src(a, 40)}` of {name} is a device scalar", 1)
         elif isinstance(f, ast.Name) and name in ("int", "float", "bool") and len(call.args) == 1:
             arg = call.args[0]
             if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
