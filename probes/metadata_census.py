@@ -39,7 +39,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from diag.probes.source import children, inner, parse_text, unparse, walk
+from diag.probes.source import (
+    ModuleIndex,
+    Modules,
+    children,
+    index,
+    inner,
+    parse_text,
+    unparse,
+    walk,
+)
 from diag.target import Target
 
 ATTENTION_DIR = "srt/layers/attention"
@@ -61,7 +70,9 @@ _FACTORIES = {"tensor", "as_tensor", "arange", "zeros", "ones", "empty", "full",
               "randn", "randint", "linspace", "from_numpy"}
 _SAME_KIND = {"to", "long", "int", "clamp", "clamp_min", "clamp_max", "cumsum", "contiguous",
               "flatten", "view", "reshape", "squeeze", "unsqueeze", "clone", "sum", "max", "min",
-              "type", "detach", "narrow", "expand", "repeat"}
+              "type", "detach", "narrow", "expand", "repeat", "nonzero", "unique", "argwhere",
+              "masked_select", "bincount", "diff", "abs", "ne", "eq", "gt", "lt", "ge", "le",
+              "logical_not", "bool", "float", "sort", "argsort", "cummax", "index_select"}
 
 # Backends on each platform's draft-extend path (SGLANG.md: the HIP gate's allow-list over the
 # releases, plus the backends it tests; CUDA's graph_supported_backend_types).
@@ -552,6 +563,8 @@ class _Kinds:
             return "unknown"
         if isinstance(e, ast.Subscript):
             return self.of(e.value, line, depth + 1)
+        if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
+            return self.of(e.operand, line, depth + 1)
         if isinstance(e, ast.Compare) and len(e.comparators) == 1:
             e = ast.BinOp(e.left, ast.Add(), e.comparators[0])  # `a == b`: the kinds of a, b
         if isinstance(e, ast.BinOp):
@@ -584,6 +597,8 @@ class _Kinds:
                     return "host"
                 if f.attr == "cpu":
                     return "host"
+                if isinstance(f.value, ast.Name) and f.value.id == "F" and e.args:
+                    return self.of(e.args[0], line, depth + 1)  # torch.nn.functional op
                 if isinstance(f.value, ast.Name) and f.value.id == "torch":
                     dev = [k for k in e.keywords if k.arg == "device"]
                     if dev and isinstance(dev[0].value, ast.Constant) and dev[0].value.value == "cpu":
@@ -598,9 +613,9 @@ class _Kinds:
                         return "host"
                     kinds = {self.of(a, line, depth + 1) for a in e.args
                              if not isinstance(a, ast.Constant)}
-                    if "tensor" in kinds or not kinds:
-                        return "tensor"
-                    return "host" if "host" in kinds else "unknown"
+                    # a torch op runs where its tensors live: host only when a host input
+                    # is seen and no device one (else the device, as before)
+                    return "host" if "host" in kinds and "tensor" not in kinds else "tensor"
                 if f.attr in _SAME_KIND:
                     return self.of(f.value, line, depth + 1)
             return "unknown"
@@ -705,7 +720,7 @@ class _Scan:
         self.kinds.config = host_attrs(backend) if host_attrs else set()
         device_attrs = getattr(resolve, "device_attrs", None)
         self.kinds.device = device_attrs(backend) - self.kinds.config if device_attrs else set()
-        self.kinds.helper = lambda c: resolve(backend, c)
+        self.kinds.helper = lambda c: resolve(backend, c, fn)
         self.sites: list[Site] = []
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
@@ -836,7 +851,7 @@ class _Scan:
                      why + "; a branch on it reads the result back", 1)
 
     def call(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
-        target = self.resolve(self.backend, call)
+        target = self.resolve(self.backend, call, self.fn)
         if target is not None:
             (cqual, cfn) = target
             args, truth = self._args(cfn, call, state)
@@ -969,7 +984,8 @@ class _Scan:
                     add(f"{name}()", verdict, why, 1)
 
 
-def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
+def _builders(tree: ast.Module, modules: Modules | None = None
+              ) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
     """(qualname, backend, def) of the init_forward_metadata* family and what it calls, and the
     resolver from (backend, call) to the (qualname, def) it calls."""
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
@@ -993,8 +1009,35 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
                     return found
         return None
 
-    def resolve(backend: str, call: ast.Call) -> tuple[str, ast.FunctionDef] | None:
+    here = index(tree)
+    homes: dict[int, tuple[str, ModuleIndex]] = {}  # helper def -> (its file, its module)
+
+    def imported(mod: ModuleIndex, name: str) -> tuple[str, ast.FunctionDef] | None:
+        """A function of another attention module that `name` is bound to (followed: its
+        syncs count for the builder that calls it)."""
+        b = modules.resolve(mod, name) if modules is not None else None
+        if b is None or not isinstance(b.node, ast.FunctionDef):
+            return None
+        rel = modules.relpath(b.path)  # type: ignore[union-attr]
+        if f"/{ATTENTION_DIR}/" not in f"/{rel}":
+            return None  # outside the scanned (and cached) tree
+        other = modules.module(b.dotted)  # type: ignore[union-attr]
+        if other is not None:
+            homes[id(b.node)] = (rel, other)
+        return f"{b.dotted.rsplit('.', 1)[-1]}.{b.node.name}", b.node
+
+    def resolve(backend: str, call: ast.Call, where: ast.AST | None = None
+                ) -> tuple[str, ast.FunctionDef] | None:
         f = call.func
+        home = homes.get(id(where)) if where is not None else None
+        if home is not None:  # inside a helper of another module: its own names
+            if isinstance(f, ast.Name):
+                if f.id in home[1].funcs:
+                    fn = home[1].funcs[f.id]
+                    homes.setdefault(id(fn), home)
+                    return f"{Path(home[0]).stem}.{f.id}", fn
+                return imported(home[1], f.id)
+            return None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id == "self" and backend in classes:
             found = lookup(backend, f.attr, set())
@@ -1002,7 +1045,11 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
                 return f"{found[0]}.{f.attr}", found[1]
         elif isinstance(f, ast.Name) and f.id in funcs:
             return f.id, funcs[f.id]
+        elif isinstance(f, ast.Name):
+            return imported(here, f.id)
         return None
+
+    resolve.homes = homes  # type: ignore[attr-defined]
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
@@ -1048,7 +1095,7 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
         out[(qual, backend)] = (qual, backend, fn)
         for n in _inner(fn):
             if isinstance(n, ast.Call):
-                found = resolve(backend, n)
+                found = resolve(backend, n, fn)
                 if found:
                     todo.append((found[0], backend, found[1]))
     return list(out.values()), resolve
@@ -1059,10 +1106,12 @@ def _is_seed(qual: str) -> bool:
     return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
 
 
-def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
+def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
+             ) -> tuple[list[str], list[_Scan]]:
     """Walk every builder until what reaches each one (the union over its callers' branches,
     and, for an entry point, what its name says) and its callers' argument facts settle."""
-    builders, resolve = _builders(tree)
+    builders, resolve = _builders(tree, modules)
+    homes = getattr(resolve, "homes", {})
     keys = [(q, b) for q, b, _ in builders]
     entry: dict[tuple[str, str], frozenset] = {}
     unknown: dict[tuple[str, str], bool] = {}
@@ -1083,7 +1132,8 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
             if key in made and made[key][0] == inputs:
                 scans[key] = made[key][1]
                 continue
-            s = _Scan(fn, qual, backend, rel, inputs[2], resolve, inputs[3], infos[id(fn)])
+            where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
+            s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)])
             s.run(inputs[0], inputs[1])
             scans[key] = s
             made[key] = (inputs, s)
@@ -1145,21 +1195,21 @@ def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
     return scan_source(path.read_text(encoding="utf-8", errors="replace"), path, rel)
 
 
-def scan_source(source: str, path: Path, rel: str | Any
+def scan_source(source: str, path: Path, rel: str | Any, modules: Modules | None = None
                 ) -> tuple[list[str], list[Site], list[Site]]:
     """`scan_file` of a file already read; `rel` may be a callable that gives it (only a file
     that can define a builder needs its relative path)."""
     if not _SEED_TEXT.search(source):
         return [], [], []
     tree = parse_text(source, str(path))
-    names, scans = _analyse(tree, rel() if callable(rel) else rel)
+    names, scans = _analyse(tree, rel() if callable(rel) else rel, modules)
     sites, with_os = [], []
     seen: set[tuple[str, int, int, str]] = set()
     for scan in scans:
         # a helper reached from two backends is listed once per backend; every call on a line
         # is its own site (an outer host read keeps the inner `.cpu()` that syncs)
         for site in scan.sites:
-            key = (site.backend, site.line, site.col, site.kind)
+            key = (site.backend, site.file, site.line, site.col, site.kind)
             if key not in seen:
                 seen.add(key)
                 sites.append(replace(site, callers=scan.chain) if scan.chain else site)
@@ -1200,6 +1250,7 @@ def census(target: Target, use_cache: bool = True) -> Census:
 
 def _scan_all(target: Target, paths: list[Path]) -> Census:
     out = Census(str(target.root))
+    modules = Modules(target)  # helpers in other attention modules, parsed once for all
     root = target.root.resolve()
 
     def relpath(path: Path) -> str:  # Target.relpath, with the root resolved once
@@ -1219,7 +1270,7 @@ def _scan_all(target: Target, paths: list[Path]) -> Census:
             return rel[0]
 
         try:
-            names, sites, with_os = scan_source(source, path, rel_of)
+            names, sites, with_os = scan_source(source, path, rel_of, modules)
         except (SyntaxError, ValueError, RecursionError) as e:
             out.errors.append(f"{rel_of()}: {type(e).__name__}: {e}")
             continue

@@ -199,6 +199,13 @@ class Modules:
         self.target = target
         self._mods: dict[str, ModuleIndex | None] = {}
 
+    def relpath(self, path: Path) -> str:
+        """`path` relative to the target root (`sglang/srt/...`)."""
+        try:
+            return str(path.resolve().relative_to(self.target.root.resolve()))
+        except ValueError:
+            return str(path)
+
     def path(self, dotted: str) -> Path:
         parts = dotted.split(".")
         return self.target.root.joinpath(*parts[:-1], parts[-1] + ".py")
