@@ -52,6 +52,7 @@ from diag.probes.source import (
 from diag.target import Target
 
 ATTENTION_DIR = "srt/layers/attention"
+_ATTENTION_PKG = "sglang." + ATTENTION_DIR.replace("/", ".") + "."
 
 # ForwardBatch / metadata fields that hold device tensors (their host mirrors end in `_cpu`).
 _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
@@ -1011,11 +1012,18 @@ def _builders(tree: ast.Module, modules: Modules | None = None
 
     here = index(tree)
     homes: dict[int, tuple[str, ModuleIndex]] = {}  # helper def -> (its file, its module)
+    bound: dict[tuple[int, str], Any] = {}  # (module, name) -> what it binds to
 
     def imported(mod: ModuleIndex, name: str) -> tuple[str, ast.FunctionDef] | None:
         """A function of another attention module that `name` is bound to (followed: its
         syncs count for the builder that calls it)."""
-        b = modules.resolve(mod, name) if modules is not None else None
+        dotted = mod.imports.get(name, "")
+        if modules is None or not dotted.startswith(_ATTENTION_PKG):
+            return None  # not an attention module: not parsed at all
+        key = (id(mod), name)
+        if key not in bound:
+            bound[key] = modules.resolve(mod, name)
+        b = bound[key]
         if b is None or not isinstance(b.node, ast.FunctionDef):
             return None
         rel = modules.relpath(b.path)  # type: ignore[union-attr]

@@ -23,7 +23,7 @@ from pathlib import Path
 from diag.target import Target
 
 _BY_FILE: dict[tuple[str, int, int], ast.Module] = {}
-_BY_TEXT: dict[tuple[str, str], ast.Module] = {}
+_BY_TEXT: dict[str, ast.Module] = {}
 _INDEX: dict[int, tuple[ast.Module, ModuleIndex]] = {}
 
 
@@ -38,8 +38,8 @@ def parse_file(path: Path) -> ast.Module | None:
     key = (str(real), st.st_mtime_ns, st.st_size)
     tree = _BY_FILE.get(key)
     if tree is None:
-        try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
+        try:  # through the text cache: a reader that has the text shares this parse
+            tree = parse_text(path.read_bytes().decode("utf-8"), str(path))
         except (SyntaxError, ValueError, OSError):
             return None
         _BY_FILE[key] = tree
@@ -47,9 +47,9 @@ def parse_file(path: Path) -> ast.Module | None:
 
 
 def parse_text(source: str, filename: str = "<unknown>") -> ast.Module:
-    """Parsed text, cached by its digest (raises SyntaxError/ValueError as `ast.parse`)."""
-    key = (hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest(),
-           filename)
+    """Parsed text, cached by its digest (raises SyntaxError/ValueError as `ast.parse`); the
+    tree's filename is the first reader's (cached trees are read, never compiled)."""
+    key = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
     tree = _BY_TEXT.get(key)
     if tree is None:
         tree = _BY_TEXT[key] = ast.parse(source, filename)
@@ -200,9 +200,10 @@ class Modules:
         self._mods: dict[str, ModuleIndex | None] = {}
 
     def relpath(self, path: Path) -> str:
-        """`path` relative to the target root (`sglang/srt/...`)."""
+        """`path` relative to the target root (`sglang/srt/...`); paths made by `path()` are
+        under the root already, so no filesystem call is needed."""
         try:
-            return str(path.resolve().relative_to(self.target.root.resolve()))
+            return str(path.relative_to(self.target.root))
         except ValueError:
             return str(path)
 
