@@ -290,6 +290,13 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
         if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
+                right.value is None and facts.get(left.id) == "host-set":
+            # every caller passes a host value it just made: never None
+            if isinstance(op, ast.Is):
+                return Cond(NONE, ALL)
+            if isinstance(op, ast.IsNot):
+                return Cond(ALL, NONE)
+        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
                 right.value is None and facts.get(left.id) == "none":
             # every caller passes None (a host value may still be None: it decides nothing)
             if isinstance(op, ast.Is):
@@ -522,7 +529,7 @@ class _Kinds:
         for a in args:
             ann = _unparse(a.annotation) if a.annotation is not None else ""
             fact = (facts or {}).get(a.arg)
-            if fact == "host":  # every caller in the file passes a host value
+            if fact in ("host", "host-set"):  # every caller in the file passes a host value
                 self.params[a.arg] = "host"
             elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
                 self.params[a.arg] = "host"
@@ -661,7 +668,7 @@ class _Edge:
     callee: tuple[str, str]  # (qualname, backend)
     state: frozenset
     unknown: bool  # the call sits under a forward-mode test the census cannot read
-    args: dict[str, str]  # callee parameter -> "none" | "host" | "other"
+    args: dict[str, str]  # callee parameter -> "none" | "host" | "host-set" | "other"
     truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
     # callee parameter -> (pairs where the argument may be true, where it may be false)
     at: str = ""  # `file:line Caller.qualname` of the call
@@ -885,7 +892,10 @@ class _Scan:
             if isinstance(value, ast.Constant) and value.value is None:
                 out[name] = "none"
             elif name in given and self.kinds.of(value, call.lineno) == "host":
-                out[name] = "host"
+                # a host value made here (`t.tolist()`, a list) is never None: a caller-side
+                # fallback `if p is None: p = x.tolist()` cannot run for it
+                out[name] = "host-set" if isinstance(value, (
+                    ast.Call, ast.List, ast.ListComp, ast.Tuple, ast.BinOp)) else "host"
             else:
                 out[name] = "other"
         return out, truth
@@ -1163,8 +1173,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:
                     vals = {e.args.get(pname, "other") for e in edges}
-                    if len(vals) == 1 and vals <= {"none", "host"}:
+                    if len(vals) == 1 and vals <= {"none", "host", "host-set"}:
                         agreed[pname] = vals.pop()
+                    elif vals == {"host", "host-set"}:
+                        agreed[pname] = "host"
                 new_facts[key] = agreed
                 pnames = set.intersection(*(set(e.truth) for e in edges))
                 new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
