@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag.probes.source import ModuleIndex, index, parse_file, parse_problem
+from diag.probes.source import ModuleIndex, Modules, index, parse_file, parse_problem
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
@@ -850,18 +850,11 @@ class _Resolver:
 
     def __init__(self, target: Target, platform: str) -> None:
         self.target, self.platform = target, platform
-        self._mods: dict[str, _Module | None] = {}
+        self._mods = Modules(target)  # the target's sglang.* modules (probes.source)
         self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
 
     def module(self, dotted: str) -> _Module | None:
-        if dotted not in self._mods:
-            parts = dotted.split(".")
-            if parts[0] != "sglang":
-                self._mods[dotted] = None
-            else:
-                tree = parse_file(self.target.root.joinpath(*parts[:-1], parts[-1] + ".py"))
-                self._mods[dotted] = _module_of(tree) if tree else None
-        return self._mods[dotted]
+        return self._mods.module(dotted)
 
     def classes(self, func: ast.FunctionDef, mod: _Module, cls: ast.ClassDef | None = None,
                 depth: int = 0) -> list[str]:
