@@ -1252,7 +1252,8 @@ def census(target: Target, use_cache: bool = True) -> Census:
     digest = None
     if use_cache:
         try:
-            digest = cache.files_key(paths, str(target.root), cache.code_fingerprint(__name__))
+            digest = cache.files_key(paths, str(target.root), cache.code_fingerprint(
+                __name__, "diag.probes.source"))  # the parse core is part of the census
         except OSError:
             digest = None
     if digest is not None:
