@@ -545,7 +545,7 @@ class _Kinds:
         self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
 
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
-        if depth > 8:
+        if depth > 16:  # a chain of assignments and ops, read back to where it starts
             return "unknown"
         if isinstance(e, ast.Constant):
             return "scalar"
@@ -984,6 +984,8 @@ class _Scan:
             if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
                     arg.func.attr in _REDUCTIONS:
                 inner = arg.func.value
+                if isinstance(inner, ast.Name) and inner.id == "torch" and arg.args:
+                    inner = arg.args[0]  # bool(torch.all(x)): x is read
                 verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
                 add(f"{name}()", verdict, why, 1)
             elif isinstance(arg, (ast.Subscript, ast.Name)):
