@@ -423,6 +423,14 @@ def class_device_attrs(c: ast.ClassDef) -> set[str]:
     return {a for a, ok in seen.items() if ok}
 
 
+def _graph_memo_miss(test: ast.AST) -> bool:
+    """`key not in self.<...cuda_graph...>`: a miss of a graph-metadata cache."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+        isinstance(test.ops[0], ast.NotIn) and isinstance(test.comparators[0], ast.Attribute) \
+        and isinstance(test.comparators[0].value, ast.Name) and \
+        test.comparators[0].value.id == "self" and "cuda_graph" in test.comparators[0].attr
+
+
 def path_class(state: frozenset, unknown: bool) -> str:
     if not state:
         return "unreachable"
@@ -748,6 +756,12 @@ class _Scan:
             return state  # nested definitions run elsewhere, if at all
         if isinstance(st, (ast.If, ast.While, ast.Assert)):
             self.truth_test(st.test, state, unknown)
+        if isinstance(st, ast.If) and _graph_memo_miss(st.test):
+            # `if bs not in self.decode_cuda_graph_metadata:` fills a per-batch-size cache of
+            # graph metadata: the first call for a size is its capture, so the body runs there
+            self.expr(st.test, state, unknown)
+            capture = frozenset((m, "capture") for m, _ in state)
+            return self.block(st.body, capture, unknown) | self.block(st.orelse, state, unknown)
         if isinstance(st, ast.If):
             self.expr(st.test, state, unknown)
             c = cond(st.test, self.facts, self.env)
