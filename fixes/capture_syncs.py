@@ -22,6 +22,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from diag.probes.source import parse_text
+
 CAPTURE_ENTRIES = ("init_forward_metadata_capture_cuda_graph", "init_forward_metadata_out_graph")
 
 
@@ -91,7 +93,7 @@ def _host_int(expr: ast.expr | None, host_names: set[str]) -> bool:
 
 def capture_sync_sites(source: str, class_name: str) -> list[SyncSite] | None:
     """Sync sites reachable under draft-extend capture; None when the class is not in `source`."""
-    tree = ast.parse(source)
+    tree = parse_text(source)
     methods = _class_methods(tree, class_name)
     if methods is None:
         return None

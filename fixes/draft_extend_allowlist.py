@@ -41,6 +41,7 @@ from diag.fixes.base import APPLICABLE, NO_SGLANG, NOT_NEEDED, REFUSED, UPSTREAM
 from diag.fixes.capture_syncs import SyncSite, capture_sync_sites
 from diag.patcher import Patch, find_def, patched_by
 from diag.probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
+from diag.probes.source import parse_text
 from diag.target import Target
 
 FIX_ID = "draft-extend-allowlist"
@@ -113,7 +114,7 @@ class _MethodFacts:
 
 def _method_facts(func: Callable, qualname: str) -> _MethodFacts:
     filename = func.__code__.co_filename
-    tree = ast.parse(Path(filename).read_text(encoding="utf-8"), filename)
+    tree = parse_text(Path(filename).read_text(encoding="utf-8"), filename)
     node = find_def(tree, qualname)
     conds = []
     for stmt in node.body:

@@ -40,6 +40,7 @@ from diag.context import Context, SpecConfig
 from diag.errors import FixError
 from diag.findings import Finding
 from diag.fixes.base import APPLICABLE, NO_SGLANG, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+from diag.probes.source import parse_fresh, parse_text
 from diag.target import Target
 
 MODULE = "sglang.srt.layers.attention.deepseek_v4_backend_hip_radix"
@@ -162,7 +163,7 @@ def _in_need_compress_branch(fn: ast.FunctionDef, call: ast.Call) -> bool | None
 def analyze(source: str) -> Shape:
     """Recognise the site's shape in a release's source of deepseek_v4_backend_hip_radix.py."""
     try:
-        tree = ast.parse(source)
+        tree = parse_text(source)
     except SyntaxError as e:
         return Shape("", [], False, f"does not parse: {e}")
     ms = _methods(tree)
@@ -219,13 +220,13 @@ def transform_builder(guarded: bool, every: int = 1):
         fn.args.kwonlyargs.append(_locate(ast.arg(PARAM), fn))
         fn.args.kw_defaults.append(_locate(ast.Constant(None), fn))
         if guarded:
-            imp = ast.parse(f"from {__name__} import "
+            imp = parse_fresh(f"from {__name__} import "
                             "checked_output_size as _diag_checked").body[0]
             fn.body.insert(0, _locate(imp, fn.body[0]))
         n = 0
         for call in _ri_calls(fn):
             if not _has_output_size(call):
-                value = ast.parse(f"_diag_checked(extend_seq_lens, {PARAM}, {int(every)})"
+                value = parse_fresh(f"_diag_checked(extend_seq_lens, {PARAM}, {int(every)})"
                                   if guarded else PARAM, mode="eval").body
                 call.keywords.append(_locate(ast.keyword("output_size", value), call))
                 n += 1
@@ -247,7 +248,7 @@ def transform_caller(paths: str):
             from diag.patcher import PatchError
 
             raise PatchError(f"{CALLER}: expected one call of {BUILDER}")
-        expr = ast.parse(host_count_expr(paths), mode="eval").body
+        expr = parse_fresh(host_count_expr(paths), mode="eval").body
         calls[0].keywords.append(_locate(ast.keyword(PARAM, expr), calls[0]))
         return fn
 

@@ -30,6 +30,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from diag.probes.source import parse_fresh
 from diag.target import Target
 
 DSV4_FILE = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
@@ -105,7 +106,7 @@ def load_class(target: Target, rel: str, cls: str, methods: tuple[str, ...]) -> 
         if not path.is_file():
             raise HarnessError(f"{target.relpath(path)} not in this release")
         source = path.read_text(encoding="utf-8")
-        tree = ast.parse(source, str(path))
+        tree = parse_fresh(source, str(path))  # its nodes are compiled into a module
         cdef = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
         if cdef is None:
             raise HarnessError(f"class {cls} not found in {target.relpath(path)}")

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diag.probes.source import ModuleIndex, Modules, index, parse_file, parse_problem
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
@@ -65,48 +66,7 @@ def env_bool(value: str | None, default: bool = False) -> bool:
 GRAPH, EAGER, UNSUPPORTED, UNKNOWN = "graph", "eager", "unsupported", "unknown"
 
 
-# --------------------------------------------------------------------------- AST cache
-
-_AST_CACHE: dict[tuple[str, int, int], ast.Module] = {}
-
-
-def parse_file(path: Path) -> ast.Module | None:
-    """Parsed module, cached by (path, mtime, size): `diag diagnose` reads the same files often."""
-    try:
-        st = path.stat()
-        real = path.resolve()  # a linked copy of a tree shares the parse
-    except OSError:
-        return None
-    key = (str(real), st.st_mtime_ns, st.st_size)
-    tree = _AST_CACHE.get(key)
-    if tree is None:
-        try:
-            tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (SyntaxError, ValueError, OSError):
-            return None
-        _AST_CACHE[key] = tree
-    return tree
-
-
-def parse_problem(path: Path) -> tuple[str, int | None] | None:
-    """Why a source file cannot be read as a module: ("missing" | "empty" | "does not parse
-    (...)", line), or None when it parses to something."""
-    if not path.is_file():
-        return "missing", None
-    tree = parse_file(path)  # cached: the common case costs nothing more
-    if tree is not None:
-        return ("empty", None) if not tree.body else None
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        return f"unreadable ({e.strerror})", None
-    try:
-        tree = ast.parse(data, filename=str(path))
-    except SyntaxError as e:
-        return f"does not parse (SyntaxError at line {e.lineno}: {e.msg})", e.lineno
-    except ValueError as e:
-        return f"does not parse ({e})", None
-    return ("empty", None) if not tree.body else None
+# Parsing and the module index live in the shared source-reading core (probes.source).
 
 
 # --------------------------------------------------------------------------- the gate
@@ -881,38 +841,8 @@ class BackendInfo:
         return " | ".join(self.decode_classes) or None
 
 
-_MODULES: dict[int, tuple[ast.Module, _Module]] = {}
-
-
-def _module_of(tree: ast.Module) -> _Module:
-    """The `_Module` index of a cached tree, built once per tree."""
-    hit = _MODULES.get(id(tree))
-    if hit is None or hit[0] is not tree:
-        hit = _MODULES[id(tree)] = (tree, _Module(tree))
-    return hit[1]
-
-
-class _Module:
-    """One parsed SGLang module: its top-level functions, classes and `from X import Y` names."""
-
-    def __init__(self, tree: ast.Module) -> None:
-        self.funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-        self.imports: dict[str, str] = {}
-        # Statements only (imports are statements, also lazy ones inside functions and ifs):
-        # much cheaper than walking every expression node of a 3000-line backend module.
-        stack: list[ast.AST] = list(tree.body)
-        while stack:
-            n = stack.pop()
-            if isinstance(n, ast.ImportFrom):
-                if n.module and n.level == 0:
-                    for a in n.names:
-                        self.imports.setdefault(a.asname or a.name, n.module)
-                continue
-            for name in ("body", "orelse", "finalbody", "handlers"):
-                sub = getattr(n, name, None)
-                if isinstance(sub, list):
-                    stack.extend(sub)
+_Module = ModuleIndex  # one parsed module (probes.source)
+_module_of = index
 
 
 class _Resolver:
@@ -920,18 +850,11 @@ class _Resolver:
 
     def __init__(self, target: Target, platform: str) -> None:
         self.target, self.platform = target, platform
-        self._mods: dict[str, _Module | None] = {}
+        self._mods = Modules(target)  # the target's sglang.* modules (probes.source)
         self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
 
     def module(self, dotted: str) -> _Module | None:
-        if dotted not in self._mods:
-            parts = dotted.split(".")
-            if parts[0] != "sglang":
-                self._mods[dotted] = None
-            else:
-                tree = parse_file(self.target.root.joinpath(*parts[:-1], parts[-1] + ".py"))
-                self._mods[dotted] = _module_of(tree) if tree else None
-        return self._mods[dotted]
+        return self._mods.module(dotted)
 
     def classes(self, func: ast.FunctionDef, mod: _Module, cls: ast.ClassDef | None = None,
                 depth: int = 0) -> list[str]:

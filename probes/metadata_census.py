@@ -35,27 +35,45 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from diag.probes.source import (
+    ModuleIndex,
+    Modules,
+    children,
+    index,
+    inner,
+    parse_text,
+    unparse,
+    walk,
+)
 from diag.target import Target
 
 ATTENTION_DIR = "srt/layers/attention"
+_ATTENTION_PKG = "sglang." + ATTENTION_DIR.replace("/", ".") + "."
 
 # ForwardBatch / metadata fields that hold device tensors (their host mirrors end in `_cpu`).
 _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
                   "positions", "out_cache_loc", "extend_start_loc", "accept_length",
                   "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table"}
 _HOST_READ_METHODS = {"item": 1, "tolist": 1, "cpu": 1, "numpy": 1}
-_DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere"}
+_DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere", "bincount"}
+# torch factories whose positional arguments are sizes (`full`: the first only): a device
+# scalar there is read back (`torch.empty(cu[-1])`)
+_SIZED = {"empty": None, "zeros": None, "ones": None, "rand": None, "randn": None,
+          "arange": None, "full": 1, "new_empty": None, "new_zeros": None, "new_ones": None,
+          "new_full": 1}
 _REDUCTIONS = {"sum", "max", "min", "any", "all", "prod", "amax", "amin"}
 _SCALAR_CALLS = {"int", "len", "sum", "float", "bool", "round", "math.ceil", "cdiv"}
 _FACTORIES = {"tensor", "as_tensor", "arange", "zeros", "ones", "empty", "full", "rand",
               "randn", "randint", "linspace", "from_numpy"}
 _SAME_KIND = {"to", "long", "int", "clamp", "clamp_min", "clamp_max", "cumsum", "contiguous",
               "flatten", "view", "reshape", "squeeze", "unsqueeze", "clone", "sum", "max", "min",
-              "type", "detach", "narrow", "expand", "repeat"}
+              "type", "detach", "narrow", "expand", "repeat", "nonzero", "unique", "argwhere",
+              "masked_select", "bincount", "diff", "abs", "ne", "eq", "gt", "lt", "ge", "le",
+              "logical_not", "bool", "float", "sort", "argsort", "cummax", "index_select"}
 
 # Backends on each platform's draft-extend path (SGLANG.md: the HIP gate's allow-list over the
 # releases, plus the backends it tests; CUDA's graph_supported_backend_types).
@@ -121,60 +139,26 @@ _PREDICATES: dict[str, tuple[set[str], set[str]]] = {
 # Flags that are true only while a CUDA graph is captured.
 _CAPTURE_FLAG = re.compile(r"^(get_)?(is_|in_)?(cuda_graph_)?captur(e|ing)(_mode)?$"
                            r"|^is_current_stream_capturing$|^is_in_capture$")
+# The modes a CUDA/HIP graph runner captures and replays (cuda_graph_runner: decode, idle,
+# target-verify; the draft-extend runner): `*_out_graph` / `*_cuda_graph` entry points run
+# under these only (the target's extend and the dLLM modes run eager).
+GRAPH_MODES = {"decode", "idle", "target-verify", "draft-extend"}
+_GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
 # Entry points the model runner or graph runners call from outside the file.
 _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
                        r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
 
 
-def _unparse(node: ast.AST) -> str:
-    """`ast.unparse`, kept on the node: the fixpoint in `_analyse` rescans every builder, and
-    the same conditions and calls are read again on each pass."""
-    text = getattr(node, "_diag_src", None)
-    if text is None:
-        text = ast.unparse(node)
-        try:
-            node._diag_src = text  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
-    return text
-
-
-def _children(node: ast.AST, node_t: type = ast.AST) -> list[ast.AST]:
-    """`ast.iter_child_nodes(node)` as a list (the same order)."""
-    out: list[ast.AST] = []
-    for name in node._fields:
-        v = getattr(node, name, None)
-        if isinstance(v, list):
-            out.extend([x for x in v if isinstance(x, node_t)])
-        elif isinstance(v, node_t):
-            out.append(v)
-    return out
-
-
-def _walk(node: ast.AST) -> list[ast.AST]:
-    """The nodes of `ast.walk(node)`, in its (breadth-first) order, as a list: twice as fast."""
-    out, i = [node], 0
-    while i < len(out):
-        out.extend(_children(out[i]))
-        i += 1
-    return out
+# The walks and the cached unparse are the shared source-reading core's (probes.source).
+_unparse, _children, _walk, _inner = unparse, children, walk, inner
 
 
 def _kids(node: ast.AST) -> list[ast.AST]:
-    """`_children(node)` kept on the node: every pass of the fixpoint walks the same
+    """`children(node)` kept on the node: every pass of the fixpoint walks the same
     expressions again."""
     out = getattr(node, "_diag_kids", None)
     if out is None:
-        out = node._diag_kids = _children(node)  # type: ignore[attr-defined]
-    return out
-
-
-def _inner(fn: ast.FunctionDef) -> list[ast.AST]:
-    """The nodes under `fn` in walk order, kept on it (without `fn` itself: no reference
-    cycle): `_builders` and `_FnInfo` both walk every builder."""
-    out = getattr(fn, "_diag_inner", None)
-    if out is None:
-        out = fn._diag_inner = _walk(fn)[1:]  # type: ignore[attr-defined]
+        out = node._diag_kids = children(node)  # type: ignore[attr-defined]
     return out
 
 
@@ -190,6 +174,8 @@ def seed_state(name: str) -> frozenset:
                        ("decode", "decode")):
         if hint in name:
             return _modes({mode}, phases)
+    if _GRAPH_ENTRY.search(name):  # called by the graph runners only: their modes
+        return _modes(GRAPH_MODES, phases)
     return _modes(set(MODES), phases)
 
 
@@ -304,6 +290,13 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
         if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
+                right.value is None and facts.get(left.id) == "host-set":
+            # every caller passes a host value it just made: never None
+            if isinstance(op, ast.Is):
+                return Cond(NONE, ALL)
+            if isinstance(op, ast.IsNot):
+                return Cond(ALL, NONE)
+        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
                 right.value is None and facts.get(left.id) == "none":
             # every caller passes None (a host value may still be None: it decides nothing)
             if isinstance(op, ast.Is):
@@ -390,6 +383,54 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
     return {a for a, ok in seen.items() if ok}
 
 
+def _is_device_value(v: ast.AST) -> bool | None:
+    """True for `torch.zeros(..., device=d)` (d not "cpu") / `torch.*_like(...)`, False for a
+    host value (a constant other than None, a factory without `device=`, `.cpu()`, `.tolist()`),
+    None when the assignment says nothing (a parameter, None, another call)."""
+    if isinstance(v, ast.Constant):
+        return None if v.value is None else False
+    if not isinstance(v, ast.Call) or not isinstance(v.func, ast.Attribute):
+        return None
+    f = v.func
+    if f.attr in ("cpu", "tolist", "item", "numpy"):
+        return False
+    if isinstance(f.value, ast.Name) and f.value.id == "torch":
+        dev = [k.value for k in v.keywords if k.arg == "device"]
+        if dev:
+            return not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu")
+        if f.attr.endswith("_like"):
+            return True
+        return False if f.attr in _FACTORIES else None
+    return None
+
+
+def class_device_attrs(c: ast.ClassDef) -> set[str]:
+    """The `self.X` of one class made on the device (`torch.zeros(..., device=self.device)`)
+    and never assigned a host value: `self.kv_indptr[bs].item()` reads the device."""
+    seen: dict[str, bool] = {}
+    for item in c.body:
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else _walk(item)
+        for n in nodes:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                t = n.targets[0]
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                        t.value.id == "self":
+                    dev = _is_device_value(n.value)
+                    if dev is False:
+                        seen[t.attr] = False
+                    elif dev and seen.get(t.attr, True):
+                        seen[t.attr] = True
+    return {a for a, ok in seen.items() if ok}
+
+
+def _graph_memo_miss(test: ast.AST) -> bool:
+    """`key not in self.<...cuda_graph...>`: a miss of a graph-metadata cache."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+        isinstance(test.ops[0], ast.NotIn) and isinstance(test.comparators[0], ast.Attribute) \
+        and isinstance(test.comparators[0].value, ast.Name) and \
+        test.comparators[0].value.id == "self" and "cuda_graph" in test.comparators[0].attr
+
+
 def path_class(state: frozenset, unknown: bool) -> str:
     if not state:
         return "unreachable"
@@ -419,13 +460,17 @@ class Site:
     col: int = 0  # column of the call: two calls on one line are two sites
     paths: tuple[str, ...] = ()  # MODES that reach it per step (eager run or graph replay)
     path_class: str = "per-step"  # one of PATH_CLASSES
+    # the calls that reach its function, `file:line Caller.qualname`, for each helper up to an
+    # entry point (a chain one caller wide at each level, the first reaching caller)
+    callers: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy() | {"paths": list(self.paths)}
+        return self.__dict__.copy() | {"paths": list(self.paths), "callers": list(self.callers)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
-        return cls(**(d | {"paths": tuple(d.get("paths", ()))}))
+        return cls(**(d | {"paths": tuple(d.get("paths", ())),
+                           "callers": tuple(d.get("callers", ()))}))
 
     def reach(self, modes: set[str] | frozenset[str]) -> str:
         """`reaches` | `not-on-path` | `capture-only` | `unreachable` | `cannot-tell` for a
@@ -492,7 +537,7 @@ class _Kinds:
         for a in args:
             ann = _unparse(a.annotation) if a.annotation is not None else ""
             fact = (facts or {}).get(a.arg)
-            if fact == "host":  # every caller in the file passes a host value
+            if fact in ("host", "host-set"):  # every caller in the file passes a host value
                 self.params[a.arg] = "host"
             elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
                 self.params[a.arg] = "host"
@@ -501,10 +546,14 @@ class _Kinds:
             elif ann in ("int", "bool", "float"):
                 self.params[a.arg] = "scalar"
         self.config: set[str] = set()
+        self.device: set[str] = set()
+        # (backend, call) -> the helper's def, when the call is to a same-class method or a
+        # same-module function (set by _Scan): its return value is read through
+        self.helper: Any = None
         self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
 
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
-        if depth > 8:
+        if depth > 16:  # a chain of assignments and ops, read back to where it starts
             return "unknown"
         if isinstance(e, ast.Constant):
             return "scalar"
@@ -523,11 +572,17 @@ class _Kinds:
                 return "host"
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
                 return "scalar"  # set from the server arguments (a Python number)
+            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
+                return "tensor"  # made on the device in the class (a buffer)
             if e.attr in _DEVICE_FIELDS:
                 return "tensor"
             return "unknown"
         if isinstance(e, ast.Subscript):
             return self.of(e.value, line, depth + 1)
+        if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
+            return self.of(e.operand, line, depth + 1)
+        if isinstance(e, ast.Compare) and len(e.comparators) == 1:
+            e = ast.BinOp(e.left, ast.Add(), e.comparators[0])  # `a == b`: the kinds of a, b
         if isinstance(e, ast.BinOp):
             kinds = {self.of(e.left, line, depth + 1), self.of(e.right, line, depth + 1)}
             for k in ("tensor", "host", "unknown"):
@@ -543,6 +598,10 @@ class _Kinds:
             fname = _unparse(f)
             if fname in _SCALAR_CALLS:
                 return "scalar"
+            if self.helper is not None:
+                k = self._helper_kind(e, line, depth)
+                if k is not None:
+                    return k
             dev = [k.value for k in e.keywords if k.arg == "device"]
             if dev and not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu"):
                 return "tensor"  # made on (or copied to) the device
@@ -554,6 +613,8 @@ class _Kinds:
                     return "host"
                 if f.attr == "cpu":
                     return "host"
+                if isinstance(f.value, ast.Name) and f.value.id == "F" and e.args:
+                    return self.of(e.args[0], line, depth + 1)  # torch.nn.functional op
                 if isinstance(f.value, ast.Name) and f.value.id == "torch":
                     dev = [k for k in e.keywords if k.arg == "device"]
                     if dev and isinstance(dev[0].value, ast.Constant) and dev[0].value.value == "cpu":
@@ -562,12 +623,40 @@ class _Kinds:
                         return "tensor"
                     if f.attr.endswith("_like") and e.args:
                         return self.of(e.args[0], line, depth + 1)
-                    # a factory without device= makes a host tensor; an op follows its inputs
-                    return "host" if f.attr in _FACTORIES else "tensor"
+                    # a factory without device= makes a host tensor; an op follows its
+                    # inputs (`torch.count_nonzero(seq_lens_cpu == v)` is a host tensor)
+                    if f.attr in _FACTORIES:
+                        return "host"
+                    kinds = {self.of(a, line, depth + 1) for a in e.args
+                             if not isinstance(a, ast.Constant)}
+                    # a torch op runs where its tensors live: host only when a host input
+                    # is seen and no device one (else the device, as before)
+                    return "host" if "host" in kinds and "tensor" not in kinds else "tensor"
                 if f.attr in _SAME_KIND:
                     return self.of(f.value, line, depth + 1)
             return "unknown"
         return "unknown"
+
+
+    def _helper_kind(self, call: ast.Call, line: int, depth: int) -> str | None:
+        """A same-class/same-module helper's result: `Tensor` annotated, or what it returns
+        when every return is a call fed one of this call's device tensors (`get_dcp_lens(lens,
+        ...)`); None when the helper says nothing."""
+        found = self.helper(call)
+        if found is None:
+            return None
+        fn = found[1]
+        ann = _unparse(fn.returns) if fn.returns is not None else ""
+        if ann.startswith(("int", "bool", "float", "List", "list", "Optional[int")):
+            return "scalar" if not ann.startswith(("List", "list")) else "host"
+        if ann in ("torch.Tensor", "Tensor"):
+            return "tensor"
+        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return) and n.value is not None]
+        if rets and all(isinstance(r, ast.Call) and _unparse(r.func) not in _SCALAR_CALLS
+                        for r in rets) and any(
+                self.of(a, line, depth + 1) == "tensor" for a in call.args):
+            return "tensor"
+        return None
 
 
 def _classify(kind: str, what: str) -> tuple[str, str]:
@@ -587,9 +676,10 @@ class _Edge:
     callee: tuple[str, str]  # (qualname, backend)
     state: frozenset
     unknown: bool  # the call sits under a forward-mode test the census cannot read
-    args: dict[str, str]  # callee parameter -> "none" | "host" | "other"
+    args: dict[str, str]  # callee parameter -> "none" | "host" | "host-set" | "other"
     truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
     # callee parameter -> (pairs where the argument may be true, where it may be false)
+    at: str = ""  # `file:line Caller.qualname` of the call
 
 
 class _FnInfo:
@@ -644,9 +734,13 @@ class _Scan:
         self.kinds = _Kinds(fn, facts, info.assigned)
         host_attrs = getattr(resolve, "host_attrs", None)
         self.kinds.config = host_attrs(backend) if host_attrs else set()
+        device_attrs = getattr(resolve, "device_attrs", None)
+        self.kinds.device = device_attrs(backend) - self.kinds.config if device_attrs else set()
+        self.kinds.helper = lambda c: resolve(backend, c, fn)
         self.sites: list[Site] = []
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
+        self.chain: tuple[str, ...] = ()  # set by _analyse: the calls that reach it
 
     def run(self, state: frozenset, unknown: bool) -> None:
         self.block(self.fn.body, state, unknown)
@@ -662,6 +756,12 @@ class _Scan:
             return state  # nested definitions run elsewhere, if at all
         if isinstance(st, (ast.If, ast.While, ast.Assert)):
             self.truth_test(st.test, state, unknown)
+        if isinstance(st, ast.If) and _graph_memo_miss(st.test):
+            # `if bs not in self.decode_cuda_graph_metadata:` fills a per-batch-size cache of
+            # graph metadata: the first call for a size is its capture, so the body runs there
+            self.expr(st.test, state, unknown)
+            capture = frozenset((m, "capture") for m, _ in state)
+            return self.block(st.body, capture, unknown) | self.block(st.orelse, state, unknown)
         if isinstance(st, ast.If):
             self.expr(st.test, state, unknown)
             c = cond(st.test, self.facts, self.env)
@@ -723,8 +823,36 @@ class _Scan:
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
+        elif isinstance(e, ast.Subscript):
+            self.subscript(e, state, unknown)
         for child in _kids(e):
             self.expr(child, state, unknown)
+
+    def _device_scalar(self, b: ast.AST | None, line: int) -> bool:
+        """A device tensor element (or a name bound to one) used where Python needs an int."""
+        return isinstance(b, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp)) and \
+            self.kinds.of(b, line) == "tensor"
+
+    def subscript(self, e: ast.Subscript, state: frozenset, unknown: bool) -> None:
+        """`x[n:]` / `x[:t[-1]]` with a device bound (`__index__` reads it back), and
+        `x[t > 0]` / `x[mask]` of a device bool mask (a data-dependent size): one sync each."""
+        sl, line = e.slice, e.lineno
+        if isinstance(sl, ast.Slice):
+            for b in (sl.lower, sl.upper, sl.step):
+                if b is not None and self._device_scalar(b, line):
+                    self.add(b, state, unknown, "slice-bound", "syncs",
+                             f"slice bound `{_src(b, 40)}` is a device scalar", 1)
+            return
+        mask = sl
+        if isinstance(sl, ast.Name):
+            prior = [v for ln, v in self.kinds.assigned.get(sl.id, []) if ln <= line]
+            mask = prior[-1] if prior else sl
+        if isinstance(mask, ast.Compare) and len(mask.ops) == 1 and not isinstance(
+                mask.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and \
+                self.kinds.of(mask.left, line) == "tensor":
+            self.add(e, state, unknown, "bool-mask", "syncs",
+                     f"indexing with the device bool mask `{_src(mask, 40)}` (data-dependent "
+                     f"size)", 1)
 
     def truth_test(self, test: ast.AST, state: frozenset, unknown: bool) -> None:
         """`if torch.all(t == n):` / `if t.any():` of a device tensor: `bool()` reads it back."""
@@ -745,11 +873,12 @@ class _Scan:
                      why + "; a branch on it reads the result back", 1)
 
     def call(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
-        target = self.resolve(self.backend, call)
+        target = self.resolve(self.backend, call, self.fn)
         if target is not None:
             (cqual, cfn) = target
             args, truth = self._args(cfn, call, state)
-            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth))
+            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth,
+                                    f"{self.rel}:{call.lineno} {self.qual}"))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
@@ -777,7 +906,10 @@ class _Scan:
             if isinstance(value, ast.Constant) and value.value is None:
                 out[name] = "none"
             elif name in given and self.kinds.of(value, call.lineno) == "host":
-                out[name] = "host"
+                # a host value made here (`t.tolist()`, a list) is never None: a caller-side
+                # fallback `if p is None: p = x.tolist()` cannot run for it
+                out[name] = "host-set" if isinstance(value, (
+                    ast.Call, ast.List, ast.ListComp, ast.Tuple, ast.BinOp)) else "host"
             else:
                 out[name] = "other"
         return out, truth
@@ -851,11 +983,23 @@ class _Scan:
             if verdict == "syncs":
                 why += f"; {name} has a data-dependent output size"
             add(name, verdict, why, 1)
+        elif name in _SIZED and ((is_torch and not name.startswith("new_")) or (
+                name.startswith("new_") and isinstance(f, ast.Attribute))):
+            args = list(call.args[:_SIZED[name]] if _SIZED[name] else call.args)
+            if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+                args = list(args[0].elts)
+            args += [k.value for k in call.keywords if k.arg in ("size", "start", "end")]
+            for a in args:
+                if self._device_scalar(a, line):
+                    self.add(a, state, unknown, "size", "syncs",
+                             f"size `{_src(a, 40)}` of {name} is a device scalar", 1)
         elif isinstance(f, ast.Name) and name in ("int", "float", "bool") and len(call.args) == 1:
             arg = call.args[0]
             if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
                     arg.func.attr in _REDUCTIONS:
                 inner = arg.func.value
+                if isinstance(inner, ast.Name) and inner.id == "torch" and arg.args:
+                    inner = arg.args[0]  # bool(torch.all(x)): x is read
                 verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
                 add(f"{name}()", verdict, why, 1)
             elif isinstance(arg, (ast.Subscript, ast.Name)):
@@ -867,7 +1011,8 @@ class _Scan:
                     add(f"{name}()", verdict, why, 1)
 
 
-def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
+def _builders(tree: ast.Module, modules: Modules | None = None
+              ) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
     """(qualname, backend, def) of the init_forward_metadata* family and what it calls, and the
     resolver from (backend, call) to the (qualname, def) it calls."""
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
@@ -891,8 +1036,42 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
                     return found
         return None
 
-    def resolve(backend: str, call: ast.Call) -> tuple[str, ast.FunctionDef] | None:
+    here = index(tree)
+    homes: dict[int, tuple[str, ModuleIndex]] = {}  # helper def -> (its file, its module)
+    bound: dict[tuple[int, str], Any] = {}  # (module, name) -> what it binds to
+
+    def imported(mod: ModuleIndex, name: str) -> tuple[str, ast.FunctionDef] | None:
+        """A function of another attention module that `name` is bound to (followed: its
+        syncs count for the builder that calls it)."""
+        dotted = mod.imports.get(name, "")
+        if modules is None or not dotted.startswith(_ATTENTION_PKG):
+            return None  # not an attention module: not parsed at all
+        key = (id(mod), name)
+        if key not in bound:
+            bound[key] = modules.resolve(mod, name)
+        b = bound[key]
+        if b is None or not isinstance(b.node, ast.FunctionDef):
+            return None
+        rel = modules.relpath(b.path)  # type: ignore[union-attr]
+        if f"/{ATTENTION_DIR}/" not in f"/{rel}":
+            return None  # outside the scanned (and cached) tree
+        other = modules.module(b.dotted)  # type: ignore[union-attr]
+        if other is not None:
+            homes[id(b.node)] = (rel, other)
+        return f"{b.dotted.rsplit('.', 1)[-1]}.{b.node.name}", b.node
+
+    def resolve(backend: str, call: ast.Call, where: ast.AST | None = None
+                ) -> tuple[str, ast.FunctionDef] | None:
         f = call.func
+        home = homes.get(id(where)) if where is not None else None
+        if home is not None:  # inside a helper of another module: its own names
+            if isinstance(f, ast.Name):
+                if f.id in home[1].funcs:
+                    fn = home[1].funcs[f.id]
+                    homes.setdefault(id(fn), home)
+                    return f"{Path(home[0]).stem}.{f.id}", fn
+                return imported(home[1], f.id)
+            return None
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
                 f.value.id == "self" and backend in classes:
             found = lookup(backend, f.attr, set())
@@ -900,7 +1079,11 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
                 return f"{found[0]}.{f.attr}", found[1]
         elif isinstance(f, ast.Name) and f.id in funcs:
             return f.id, funcs[f.id]
+        elif isinstance(f, ast.Name):
+            return imported(here, f.id)
         return None
+
+    resolve.homes = homes  # type: ignore[attr-defined]
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
@@ -924,6 +1107,15 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
         return out
 
     resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
+    devices: dict[str, set[str]] = {}
+
+    def device_attrs(backend: str) -> set[str]:
+        if backend not in devices:
+            devices[backend] = class_device_attrs(classes[backend]) \
+                if backend in classes else set()
+        return devices[backend]
+
+    resolve.device_attrs = device_attrs  # type: ignore[attr-defined]
     out: dict[tuple[str, str], tuple[str, str, ast.FunctionDef]] = {}
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
@@ -937,7 +1129,7 @@ def _builders(tree: ast.Module) -> tuple[list[tuple[str, str, ast.FunctionDef]],
         out[(qual, backend)] = (qual, backend, fn)
         for n in _inner(fn):
             if isinstance(n, ast.Call):
-                found = resolve(backend, n)
+                found = resolve(backend, n, fn)
                 if found:
                     todo.append((found[0], backend, found[1]))
     return list(out.values()), resolve
@@ -948,10 +1140,12 @@ def _is_seed(qual: str) -> bool:
     return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
 
 
-def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
+def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
+             ) -> tuple[list[str], list[_Scan]]:
     """Walk every builder until what reaches each one (the union over its callers' branches,
     and, for an entry point, what its name says) and its callers' argument facts settle."""
-    builders, resolve = _builders(tree)
+    builders, resolve = _builders(tree, modules)
+    homes = getattr(resolve, "homes", {})
     keys = [(q, b) for q, b, _ in builders]
     entry: dict[tuple[str, str], frozenset] = {}
     unknown: dict[tuple[str, str], bool] = {}
@@ -972,7 +1166,8 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
             if key in made and made[key][0] == inputs:
                 scans[key] = made[key][1]
                 continue
-            s = _Scan(fn, qual, backend, rel, inputs[2], resolve, inputs[3], infos[id(fn)])
+            where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
+            s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)])
             s.run(inputs[0], inputs[1])
             scans[key] = s
             made[key] = (inputs, s)
@@ -994,8 +1189,10 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:
                     vals = {e.args.get(pname, "other") for e in edges}
-                    if len(vals) == 1 and vals <= {"none", "host"}:
+                    if len(vals) == 1 and vals <= {"none", "host", "host-set"}:
                         agreed[pname] = vals.pop()
+                    elif vals == {"host", "host-set"}:
+                        agreed[pname] = "host"
                 new_facts[key] = agreed
                 pnames = set.intersection(*(set(e.truth) for e in edges))
                 new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
@@ -1007,6 +1204,21 @@ def _analyse(tree: ast.Module, rel: str) -> tuple[list[str], list[_Scan]]:
         entry, unknown, facts, truths = new_entry, new_unknown, new_facts, new_truths
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
+    callers: dict[tuple[str, str], list[_Edge]] = {}
+    for s in scans.values():
+        for e in s.edges:
+            if e.state:  # a call that can run
+                callers.setdefault(e.callee, []).append(e)
+    for key, s in scans.items():
+        chain, seen, at = [], {key}, key
+        while callers.get(at):
+            e = callers[at][0]
+            chain.append(e.at)
+            at = (e.at.rsplit(" ", 1)[-1], at[1])
+            if at in seen:
+                break
+            seen.add(at)
+        s.chain = tuple(chain)
     return list(dict.fromkeys(names)), [scans[(q, b)] for q, b, _ in order]
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts
@@ -1019,24 +1231,24 @@ def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
     return scan_source(path.read_text(encoding="utf-8", errors="replace"), path, rel)
 
 
-def scan_source(source: str, path: Path, rel: str | Any
+def scan_source(source: str, path: Path, rel: str | Any, modules: Modules | None = None
                 ) -> tuple[list[str], list[Site], list[Site]]:
     """`scan_file` of a file already read; `rel` may be a callable that gives it (only a file
     that can define a builder needs its relative path)."""
     if not _SEED_TEXT.search(source):
         return [], [], []
-    tree = ast.parse(source, str(path))
-    names, scans = _analyse(tree, rel() if callable(rel) else rel)
+    tree = parse_text(source, str(path))
+    names, scans = _analyse(tree, rel() if callable(rel) else rel, modules)
     sites, with_os = [], []
     seen: set[tuple[str, int, int, str]] = set()
     for scan in scans:
         # a helper reached from two backends is listed once per backend; every call on a line
         # is its own site (an outer host read keeps the inner `.cpu()` that syncs)
         for site in scan.sites:
-            key = (site.backend, site.line, site.col, site.kind)
+            key = (site.backend, site.file, site.line, site.col, site.kind)
             if key not in seen:
                 seen.add(key)
-                sites.append(site)
+                sites.append(replace(site, callers=scan.chain) if scan.chain else site)
         with_os.extend(scan.with_os)
     return names, sites, with_os
 
@@ -1056,7 +1268,8 @@ def census(target: Target, use_cache: bool = True) -> Census:
     digest = None
     if use_cache:
         try:
-            digest = cache.files_key(paths, str(target.root), cache.code_fingerprint(__name__))
+            digest = cache.files_key(paths, str(target.root), cache.code_fingerprint(
+                __name__, "diag.probes.source"))  # the parse core is part of the census
         except OSError:
             digest = None
     if digest is not None:
@@ -1074,6 +1287,7 @@ def census(target: Target, use_cache: bool = True) -> Census:
 
 def _scan_all(target: Target, paths: list[Path]) -> Census:
     out = Census(str(target.root))
+    modules = Modules(target)  # helpers in other attention modules, parsed once for all
     root = target.root.resolve()
 
     def relpath(path: Path) -> str:  # Target.relpath, with the root resolved once
@@ -1093,7 +1307,7 @@ def _scan_all(target: Target, paths: list[Path]) -> Census:
             return rel[0]
 
         try:
-            names, sites, with_os = scan_source(source, path, rel_of)
+            names, sites, with_os = scan_source(source, path, rel_of, modules)
         except (SyntaxError, ValueError, RecursionError) as e:
             out.errors.append(f"{rel_of()}: {type(e).__name__}: {e}")
             continue

@@ -25,6 +25,59 @@ def audited_paths(steps: int | None) -> tuple[str, ...]:
                                                 else ())
 
 
+# The phases of one speculative step, for the configuration under audit: the census mode each
+# reads, and whether the target or the draft backend runs it. Draft decode runs steps - 1
+# times per step; the target's extend (prefill) runs once per request.
+PHASES = (("target-extend", "target-extend", "target"),
+          ("draft-extend", "draft-extend", "draft-extend"),
+          ("target-verify", "target-verify", "target"), ("draft-decode", "decode", "draft-decode"))
+
+
+def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, set[str]]:
+    """The classes `--attention-backend NAME` builds on the platform, per role, read from the
+    release's registry and draft factory (probes.gate.backend_map): on HIP `dsv4` builds the
+    HIP radix class only. Falls back to the census's name table when the release says nothing."""
+    from diag.probes.gate import backend_map
+    from diag.probes.metadata_census import BACKEND_NAMES
+
+    info = backend_map(target, platform).get(name or "") if name else None
+    if info is None or not (info.attention_classes or info.draft_extend_classes):
+        known = set(BACKEND_NAMES.get(name or "", set()))
+        return {"target": known, "draft-extend": known, "draft-decode": known}
+    ext = set(info.draft_extend_classes)
+    # a multi-step draft backend runs one per-step backend of the same kind per decode step
+    return {"target": set(info.attention_classes), "draft-extend": ext,
+            "draft-decode": set(info.decode_classes) | ext}
+
+
+def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None
+                 ) -> list[dict[str, Any]]:
+    """Per phase: syncs per step counted from the live per-step sites of the backend that runs
+    it (an upper bound: a condition on data or configuration is taken to go both ways), and
+    the sites the census cannot tell. `steps` None is read as the default 3 (SGLang's EAGLE)."""
+    runs_decode = max((steps if steps is not None else 3) - 1, 0)
+    out = []
+    for phase, mode, side in PHASES:
+        classes = roles[side]
+        mine = [s for s in sites if s.backend in classes and mode in s.paths]
+        live = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+        unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
+        runs = runs_decode if phase == "draft-decode" else 1
+        per_run = sum(s.syncs for s in live)
+        out.append({"phase": phase, "syncs_per_step": per_run * runs, "syncs_per_run": per_run,
+                    "runs_per_step": runs, "sites": len(live), "cannot_tell": len(unsure),
+                    "backends": sorted(classes), "source": "static",
+                    "at": [f"{s.file}:{s.line}" for s in live]})
+    return out
+
+
+def site_status(s: Any) -> str:
+    """live | capture-only | unreachable | host-mirror | cannot-tell, one word per site."""
+    if s.verdict == "syncs":
+        return "live" if s.path_class == "per-step" else s.path_class
+    return s.verdict
+
+
 def registry_name(backend_class: str) -> str:
     from diag.probes.metadata_census import BACKEND_NAMES
 
@@ -52,7 +105,6 @@ class MetadataSyncsProbe(Probe):
     def run(self, ctx: Context) -> Finding:
         from diag.probes.metadata_census import (
             ATTENTION_DIR,
-            BACKEND_NAMES,
             DRAFT_EXTEND_BACKENDS,
             census,
         )
@@ -68,8 +120,13 @@ class MetadataSyncsProbe(Probe):
         paths = audited_paths(cfg.speculative_num_steps)
         draft_name = cfg.draft_attention_backend or name
         if name:  # the configuration under audit: the target verifies, the draft extends/decodes
-            target_classes = BACKEND_NAMES.get(name, set())
-            draft_classes = BACKEND_NAMES.get(draft_name or "", set())
+            target_roles = backend_classes(target, name, ctx.platform)
+            draft_roles = backend_classes(target, draft_name, ctx.platform)
+            roles = {"target": target_roles["target"],
+                     "draft-extend": draft_roles["draft-extend"],
+                     "draft-decode": draft_roles["draft-decode"]}
+            target_classes = roles["target"]
+            draft_classes = roles["draft-extend"] | roles["draft-decode"]
             scope = f"--attention-backend {name}" + (
                 f" (draft {draft_name})" if draft_name != name else "") + \
                 f" path ({', '.join(paths)})"
@@ -106,6 +163,13 @@ class MetadataSyncsProbe(Probe):
               metric(f"sync sites on the {scope}", len(hot), "sites", 0,
                      data={"source": "static", "paths": list(paths),
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
+        if name:  # per phase, for the configuration under audit (README: `phase` fields)
+            for t in phase_totals(c.sites, roles, cfg.speculative_num_steps):
+                runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
+                    if t["phase"] == "draft-decode" else ""
+                ev.append(metric(f"syncs per {t['phase']} step (static)", t["syncs_per_step"],
+                                 "syncs", 0, f"{t['sites']} live sites{runs}; "
+                                 f"{t['cannot_tell']} the census cannot tell", data=t))
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
@@ -121,7 +185,8 @@ class MetadataSyncsProbe(Probe):
                 f" {paths_txt}; {where}) `{s.call}`",
                 data={"builder": s.function, "backend": registry_name(s.backend),
                       "call": s.kind, "syncs": s.syncs, "paths": list(s.paths), "reach": r,
-                      "source": "static"}))
+                      "status": site_status(s), "syncs_per_execution": s.syncs,
+                      "why": s.why, "callers": list(s.callers), "source": "static"}))
         unsure = [s for s in c.sites if s.verdict == "cannot-tell"]
         ev.append(note(f"{len(unsure)} calls the census cannot classify (device or host "
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "

@@ -16,6 +16,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from diag.probes.source import parse_text
 from diag.target import Target
 
 SCHEDULER = ("srt/managers/scheduler.py", "sglang.srt.managers.scheduler", "Scheduler", "run_batch")
@@ -96,7 +97,7 @@ def _locate(target: Target) -> StageSwitchSite | None:
     msrc = target.source(MANAGER[0])
     if src is None or msrc is None or f".profiler_manager.{PREDICATE}(" not in src:
         return None  # up to 0.5.12.post1 the predicate is a Scheduler mixin method, no span
-    manager = next((c.name for c in ast.parse(msrc).body if isinstance(c, ast.ClassDef)
+    manager = next((c.name for c in parse_text(msrc).body if isinstance(c, ast.ClassDef)
                     and any(isinstance(f, ast.FunctionDef) and f.name == PREDICATE
                             for f in c.body)), None)
     cut = _method_source(src, cls_name, fn_name)
@@ -104,7 +105,7 @@ def _locate(target: Target) -> StageSwitchSite | None:
         return None
     text, first = cut
     try:
-        fn = ast.parse(textwrap.dedent(text)).body[0]
+        fn = parse_text(textwrap.dedent(text)).body[0]
     except (SyntaxError, IndexError):
         return None
     if not isinstance(fn, ast.FunctionDef) or not fn.decorator_list:

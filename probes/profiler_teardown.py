@@ -34,6 +34,7 @@ from diag.context import Context
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
 from diag.probes import profiler_stage_site as stage_site
 from diag.probes.base import Counter, Probe
+from diag.probes.source import parse_text
 from diag.target import Target
 
 # Where the profiler stop lives, per release (SGLANG.md); the method is found by shape.
@@ -159,7 +160,7 @@ def _scan_source(target: Target, rel: str, module: str, path: str, names: tuple[
     src = target.source(rel)
     if src is None:
         return []
-    tree = ast.parse(src, str(target.file(rel)))
+    tree = parse_text(src, str(target.file(rel)))
     mods, funcs = _gc_collect_names(tree)
     out = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):

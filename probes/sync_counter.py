@@ -459,9 +459,8 @@ BUILDERS: tuple[tuple[str, str], ...] = (
 
 def builders_in(target: Any) -> list[tuple[str, str]]:
     """The `BUILDERS` defined in the target's source (by AST; nothing imported)."""
-    import ast
-
     from diag.patcher import PatchError, find_def
+    from diag.probes.source import parse_text
 
     out = []
     for module, qualname in BUILDERS:
@@ -470,7 +469,7 @@ def builders_in(target: Any) -> list[tuple[str, str]]:
         if not src:
             continue
         with contextlib.suppress(PatchError, SyntaxError):
-            find_def(ast.parse(src), qualname)
+            find_def(parse_text(src), qualname)
             out.append((module, qualname))
     return out
 

@@ -72,7 +72,8 @@ def _ctx(target, execute=False, backend=None, steps=None):
                    config=SpecConfig(attention_backend=backend, speculative_num_steps=steps))
 
 
-SITE_KEYS = {"builder", "backend", "call", "syncs", "paths", "reach", "source"}
+SITE_KEYS = {"builder", "backend", "call", "syncs", "paths", "reach", "source", "status",
+             "syncs_per_execution", "why", "callers"}
 MEASURED_KEYS = {"builder", "file", "line", "syncs", "path", "source", "release"}
 
 
@@ -165,6 +166,12 @@ def test_probe_json_through_the_cli(release):
     loc = next(e for e in f["evidence"] if e["kind"] == "location")
     assert {"file", "line", "function", "data"} <= set(loc)
     assert set(loc["data"]) == SITE_KEYS
+    # the per-phase totals are evidence `data`, and the report (with them) is schema-valid
+    phases = [e["data"]["phase"] for e in f["evidence"] if "phase" in e.get("data", {})]
+    assert phases == ["target-extend", "draft-extend", "target-verify", "draft-decode"]
+    from report_schema import check_report
+
+    check_report(doc)
 
 
 def test_factories_without_a_device_are_host_tensors(tmp_path):

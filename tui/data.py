@@ -782,7 +782,9 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
                 measured.append(SyncRow(name, loc, d.get("syncs", NA), NA, f"measured ({how})"))
             elif e.kind == "location" and d.get("source") == "static" and d.get("builder"):
                 fn = str(d["builder"])
-                n = d.get("syncs", NA)
+                # a capture-only or unreachable site is listed, never counted per call
+                n = d.get("syncs", NA) if d.get("status", "live") in ("live", "cannot-tell") \
+                    else 0
                 where = "DE path" if d.get("reach") == "reaches" else str(d.get("reach", "other"))
                 row = census.get(fn)
                 if row is None:
@@ -803,6 +805,48 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
             row.location += f" (+{sites[fn] - 1})"
     ordered = sorted(census.values(), key=lambda r: not r.source.endswith("DE path"))
     return measured + ordered
+
+
+@dataclass
+class PhaseRow:
+    """Syncs per speculative step of one phase for the configuration under audit (static)."""
+
+    phase: str  # target-extend | draft-extend | target-verify | draft-decode
+    syncs_per_step: Any = NA
+    syncs_per_run: Any = NA
+    runs_per_step: Any = NA
+    sites: Any = NA
+    cannot_tell: Any = NA
+    source: str = "static"
+
+
+def finding_phase_rows(findings: list[Finding]) -> list[PhaseRow]:
+    """The per-phase totals from evidence `data` (`phase`, `syncs_per_step`, ...), in the
+    order the probe gives them; a runtime source (the engine's /metrics) would add its own."""
+    out: list[PhaseRow] = []
+    for f in findings:
+        for e in f.evidence:
+            d = e.data or {}
+            if e.kind == "metric" and d.get("phase") and "syncs_per_step" in d:
+                out.append(PhaseRow(str(d["phase"]), d["syncs_per_step"],
+                                    d.get("syncs_per_run", NA), d.get("runs_per_step", NA),
+                                    d.get("sites", NA), d.get("cannot_tell", NA),
+                                    str(d.get("source", "static"))))
+    return out
+
+
+def phase_line(rows: list[PhaseRow]) -> str:
+    """One line for the Syncs tab: `per step (static): draft-extend 2 · draft-decode 0×2 ...`."""
+    parts = []
+    for r in rows:
+        n = fmt_value(r.syncs_per_step)
+        if r.phase == "draft-decode":
+            n = f"{fmt_value(r.syncs_per_run)}×{fmt_value(r.runs_per_step)}"
+        unsure = f" (+{r.cannot_tell}?)" if isinstance(r.cannot_tell, int) and r.cannot_tell \
+            else ""
+        parts.append(f"{r.phase} {n}{unsure}")
+    src = rows[0].source if rows else "static"
+    return f"syncs per step ({src}): " + " · ".join(parts)
 
 
 def bench_sync_rows(results: list[BenchResult]) -> list[SyncRow]:

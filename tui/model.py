@@ -185,6 +185,10 @@ class Model:
         ages = [a for a in ages if a is not None]
         return min(ages) if ages else None
 
+    def phase_rows(self) -> list[data.PhaseRow]:
+        """Syncs per step per phase for the configuration under audit (metadata-syncs)."""
+        return data.finding_phase_rows(self.all_findings())
+
     def sync_rows(self) -> list[SyncRow]:
         """The census and probe rows, then the engine's and each bench's own before → after
         (a bench row is its own measurement: it is never folded into another row)."""

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from diag.tui.data import SyncRow, fmt_value, short_path
+from diag.tui.data import SyncRow, fmt_value, phase_line, short_path
 from diag.tui.model import Model
 from diag.tui.tables import Col, FittedTable, fill
 
@@ -32,9 +32,11 @@ class SyncsView(Vertical):
     SyncsView #syncs { height: 1fr; }
     SyncsView #sync-detail-box { height: auto; max-height: 6; border-top: solid $panel; }
     SyncsView #syncs-note { height: auto; color: $text-muted; }
+    SyncsView #sync-phases { height: auto; }
     """
 
     def compose(self) -> ComposeResult:
+        yield Static(id="sync-phases")  # shown only when a configuration is under audit
         yield FittedTable(id="syncs", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="sync-detail-box"):
             yield Static(id="sync-detail")
@@ -46,6 +48,11 @@ class SyncsView(Vertical):
         if not rows:
             rows.append(("no sync counts yet (probes pending)", "", "", "-", ""))
         fill(self.query_one("#syncs", DataTable), COLUMNS, rows)
+        phases = model.phase_rows()
+        box = self.query_one("#sync-phases", Static)
+        box.display = bool(phases)
+        if phases:
+            box.update(Text(phase_line(phases), style="bold"))
         self.query_one("#syncs-note").display = self.app.size.height >= 35  # room to spare
         self.show_detail(model)
 
