@@ -100,6 +100,9 @@ def test_syncs_per_step_per_phase_and_agreement():
     c = checks.check_syncs_agree("s", per, checks.census_per_phase(report))
     assert c.ok is False and set(c.data["differ"]) == {"target-verify"}
     assert checks.check_syncs_agree("s", per, {}).ok is None
+    # the census's totals are upper bounds: 1 >= 4/109 holds, 0 >= 0 holds
+    assert checks.check_syncs_bounded("b", per, checks.census_per_phase(report)).ok is True
+    assert checks.check_syncs_bounded("b", {"draft-decode": 2.0}, {"draft-decode": 1}).ok is False
 
 
 def test_eager_estimate_and_ratios():

@@ -199,3 +199,16 @@ def check_syncs_agree(name: str, measured: dict[str, float | None],
     return Check(name, not diff, "per step, measured vs census: "
                  + ", ".join(f"{p} {measured[p]:g} vs {census[p]:g}" for p in both),
                  {"measured": measured, "census": census, "differ": diff})
+
+
+def check_syncs_bounded(name: str, measured: dict[str, float | None],
+                        census: dict[str, float]) -> Check:
+    """Measured syncs per step never above the census's (its totals are upper bounds: it takes
+    conditions on data and on configuration both ways)."""
+    both = sorted(p for p in census if measured.get(p) is not None)
+    if not both:
+        return Check(name, None, "no phase both measured and counted", {
+            "measured": measured, "census": census})
+    over = {p: (measured[p], census[p]) for p in both if (measured[p] or 0) > census[p] + 1e-9}
+    return Check(name, not over, ", ".join(f"{p} {measured[p]:g} <= {census[p]:g}"
+                                           for p in both), {"over": over})

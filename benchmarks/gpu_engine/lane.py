@@ -227,12 +227,16 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         # syncs per step per phase: the runtime counter (GPU sync debug mode in the scheduler)
         # next to the static census for this configuration
         measured = checks.syncs_per_step(after)
-        probe = diag_cli("probe", "metadata-syncs", "--server", d.url, "--json", timeout=300)
+        probe = diag_cli("probe", "metadata-syncs", "--server", d.url, "--no-execute", "--json",
+                         timeout=300)
         rep = json.loads(probe.stdout) if probe.stdout.strip().startswith("{") else {}
         res["census_report"] = rep
         res["syncs_by_phase"] = checks.syncs_by_phase(after)
+        census = checks.census_per_phase(rep)
         add(checks.check_syncs_agree("runtime syncs per step per phase agree with the census",
-                                     measured, checks.census_per_phase(rep)))
+                                     measured, census))
+        add(checks.check_syncs_bounded("runtime syncs per step within the census's upper bound",
+                                       measured, census))
         res["counters"] = {"diag": counters(d), "eager": counters(k)}
         # profiles with CUDA activities through the controlled teardown
         classic = profile(d, work / "prof-classic", {"num_steps": 3, "activities": ["CPU", "GPU"]}, 1)
