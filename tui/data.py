@@ -10,6 +10,7 @@ here, so a change in them touches this one module.
 from __future__ import annotations
 
 import json
+import os
 import math
 import time
 from collections import deque
@@ -348,12 +349,17 @@ class RunDirReader:
 
     def _tail(self, path) -> list[dict[str, Any]]:
         key = str(path)
+        from diag.engine import rundir
+
+        fh = rundir.open_regular(path)  # never a FIFO or a link to a device
+        if fh is None:
+            return []
         try:
-            size = path.stat().st_size
-            off = self.offsets.get(key, 0)
-            if size < off:
-                off = 0  # rotated: the file started over
-            with open(path, "rb") as fh:
+            with fh:
+                size = os.fstat(fh.fileno()).st_size
+                off = self.offsets.get(key, 0)
+                if size < off:
+                    off = 0  # rotated: the file started over
                 fh.seek(off)
                 chunk = fh.read(size - off)
         except OSError:

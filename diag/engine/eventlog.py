@@ -20,6 +20,7 @@ import itertools
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -47,10 +48,18 @@ def state_path(run_dir: Path, pid: int) -> Path:
 def read_state_file(run_dir: Path, pid: int) -> dict[str, Any] | None:
     """A process's state file, or None (absent, being rewritten, not ours)."""
     try:
-        with open(state_path(run_dir, pid), "rb") as fh:
-            doc = json.loads(fh.read(STATE_BYTES).decode("utf-8", "replace").strip() or "null")
+        fd = os.open(state_path(run_dir, pid), os.O_RDONLY | os.O_NONBLOCK
+                     | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        doc = json.loads(os.read(fd, STATE_BYTES).decode("utf-8", "replace").strip() or "null")
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
     return doc if isinstance(doc, dict) and doc.get("pid") == pid else None
 
 

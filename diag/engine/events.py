@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 LAST_EVENTS = 20
+REJECTED = "rejected"  # a control request's acknowledgement state when it was not obeyed
 
 
 # ----------------------------------------------------------------------------- the base
@@ -255,11 +256,13 @@ class ControlAck(Event):
 
     def apply(self, fold: Fold) -> None:
         fold.acks[str(self.request)] = self.to_dict()
-        if self.fix and self.state:
+        if self.fix and self.state and self.state != REJECTED:
             fold.fixes[self.fix] = {"state": self.state, "reason": self.reason or ""}
 
     def fix_states(self) -> dict[str, str]:
-        return {self.fix: self.state} if self.fix and self.state else {}
+        """A rejected request changed nothing: it names no fix state."""
+        return {self.fix: self.state} if self.fix and self.state and self.state != REJECTED \
+            else {}
 
 
 @kind

@@ -260,15 +260,35 @@ def _alive(pid: int, started: float | None) -> bool:
         return False
 
 
+def open_regular(path: Path):
+    """A binary file object for a regular file at `path`, never following a link nor opening a
+    FIFO or device for reading (a link to /dev/zero would never end); None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
 def _read_lines(path: Path) -> list[dict[str, Any]]:
     out = []
+    fh = open_regular(path)
+    if fh is None:
+        return out
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.endswith("\n"):
+        with fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):
                     break  # a line being written right now
                 with contextlib.suppress(ValueError):
-                    ev = json.loads(line)
+                    ev = json.loads(raw.decode("utf-8", "replace"))
                     if isinstance(ev, dict):
                         out.append(ev)
     except OSError:
@@ -278,10 +298,13 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
 
 def _first_event(path: Path) -> dict[str, Any] | None:
     """The first complete event of a file, without reading the rest (up to 8 MiB)."""
+    fh = open_regular(path)
+    if fh is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            line = fh.readline()
-        ev = json.loads(line) if line.endswith("\n") else None
+        with fh:
+            line = fh.readline(DEFAULT_MAX_BYTES)
+        ev = json.loads(line.decode("utf-8", "replace")) if line.endswith(b"\n") else None
     except (OSError, ValueError):
         return None
     return ev if isinstance(ev, dict) else None
@@ -314,12 +337,11 @@ def _merge_state_file(agg: Fold, st: dict[str, Any] | None) -> None:
         agg.engine = True
     lost = st.get("lost") or {}
     n = st.get("n")
-    behind = isinstance(n, int) and agg.next_n is not None and n >= agg.next_n
-    if not (behind and lost.get("now")):
+    read = agg.next_n or 0  # the sequence number after the last event read
+    if not (isinstance(n, int) and n >= read and lost.get("now")):
         return
     sec = agg.counters.setdefault("lost", events.empty_lost())
-    sec["events"] = max(int(sec.get("events") or 0), int(lost.get("events") or 0),
-                        n - agg.next_n + 1)
+    sec["events"] = max(int(sec.get("events") or 0), int(lost.get("events") or 0), n - read + 1)
     sec["since"] = sec.get("since") or lost.get("since")
     sec["reason"] = lost.get("reason") or sec.get("reason") or ""
     known = {f: v for f, v in (st.get("fixes") or {}).items() if isinstance(v, dict)}
