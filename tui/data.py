@@ -10,8 +10,8 @@ here, so a change in them touches this one module.
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -423,6 +423,7 @@ class ProcessView:
     last_ts: float | None
     errors: int
     error: str  # the newest agent error, "where: message"
+    lost: str = ""  # "events lost since 12:03:04: 17 (ENOSPC ...)", "" when none
 
 
 def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> list[ProcessView]:
@@ -444,9 +445,12 @@ def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> 
             if "where" in ev and "message" in ev:
                 err = f"{ev['where']}: {ev['message']}"
                 break
+        from diag.engine.events import lost_text
+
         out.append(ProcessView(p.pid, p.alive, p.sglang or "?", fixes or "none",
                                str(last.get("kind", "-")), last.get("ts"),
-                               int((p.counters or {}).get("errors", 0)), err))
+                               int((p.counters or {}).get("errors", 0)), err,
+                               lost_text(p.counters or {})))
     out.sort(key=lambda v: (not v.alive, v.pid))
     return out
 
@@ -985,7 +989,8 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         "sources": [{"name": s.name, "ok": s.ok, "text": s.text} for s in sources],
         "engine_processes": [{"pid": p.pid, "alive": p.alive, "sglang": p.sglang,
                               "fixes": p.fixes, "last_event": p.last, "errors": p.errors,
-                              "last_error": p.error or None} for p in processes or []],
+                              "last_error": p.error or None,
+                              "events_lost": p.lost or None} for p in processes or []],
     }
 
 
