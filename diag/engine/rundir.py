@@ -134,8 +134,12 @@ def write_meta(run_dir: Path, **meta: Any) -> str:
 
 
 def read_meta(run_dir: Path) -> dict[str, Any]:
-    with contextlib.suppress(OSError, ValueError):
-        doc = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    """run.json ({} when absent, not a regular file, or not JSON)."""
+    fh = open_regular(Path(run_dir) / "run.json")
+    if fh is None:
+        return {}
+    with contextlib.suppress(OSError, ValueError), fh:
+        doc = json.loads(fh.read(1 << 20).decode("utf-8", "replace"))
         if isinstance(doc, dict):
             return doc
     return {}
