@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from report_schema import check, check_events
+from report_schema import check_events
 
 from diag.cli import main
 from diag.engine import control, eventlog, events, rundir
