@@ -377,6 +377,13 @@ class RunDirReader:
         return out
 
 
+def lost_suffix(state: Any) -> str:
+    """`, 17 events lost` across the run's processes (the header says it), or ""."""
+    n = sum(int(((p.counters or {}).get("lost") or {}).get("events") or 0)
+            for p in state.processes.values())
+    return f", {n} events lost" if n else ""
+
+
 def engine_fix_states(state: Any) -> dict[str, str]:
     """Each fix's state across the engine's processes, e.g. 'applied ×2, refused ×1 (why)'."""
     per: dict[str, dict[str, int]] = {}
