@@ -83,8 +83,11 @@ def test_full_disk_events_lost_are_reported_and_status_stays_true(server):
     path.unlink()
     os.symlink("/dev/full", path)
     try:
-        _wait("the loss to show", lambda: rundir.read_process(
-            server.run_dir, sched.pid).counters["lost"]["events"] > 0)
+        def lost() -> bool:  # an idle engine writes nothing: serve, so it has events to lose
+            server.generate(PROMPT, 2)
+            return rundir.read_process(server.run_dir, sched.pid).counters["lost"]["events"] > 0
+
+        _wait("the loss to show", lost)
         r = _cli("fix", "revert", FIX, "--run-dir", str(server.run_dir), "--json",
                  "--timeout", "60")
         assert r.returncode == 0, r.stdout + r.stderr  # acknowledged through the state file
