@@ -28,6 +28,7 @@ ACTIONS = ("apply", "revert")
 MAX_BYTES = 4096
 JUNK_AGE_S = 60.0
 REJECTED = "rejected"
+SETTLED_NS = 1_000_000_000  # a folder mtime older than this at listing time is trusted
 
 
 def problem(doc: Any, name: str, known_fixes: Iterable[str] | None,
@@ -89,18 +90,23 @@ class Reader:
 
     def new(self) -> list[tuple[str, Any, str | None, bool]]:
         """[(name without .json, document, why it is unreadable, skip silently)] in id order."""
+        import time
+
         try:
             mtime = os.stat(self.folder).st_mtime_ns
         except OSError:
             return []
         if mtime == self._mtime:
             return []
+        listed = time.time_ns()
         try:
             names = sorted(n for n in os.listdir(self.folder)
                            if n.endswith(".json") and not n.startswith(".") and n not in self.seen)
         except OSError:
             return []
-        self._mtime = mtime
+        # Timestamps are coarse (a clock tick): a rename in the same tick as this listing leaves
+        # the same mtime, so an mtime that recent is listed again at the next call.
+        self._mtime = mtime if listed - mtime > SETTLED_NS else None
         out = []
         for n in names:
             self.seen.add(n)
