@@ -306,3 +306,17 @@ def test_readers_never_open_a_fifo(tmp_path, name):
     t0 = time.monotonic()
     rundir.read_state(d)
     assert time.monotonic() - t0 < 5
+
+
+def test_an_unchanged_control_folder_costs_one_stat(tmp_path, monkeypatch):
+    d = rundir.create_run_dir(tmp_path / "d")
+    rundir.request(d, "standin-toggle", "apply")
+    past = time.time() - 10
+    os.utime(d / "control", (past, past))  # settled: older than a clock tick's doubt
+    r = control.Reader(d)
+    assert len(r.new()) == 1
+    monkeypatch.setattr(control.os, "listdir", lambda _p: pytest.fail("listed again"))
+    assert r.new() == []
+    monkeypatch.undo()
+    rundir.request(d, "standin-toggle", "revert")  # the folder changes: only the new one is read
+    assert [doc["action"] for _n, doc, _w, _q in r.new()] == ["revert"]
