@@ -22,6 +22,12 @@ applied (the safe point):
   afterwards see the new state. Programs with their own loop can call `diag.api.safe_point()` to
   apply pending requests at a point of their choosing instead (set `DIAG_CONTROL=manual`).
 
+Requests are checked first (`diag.engine.control`: an invalid one is rejected with the reason);
+a process that is not an engine process applies them on the poll thread even where the per-batch
+hook is in (the launcher imports the scheduler module but runs no loop). The agent keeps to its
+own run directory: one removed and made again under the path, or whose run.json names another
+run, is left alone for good. Event writes that fail are counted (`diag.engine.eventlog`).
+
 Every failure is logged (logger `diag.engine.agent`), recorded as an `error` event, and leaves that
 part of the engine unpatched.
 """
