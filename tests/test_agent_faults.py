@@ -320,3 +320,24 @@ def test_an_unchanged_control_folder_costs_one_stat(tmp_path, monkeypatch):
     monkeypatch.undo()
     rundir.request(d, "standin-toggle", "revert")  # the folder changes: only the new one is read
     assert [doc["action"] for _n, doc, _w, _q in r.new()] == ["revert"]
+
+
+def test_the_tui_says_events_were_lost(tmp_path):
+    from diag.tui import data
+
+    d = rundir.create_run_dir(tmp_path / "d")
+    w = rundir.EventWriter(d, pid=PID)
+    w({"kind": "start", "ppid": 1, "started": time.time()})
+    w({"kind": "syncs", "builder": "B", "count": 1, "seconds": 0.0})
+    lines = (d / f"events-{PID}.jsonl").read_text().splitlines()
+    (d / f"events-{PID}.jsonl").write_text(lines[0] + "\n")  # the second event is gone
+    w.close()
+    w2 = rundir.EventWriter(d, pid=PID)  # same numbering continued by hand: n=2 follows n=0
+    next(w2._n), next(w2._n)
+    w2({"kind": "syncs", "builder": "B", "count": 1, "seconds": 0.0})
+    state = rundir.read_state(d)
+    (view,) = data.engine_processes(state)
+    assert view.lost.startswith("events lost since") and ": 1 (events 1-1 missing)" in view.lost
+    assert data.lost_suffix(state) == ", 1 events lost"
+    doc = data.export_doc(data.Header(), [], [], [], [], [], [view])
+    assert doc["engine_processes"][0]["events_lost"] == view.lost
