@@ -341,3 +341,52 @@ def test_the_tui_says_events_were_lost(tmp_path):
     assert data.lost_suffix(state) == ", 1 events lost"
     doc = data.export_doc(data.Header(), [], [], [], [], [], [view])
     assert doc["engine_processes"][0]["events_lost"] == view.lost
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A real, tiny tmpfs (root only), filled up after the caller's set-up: the kernel's own
+    ENOSPC. Skipped where mounting is not allowed."""
+    where = tmp_path / "fs"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+
+    def fill() -> None:
+        fd = os.open(where / "fill", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError) as e:
+                while True:
+                    os.write(fd, b"x" * 4096)
+        finally:
+            os.close(fd)
+        assert e.value.errno == errno.ENOSPC
+
+    try:
+        yield where, fill
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_on_a_really_full_disk_the_state_file_and_the_cli_tell_the_truth(full_fs):
+    where, fill = full_fs
+    d = rundir.create_run_dir(where / "d")
+    w = rundir.EventWriter(d)  # this process: live
+    w({"kind": "start", "ppid": 1, "started": time.time(),
+       "fixes": {"f": {"state": "applied", "reason": ""}}})
+    fill()
+    for _ in range(200):  # past the events file's last page
+        w({"kind": "syncs", "builder": "B", "count": 1, "seconds": 0.0})
+    assert w.failed and "ENOSPC" in w.failed
+    w({"kind": "fix", "fix": "f", "state": "reverted", "reason": "asked"})
+    ps = rundir.read_process(d, os.getpid())
+    assert ps.fixes["f"]["state"] == "reverted"  # the preallocated state file was written
+    assert ps.counters["lost"]["events"] > 0
+    r = CliRunner().invoke(main, ["fix", "apply", "standin-toggle", "--run-dir", str(d)])
+    assert r.exit_code == 3, r.output
+    assert "cannot write the control request" in r.output and "ENOSPC" in r.output
+    assert [p.name for p in (d / "control").iterdir()] == []  # no temporary file left
+    raw = (d / f"events-{os.getpid()}.jsonl").read_bytes()  # whole lines only, none cut
+    assert raw.endswith(b"\n") and all(json.loads(x) for x in raw.splitlines())

@@ -152,11 +152,22 @@ class EventWriter:
             return False
 
     def _put(self, *docs: dict[str, Any]) -> None:
+        """Whole lines or nothing: a write cut short (a disk that fills mid-line) is retried for
+        its errno, and the part written is cut off again, so no half line stays in the file."""
         data = "".join(json.dumps(d, default=str) + "\n" for d in docs).encode()
-        done = os.write(self._fd, data)
-        self._size += done
-        if done != len(data):
-            raise OSError(f"short write ({done} of {len(data)} bytes)")
+        before, done = self._size, 0
+        try:
+            while done < len(data):
+                k = os.write(self._fd, data[done:])
+                if k <= 0:
+                    raise OSError("the write wrote nothing")
+                done += k
+        except OSError:
+            if done:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, before)
+            raise
+        self._size = before + done
 
     def _open_fd(self) -> None:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
