@@ -118,9 +118,10 @@ def test_whole_run_request_and_refusal(tmp_path):
         assert acks[child]["ok"] is False and acks[child]["state"] == "failed"
         assert "injected failure in apply" in acks[child]["reason"]
         r = _fix_cli("apply", "no-such-fix", d, "--pid", str(child))
-        assert r.returncode == 4  # the engine's registry decides, and refuses
+        assert r.returncode == 4  # the engine's registry decides: an invalid request, rejected
         row = json.loads(r.stdout)["processes"][0]
-        assert row["state"] == "refused" and "unknown fix 'no-such-fix'" in row["reason"]
+        assert row["state"] == "rejected" and "unknown fix 'no-such-fix'" in row["reason"]
+        assert "no-such-fix" not in rundir.read_process(d, child).fixes  # no made-up fix
         n = len(_batches(out))
         time.sleep(0.3)
         assert len(_batches(out)) > n  # the child goes on

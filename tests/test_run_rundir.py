@@ -107,8 +107,8 @@ def test_request_and_ack(tmp_path):
     r2 = rundir.request(d, "fx", "revert", pid=os.getpid())
     reqs = rundir.read_requests(d)
     assert [r["id"] for r in reqs] == [r1, r2]
-    assert reqs[1] == {"id": r2, "fix": "fx", "action": "revert", "pid": os.getpid(),
-                       "ts": reqs[1]["ts"]}
+    assert reqs[1] == {"schema_version": 1, "id": r2, "run": None, "fix": "fx",
+                       "action": "revert", "pid": os.getpid(), "ts": reqs[1]["ts"]}
     assert stat.S_IMODE(os.stat(d / "control" / f"{r1}.json").st_mode) == 0o600
     t0 = time.monotonic()
     assert rundir.wait_ack(d, r1, timeout=0.3) == {os.getpid(): None}

@@ -413,7 +413,8 @@ class DiagApp(App[None]):
                 try:
                     state, events = b.poll_run_dir()
                     live = len(state.live)
-                    text = f"{live}/{len(state.processes)} processes live, {len(events)} events"
+                    text = f"{live}/{len(state.processes)} processes live, {len(events)} " \
+                           f"events{data.lost_suffix(state)}"
                     view = data.engine_view(events)  # here, not on the UI thread
                     procs = data.engine_processes(state, events)
                     self._post(self._engine, name, state, view, procs, text, live)

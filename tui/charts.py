@@ -45,9 +45,10 @@ def chart_line(model: Model, name: str, width: int, title_width: int = 0) -> Tex
     if not xs:
         t.append("no points yet", style="dim")
         return t
-    age = model.age(name)
-    stale = model.is_stale(age)
-    when = f" · {'STALE ' if stale else ''}{data.fmt_age(age)}" if age is not None else ""
+    age, how = model.series_state(name)
+    stale = how == "stale"
+    label = {"stale": "STALE ", "idle": "idle, last point "}.get(how, "")
+    when = f" · {label}{data.fmt_age(age)}" if age is not None else ""
     window = 60
     for _ in range(2):  # the points drawn and the scale beside them are the same ones
         shown = xs[-window:]

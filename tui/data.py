@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -348,12 +349,17 @@ class RunDirReader:
 
     def _tail(self, path) -> list[dict[str, Any]]:
         key = str(path)
+        from diag.engine import rundir
+
+        fh = rundir.open_regular(path)  # never a FIFO or a link to a device
+        if fh is None:
+            return []
         try:
-            size = path.stat().st_size
-            off = self.offsets.get(key, 0)
-            if size < off:
-                off = 0  # rotated: the file started over
-            with open(path, "rb") as fh:
+            with fh:
+                size = os.fstat(fh.fileno()).st_size
+                off = self.offsets.get(key, 0)
+                if size < off:
+                    off = 0  # rotated: the file started over
                 fh.seek(off)
                 chunk = fh.read(size - off)
         except OSError:
@@ -369,6 +375,13 @@ class RunDirReader:
             if isinstance(ev, dict):
                 out.append(ev)
         return out
+
+
+def lost_suffix(state: Any) -> str:
+    """`, 17 events lost` across the run's processes (the header says it), or ""."""
+    n = sum(int(((p.counters or {}).get("lost") or {}).get("events") or 0)
+            for p in state.processes.values())
+    return f", {n} events lost" if n else ""
 
 
 def engine_fix_states(state: Any) -> dict[str, str]:
@@ -417,6 +430,7 @@ class ProcessView:
     last_ts: float | None
     errors: int
     error: str  # the newest agent error, "where: message"
+    lost: str = ""  # "events lost since 12:03:04: 17 (ENOSPC ...)", "" when none
 
 
 def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> list[ProcessView]:
@@ -438,9 +452,12 @@ def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> 
             if "where" in ev and "message" in ev:
                 err = f"{ev['where']}: {ev['message']}"
                 break
+        from diag.engine.events import lost_text
+
         out.append(ProcessView(p.pid, p.alive, p.sglang or "?", fixes or "none",
                                str(last.get("kind", "-")), last.get("ts"),
-                               int((p.counters or {}).get("errors", 0)), err))
+                               int((p.counters or {}).get("errors", 0)), err,
+                               lost_text(p.counters or {})))
     out.sort(key=lambda v: (not v.alive, v.pid))
     return out
 
@@ -1023,7 +1040,8 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         "sources": [{"name": s.name, "ok": s.ok, "text": s.text} for s in sources],
         "engine_processes": [{"pid": p.pid, "alive": p.alive, "sglang": p.sglang,
                               "fixes": p.fixes, "last_event": p.last, "errors": p.errors,
-                              "last_error": p.error or None} for p in processes or []],
+                              "last_error": p.error or None,
+                              "events_lost": p.lost or None} for p in processes or []],
     }
 
 

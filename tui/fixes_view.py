@@ -51,6 +51,8 @@ def engine_text(model: Model) -> Text:
         if p.errors:
             t.append(f"  errors: {p.errors}" + (f" ({p.error})" if p.error else ""),
                      style="bold red")
+        if p.lost:
+            t.append(f"  {p.lost}", style="bold red")
     return t
 
 

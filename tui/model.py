@@ -47,6 +47,7 @@ class Model:
     server_builders: dict[str, float] = field(default_factory=dict)
     series: dict[str, deque] = field(default_factory=dict)
     series_at: dict[str, float] = field(default_factory=dict)  # name → when its last point came
+    series_src: dict[str, str] = field(default_factory=dict)  # name → "run dir" | "server"
     sources: dict[str, SourceState] = field(default_factory=dict)
     source_ok_at: dict[str, float] = field(default_factory=dict)  # name → last good read
     requests: dict[str, tuple[str, str]] = field(default_factory=dict)  # id → (fix, action)
@@ -88,6 +89,7 @@ class Model:
         t = self.now()
         for name, xs in series.items():
             self.series[name] = deque(xs[-SERIES_LEN:], maxlen=SERIES_LEN)
+            self.series_src[name] = "run dir"
             if xs and len(xs) != self._points.get(name):  # new points came in
                 self._points[name] = len(xs)
                 self.series_at[name] = t
@@ -109,6 +111,7 @@ class Model:
         for name, v in values.items():
             self.series.setdefault(name, deque(maxlen=SERIES_LEN)).append(v)
             self.series_at[name] = t
+            self.series_src[name] = "server"
 
     def set_source(self, name: str, ok: bool | None, text: str) -> None:
         self.sources[name] = SourceState(name, ok, text)
@@ -131,6 +134,16 @@ class Model:
 
     def is_stale(self, age: float | None) -> bool:
         return age is not None and age > self.stale_after
+
+    def series_state(self, name: str) -> tuple[float | None, str]:
+        """(age of its last point, "" | "idle" | "stale"): a series whose source still answers
+        but has nothing new (an idle engine) is idle, not stale; stale is a silent source."""
+        age = self.age(name)
+        src = self.series_src.get(name)
+        src_age = self._live_age(src) if src else age
+        if self.is_stale(src_age):
+            return age, "stale"
+        return age, "idle" if self.is_stale(age) else ""
 
     # -------------------------------------------------------------- views
 

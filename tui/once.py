@@ -42,7 +42,8 @@ def fill(backend: Backend, model: Model | None = None) -> Model:
         try:
             state, events = backend.poll_run_dir()
             m.set_engine(state, events)
-            m.set_source(name, True, f"{len(state.processes)} processes, {len(events)} events")
+            m.set_source(name, True, f"{len(state.processes)} processes, {len(events)} events"
+                         + data.lost_suffix(state))
         except Exception as e:
             m.set_source(name, False, f"unreadable: {_why(e)}")
     if backend.server_url:

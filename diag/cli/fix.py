@@ -73,20 +73,21 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
     if not live:
         raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
     rid = rundir.request(d, fix_id, action, pid)
-    # Only engine processes (schedulers: they run batches) are waited for once the run has one;
-    # the launcher, detokenizer and helpers are listed with what they answered by then.
+    # Only the processes that can hold the fix are waited for (rundir.waited_for): the engine
+    # processes once the run has one, else those that imported SGLang; the launcher, detokenizer
+    # and helpers are listed with what they answered by then, and do not decide the exit code.
     acks = rundir.wait_ack(d, rid, pid=pid, timeout=timeout, engines_only=pid is None)
     procs = rundir.read_state(d).processes
+    waited = rundir.waited_for(procs, acks) if pid is None else set(acks)
     engines = {p for p in acks if procs.get(p) and procs[p].engine}
     rows = []
     for p, ev in sorted(acks.items()):
-        waited = not engines or p in engines
         reason = ev.get("reason") if ev else (
-            f"no acknowledgement within {timeout:g} s" if waited
-            else "not an engine process: not waited for")
+            f"no acknowledgement within {timeout:g} s" if p in waited
+            else rundir.not_waited_reason(procs.get(p), bool(engines)))
         rows.append({"pid": p, "engine": p in engines, "acknowledged": ev is not None,
                      "ok": bool(ev and ev.get("ok")), "state": ev.get("state") if ev else None,
-                     "reason": reason, "waited": waited})
+                     "reason": reason, "waited": p in waited})
     if as_json:
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "run_dir": str(d), "request": rid,
                                "fix": fix_id, "action": action, "processes": rows}, indent=2))
@@ -97,7 +98,7 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
             role = "engine" if r["engine"] else "other"
             click.echo(f"pid {r['pid']:<8} {role:<6} {action} {fix_id}: {mark:<8} "
                        f"{r['state'] or '-'}" + (f"  ({r['reason']})" if r["reason"] else ""))
-    counted = [r for r in rows if r["waited"] or r["acknowledged"]]
+    counted = [r for r in rows if r["waited"]]
     if not counted or not all(r["ok"] for r in counted):
         sys.exit(EXIT_FIX_FAILED)
 
@@ -208,6 +209,8 @@ def status(run_dir: str | None, as_json: bool) -> None:
         meta = s.meta if isinstance(s.meta, dict) else {}
         cmd = _words(meta.get("cmd"))
         click.echo(click.style(f"{s.run_dir}", bold=True) + (f"  {cmd}" if cmd else ""))
+        if s.other_runs:
+            click.echo(f"  {s.other_runs} processes of an earlier run in this directory left out")
         if not s.processes:
             click.echo("  no process has written events yet")
         for p in s.processes.values():

@@ -13,7 +13,7 @@ from diag.errors import EXIT_USAGE, DiagError
 
 
 def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
-              base: dict[str, str] | None = None) -> dict[str, str]:
+              base: dict[str, str] | None = None, run_id: str | None = None) -> dict[str, str]:
     """The environment CMD runs in: bootstrap first on PYTHONPATH, the agent's DIAG_* settings."""
     from diag.engine import bootstrap, rundir
 
@@ -24,6 +24,10 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
     env[rundir.ENV_RUN_DIR] = str(run_dir)
     env["DIAG_HOME"] = str(bootstrap.home())  # where `diag` is importable
     env[rundir.ENV_AGENT] = "1"
+    if run_id:
+        env[rundir.ENV_RUN_ID] = run_id  # every agent of this run carries it
+    else:
+        env.pop(rundir.ENV_RUN_ID, None)
     if fix_ids:
         env[rundir.ENV_FIXES] = ",".join(fix_ids)
     else:
@@ -69,10 +73,10 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
         raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
                         f"{', '.join(counters)}, all)", exit_code=EXIT_USAGE)
     existed = run_dir is not None and Path(run_dir).expanduser().exists()
-    d = _make_run_dir(run_dir, existed, cmd=list(cmd), fixes=fx, probes=pr,
-                      launcher_pid=os.getpid())
+    d, run_id = _make_run_dir(run_dir, existed, cmd=list(cmd), fixes=fx, probes=pr,
+                              launcher_pid=os.getpid())
     rundir.register(d)
-    env = build_env(d, fx, pr)
+    env = build_env(d, fx, pr, run_id=run_id)
     click.echo(f"diag: run directory {d}", err=True)
     sys.stderr.flush()
     sys.stdout.flush()
@@ -84,15 +88,18 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
                         exit_code=127 if isinstance(e, FileNotFoundError) else 126) from None
 
 
-def _make_run_dir(run_dir: str | None, existed: bool, **meta) -> Path:
-    """Create the run directory and its run.json; an unusable place (a file, read-only, no
-    permission) is one line and exit 3, never a traceback."""
+def _make_run_dir(run_dir: str | None, existed: bool, **meta) -> tuple[Path, str]:
+    """Create the run directory and its run.json with a new run id; (directory, run id). An
+    unusable place (a file, read-only, no permission) or a directory a live run still uses is
+    one line and exit 3, never a traceback."""
     from diag.engine import rundir
 
     d = None
     try:
         d = rundir.create_run_dir(run_dir)
-        rundir.write_meta(d, **meta)
+        if existed:
+            rundir.claim(d)
+        run_id = rundir.write_meta(d, **meta)
     except OSError as e:
         if d is not None:
             rundir.discard(d, remove_dir=not existed)
@@ -101,4 +108,4 @@ def _make_run_dir(run_dir: str | None, existed: bool, **meta) -> Path:
                                      "XDG_RUNTIME_DIR or DIAG_CACHE_DIR)"
         raise DiagError(f"cannot create the run directory {where}: {e.strerror}{default}") \
             from None
-    return d
+    return d, run_id

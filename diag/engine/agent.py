@@ -22,6 +22,12 @@ applied (the safe point):
   afterwards see the new state. Programs with their own loop can call `diag.api.safe_point()` to
   apply pending requests at a point of their choosing instead (set `DIAG_CONTROL=manual`).
 
+Requests are checked first (`diag.engine.control`: an invalid one is rejected with the reason);
+a process that is not an engine process applies them on the poll thread even where the per-batch
+hook is in (the launcher imports the scheduler module but runs no loop). The agent keeps to its
+own run directory: one removed and made again under the path, or whose run.json names another
+run, is left alone for good. Event writes that fail are counted (`diag.engine.eventlog`).
+
 Every failure is logged (logger `diag.engine.agent`), recorded as an `error` event, and leaves that
 part of the engine unpatched.
 """
@@ -39,7 +45,7 @@ from collections import deque
 from typing import Any
 
 from diag import telemetry
-from diag.engine import rundir
+from diag.engine import control, rundir
 
 log = logging.getLogger("diag.agent")
 
@@ -139,7 +145,10 @@ class Agent:
         self.batch_patch = None
         self.control_mode = "poll"
         self.engine = False
-        self._seen: set[str] = set()
+        self.run_id = os.environ.get(rundir.ENV_RUN_ID) or None
+        self._dir_id: tuple[int, int] | None = None  # (st_dev, st_ino) of our run directory
+        self._meta_mtime: int | None = None
+        self.reader: control.Reader | None = None
         self.desired: dict[str, bool] = {}  # fix id -> applied, as the last control request said
         self._queue: deque[dict[str, Any]] = deque()
         self.pending = False  # the one flag the per-batch hook reads
@@ -152,9 +161,7 @@ class Agent:
     def start(self) -> None:
         if self.run_dir:
             try:
-                d = rundir.check_run_dir(self.run_dir)
-                self.writer = rundir.EventWriter(d)
-                telemetry.add_sink(self.writer)
+                self._bind(rundir.check_run_dir(self.run_dir))
             except Exception as e:  # unsafe or missing dir: no events, no control
                 log.warning("diag agent: run directory not used: %s", e)
                 self.writer = None
@@ -175,6 +182,48 @@ class Agent:
             self._thread.start()
         with contextlib.suppress(Exception):
             os.register_at_fork(after_in_child=_after_fork)
+
+    def _bind(self, d: Any) -> None:
+        """Use run directory `d`: remember which directory it is (a directory re-created under
+        the same path is another run's) and its run id (`DIAG_RUN_ID`, else its run.json's)."""
+        st = os.stat(d)
+        self._dir_id = (st.st_dev, st.st_ino)
+        if self.run_id is None:
+            self.run_id = rundir.read_meta(d).get("run_id")
+        self.writer = rundir.EventWriter(d, run_id=self.run_id)
+        self.writer.on_lost = _count_lost
+        self.reader = control.Reader(d)
+        telemetry.add_sink(self.writer)
+
+    def _still_ours(self) -> bool:
+        """False once the run directory is not this run's any more (re-created, or its run.json
+        names another run): the agent then neither writes there nor obeys it, for good."""
+        w = self.writer
+        if w is None or w.detached:
+            return False
+        try:
+            st = os.stat(w.run_dir)
+        except OSError:
+            return True  # gone for now: writes fail and are counted; a new one is not ours
+        why = None
+        if (st.st_dev, st.st_ino) != self._dir_id:
+            why = "the directory was removed and another one made under its path"
+        elif self.run_id:
+            meta = w.run_dir / "run.json"
+            with contextlib.suppress(OSError):
+                m = os.stat(meta).st_mtime_ns
+                if m != self._meta_mtime:
+                    self._meta_mtime = m
+                    other = rundir.read_meta(w.run_dir).get("run_id")
+                    if other and other != self.run_id:
+                        why = f"its run.json names run {other}, not this run ({self.run_id})"
+        if why is None:
+            return True
+        w.detached = True
+        telemetry.remove_sink(w)
+        log.warning("diag agent: run directory %s is not this run's any more (%s): no more events "
+                    "there, its control requests are ignored", w.run_dir, why)
+        return False
 
     def _install_metrics(self) -> None:
         try:
@@ -457,26 +506,47 @@ class Agent:
             telemetry.flush()  # counters that fold in-process emit what an idle engine holds
 
     def poll(self) -> None:
-        """Read new control requests; apply them here unless a per-batch hook is in."""
+        """Read new control requests; apply them here unless this process runs batches."""
         self.refresh()
         self._check_engine_title()
-        if self.writer is None:
+        if self.writer is None or not self._still_ours():
             return
+        self.writer.check()
         new = []
-        for req in rundir.read_requests(self.writer.run_dir):
-            rid = str(req.get("id"))
-            if rid in self._seen:
-                continue
-            self._seen.add(rid)
-            if req.get("pid") not in (None, self.pid):
-                continue
-            new.append(req)
+        for name, doc, why, quiet in self.reader.new():
+            req = self._checked(name, doc, why, quiet)
+            if req is not None and req.get("pid") in (None, self.pid):
+                new.append(req)
         if new:
             with self._lock:
                 self._queue.extend(new)
                 self.pending = True
-        if self.pending and self.control_mode != "batch":
+        # The per-batch hook serves an engine process; anything else (the launcher imports the
+        # scheduler module but runs no loop) would never reach it: apply here.
+        if self.pending and (self.control_mode != "batch" or not self.engine):
             self.safe_point()
+
+    def _checked(self, name: str, doc: Any, why: str | None, quiet: bool) -> dict | None:
+        """A valid request, or None: an unreadable or invalid one is rejected with the reason
+        (a `control_ack`, ok false, state `rejected`); a non-regular file is skipped."""
+        from diag import fixes
+
+        if why is None:
+            why = control.problem(doc, name, fixes.all_ids(), self.run_id)
+            if why is None:
+                return doc
+        elif quiet:
+            log.info("diag agent: control entry %s skipped: %s", name, why)
+            return None
+        if isinstance(doc, dict) and doc.get("pid") not in (None, self.pid) \
+                and isinstance(doc.get("pid"), int):
+            return None  # someone else's to reject
+        log.warning("diag agent: control request %s rejected: %s", name, why)
+        d = doc if isinstance(doc, dict) else {}
+        telemetry.emit("control_ack", request=name, fix=_text(d.get("fix")),
+                       action=_text(d.get("action")), ok=False, state=control.REJECTED,
+                       reason=why)
+        return None
 
     def safe_point(self) -> None:
         """Apply every queued control request now and acknowledge each."""
@@ -494,8 +564,7 @@ class Agent:
 
     def _handle(self, req: dict[str, Any]) -> None:
         fid, action = str(req.get("fix")), req.get("action")
-        if action in ("apply", "revert"):
-            self.desired[fid] = action == "apply"
+        self.desired[fid] = action == "apply"
         if action == "apply":
             from diag.fixes.orchestrator import OK_APPLY
 
@@ -503,11 +572,8 @@ class Agent:
             ok = state in OK_APPLY
             if not self.sglang_seen and state == "pending":
                 reason = reason or "waiting for the import of the code it patches"
-        elif action == "revert":
+        else:  # revert: requests are validated before they are queued (`_checked`)
             ok, state, reason = self._revert(fid)
-        else:
-            ok, state, reason = False, self.fixes.get(fid, {}).get("state", "unknown"), \
-                f"unknown action {action!r}"
         self.fixes[fid] = {"state": state, "reason": reason}
         telemetry.emit("control_ack", request=req.get("id"), fix=fid, action=action, ok=ok,
                        state=state, reason=reason)
@@ -526,6 +592,17 @@ class Agent:
         self._stop.set()
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None if value is None else repr(value)[:80]
+
+
+def _count_lost(n: int, why: str) -> None:
+    """Lost event writes into `diag_events_lost_total` (when metrics record in this process)."""
+    from diag.engine import metrics
+
+    metrics.count_lost(n)
+
+
 def _after_fork() -> None:
     """A forked child inherits the patches but not the thread or the file: start its own."""
     global _agent
@@ -541,13 +618,16 @@ def _after_fork() -> None:
         a._lock = threading.RLock()
         a._stop = threading.Event()
         a._queue = deque()
-        a._seen = set(old._seen)
         a.desired = dict(old.desired)
         a.pending = False
         a.writer = None
         a._thread = None
-        if old.writer is not None:
-            a.writer = rundir.EventWriter(old.writer.run_dir)
+        if old.writer is not None and not old.writer.detached:
+            a.writer = rundir.EventWriter(old.writer.run_dir, run_id=a.run_id)
+            a.writer.on_lost = _count_lost
+            seen = set(old.reader.seen) if old.reader is not None else set()
+            a.reader = control.Reader(old.writer.run_dir)
+            a.reader.seen = seen
             telemetry.add_sink(a.writer)
         _agent = a
         a._emit_start()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 LAST_EVENTS = 20
+REJECTED = "rejected"  # a control request's acknowledgement state when it was not obeyed
 
 
 # ----------------------------------------------------------------------------- the base
@@ -255,11 +256,13 @@ class ControlAck(Event):
 
     def apply(self, fold: Fold) -> None:
         fold.acks[str(self.request)] = self.to_dict()
-        if self.fix and self.state:
+        if self.fix and self.state and self.state != REJECTED:
             fold.fixes[self.fix] = {"state": self.state, "reason": self.reason or ""}
 
     def fix_states(self) -> dict[str, str]:
-        return {self.fix: self.state} if self.fix and self.state else {}
+        """A rejected request changed nothing: it names no fix state."""
+        return {self.fix: self.state} if self.fix and self.state and self.state != REJECTED \
+            else {}
 
 
 @kind
@@ -273,6 +276,28 @@ class Error(Event):
 
     def apply(self, fold: Fold) -> None:
         fold.counters["errors"] = int(fold.counters.get("errors") or 0) + 1
+
+
+@kind
+@dataclass
+class Gap(Event):
+    """Events this process could not write (full disk, file gone): how many, since when, why.
+
+    Written at the first successful write after the loss, followed by a `snapshot` that puts the
+    true state back; the lost events' sequence numbers are the jump before it."""
+
+    kind: ClassVar[str] = "gap"
+    lost: int = 0
+    since: float | None = None
+    reason: str = ""
+
+    def apply(self, fold: Fold) -> None:
+        sec = fold.counters.setdefault("lost", empty_lost())
+        sec["events"] = int(sec.get("events") or 0) + max(0, int(self.lost or 0) - fold.jumped)
+        fold.jumped = 0
+        if self.since is not None and (sec.get("since") is None or self.since < sec["since"]):
+            sec["since"] = self.since
+        sec["reason"] = self.reason or sec.get("reason") or ""
 
 
 @kind
@@ -684,17 +709,27 @@ def started(e: Event) -> float | None:
 # ----------------------------------------------------------------------------- the fold
 
 
+def empty_lost() -> dict[str, Any]:
+    """Events a process wrote but no reader can see: `events`, the first loss (`since`), why."""
+    return {"events": 0, "since": None, "reason": ""}
+
+
 def empty_counters() -> dict[str, Any]:
     out: dict[str, Any] = {c.section: c.empty() for c in counter_kinds()}
     out["errors"] = 0
     out["events"] = {}
+    out["lost"] = empty_lost()
     return out
+
+
+UNKNOWN = "unknown"  # a state the events cannot tell (some were lost): never the last known one
 
 
 class Fold:
     """Folds one process's events into its state (every reader and the writer use this one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, check_sequence: bool = True) -> None:
+        self.check_sequence = check_sequence  # off in the writer: it numbers its own markers
         self.counters = empty_counters()
         self.fixes: dict[str, dict[str, Any]] = {}
         self.start: dict[str, Any] | None = None
@@ -704,9 +739,12 @@ class Fold:
         self.engine = False
         self.sglang: str | None = None
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
+        self.next_n: int | None = None  # the sequence number the next event should carry
+        self.jumped = 0  # events missing from the sequence, not yet explained by a `gap`
 
     def add(self, ev: Event | dict[str, Any]) -> Event:
         e = ev if isinstance(ev, Event) else parse(ev)
+        self._check_sequence(e)
         if isinstance(e, Snapshot):
             self._restore(e)
             return e
@@ -722,9 +760,29 @@ class Fold:
             e.apply(self)
         return e
 
+    def _check_sequence(self, e: Event) -> None:
+        """A jump in `n` means events were lost: count them, and what they may have changed
+        (fix states) becomes unknown until a `snapshot` says again."""
+        if e.n is None or not self.check_sequence:
+            return
+        if self.next_n is not None and e.n > self.next_n:
+            missing = e.n - self.next_n
+            self.jumped += missing
+            sec = self.counters.setdefault("lost", empty_lost())
+            sec["events"] = int(sec.get("events") or 0) + missing
+            if sec.get("since") is None:
+                sec["since"] = self.last[-1].get("ts") if self.last else e.ts
+            sec["reason"] = sec.get("reason") or f"events {self.next_n}-{e.n - 1} missing"
+            for fid, st in self.fixes.items():
+                if st.get("state") != UNKNOWN:
+                    self.fixes[fid] = {"state": UNKNOWN, "reason": f"events lost; last known: "
+                                                                   f"{st.get('state')}"}
+        self.next_n = e.n + 1
+
     def _restore(self, s: Snapshot) -> None:
         counters = json.loads(json.dumps(s.counters)) if s.counters else {}
         self.counters = {**empty_counters(), **counters}
+        self.jumped = 0
         self.fixes.update(_fix_states(s.fixes))
         self.probes.update(s.probes_state or {})
         self.control = s.control or self.control
@@ -753,7 +811,23 @@ def describe_counters(counters: dict[str, Any]) -> list[str]:
             out.append(f"{k}: {counters['events'][k]} events")
     if counters.get("errors"):
         out.append(f"agent errors: {counters['errors']}")
+    text = lost_text(counters)
+    if text:
+        out.append(text)
     return out
+
+
+def lost_text(counters: dict[str, Any]) -> str:
+    """`events lost since 12:03:04: 17 (ENOSPC ...)`, or "" when none were lost."""
+    import time as _time
+
+    sec = counters.get("lost") or {}
+    if not sec.get("events"):
+        return ""
+    since = sec.get("since")
+    when = _time.strftime(" since %H:%M:%S", _time.localtime(since)) if since else ""
+    why = f" ({sec['reason']})" if sec.get("reason") else ""
+    return f"events lost{when}: {sec['events']}{why}"
 
 
 def replay(docs: Iterable[dict[str, Any]]) -> Iterator[tuple[Event, bool]]:

@@ -45,6 +45,8 @@ AGENT_SERIES: tuple[Series, ...] = (
            "Live engine processes in which a diag fix is in this state (livesum)."),
     Series("agent_processes", "gauge", (), "processes",
            "Live engine processes that reported a fix state or a counter (livesum)."),
+    Series("events_lost", "counter", (), "events",
+           "Events the diag agent could not write to its run directory (full disk, file gone)."),
 )
 
 
@@ -67,6 +69,7 @@ _builders: set[str] = set()
 _counted = False  # diag_agent_processes set for this process
 _forked = False  # a forked child: its own files start empty; replay the fix states once
 _fix_labels: dict[str, set[str]] = {}  # fix label → states written in this process
+_lost_pending = 0  # lost event writes counted before the metrics exist
 
 
 def install() -> bool:
@@ -184,6 +187,21 @@ def _sink(event: dict[str, Any]) -> None:
             _record(m, event)
 
 
+def count_lost(n: int) -> None:
+    """`n` events the agent could not write (never raises; kept until recording starts)."""
+    global _lost_pending
+    try:
+        with _lock:
+            m = _metrics if _metrics is not None else _ensure()
+            if m is None:
+                _lost_pending += n
+                return
+            m["events_lost"].inc(n + _lost_pending)
+            _lost_pending = 0
+    except Exception:
+        _log.debug("diag.engine.metrics count_lost failed", exc_info=True)
+
+
 def _ensure() -> dict[str, Any] | None:
     """The metric objects, created on the first call that finds the variable set."""
     global _metrics, _unusable
@@ -213,6 +231,10 @@ def _ensure() -> dict[str, Any] | None:
         atexit.register(_mark_dead)
         while _backlog:
             _record(m, _backlog.popleft())
+        global _lost_pending
+        if _lost_pending:
+            m["events_lost"].inc(_lost_pending)
+            _lost_pending = 0
         return m
 
 

@@ -28,19 +28,27 @@ engine processes carry ``DIAG_RUN_DIR`` in their environment; `discover()` uses 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import json
 import os
+import secrets
 import stat
-import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diag.engine import events
-from diag.engine.events import Fold
+from diag.engine import control, events
+from diag.engine.eventlog import (  # noqa: F401  (the writer's names, where readers look)
+    DEFAULT_MAX_BYTES,
+    ENV_MAX_BYTES,
+    EventWriter,
+    read_state_file,
+)
+from diag.engine.events import UNKNOWN, Fold
 from diag.errors import DiagError
 from diag.schemas import SCHEMA_VERSION
 
@@ -50,9 +58,7 @@ ENV_FIXES = "DIAG_FIXES"  # comma list of fix ids, or "all"
 ENV_PROBES = "DIAG_PROBES"  # comma list of runtime counters to switch on, or "all"
 ENV_AGENT = "DIAG_AGENT"  # "1": load the agent even with no fixes/probes (events only); "0": never
 ENV_POLL = "DIAG_CONTROL_POLL"  # seconds between control-directory polls (default 0.2)
-ENV_MAX_BYTES = "DIAG_EVENTS_MAX_BYTES"  # cap of one events file (default 8 MiB)
-
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+ENV_RUN_ID = "DIAG_RUN_ID"  # the run this process belongs to (`run.json` `run_id`)
 
 
 # ----------------------------------------------------------------------------- the directory
@@ -115,9 +121,39 @@ def create_run_dir(path: str | os.PathLike | None = None) -> Path:
     return p
 
 
-def write_meta(run_dir: Path, **meta: Any) -> None:
-    doc = {"schema_version": SCHEMA_VERSION, "created": time.time(), **meta}
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+
+
+def write_meta(run_dir: Path, **meta: Any) -> str:
+    """Write `run.json` with a new run id (the agents of this run carry it); the id."""
+    rid = meta.pop("run_id", None) or new_run_id()
+    doc = {"schema_version": SCHEMA_VERSION, "created": time.time(), "run_id": rid, **meta}
     _atomic_write(Path(run_dir) / "run.json", doc)
+    return rid
+
+
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    """run.json ({} when absent, not a regular file, or not JSON)."""
+    fh = open_regular(Path(run_dir) / "run.json")
+    if fh is None:
+        return {}
+    with contextlib.suppress(OSError, ValueError), fh:
+        doc = json.loads(fh.read(1 << 20).decode("utf-8", "replace"))
+        if isinstance(doc, dict):
+            return doc
+    return {}
+
+
+def claim(run_dir: Path) -> None:
+    """Refuse to start a new run in a directory a live run still uses (its agents would read
+    the new run's requests): one line, exit 3. A finished run's directory is reused; its
+    processes are then another run's and readers leave them out."""
+    old = read_meta(run_dir)
+    live = [p for p in pids_in(run_dir) if _alive_in(run_dir, p)]
+    if live:
+        raise DiagError(f"run directory {run_dir} is in use by run {old.get('run_id') or '?'} "
+                        f"(live pid {', '.join(map(str, live[:5]))}): pass another --run-dir")
 
 
 def _registry_entry(run_dir: Path) -> Path:
@@ -147,80 +183,22 @@ def discard(run_dir: Path, remove_dir: bool) -> None:
 
 
 def _atomic_write(path: Path, doc: dict) -> None:
+    """Temp file + rename; on any failure the temp file is removed and the error re-raised."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh)
+            fh.flush()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # ----------------------------------------------------------------------------- writing events
-
-
-class EventWriter:
-    """Appends one process's events to `events-<pid>.jsonl`, flushed per event, capped.
-
-    When the file reaches its cap it becomes `events-<pid>.1.jsonl` (replacing an older one) and a
-    new file starts with a `snapshot` event holding the totals so far. Never raises.
-    """
-
-    def __init__(self, run_dir: str | os.PathLike, pid: int | None = None,
-                 max_bytes: int | None = None) -> None:
-        self.run_dir = Path(run_dir)
-        self.pid = pid or os.getpid()
-        if max_bytes is None:
-            try:
-                max_bytes = int(os.environ.get(ENV_MAX_BYTES, DEFAULT_MAX_BYTES))
-            except ValueError:
-                max_bytes = DEFAULT_MAX_BYTES
-        self.max_bytes = max(4096, max_bytes)
-        self.path = self.run_dir / f"events-{self.pid}.jsonl"
-        self.agg = Fold()
-        self._n = itertools.count()
-        self._lock = threading.Lock()
-        self._fh = None
-        self._size = 0
-        self.failed: str | None = None
-
-    def _open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._fh = os.fdopen(fd, "a", encoding="utf-8")
-        self._size = self._fh.tell()
-
-    def write(self, event: dict[str, Any]) -> None:
-        try:
-            with self._lock:
-                ev = {"ts": time.time(), **event, "pid": self.pid, "n": next(self._n)}
-                line = json.dumps(ev, default=str) + "\n"
-                if self._fh is None:
-                    self._open()
-                if self._size + len(line) > self.max_bytes and self._size > 0:
-                    self._rotate()
-                self.agg.add(ev)
-                self._fh.write(line)
-                self._fh.flush()
-                self._size += len(line)
-        except Exception as e:  # the engine goes on without events
-            self.failed = f"{type(e).__name__}: {e}"
-
-    __call__ = write  # usable as a telemetry sink
-
-    def _rotate(self) -> None:
-        self._fh.close()
-        os.replace(self.path, self.path.with_name(f"events-{self.pid}.1.jsonl"))
-        self._open()
-        snap = self.agg.snapshot(time.time(), self.pid, next(self._n))
-        line = json.dumps(snap, default=str) + "\n"
-        self._fh.write(line)
-        self._size += len(line)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fh is not None:
-                with contextlib.suppress(Exception):
-                    self._fh.close()
-                self._fh = None
-
+# `EventWriter` (diag.engine.eventlog): numbered events, lost writes counted, the state file.
 
 # ----------------------------------------------------------------------------- reading state
 
@@ -241,12 +219,19 @@ class ProcessState:
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {state, reason}
     control: str = "poll"  # where control requests are applied: "batch" or "poll"
     engine: bool = False  # runs batches (a scheduler): control requests must reach it
+    run: str | None = None  # the run id its agent was started with
+
+    @property
+    def holds_fixes(self) -> bool:
+        """Whether a fix can be in this process: it is an engine process or imported SGLang.
+        A helper that never imports SGLang (multiprocessing's resource tracker) cannot."""
+        return self.engine or bool(self.sglang)
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
                 "probes": self.probes, "control": self.control, "engine": self.engine,
-                "counters": self.counters,
+                "counters": self.counters, "run": self.run,
                 "last_events": self.last_events}
 
 
@@ -255,9 +240,11 @@ class RunState:
     run_dir: str
     meta: dict[str, Any]
     processes: dict[int, ProcessState] = field(default_factory=dict)
+    other_runs: int = 0  # processes of an earlier run in this directory, left out
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "run_dir": self.run_dir, "meta": self.meta,
+                "other_runs": self.other_runs,
                 "processes": [p.to_dict() for p in self.processes.values()]}
 
     @property
@@ -277,15 +264,35 @@ def _alive(pid: int, started: float | None) -> bool:
         return False
 
 
+def open_regular(path: Path):
+    """A binary file object for a regular file at `path`, never following a link nor opening a
+    FIFO or device for reading (a link to /dev/zero would never end); None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+    except OSError:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
 def _read_lines(path: Path) -> list[dict[str, Any]]:
     out = []
+    fh = open_regular(path)
+    if fh is None:
+        return out
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.endswith("\n"):
+        with fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):
                     break  # a line being written right now
                 with contextlib.suppress(ValueError):
-                    ev = json.loads(line)
+                    ev = json.loads(raw.decode("utf-8", "replace"))
                     if isinstance(ev, dict):
                         out.append(ev)
     except OSError:
@@ -295,10 +302,13 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
 
 def _first_event(path: Path) -> dict[str, Any] | None:
     """The first complete event of a file, without reading the rest (up to 8 MiB)."""
+    fh = open_regular(path)
+    if fh is None:
+        return None
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            line = fh.readline()
-        ev = json.loads(line) if line.endswith("\n") else None
+        with fh:
+            line = fh.readline(DEFAULT_MAX_BYTES)
+        ev = json.loads(line.decode("utf-8", "replace")) if line.endswith(b"\n") else None
     except (OSError, ValueError):
         return None
     return ev if isinstance(ev, dict) else None
@@ -309,33 +319,74 @@ def read_process(run_dir: Path, pid: int) -> ProcessState:
     for name in (f"events-{pid}.1.jsonl", f"events-{pid}.jsonl"):
         for ev in _read_lines(run_dir / name):
             agg.add(ev)
+    _merge_state_file(agg, read_state_file(run_dir, pid))
     s = agg.start or {}
     return ProcessState(pid=pid, ppid=s.get("ppid"), argv=list(s.get("argv") or []),
                         started=s.get("started"), sglang=agg.sglang or s.get("sglang"),
                         alive=_alive(pid, s.get("started")), fixes=agg.fixes,
                         counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
                         start=agg.start, probes=agg.probes, control=agg.control,
-                        engine=agg.engine)
+                        engine=agg.engine, run=s.get("run"))
+
+
+def _merge_state_file(agg: Fold, st: dict[str, Any] | None) -> None:
+    """The state file is ahead of the events when events are being lost now: its loss count,
+    acknowledgements and fix states are the truth then; a fix it does not name is unknown."""
+    if not st:
+        return
+    for ack in st.get("acks") or []:
+        if isinstance(ack, dict) and str(ack.get("request")) not in agg.acks:
+            agg.acks[str(ack.get("request"))] = ack
+    if st.get("engine"):
+        agg.engine = True
+    lost = st.get("lost") or {}
+    n = st.get("n")
+    read = agg.next_n or 0  # the sequence number after the last event read
+    if not (isinstance(n, int) and n >= read and lost.get("now")):
+        return
+    sec = agg.counters.setdefault("lost", events.empty_lost())
+    sec["events"] = max(int(sec.get("events") or 0), int(lost.get("events") or 0), n - read + 1)
+    sec["since"] = sec.get("since") or lost.get("since")
+    sec["reason"] = lost.get("reason") or sec.get("reason") or ""
+    known = {f: v for f, v in (st.get("fixes") or {}).items() if isinstance(v, dict)}
+    for fid in set(agg.fixes) | set(known):
+        agg.fixes[fid] = known.get(fid) or {"state": UNKNOWN, "reason": "events lost"}
 
 
 def pids_in(run_dir: Path) -> list[int]:
     pids = set()
-    for p in Path(run_dir).glob("events-*.jsonl"):
-        core = p.name[len("events-"):-len(".jsonl")].split(".")[0]
-        if core.isdigit():
-            pids.add(int(core))
+    for pattern, prefix, suffix in (("events-*.jsonl", "events-", ".jsonl"),
+                                    ("state-*.json", "state-", ".json")):
+        for p in Path(run_dir).glob(pattern):
+            core = p.name[len(prefix):-len(suffix)].split(".")[0]
+            if core.isdigit():
+                pids.add(int(core))
     return sorted(pids)
 
 
+def _alive_in(run_dir: Path, pid: int) -> bool:
+    started = None
+    ev = _first_event(Path(run_dir) / f"events-{pid}.jsonl")  # a start, or a snapshot with it
+    if ev is not None:
+        started = events.started(events.parse(ev))
+    return _alive(pid, started)
+
+
 def read_state(run_dir: str | os.PathLike) -> RunState:
-    """Everything the run directory says: per process start info, fixes, counters, last events."""
+    """Everything the run directory says: per process start info, fixes, counters, last events.
+
+    Processes of another run that used this directory before (their start names another run
+    id) are left out and counted in `other_runs`."""
     d = check_run_dir(run_dir)
-    meta: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        meta = json.loads((d / "run.json").read_text(encoding="utf-8"))
+    meta = read_meta(d)
     state = RunState(run_dir=str(d), meta=meta)
+    rid = meta.get("run_id")
     for pid in pids_in(d):
-        state.processes[pid] = read_process(d, pid)
+        ps = read_process(d, pid)
+        if rid and ps.run and ps.run != rid:
+            state.other_runs += 1
+            continue
+        state.processes[pid] = ps
     return state
 
 
@@ -346,31 +397,35 @@ _req_counter = itertools.count()
 
 
 def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None) -> str:
-    """Ask the agents of a run (or the one process `pid`) to apply/revert a fix; the request id."""
-    if action not in ("apply", "revert"):
+    """Ask the agents of a run (or the one process `pid`) to apply/revert a fix; the request id.
+
+    A write that fails (a full disk, a read-only folder) is a DiagError (exit 3) naming the
+    cause, and leaves no temporary file; requests that no longer matter are pruned."""
+    if action not in control.ACTIONS:
         raise DiagError(f"unknown control action {action!r} (apply or revert)")
     d = check_run_dir(run_dir)
     ctl = d / "control"
-    ctl.mkdir(mode=0o700, exist_ok=True)
     rid = f"{time.time_ns():020d}-{os.getpid()}-{next(_req_counter)}"
-    _atomic_write(ctl / f"{rid}.json",
-                  {"id": rid, "fix": fix_id, "action": action, "pid": pid, "ts": time.time()})
+    doc = {"schema_version": control.VERSION, "id": rid, "run": read_meta(d).get("run_id"),
+           "fix": fix_id, "action": action, "pid": pid, "ts": time.time()}
+    try:
+        ctl.mkdir(mode=0o700, exist_ok=True)
+        _atomic_write(ctl / f"{rid}.json", doc)
+    except OSError as e:
+        code = errno.errorcode.get(e.errno or 0, "")
+        raise DiagError(f"cannot write the control request into {ctl}: {e.strerror or e}"
+                        + (f" ({code})" if code else "")) from None
+    with contextlib.suppress(Exception):
+        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p))
     return rid
 
 
 def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Control requests in the order they were made (ids sort by time)."""
-    ctl = Path(run_dir) / "control"
+    """The valid control requests in the order they were made (ids sort by time)."""
     out = []
-    try:
-        names = sorted(n for n in os.listdir(ctl) if n.endswith(".json") and not n.startswith("."))
-    except OSError:
-        return out
-    for n in names:
-        with contextlib.suppress(OSError, ValueError):
-            doc = json.loads((ctl / n).read_text(encoding="utf-8"))
-            if isinstance(doc, dict) and doc.get("id") and doc.get("fix"):
-                out.append(doc)
+    for name, doc, why, _quiet in control.Reader(run_dir).new():
+        if why is None and control.problem(doc, name, None, None) is None:
+            out.append(doc)
     return out
 
 
@@ -380,42 +435,50 @@ def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None
     """Wait until the addressed live processes acknowledged `request_id`.
 
     Returns {pid: control_ack event or None (not acknowledged in time)} for every live process
-    addressed (all live processes of the run when `pid` is None). With `engines_only`, once the
-    run has an engine process (`ProcessState.engine`) only engine processes are waited for; the
-    others are in the result with whatever they acknowledged by then.
+    addressed (all live processes of the run when `pid` is None). With `engines_only` only the
+    processes `waited_for` names are waited for; the others are in the result with whatever they
+    acknowledged by then.
     """
     d = check_run_dir(run_dir)
     deadline = time.monotonic() + timeout
     while True:
         acks: dict[int, dict[str, Any] | None] = {}
-        engines: set[int] = set()
-        pids = [pid] if pid is not None else pids_in(d)
-        for p in pids:
-            ps = read_process(d, p)
-            if ps.engine:
-                engines.add(p)
+        procs: dict[int, ProcessState] = {}
+        for p in [pid] if pid is not None else pids_in(d):
+            ps = procs[p] = read_process(d, p)
             if ps.acks.get(request_id) is not None:
                 acks[p] = ps.acks[request_id]
             elif ps.alive:
                 acks[p] = None
-        waited = [p for p in acks if p in engines] if engines_only and engines else list(acks)
+        waited = waited_for(procs, acks) if engines_only else set(acks)
         if not acks or all(acks[p] is not None for p in waited) or time.monotonic() > deadline:
             return acks  # nothing live to wait for, all acknowledged, or out of time
         time.sleep(interval)
+
+
+def waited_for(procs: dict[int, ProcessState], pids: Iterable[int]) -> set[int]:
+    """Of `pids`, the processes an apply/revert must hear from: the engine processes once the
+    run has one, else those that can hold a fix (SGLang imported), else all of them."""
+    pids = [p for p in pids if p in procs]
+    engines = {p for p in pids if procs[p].engine}
+    if engines:
+        return engines
+    holders = {p for p in pids if procs[p].holds_fixes}
+    return holders or set(pids)
+
+
+def not_waited_reason(ps: ProcessState | None, engines: bool) -> str:
+    """Why `waited_for` left a process out."""
+    if ps is not None and not ps.holds_fixes:
+        return "never imported SGLang, so no fix can be in it: not waited for"
+    return "not an engine process: not waited for" if engines else "not waited for"
 
 
 # ----------------------------------------------------------------------------- discovery
 
 
 def _has_live_process(d: Path) -> bool:
-    for pid in pids_in(d):
-        started = None
-        ev = _first_event(d / f"events-{pid}.jsonl")  # a start, or a snapshot carrying it
-        if ev is not None:
-            started = events.started(events.parse(ev))
-        if _alive(pid, started):
-            return True
-    return False
+    return any(_alive_in(d, pid) for pid in pids_in(d))
 
 
 def discover() -> list[Path]:

@@ -1,0 +1,153 @@
+"""Control requests (`control/<id>.json`): their schema, how the CLI writes them, how agents read
+them — only what is new, only regular files of a bounded size, each checked before it is obeyed.
+
+A request: ``{"schema_version": 1, "id", "run", "fix", "action": "apply"|"revert",
+"pid": int|null, "ts"}``. An agent rejects (a `control_ack` with `ok: false`, state `rejected`
+and the reason) anything else: JSON that does not parse, another shape, another schema version,
+another run's id, an unknown fix or action. A FIFO, a directory or a link is skipped unread (it
+could block the agent's thread), a file over `MAX_BYTES` is rejected unread.
+
+Handled requests are pruned by the writer of the next one: a request superseded by a newer one
+for the same fix and process, a request to a process that is gone, and anything rejected older
+than `JUNK_AGE_S` (every agent has seen it by then). So the folder holds about one request per
+fix, and a process that starts later replays only what still matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+ACTIONS = ("apply", "revert")
+MAX_BYTES = 4096
+JUNK_AGE_S = 60.0
+REJECTED = "rejected"
+SETTLED_NS = 1_000_000_000  # a folder mtime older than this at listing time is trusted
+
+
+def problem(doc: Any, name: str, known_fixes: Iterable[str] | None,
+            run_id: str | None) -> str | None:
+    """Why a decoded request must not be obeyed (None: it is valid)."""
+    if not isinstance(doc, dict):
+        return f"not a JSON object ({type(doc).__name__})"
+    if doc.get("schema_version") != VERSION:
+        return f"schema_version {doc.get('schema_version')!r} is not {VERSION}"
+    rid, fix, action, pid = doc.get("id"), doc.get("fix"), doc.get("action"), doc.get("pid")
+    if not isinstance(rid, str) or rid != name:
+        return f"id {rid!r} does not match the file name {name!r}"
+    if not isinstance(fix, str) or not fix:
+        return f"fix {fix!r} is not a fix id"
+    if action not in ACTIONS:
+        return f"unknown action {action!r} (apply or revert)"
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
+        return f"pid {pid!r} is not an integer or null"
+    if run_id and doc.get("run") not in (None, run_id):
+        return f"for run {doc.get('run')!r}, not this run ({run_id})"
+    known = list(known_fixes) if known_fixes is not None else None
+    if known is not None and fix not in known:
+        return f"unknown fix {fix!r} (known here: {', '.join(known)})"
+    return None
+
+
+def read_one(path: Path) -> tuple[Any, str | None, bool]:
+    """(decoded document, why it is unreadable, whether to skip it silently). Never blocks: a
+    FIFO or device is not opened for reading data, a link is not followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        return None, f"cannot open: {e.strerror}", True
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file", True
+        if st.st_size > MAX_BYTES:
+            return None, f"{st.st_size} bytes, over the {MAX_BYTES}-byte limit", False
+        raw = os.read(fd, MAX_BYTES + 1)
+    except OSError as e:
+        return None, f"cannot read: {e.strerror}", True
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(raw.decode("utf-8")), None, False
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, f"not JSON: {type(e).__name__}", False
+
+
+class Reader:
+    """The new entries of one control folder, each name read once; an unchanged folder costs
+    one stat."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.folder = Path(run_dir) / "control"
+        self.seen: set[str] = set()
+        self._mtime: int | None = None
+
+    def new(self) -> list[tuple[str, Any, str | None, bool]]:
+        """[(name without .json, document, why it is unreadable, skip silently)] in id order."""
+        import time
+
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            return []
+        if mtime == self._mtime:
+            return []
+        listed = time.time_ns()
+        try:
+            names = sorted(n for n in os.listdir(self.folder)
+                           if n.endswith(".json") and not n.startswith(".") and n not in self.seen)
+        except OSError:
+            return []
+        # Timestamps are coarse (a clock tick): a rename in the same tick as this listing leaves
+        # the same mtime, so an mtime that recent is listed again at the next call.
+        self._mtime = mtime if listed - mtime > SETTLED_NS else None
+        out = []
+        for n in names:
+            self.seen.add(n)
+            doc, why, quiet = read_one(self.folder / n)
+            out.append((n[: -len(".json")], doc, why, quiet))
+        return out
+
+
+def prune(folder: Path, keep: str, alive: Any = None, now: float | None = None) -> int:
+    """Remove requests that no longer matter (see the module docstring); how many."""
+    import time
+
+    now = time.time() if now is None else now
+    latest: dict[tuple[Any, Any], str] = {}
+    gone = 0
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json")
+                       and not n.startswith("."))
+    except OSError:
+        return 0
+    for n in reversed(names):  # newest first
+        path = folder / n
+        if n == f"{keep}.json":
+            doc, _why, _q = read_one(path)
+            if isinstance(doc, dict):
+                latest.setdefault((doc.get("fix"), doc.get("pid")), n)
+            continue
+        doc, why, _quiet = read_one(path)
+        drop = False
+        if why is not None or problem(doc, n[: -len(".json")], None, None) is not None:
+            with contextlib.suppress(OSError):
+                drop = now - os.lstat(path).st_mtime > JUNK_AGE_S
+        else:
+            key = (doc.get("fix"), doc.get("pid"))
+            if key in latest or (doc.get("pid") is not None and alive is not None
+                                 and not alive(doc["pid"])):
+                drop = True
+            else:
+                latest[key] = n
+        if drop:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                gone += 1
+    return gone

@@ -1,0 +1,166 @@
+"""The `engine` lane, faults (issue 19): on the real SGLang 0.5.23 CPU server under `diag run`,
+each fault in turn, asserting that the engine serves the same greedy tokens and that what diag
+reports is true. One server for the module (started like tests/test_engine_server.py's, with
+`--fix profiler-controlled-teardown`); tests run in file order, the last one removes the run
+directory.
+
+Faults are real: the scheduler's events file replaced by a link to /dev/full (the kernel's
+ENOSPC on every write the agent makes), garbage and a FIFO in the control folder, the run
+directory removed and made again by another run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import engine_models  # noqa: E402
+import engine_server  # noqa: E402
+import report_schema  # noqa: E402
+from test_engine_server import FIX, PROMPT, _cli, _metrics, _scheduler, _valid, _wait  # noqa: E402, I001
+
+from diag.engine import rundir  # noqa: E402
+
+pytestmark = [pytest.mark.engine, pytest.mark.release, pytest.mark.slow,
+              pytest.mark.timeout(600)]
+
+N = 12
+_seen: dict[str, list[int]] = {}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    why = engine_server.missing_env()
+    if why:
+        pytest.skip(why)
+    made = engine_models.in_env(engine_server.VENV_PY, "make", tmp_path_factory.mktemp("models"), 0)
+    return {k: Path(v) for k, v in made.items()}
+
+
+@pytest.fixture(scope="module")
+def server(release, models, tmp_path_factory):
+    t = release("0.5.23")
+    tmp = tmp_path_factory.mktemp("faults")
+    s = engine_server.start(t.root, models["bigram"], tmp / "server.log", draft=models["draft"],
+                            run_dir=tmp / "run", diag_args=("--probe", "all", "--fix", FIX),
+                            extra_env={"SGLANG_PROFILE_V2": "1"})
+    sys.stderr.write(f"engine faults: server ready in {s.ready_s:.1f} s\n")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _same_tokens(server) -> None:
+    out = server.generate(PROMPT, N)["output_ids"]
+    assert out == _seen["greedy"], (out, _seen["greedy"])
+
+
+def test_greedy_tokens_before_any_fault(server, models):
+    _seen["greedy"] = engine_models.in_env(engine_server.VENV_PY, "greedy", models["bigram"],
+                                           PROMPT[-1], N)
+    _same_tokens(server)
+
+
+def _status(server) -> dict[int, dict]:
+    r = _cli("fix", "status", "--run-dir", str(server.run_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    (run,) = _valid(json.loads(r.stdout), "fix-status")["runs"]
+    return {p["pid"]: p for p in run["processes"]}
+
+
+def test_full_disk_events_lost_are_reported_and_status_stays_true(server):
+    sched = _scheduler(server.run_dir)
+    path = server.run_dir / f"events-{sched.pid}.jsonl"
+    path.unlink()
+    os.symlink("/dev/full", path)
+    try:
+        def lost() -> bool:  # an idle engine writes nothing: serve, so it has events to lose
+            server.generate(PROMPT, 2)
+            return rundir.read_process(server.run_dir, sched.pid).counters["lost"]["events"] > 0
+
+        _wait("the loss to show", lost)
+        r = _cli("fix", "revert", FIX, "--run-dir", str(server.run_dir), "--json",
+                 "--timeout", "60")
+        assert r.returncode == 0, r.stdout + r.stderr  # acknowledged through the state file
+        rows = {x["pid"]: x for x in _valid(json.loads(r.stdout), "fix-action")["processes"]}
+        assert rows[sched.pid]["ok"] and rows[sched.pid]["state"] == "reverted"
+        for row in rows.values():  # nobody that cannot hold the fix decided the exit code
+            assert row["waited"] == (row["pid"] == sched.pid), row
+        procs = _status(server)
+        assert procs[sched.pid]["fixes"][FIX]["state"] == "reverted"  # not the stale `applied`
+        lost = procs[sched.pid]["counters"]["lost"]
+        assert lost["events"] > 0 and lost["since"] and "ENOSPC" in lost["reason"]
+        text = _cli("fix", "status", "--run-dir", str(server.run_dir)).stdout
+        assert "events lost since" in text
+        _same_tokens(server)
+        m = _metrics(server)
+        assert m.get("diag_events_lost_total", 0) > 0, sorted(k for k in m if "diag" in k)
+    finally:
+        path.unlink()
+    evs = _wait("the gap marker", lambda: [e for e in rundir._read_lines(path)
+                                           if e.get("kind") in ("gap", "snapshot")])
+    assert [e["kind"] for e in evs[:2]] == ["gap", "snapshot"] and evs[0]["lost"] > 0
+    ps = rundir.read_process(server.run_dir, sched.pid)
+    assert ps.fixes[FIX]["state"] == "reverted" and ps.counters["lost"]["events"] > 0
+    _same_tokens(server)
+
+
+def test_the_launcher_processes_its_queue(server):
+    """It imports the scheduler module but runs no loop: its state follows the requests."""
+    launcher = server.proc.pid  # `diag run` exec'd into the launcher: same pid
+    for action, state in (("apply", "applied"), ("revert", "reverted")):
+        rid = rundir.request(server.run_dir, FIX, action)
+        ack = rundir.wait_ack(server.run_dir, rid, pid=launcher, timeout=30)[launcher]
+        assert ack is not None and ack["state"] in (state, "pending"), ack
+        assert _status(server)[launcher]["fixes"][FIX]["state"] == ack["state"]
+
+
+def test_garbage_control_requests_are_rejected_and_a_fifo_does_not_hang(server):
+    sched = _scheduler(server.run_dir)
+    ctl = server.run_dir / "control"
+    os.mkfifo(ctl / "00000000000000000001-fifo.json")
+    junk = {"00000000000000000002-json": b"{not json", "00000000000000000002-list": b"[1]",
+            "00000000000000000002-big": b" " * 5_000_000,
+            "00000000000000000002-fix": json.dumps({
+                "schema_version": 1, "id": "00000000000000000002-fix", "fix": "made-up",
+                "action": "apply", "pid": None, "ts": 0}).encode(),
+            "00000000000000000002-ver": json.dumps({
+                "schema_version": 7, "id": "00000000000000000002-ver", "fix": FIX,
+                "action": "revert", "pid": sched.pid, "ts": 0}).encode()}
+    for name, data in junk.items():
+        (ctl / f"{name}.json").write_bytes(data)
+    t0 = time.monotonic()
+    r = _cli("fix", "apply", FIX, "--run-dir", str(server.run_dir), "--json", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert time.monotonic() - t0 < 30
+    ps = rundir.read_process(server.run_dir, sched.pid)
+    for name in junk:
+        assert ps.acks[name]["state"] == "rejected" and ps.acks[name]["reason"], name
+    assert "made-up" not in ps.fixes and ps.fixes[FIX]["state"] == "applied"
+    assert "00000000000000000001-fifo" not in ps.acks
+    _same_tokens(server)
+    assert report_schema.check_events(server.run_dir) > 0
+
+
+def test_a_recreated_run_directory_is_not_obeyed(server):  # last: it removes the run dir
+    sched = _scheduler(server.run_dir)
+    d = server.run_dir
+    shutil.rmtree(d)
+    d2 = rundir.create_run_dir(d)  # another run takes the path
+    rundir.write_meta(d2, cmd=["another run"])
+    rid = rundir.request(d2, FIX, "revert")
+    time.sleep(2.0)  # 40 polls of every agent
+    assert not list(d2.glob(f"events-{sched.pid}*")), sorted(p.name for p in d2.iterdir())
+    assert rundir.read_process(d2, sched.pid).acks.get(rid) is None
+    assert _status(server) == {}  # nobody there: and that is true
+    _same_tokens(server)
+    assert server.proc.poll() is None
