@@ -107,3 +107,18 @@ def _unfrozen_gc():
 
     if gc.get_freeze_count():
         gc.unfreeze()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The engine lane's tiny models (tests/engine_models.py), made once per module by the SGLang
+    environment's python; skips where that environment is absent."""
+    import engine_models
+    import engine_server
+
+    why = engine_server.missing_env()
+    if why:
+        pytest.skip(why)
+    made = engine_models.in_env(engine_server.VENV_PY, "make", tmp_path_factory.mktemp("models"), 0)
+    return {k: Path(v) for k, v in made.items()}
+

@@ -37,15 +37,6 @@ _seen: dict[str, list[int]] = {}
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    why = engine_server.missing_env()
-    if why:
-        pytest.skip(why)
-    made = engine_models.in_env(engine_server.VENV_PY, "make", tmp_path_factory.mktemp("models"), 0)
-    return {k: Path(v) for k, v in made.items()}
-
-
-@pytest.fixture(scope="module")
 def server(release, models, tmp_path_factory):
     t = release("0.5.23")
     tmp = tmp_path_factory.mktemp("faults")
