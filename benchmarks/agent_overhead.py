@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     plain = StandinWorker.step
     agent = Agent.__new__(Agent)
-    agent.pending = False  # the only attribute the idle per-batch wrapper reads
+    agent.pending = False  # what the idle per-batch wrapper reads: nothing queued, and
+    agent.engine = True  # the process already known as the engine (its steady state)
     cases_idle = {
         "batch hook, idle": Agent._make_batch_wrapper(agent, plain),
         "sync counter, no sink": sync_counter._telemetry_wrapper(plain, "Standin.step"),
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                     results[name].append(_loop(fn, obj, n) - b)
             finally:
                 telemetry.remove_sink(writer)
+        telemetry.flush()  # the draft-extend counter folds its passes in-process
         events = sum(1 for _ in open(writer.path))
         writer.close()
 
