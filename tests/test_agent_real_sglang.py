@@ -28,8 +28,12 @@ PROG = r'''
 import json, sys
 import sglang.srt.speculative.eagle_worker_v2 as w
 import sglang.srt.managers.scheduler as s
+import setproctitle
 from diag.patcher import marked
 
+# as run_scheduler_process does first (0.5.17 srt/managers/scheduler.py:4859): the agent knows
+# an engine process by it, and holds its control requests for the batch boundary
+setproctitle.setproctitle("sglang::scheduler")
 print("ready", flush=True)
 for line in sys.stdin:
     cmd = line.strip()

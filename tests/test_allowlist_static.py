@@ -15,6 +15,7 @@ from diag.fixes.base import APPLICABLE, NOT_NEEDED, UPSTREAM
 from diag.fixes.capture_syncs import capture_sync_sites
 from diag.fixes.draft_extend_allowlist import DraftExtendAllowlistFix, class_locations, parse_extra
 from diag.probes import draft_extend_runtime as rt
+from diag.probes import graph_phase_runtime
 
 pytestmark = pytest.mark.release
 
@@ -108,8 +109,12 @@ def test_runtime_hook_targets_resolve_in_every_release(release, version):
     assert len(targets) == 2
     for module, qualname in targets:
         assert _resolves(t.root, module, qualname), (version, module, qualname)
+    # the same patch carries the target-verify / draft-decode counter's hooks
+    phases = graph_phase_runtime.hook_targets()
+    for module, qualname in phases:
+        assert _resolves(t.root, module, qualname), (version, module, qualname)
     p = rt.runtime_patch(t)
-    assert [(e.module, e.qualname) for e in p.entries] == targets
+    assert [(e.module, e.qualname) for e in p.entries] == targets + phases
 
 
 def test_runtime_wrappers_count_by_mode():
@@ -131,10 +136,14 @@ def test_runtime_wrappers_count_by_mode():
         step({"runner": True, "ok": True}, None, None)
         step({"runner": True, "ok": False}, None, None)
         step({"runner": False, "ok": True}, None, None)
+        telemetry.flush()  # passes are folded in-process; the agent's poll thread flushes
     finally:
         telemetry.remove_sink(events.append)
-    modes = [(e["mode"], e["batch"]) for e in events if e["kind"] == "draft_extend"]
-    assert modes == [("graph", 8), ("eager", 8), ("eager", None)]
+    modes = [(e["mode"], e["batch"], e["reason"], e["passes"]) for e in events
+             if e["kind"] == "draft_extend"]
+    # the dict stand-in has no runner attribute: the no-yes passes read as no-runner
+    assert modes == [("graph", 8, None, 1), ("eager", 8, "no-runner", 1),
+                     ("eager", None, "no-runner", 1)]
     snap = rt.COUNTERS.snapshot()
     assert snap["graph"]["count"] == 1 and snap["eager"]["count"] == 2
     assert all(e["seconds"] >= 0 for e in events)
