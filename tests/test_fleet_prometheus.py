@@ -9,6 +9,7 @@ the fix on one instance only, and the before/after split on that one.
 from __future__ import annotations
 
 import json
+import re
 import os
 import select
 import shutil
@@ -235,4 +236,6 @@ def test_contrib_rules_pass_promtool():
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 13 rules found" in out.stdout
+    # every rule of the file (its `- record:` and `- alert:` entries) is one promtool read
+    n = len(re.findall(r"^\s*- (?:record|alert):", RULES.read_text(), re.M))
+    assert n >= 14 and f"SUCCESS: {n} rules found" in out.stdout
