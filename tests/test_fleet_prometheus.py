@@ -9,8 +9,8 @@ the fix on one instance only, and the before/after split on that one.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import select
 import shutil
 import signal
