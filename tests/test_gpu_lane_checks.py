@@ -111,3 +111,13 @@ def test_eager_estimate_and_ratios():
     assert checks.eager_estimate(None, 0.0005, 0.25) is None
     assert checks.ratio(3.0, 2.0) == 1.5 and checks.ratio(1.0, 0.0) is None
     assert checks.iqr([1.0, 2.0, 3.0]) is None and checks.iqr([1, 2, 3, 4, 5]) == 3.0
+
+
+def test_tui_share_rows():
+    text = ("draft-extend-allowlist  draft-extend time, eager → graph\n"
+            "    before 1.95 ms (IQR 1.95–2.85, n=17) → after 890 µs (IQR 845–966, n=1016): 2.2×\n"
+            "    source: run dir; 17 eager, 1016 graph; read 0 s ago\n")
+    assert checks.tui_shares(text) == {"draft-extend": (17, 1016)}
+    assert checks.check_tui_share("t", 0, text).ok is True
+    # the probe's name alone ("draft-extend-graph") is no share
+    assert checks.check_tui_share("t", 0, "warn draft-extend-graph on CUDA ...").ok is False

@@ -728,41 +728,48 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     modes: dict[str, dict[str, list[float]]] = {}
     builders: dict[str, dict[bool, list[float]]] = {}
     series: dict[str, list[float]] = {}
+    labels: dict[str, tuple[str, str]] = {}  # key -> (row label, name)
     # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
     # probe whose counter emits the kind was applied in that process at that moment
     for ev, fixed in ev_types.replay(events):
         e, kind = ev.raw, ev.name
         if kind not in kinds:
             continue
-        name = str(kind).replace("_", "-")
+        # a counter that folds its passes in the engine says how many one event holds
+        # (`passes`, `calls`): its values are per pass, each pass weighing one
+        n_in = max(1, min(int(_num_or(e.get("passes"), _num_or(e.get("calls"), 1))), 1000))
+        phase = e.get("phase")
+        key = f"{kind}:{phase}" if phase else str(kind)
+        name = str(kind).replace("_", "-") + (f" {phase}" if phase else "")
+        labels[key] = (kinds[kind][1] or "(engine)", name)
         if e.get("count") is not None:
-            n = float(e["count"])
-            counts.setdefault(kind, {False: [], True: []})[fixed].append(n)
+            n = float(e["count"]) / n_in
+            counts.setdefault(key, {False: [], True: []})[fixed].extend([n] * n_in)
             series.setdefault(f"{name} per call", []).append(n)
             _UNITS[f"{name} per call"] = str(kind)
             if e.get("builder") is not None:
-                builders.setdefault(str(e["builder"]), {False: [], True: []})[fixed].append(n)
+                builders.setdefault(str(e["builder"]), {False: [], True: []})[fixed].extend(
+                    [n] * n_in)
         if e.get("seconds") is not None:
-            t = float(e["seconds"])
-            secs.setdefault(kind, {False: [], True: []})[fixed].append(t)
+            t = float(e["seconds"]) / n_in
+            secs.setdefault(key, {False: [], True: []})[fixed].extend([t] * n_in)
             series.setdefault(f"{name} time", []).append(t)
             _UNITS[f"{name} time"] = "s"
             if e.get("mode") is not None:
-                modes.setdefault(kind, {}).setdefault(str(e["mode"]), []).append(t)
+                modes.setdefault(key, {}).setdefault(str(e["mode"]), []).extend([t] * n_in)
     rows: list[TimingRow] = []
-    for kind, (_title, fid) in kinds.items():
-        label = fid or "(engine)"
-        name = str(kind).replace("_", "-")
-        if kind in counts:
-            c = counts[kind]
-            rows.append(TimingRow(label, f"{name} per call", str(kind),
+    for key, (label, name) in labels.items():
+        kind = key.split(":", 1)[0]
+        if key in counts:
+            c = counts[key]
+            rows.append(TimingRow(label, f"{name} per call", kind,
                                   _stats(c[False]), _stats(c[True]), "run dir"))
-        if kind in secs:
-            t = secs[kind]
+        if key in secs:
+            t = secs[key]
             rows.append(TimingRow(label, f"{name} time", "s", _stats(t[False]),
                                   _stats(t[True]), "run dir"))
-        if len(modes.get(kind, {})) >= 1:
-            m = modes[kind]
+        if len(modes.get(key, {})) >= 1:
+            m = modes[key]
             names = sorted(m)
             first, last = names[0], names[-1]
             note = ", ".join(f"{len(m[k])} {k}" for k in names)
@@ -772,6 +779,13 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     srows = [SyncRow(b, "", _median(v[False]), _median(v[True]), "run dir")
              for b, v in sorted(builders.items())]
     return rows, srows, series
+
+
+def _num_or(value: Any, default: float) -> float:
+    try:
+        return float(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
 
 
 def _median(xs: list[float]) -> Any:

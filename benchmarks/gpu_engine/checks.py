@@ -212,3 +212,22 @@ def check_syncs_bounded(name: str, measured: dict[str, float | None],
     over = {p: (measured[p], census[p]) for p in both if (measured[p] or 0) > census[p] + 1e-9}
     return Check(name, not over, ", ".join(f"{p} {measured[p]:g} <= {census[p]:g}"
                                            for p in both), {"over": over})
+
+
+SHARE_ROW = re.compile(r"(?P<row>[a-z -]+) time, eager → graph\n[^\n]*\n[^\n]*?"
+                       r"(?P<eager>\d+) eager, (?P<graph>\d+) graph")
+
+
+def tui_shares(text: str) -> dict[str, tuple[int, int]]:
+    """`diag tui --once`'s eager → graph rows (after the fix label): row name -> (eager passes,
+    graph passes)."""
+    return {m.group("row").split("  ")[-1].strip(): (int(m.group("eager")), int(m.group("graph")))
+            for m in SHARE_ROW.finditer(text)}
+
+
+def check_tui_share(name: str, rc: int, text: str) -> Check:
+    """The live view shows draft-extend's eager/graph share from the run directory."""
+    shares = tui_shares(text)
+    de = shares.get("draft-extend")
+    ok = rc == 0 and de is not None and de[1] > 0
+    return Check(name, ok, f"rc {rc}; shares {shares}", {"shares": shares})
