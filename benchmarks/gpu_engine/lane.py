@@ -162,7 +162,7 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
     servers: dict[str, es.Server] = {}
     try:
         # diag first (alone: a cold start builds the JIT kernels and triton caches), then the
-        # other two together on warm caches.
+        # other three together on warm caches.
         servers["diag"] = ready(start("diag", work, models, under_diag=True,
                                       diag_args=("--fix", FIX)), 420)
         servers["plain"] = start("plain", work, models, under_diag=False)
