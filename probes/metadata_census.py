@@ -289,20 +289,13 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
                 return Cond(ALL, ALL, True)
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
-        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
-                right.value is None and facts.get(left.id) == "host-set":
-            # every caller passes a host value it just made: never None
-            if isinstance(op, ast.Is):
-                return Cond(NONE, ALL)
-            if isinstance(op, ast.IsNot):
-                return Cond(ALL, NONE)
-        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and \
-                right.value is None and facts.get(left.id) == "none":
+        fact = facts.get(left.id) if isinstance(left, ast.Name) else None
+        if fact in ("host-set", "none") and isinstance(right, ast.Constant) and \
+                right.value is None and isinstance(op, (ast.Is, ast.IsNot)):
+            # "host-set": every caller passes a host value it just made (never None); "none":
             # every caller passes None (a host value may still be None: it decides nothing)
-            if isinstance(op, ast.Is):
-                return Cond(ALL, NONE)
-            if isinstance(op, ast.IsNot):
-                return Cond(NONE, ALL)
+            holds = (fact == "none") == isinstance(op, ast.Is)
+            return Cond(ALL, NONE) if holds else Cond(NONE, ALL)
     if isinstance(e, ast.Name) and facts.get(e.id) == "none":
         return Cond(NONE, ALL)
     if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):

@@ -18,6 +18,7 @@ import pytest
 import test_fleet_cli
 from click.testing import CliRunner
 from standin_sglang_server import StandinSGLangServer, free_port
+from test_bad_input import _env as bad_input_env
 
 from diag.cli import main
 
@@ -26,13 +27,8 @@ TRACEBACK_MARKS = ("Traceback", "Exception ignored", "internal error")
 
 
 def _env(**extra: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COLUMNS")}
-    for k, v in extra.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    return env
+    """test_bad_input's environment, with the terminal width unset unless a test sets it."""
+    return bad_input_env(**{"COLUMNS": None, **extra})
 
 
 # (argv, exit code, text the one error message holds). Expected texts are what the options
