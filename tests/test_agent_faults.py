@@ -390,3 +390,23 @@ def test_on_a_really_full_disk_the_state_file_and_the_cli_tell_the_truth(full_fs
     assert [p.name for p in (d / "control").iterdir()] == []  # no temporary file left
     raw = (d / f"events-{os.getpid()}.jsonl").read_bytes()  # whole lines only, none cut
     assert raw.endswith(b"\n") and all(json.loads(x) for x in raw.splitlines())
+
+
+def test_writer_never_writes_into_a_directory_made_again_under_its_path(tmp_path):
+    """Another run re-creating the path between the removal and the writer's next open (the
+    engine lane saw it once under load): the writer opens relative to the directory it was
+    given, and creating a file in a removed directory fails, so nothing lands in the new one."""
+    import shutil
+
+    d = rundir.create_run_dir(tmp_path / "run")
+    w = eventlog.EventWriter(d, pid=4242)
+    w.write({"kind": "error", "where": "t", "message": "before"})
+    shutil.rmtree(d)
+    d2 = rundir.create_run_dir(d)  # the same path, another directory
+    w.check()  # the poll thread: the file is gone, reopen
+    for _ in range(3):
+        w.write({"kind": "error", "where": "t", "message": "after"})
+        w.check()
+    assert sorted(p.name for p in d2.iterdir()) == ["control"]  # what create_run_dir made
+    assert w.lost_total >= 3
+    w.close()

@@ -107,6 +107,12 @@ class EventWriter:
         self._acks: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._state_fd: int | None = None
         self._state_dirty = False
+        # The run directory itself, held open: files are (re)created in it by name relative to
+        # this descriptor, so a directory removed and made again under the same path (another
+        # run's) never gets this process's events; creating a file in a removed one fails.
+        self._dir_fd: int | None = None
+        with contextlib.suppress(OSError):
+            self._dir_fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
         self._open_state()
 
     # ------------------------------------------------------------------ writing
@@ -169,8 +175,13 @@ class EventWriter:
             raise
         self._size = before + done
 
+    def _open_in_dir(self, path: Path, flags: int) -> int:
+        if self._dir_fd is None:
+            return os.open(path, flags, 0o600)
+        return os.open(path.name, flags, 0o600, dir_fd=self._dir_fd)
+
     def _open_fd(self) -> None:
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = self._open_in_dir(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
 
     def _try_open(self) -> None:
@@ -202,7 +213,11 @@ class EventWriter:
         """The current file becomes `.1`; the new one starts with a snapshot of the totals."""
         os.close(self._fd)
         self._fd = None
-        os.replace(self.path, self.path.with_name(f"events-{self.pid}.1.jsonl"))
+        older = f"events-{self.pid}.1.jsonl"
+        if self._dir_fd is None:
+            os.replace(self.path, self.path.with_name(older))
+        else:
+            os.replace(self.path.name, older, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
         self._open_fd()
         snap = self.agg.snapshot(time.time(), self.pid, next(self._n))
         self._last_n = snap["n"]
@@ -268,7 +283,7 @@ class EventWriter:
 
     def _open_state(self) -> None:
         try:
-            fd = os.open(state_path(self.run_dir, self.pid), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = self._open_in_dir(state_path(self.run_dir, self.pid), os.O_RDWR | os.O_CREAT)
         except OSError:
             return
         try:
@@ -313,3 +328,7 @@ class EventWriter:
                 with contextlib.suppress(OSError):
                     os.close(self._state_fd)
                 self._state_fd = None
+            if self._dir_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._dir_fd)
+                self._dir_fd = None
