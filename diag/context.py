@@ -11,29 +11,66 @@ from diag.target import Target
 
 @dataclass
 class SpecConfig:
-    """The speculative-decoding configuration under audit (from options or a live server)."""
+    """The speculative-decoding configuration under audit (from options or a live server).
+
+    Why each field: SGLang resolves at start what a server really runs from these (the model
+    family picks the backend class and may force a page size, topk > 1 is refused for some
+    families and backends, the environment decides the page size on HIP for some backends,
+    parallelism can force eager); None means "not given" (a verdict then says `depends`).
+    """
 
     attention_backend: str | None = None
     draft_attention_backend: str | None = None
     speculative_num_steps: int | None = None
     speculative_algorithm: str | None = None
     disable_cuda_graph: bool = False
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    page_size: int | None = None
+    model: str | None = None  # a model path (its config.json is read) or a family/architecture name
+    environ: dict[str, str] | None = None  # SGLANG_* switches under audit (None: the process's own)
+    tp_size: int | None = None
+    dp_size: int | None = None
+    enable_dp_attention: bool | None = None
+    dcp_size: int | None = None
     source: str = "options"  # "options" | "server"
+
+    # the fields that describe a configuration (everything but the bookkeeping `source`)
+    _FACTS = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
+              "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
+              "page_size", "model", "environ", "tp_size", "dp_size", "enable_dp_attention",
+              "dcp_size")
 
     @property
     def given(self) -> bool:
-        return self.attention_backend is not None or self.speculative_num_steps is not None
+        """The one test of "is a configuration under audit" (any fact given, or graphs off)."""
+        return self.disable_cuda_graph or any(getattr(self, f) is not None for f in self._FACTS)
 
     @classmethod
     def from_server_args(cls, args: dict[str, Any]) -> SpecConfig:
-        steps = args.get("speculative_num_steps")
+        def num(name: str) -> int | None:
+            v = args.get(name)
+            try:
+                return int(v) if v is not None else None
+            except (TypeError, ValueError):
+                return None
+
+        dpa = args.get("enable_dp_attention")
         return cls(
             attention_backend=args.get("attention_backend"),
             draft_attention_backend=args.get("speculative_draft_attention_backend")
             or args.get("speculative_attention_backend"),
-            speculative_num_steps=int(steps) if steps is not None else None,
+            speculative_num_steps=num("speculative_num_steps"),
             speculative_algorithm=args.get("speculative_algorithm"),
             disable_cuda_graph=bool(args.get("disable_cuda_graph", False)),
+            speculative_eagle_topk=num("speculative_eagle_topk"),
+            speculative_num_draft_tokens=num("speculative_num_draft_tokens"),
+            page_size=num("page_size"),
+            model=args.get("model_path"),
+            tp_size=num("tp_size"),
+            dp_size=num("dp_size"),
+            enable_dp_attention=bool(dpa) if dpa is not None else None,
+            dcp_size=num("dcp_size"),
             source="server",
         )
 
