@@ -42,8 +42,9 @@ if [ -n "${CUDA_HOME:-}" ] && ! ls $CUDA_HOME/lib64/libcudart.so >/dev/null 2>&1
   if [ -n "$cr" ]; then mkdir -p /tmp/cudart && ln -sf ${cr%% *} /tmp/cudart/libcudart.so && export LIBRARY_PATH=/tmp/cudart${LIBRARY_PATH:+:$LIBRARY_PATH}; fi
 fi
 python3 -c "import torch, sglang, diag; print('device.sh: torch', torch.__version__, torch.cuda.get_device_name(), '| sglang', sglang.__version__, '| diag', diag.__version__)"
-timeout ${LANE_TIMEOUT:-480} python3 benchmarks/gpu_engine/lane.py --work $W --out "$out" "$@"
+# LANE_SCRIPT=record.py records the trace fixtures and the crash side by side instead
+timeout ${LANE_TIMEOUT:-480} python3 benchmarks/gpu_engine/${LANE_SCRIPT:-lane.py} --work $W --out "$out" "$@"
 rc=$?
-tar czf "$out/logs.tgz" -C $W $(cd $W && ls -d server-*.log run-* prof-* 2>/dev/null) 2>/dev/null
+[ "${LANE_SCRIPT:-lane.py}" = lane.py ] && tar czf "$out/logs.tgz" -C $W $(cd $W && ls -d server-*.log run-* prof-* 2>/dev/null) 2>/dev/null
 [ -d /tmp/cache ] && tar czf "$out/caches.tgz" -C / tmp/cache 2>/dev/null && ls -la "$out/caches.tgz"
 exit $rc
