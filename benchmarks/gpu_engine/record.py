@@ -39,6 +39,9 @@ V2 = {"SGLANG_PROFILE_V2": "1"}
 STAGE_BODY = {"activities": ["CPU", "GPU"], "profile_by_stage": True, "num_steps": 3,
               "with_stack": True}
 CLASSIC_BODY = {"activities": ["CPU", "GPU"], "num_steps": 6, "with_stack": True}
+# 16 concurrent requests: every phase eager above the captured sizes, many launches per step;
+# without stacks and fewer steps the trace stays a few MB
+WIDE_BODY = {"activities": ["CPU", "GPU"], "num_steps": 3, "with_stack": False}
 CRASH_MARKS = ("Segmentation fault", "Fatal Python error", "SIGSEGV", "ProfilerResult",
                "double free", "AssertionError", "core dumped", "Aborted")
 
@@ -131,6 +134,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--crash-servers", type=int, default=3)
     ap.add_argument("--tries", type=int, default=3)
+    ap.add_argument("--warm", action="store_true", help="JIT/triton caches restored: start all at once")
     a = ap.parse_args()
     work, out = a.work, a.out
     work.mkdir(parents=True, exist_ok=True)
@@ -141,15 +145,19 @@ def main() -> int:
     servers: dict[str, es.Server] = {}
     try:
         # one cold start alone (JIT kernels and triton caches), then the rest on warm caches
-        servers["captured"] = lane.ready(start("captured", work, models, under_diag=False), 420)
+        servers["captured"] = start("captured", work, models, under_diag=False)
+        if not a.warm:
+            lane.ready(servers["captured"], 420)
         servers["killswitch"] = start("killswitch", work, models, under_diag=False,
                                       env={KILL: "1"})
+        if a.crash_servers == 0:  # the stage-profiling trace from a plain V2 server of its own
+            servers["stage"] = start("stage", work, models, under_diag=False, env=V2)
         for i in range(a.crash_servers):
             servers[f"plain{i}"] = start(f"plain{i}", work, models, under_diag=False, env=V2)
             servers[f"fix{i}"] = start(f"fix{i}", work, models, under_diag=True, env=V2,
                                        diag_args=("--probe", "profiler-teardown", "--fix", FIX))
         for n, s in servers.items():
-            if n != "captured":
+            if not s.ready_s:
                 try:
                     lane.ready(s, 300)
                 except RuntimeError as e:
@@ -158,7 +166,7 @@ def main() -> int:
             res["servers"].setdefault(n, {})["ready_s"] = round(s.ready_s or 0, 1)
         print(f"record: {len(servers)} servers up after {time.monotonic() - t0:.0f} s", flush=True)
         # the crash sides run together (threads); the trace recordings beside them
-        with cf.ThreadPoolExecutor(2 * a.crash_servers + 2) as ex:
+        with cf.ThreadPoolExecutor(2 * a.crash_servers + 3) as ex:
             crash = {n: ex.submit(crash_side, s, work, a.tries) for n, s in servers.items()
                      if n.startswith(("plain", "fix")) and s.ready_s}
             tr = {}
@@ -166,9 +174,14 @@ def main() -> int:
             tr["captured-bs1"] = ex.submit(profile_once, cap, work / "tr-captured-bs1", CLASSIC_BODY)
             tr["killswitch-bs1"] = ex.submit(profile_once, ks, work / "tr-killswitch-bs1",
                                              CLASSIC_BODY)
-            tr = {k: f.result() for k, f in tr.items()}
-            tr["captured-bs16"] = profile_once(cap, work / "tr-captured-bs16", CLASSIC_BODY,
+            if "stage" in servers:
+                tr["stage"] = ex.submit(profile_once, servers["stage"], work / "tr-stage",
+                                        STAGE_BODY)
+            tr = {k: (f.result() if hasattr(f, "result") else f) for k, f in tr.items()}
+            tr["captured-bs16"] = profile_once(cap, work / "tr-captured-bs16", WIDE_BODY,
                                                width=16)
+            tr["killswitch-bs16"] = profile_once(ks, work / "tr-killswitch-bs16", WIDE_BODY,
+                                                 width=16)
             res["traces"] = tr
             res["crash"] = {n: f.result() for n, f in crash.items()}
         for side in ("plain", "fix"):
@@ -185,14 +198,12 @@ def main() -> int:
             s.stop()
     res["wall_s"] = round(time.monotonic() - t0, 1)
     (out / "record.json").write_text(json.dumps(res, indent=1, default=str))
-    # traces: the recordings plus one stage profile from each crash side
-    with tarfile.open(out / "traces.tgz", "w:gz") as tf:
-        for d in sorted(work.glob("tr-*")):
+    # traces: one archive per recording (what comes back is limited per file)
+    for d in sorted(work.glob("tr-*")):
+        with tarfile.open(out / f"{d.name}.tar", "w") as tf:  # the traces are gz already
             tf.add(d, arcname=d.name)
-        for side in ("plain0", "fix0"):
-            d = work / f"prof-{side}-0"
-            if d.exists():
-                tf.add(d, arcname=f"stage-{side}")
+    if a.crash_servers == 0:
+        return 0
     with tarfile.open(out / "crashlogs.tgz", "w:gz") as tf:
         for n in servers:
             log = work / f"server-{n}.log"
