@@ -732,7 +732,7 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
     # probe whose counter emits the kind was applied in that process at that moment
     for ev, fixed in ev_types.replay(events):
-        e, kind = ev.raw, ev.name
+        e, kind = ev.to_dict(), ev.name
         if kind not in kinds:
             continue
         # a counter that folds its passes in the engine says how many one event holds

@@ -44,6 +44,7 @@ import traceback
 from collections import deque
 from typing import Any
 
+from diag import events as ev
 from diag import telemetry
 from diag.engine import control, rundir
 
@@ -250,11 +251,11 @@ class Agent:
     def _emit_start(self) -> None:
         import platform as _pf
 
-        telemetry.emit("start", ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
-                       executable=sys.executable, started=time.time(), source=self.source,
-                       sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
-                       fixes=dict(self.fixes), probes_state=dict(self.probes),
-                       control=self.control_mode)
+        ev.emit(ev.Start(ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
+                         executable=sys.executable, started=time.time(), source=self.source,
+                         sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
+                         fixes=dict(self.fixes), probes_state=dict(self.probes),
+                         control=self.control_mode))
 
     def _on_sglang(self, module: Any, emit: bool) -> None:
         """sglang was imported: evaluate and apply the requested fixes, switch counters on."""
@@ -270,7 +271,7 @@ class Agent:
                     target = find_importable()
                     self.sglang = target.version if target else None
                     if emit and target is not None:
-                        telemetry.emit("sglang", version=self.sglang, root=str(target.root))
+                        ev.emit(ev.Sglang(version=self.sglang, root=str(target.root)))
                 except Exception as e:
                     self.error("locate sglang", e)
                 ids = self.fix_ids + [f for f, on in self.desired.items()
@@ -291,7 +292,7 @@ class Agent:
         old = self.fixes.get(fid)
         self.fixes[fid] = {"state": state, "reason": reason}
         if emit and old != self.fixes[fid]:
-            telemetry.emit("fix", fix=fid, state=state, reason=reason)
+            ev.emit(ev.FixState(fix=fid, state=state, reason=reason))
 
     def _apply(self, fid: str, target: Any = None, check: bool = True,
                emit: bool = True) -> tuple[str, str]:
@@ -321,7 +322,7 @@ class Agent:
     def _fix_error(self, where: str, message: str) -> None:
         with contextlib.suppress(Exception):
             log.warning("diag agent: %s failed: %s", where, message)
-            telemetry.emit("error", where=where, message=message)
+            ev.emit(ev.Error(where=where, message=message))
 
     def _fix_state(self, fid: str) -> tuple[str, str]:
         from diag.fixes import orchestrator
@@ -382,7 +383,7 @@ class Agent:
         def set_state(state: str, reason: str = "") -> None:
             self.probes[pid] = {"state": state, "reason": reason}
             if emit:
-                telemetry.emit("probe", probe=pid, state=state, reason=reason)
+                ev.emit(ev.ProbeState(probe=pid, state=state, reason=reason))
 
         from diag import probes
 
@@ -431,7 +432,7 @@ class Agent:
         if self.probes.get(pid) != {"state": state, "reason": reason}:
             self.probes[pid] = {"state": state, "reason": reason}
             if emit:
-                telemetry.emit("probe", probe=pid, state=state, reason=reason)
+                ev.emit(ev.ProbeState(probe=pid, state=state, reason=reason))
 
     # ------------------------------------------------------------------ control
 
@@ -458,12 +459,12 @@ class Agent:
     def _on_batch_hook(self, _module: str) -> None:
         if self.control_mode != "batch":
             self.control_mode = "batch"
-            telemetry.emit("control", mode="batch", engine=self.engine)
+            ev.emit(ev.Control(mode="batch", engine=self.engine))
 
     def _mark_engine(self, why: str) -> None:
         if not self.engine:
             self.engine = True
-            telemetry.emit("control", mode=self.control_mode, engine=True, reason=why)
+            ev.emit(ev.Control(mode=self.control_mode, engine=True, reason=why))
 
     def _check_engine_title(self) -> None:
         if self.engine or "setproctitle" not in sys.modules:
@@ -543,9 +544,9 @@ class Agent:
             return None  # someone else's to reject
         log.warning("diag agent: control request %s rejected: %s", name, why)
         d = doc if isinstance(doc, dict) else {}
-        telemetry.emit("control_ack", request=name, fix=_text(d.get("fix")),
-                       action=_text(d.get("action")), ok=False, state=control.REJECTED,
-                       reason=why)
+        ev.emit(ev.ControlAck(request=name, fix=_text(d.get("fix")),
+                              action=_text(d.get("action")), ok=False, state=control.REJECTED,
+                              reason=why))
         return None
 
     def safe_point(self) -> None:
@@ -558,9 +559,9 @@ class Agent:
                     self._handle(req)
                 except Exception as e:
                     self.error(f"control request {req.get('id')}", e)
-                    telemetry.emit("control_ack", request=req.get("id"), fix=req.get("fix"),
-                                   action=req.get("action"), ok=False, state="failed",
-                                   reason=f"{type(e).__name__}: {e}")
+                    ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=_text(req.get("fix")),
+                                          action=_text(req.get("action")), ok=False,
+                                          state="failed", reason=f"{type(e).__name__}: {e}"))
 
     def _handle(self, req: dict[str, Any]) -> None:
         fid, action = str(req.get("fix")), req.get("action")
@@ -575,8 +576,8 @@ class Agent:
         else:  # revert: requests are validated before they are queued (`_checked`)
             ok, state, reason = self._revert(fid)
         self.fixes[fid] = {"state": state, "reason": reason}
-        telemetry.emit("control_ack", request=req.get("id"), fix=fid, action=action, ok=ok,
-                       state=state, reason=reason)
+        ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=fid, action=_text(action), ok=ok,
+                              state=state, reason=reason))
 
     # ------------------------------------------------------------------ errors, fork
 
@@ -584,7 +585,7 @@ class Agent:
         try:
             log.warning("diag agent: %s failed: %s: %s", where, type(exc).__name__, exc)
             log.debug("%s", "".join(traceback.format_exception(exc)))
-            telemetry.emit("error", where=where, message=f"{type(exc).__name__}: {exc}")
+            ev.emit(ev.Error(where=where, message=f"{type(exc).__name__}: {exc}"))
         except Exception:
             pass
 
