@@ -60,7 +60,7 @@ def test_a_field_of_the_wrong_type_is_a_named_problem_never_a_value(field, value
     e = events.parse(doc)
     default = {f.name: f.default for f in dataclasses.fields(events.FixState)}[field]
     assert getattr(e, field) == (0.0 if field == "ts" else default)
-    assert len(e.problems) == 1 and e.problems[0].startswith(f"fix.{field}: {value!r} is not")
+    assert len(e.problems) == 1 and e.problems[0].startswith(f"fix.{field} is not ")
     assert e.to_dict()[field] is value or e.to_dict()[field] == value  # written back as read
 
 

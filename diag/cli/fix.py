@@ -225,6 +225,8 @@ def status(run_dir: str | None, as_json: bool) -> None:
                 click.echo(f"    counter {pid_:<26} {_state_text(st)}")
             for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
+            for what, count in sorted(_items_n(p.problems)):
+                click.echo(f"    read problem: {what} ({count}x)")
             if p.last_events:
                 kinds = ", ".join(_shown(e.get("kind") if isinstance(e, dict) else None)
                                   for e in p.last_events[-5:])
@@ -245,6 +247,10 @@ def _words(v: object) -> str:
 def _items(d: object) -> list[tuple[str, dict]]:
     return [(str(k), v if isinstance(v, dict) else {}) for k, v in d.items()] \
         if isinstance(d, dict) else []
+
+
+def _items_n(d: object) -> list[tuple[str, int]]:
+    return [(str(k), v) for k, v in d.items() if isinstance(v, int)] if isinstance(d, dict) else []
 
 
 def _state_text(st: dict) -> str:

@@ -2,8 +2,8 @@
 
 `events-<pid>.jsonl` gets one JSON line per event, flushed. Each event takes the next sequence
 number `n` whether or not its line could be written, so a reader sees lost events as a jump.
-A write that fails (a full disk, the file removed or replaced, the directory gone) is counted,
-logged once (then at most once a minute, with the count), and the engine goes on; at the first
+A write that fails (a full disk, the file removed or replaced, the directory gone) and a file
+truncated under the writer (the events in it gone) are counted, logged once (then at most once a minute, with the count), and the engine goes on; at the first
 write that works again the writer puts a `gap` event (how many, since when, why) and a `snapshot`
 (the true totals and states) before it, so readers stop showing what they last knew.
 
@@ -102,6 +102,7 @@ class EventWriter:
         self._logged_lost = 0
         self._retry_at = 0.0
         self._since_check = 0  # events written since the last `check()`
+        self._in_file = 0  # events this writer put into the current file since it opened it
         self.on_lost: Callable[[int, str], None] | None = None  # (how many, why): metrics
         self.detached = False  # the run directory is not ours any more: write nothing
         self._acks: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -174,6 +175,7 @@ class EventWriter:
                     os.ftruncate(self._fd, before)
             raise
         self._size = before + done
+        self._in_file += len(docs)
 
     def _open_in_dir(self, path: Path, flags: int) -> int:
         if self._dir_fd is None:
@@ -183,6 +185,7 @@ class EventWriter:
     def _open_fd(self) -> None:
         self._fd = self._open_in_dir(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
+        self._in_file = 0
 
     def _try_open(self) -> None:
         """(Re)open the file; after a loss, first a `gap` marker and a `snapshot` of the truth."""
@@ -263,6 +266,10 @@ class EventWriter:
                 if self._fd is not None and self._replaced():
                     self._lose(self._since_check, "events file removed or replaced")
                     self._retry_at = 0.0
+                elif self._fd is not None and self._truncated():
+                    # what readers can no longer see; written again after a gap and snapshot
+                    self._lose(max(1, self._in_file - self._lines_now()), "events file truncated")
+                    self._retry_at = 0.0
                 self._since_check = 0
                 if self._fd is None and self.lost:
                     self._try_open()
@@ -270,6 +277,29 @@ class EventWriter:
                     self._write_state()
         except Exception as e:
             self.failed = f"{type(e).__name__}: {e}"
+
+    def _truncated(self) -> bool:
+        """Cut shorter than what this writer wrote into it (by hand, a log tool)."""
+        try:
+            return os.fstat(self._fd).st_size < self._size
+        except OSError:
+            return False
+
+    def _lines_now(self) -> int:
+        """Lines left in the (truncated, so small) current file."""
+        try:
+            fd = self._open_in_dir(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return 0
+        try:
+            count = 0
+            while chunk := os.read(fd, 1 << 16):
+                count += chunk.count(b"\n")
+            return count
+        except OSError:
+            return 0
+        finally:
+            os.close(fd)
 
     def _replaced(self) -> bool:
         try:

@@ -479,7 +479,7 @@ class Fold:
             return e
         events = self.counters.setdefault("events", {})
         events[e.name] = events.get(e.name, 0) + 1
-        self.last.append(e.to_dict())
+        self.last.append(e.raw or e.to_dict())  # as written (what the event schema describes)
         if isinstance(e, CounterEvent):
             sec = self.counters.get(e.section)
             if sec is None:
@@ -494,7 +494,9 @@ class Fold:
         (fix states) becomes unknown until a `snapshot` says again."""
         if e.n is None or not self.check_sequence:
             return
-        if self.next_n is not None and e.n > self.next_n:
+        if self.next_n is None:
+            self.next_n = 0  # a process's first event is number 0: a file cut before is a loss
+        if e.n > self.next_n:
             missing = e.n - self.next_n
             self.jumped += missing
             sec = self.counters.setdefault("lost", empty_lost())
