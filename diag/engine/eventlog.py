@@ -3,9 +3,10 @@
 `events-<pid>.jsonl` gets one JSON line per event, flushed. Each event takes the next sequence
 number `n` whether or not its line could be written, so a reader sees lost events as a jump.
 A write that fails (a full disk, the file removed or replaced, the directory gone) and a file
-truncated under the writer (the events in it gone) are counted, logged once (then at most once a minute, with the count), and the engine goes on; at the first
-write that works again the writer puts a `gap` event (how many, since when, why) and a `snapshot`
-(the true totals and states) before it, so readers stop showing what they last knew.
+truncated under the writer (the events in it gone) are counted, logged once (then at most once
+a minute, with the count), and the engine goes on; at the first write that works again the
+writer puts a `gap` event (how many, since when, why) and a `snapshot` (the true totals and
+states) before it, so readers stop showing what they last knew.
 
 `state-<pid>.json` is a small file preallocated at start and rewritten in place (same blocks, so
 it can still be written when the disk is full): the last `n`, the loss, the fix states, the last
