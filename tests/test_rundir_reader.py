@@ -176,3 +176,27 @@ def test_a_damaged_state_file_is_never_an_exception(tmp_path, bad):
     assert isinstance(p["counters"]["lost"]["events"], int)
     r = CliRunner().invoke(main, ["fix", "status", "--run-dir", str(d)])
     assert r.exit_code == 0 and "Traceback" not in r.output
+
+
+def test_lost_counts_agree_after_failed_reopens_on_a_full_disk(tmp_path):
+    """Defect 4: the gap and snapshot markers numbered on each failed reopen were counted by
+    the readers (a jump) but not by the state file nor `diag_events_lost_total`."""
+    d, w = _writer(tmp_path)
+    metric: list[int] = []
+    w.on_lost = lambda n, why: metric.append(n)
+    path = d / f"events-{PID}.jsonl"
+    path.rename(d / "kept")
+    os.symlink("/dev/full", path)  # the kernel's ENOSPC on every write
+    w.check()
+    for _ in range(4):
+        w({"kind": "syncs", "builder": "B", "count": 1, "seconds": 0.0})
+        w._retry_at = 0.0  # the writer retries at most every RETRY_S: do not sleep for it
+        w.check()  # a reopen that fails: its gap and snapshot are lost too
+    path.unlink()
+    (d / "kept").rename(path)
+    w._retry_at = 0.0
+    w({"kind": "syncs", "builder": "B", "count": 1, "seconds": 0.0})  # written again
+    p = _status_json(d)
+    st = eventlog.read_state_file(d, PID)
+    assert p["counters"]["lost"]["events"] == st["lost"]["events"] == sum(metric) > 4
+    assert p["counters"]["syncs"]["B"]["calls"] == 5 and p["fixes"][FIX]["state"] == "applied"

@@ -201,9 +201,8 @@ class EventWriter:
                 self._last_n = snap["n"]
                 try:
                     self._put(gap, snap)
-                except OSError:
-                    self.lost += 2  # the markers were numbered too
-                    self.agg.counters["lost"]["events"] += 2
+                except OSError as e:
+                    self._lose(2, _why(e))  # the markers were numbered too: lost like any event
                     raise
                 log.warning("diag agent: events are written again to %s (%d lost since %s)",
                             self.path, self.lost,
