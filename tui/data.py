@@ -290,7 +290,7 @@ def request_engine_fix(run_dir: str, fix_id: str, action: str) -> str:
     d = rundir.check_run_dir(run_dir)
     if not rundir.read_state(d).live:
         raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
-    return rundir.request(d, fix_id, action)
+    return rundir.request(d, fix_id, action, wait=False)  # the TUI reads the acks as they come
 
 
 def request_acks(state: Any, request_id: str) -> str | None:

@@ -32,6 +32,7 @@ import errno
 import hashlib
 import itertools
 import json
+import math
 import os
 import secrets
 import stat
@@ -540,11 +541,14 @@ def read_state(run_dir: str | os.PathLike) -> RunState:
 _req_counter = itertools.count()
 
 
-def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None) -> str:
+def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None,
+            wait: bool = True) -> str:
     """Ask the agents of a run (or the one process `pid`) to apply/revert a fix; the request id.
 
-    A write that fails (a full disk, a read-only folder) is a DiagError (exit 3) naming the
-    cause, and leaves no temporary file; requests that no longer matter are pruned."""
+    With `wait` this process waits for the answers (`wait_ack`, which ends the wait): until
+    then no other command prunes the request. A write that fails (a full disk, a read-only
+    folder) is a DiagError (exit 3) naming the cause, and leaves no temporary file; requests
+    that no longer matter are pruned (`control.prune`)."""
     if action not in control.ACTIONS:
         raise DiagError(f"unknown control action {action!r} (apply or revert)")
     d = check_run_dir(run_dir)
@@ -552,16 +556,30 @@ def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | Non
     rid = f"{time.time_ns():020d}-{os.getpid()}-{next(_req_counter)}"
     doc = {"schema_version": control.VERSION, "id": rid, "run": read_meta(d).get("run_id"),
            "fix": fix_id, "action": action, "pid": pid, "ts": time.time()}
+    marker = ctl / f"{control.WAIT_PREFIX}{rid}"
     try:
         ctl.mkdir(mode=0o700, exist_ok=True)
+        if wait:  # before the request exists: no other command's prune can take it
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
         _atomic_write(ctl / f"{rid}.json", doc)
     except OSError as e:
+        with contextlib.suppress(OSError):
+            marker.unlink()
         code = errno.errorcode.get(e.errno or 0, "")
         raise DiagError(f"cannot write the control request into {ctl}: {e.strerror or e}"
                         + (f" ({code})" if code else "")) from None
     with contextlib.suppress(Exception):
-        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p))
+        acked = {r for ps in read_state(d).processes.values() for r in ps.acks}
+        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p), acked=acked.__contains__)
     return rid
+
+
+def done_waiting(run_dir: str | os.PathLike, request_id: str) -> None:
+    """This command has its answers to `request_id` (its request may be pruned now)."""
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / "control" / f"{control.WAIT_PREFIX}{request_id}").unlink()
 
 
 def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -584,6 +602,16 @@ def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None
     acknowledged by then.
     """
     d = check_run_dir(run_dir)
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
+        raise DiagError(f"timeout {timeout!r} is not a finite number of seconds >= 0")
+    try:
+        return _wait_ack(d, request_id, pid, timeout, interval, engines_only)
+    finally:
+        done_waiting(d, request_id)
+
+
+def _wait_ack(d: Path, request_id: str, pid: int | None, timeout: float, interval: float,
+              engines_only: bool) -> dict[int, dict[str, Any] | None]:
     deadline = time.monotonic() + timeout
     readers: dict[int, ProcessReader] = {}
     while True:
