@@ -200,3 +200,21 @@ def test_lost_counts_agree_after_failed_reopens_on_a_full_disk(tmp_path):
     st = eventlog.read_state_file(d, PID)
     assert p["counters"]["lost"]["events"] == st["lost"]["events"] == sum(metric) > 4
     assert p["counters"]["syncs"]["B"]["calls"] == 5 and p["fixes"][FIX]["state"] == "applied"
+
+
+@pytest.mark.parametrize("entry", [b"[1, 2]", b'{"run_dir": 5}', b"{}", b"\xff\xfe",
+                                   b'{"run_dir": ""}', b'{"run_dir": "a\\u0000b"}',
+                                   b'{"run_dir": {"x": 1}}'])
+def test_a_damaged_registry_entry_never_breaks_discovery(tmp_path, monkeypatch, entry):
+    """Defect 6: one damaged registry entry broke discovery (`fix status` with no --run-dir)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    d = rundir.create_run_dir(tmp_path / "live")
+    w = rundir.EventWriter(d, pid=os.getpid())  # this test's own process: a live one
+    w({"kind": "start", "ppid": 1, "started": time.time() - 1, "argv": ["x"]})
+    rundir.register(d)
+    (rundir.registry_dir() / "0000damaged.json").write_bytes(entry)
+    assert d in rundir.discover()  # (with any other live run of this user's processes)
+    r = CliRunner().invoke(main, ["fix", "status", "--json"])
+    assert r.exit_code == 0, r.output
+    assert str(d) in [x["run_dir"] for x in json.loads(r.output)["runs"]]
+    w.close()

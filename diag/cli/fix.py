@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from diag.cli.common import build_context, guarded, target_options
+from diag.cli.common import PID_MAX, Seconds, build_context, given, guarded, target_options
 from diag.schemas import SCHEMA_VERSION
 
 
@@ -155,11 +155,11 @@ def _control_command(action: str):
     @fix.command(action, help=f"{action.capitalize()} fix ID in a running engine (--run-dir DIR: "
                  "every process acknowledges; exit 4 when one refuses or does not answer), or "
                  "in this diag process.")
-    @click.argument("fix_id", metavar="ID")
-    @click.option("--pid", type=click.IntRange(min=1), default=None,
+    @click.argument("fix_id", metavar="ID", callback=given)
+    @click.option("--pid", type=click.IntRange(min=1, max=PID_MAX), default=None,
                   help="Only this process of the run (with --run-dir; default: every live "
                        "process).")
-    @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+    @click.option("--timeout", type=Seconds(min=0, min_open=True), default=30.0,
                   show_default=True, help="Seconds to wait for every process to acknowledge.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @target_options
@@ -185,7 +185,7 @@ revert_cmd = _control_command("revert")
 
 
 @fix.command("status")
-@click.option("--run-dir", type=click.Path(), metavar="DIR",
+@click.option("--run-dir", type=click.Path(), metavar="DIR", callback=given,
               help="The run directory (default: every live run found on this machine).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {schema_version, runs: [{run_dir, meta, processes}]}.")
@@ -262,13 +262,13 @@ def _state_text(st: dict) -> str:
 
 
 @fix.command("check")
-@click.option("--require", "required", multiple=True, metavar="ID|all",
+@click.option("--require", "required", multiple=True, metavar="ID|all", callback=given,
               help="Fixes that must be applicable or upstream (repeatable; default: all).")
 @click.option("--dry/--no-dry", default=True, show_default=True,
               help="Also apply each applicable fix in a child interpreter with the release's "
                    "code loaded; a fix whose dry run cannot run there is unverified (exit 4). "
                    "--no-dry accepts the static check alone.")
-@click.option("--python", "python", metavar="PATH",
+@click.option("--python", "python", metavar="PATH", callback=given,
               help="Interpreter for the dry application (one with SGLang's requirements).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, verdict, fixes: [...]}.")
 @target_options

@@ -692,6 +692,12 @@ def discover() -> list[Path]:
     reg = registry_dir()
     with contextlib.suppress(OSError):
         for entry in sorted(reg.glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                consider(json.loads(entry.read_text(encoding="utf-8"))["run_dir"])
+            fh = open_regular(entry)  # a damaged entry is skipped, never the end of discovery
+            if fh is None:
+                continue
+            with contextlib.suppress(OSError, ValueError, RecursionError), fh:
+                doc = json.loads(fh.read(1 << 16).decode("utf-8", "replace"))
+                if isinstance(doc, dict) and isinstance(doc.get("run_dir"), str) \
+                        and doc["run_dir"].strip() and "\0" not in doc["run_dir"]:
+                    consider(doc["run_dir"])
     return found
