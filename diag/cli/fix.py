@@ -66,7 +66,12 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
     from diag.errors import EXIT_FIX_FAILED, DiagError
 
     d = rundir.check_run_dir(run_dir)
-    live = [p.pid for p in rundir.read_state(d).live]
+    state = rundir.read_state(d)
+    live = [p.pid for p in state.live]
+    if state.moved_to:  # removed or replaced under a live engine: its agents went on there
+        raise DiagError(f"run directory {d} was removed or replaced under a live engine: its "
+                        f"agents now write to {state.moved_to[0]} (pass --run-dir "
+                        f"{state.moved_to[0]})")
     if pid is not None and pid not in live:
         raise DiagError(f"no live diag agent with pid {pid} in {d} (live: "
                         f"{', '.join(map(str, live)) or 'none'})")
@@ -211,6 +216,9 @@ def status(run_dir: str | None, as_json: bool) -> None:
         click.echo(click.style(f"{s.run_dir}", bold=True) + (f"  {cmd}" if cmd else ""))
         if s.other_runs:
             click.echo(f"  {s.other_runs} processes of an earlier run in this directory left out")
+        for moved in s.moved_to:
+            click.echo(f"  removed or replaced under a live engine: its agents now write to "
+                       f"{moved} (diag fix status --run-dir {moved})")
         if not s.processes:
             click.echo("  no process has written events yet")
         for p in s.processes.values():

@@ -205,8 +205,13 @@ class Agent:
         try:
             st = os.stat(w.run_dir)
         except OSError:
-            return True  # gone for now: writes fail and are counted; a new one is not ours
+            st = None
         why = None
+        if w.removed():  # ours is gone for good: go on in a new one that names it (relocate)
+            why = "was removed" + (" and another one made under its path" if st else "")
+            return self._move(w, why)
+        if st is None:
+            return True  # not reachable now: writes fail and are counted
         if (st.st_dev, st.st_ino) != self._dir_id:
             why = "the directory was removed and another one made under its path"
         elif self.run_id:
@@ -225,6 +230,25 @@ class Agent:
         log.warning("diag agent: run directory %s is not this run's any more (%s): no more events "
                     "there, its control requests are ignored", w.run_dir, why)
         return False
+
+    def _move(self, w: Any, why: str) -> bool:
+        """Go on writing events and reading control requests in `rundir.relocate`'s directory
+        (False, and no more events, when that fails)."""
+        old = w.run_dir
+        try:
+            new = rundir.relocate(old, self.run_id, self.pid)
+            w.move_to(new)
+            st = os.stat(new)
+            self._dir_id, self._meta_mtime = (st.st_dev, st.st_ino), None
+            self.reader = control.Reader(new)
+        except Exception as e:
+            w.detached = True
+            telemetry.remove_sink(w)
+            self.error(f"move from the removed run directory {old}", e)
+            return False
+        log.warning("diag agent: run directory %s %s: events and control requests are in %s "
+                    "now (diag fix status --run-dir %s)", old, why, new, new)
+        return True
 
     def _install_metrics(self) -> None:
         try:

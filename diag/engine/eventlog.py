@@ -348,6 +348,37 @@ class EventWriter:
         except OSError:
             self._state_dirty = True
 
+    def removed(self) -> bool:
+        """Whether the run directory this writer holds open was removed (for good: a removed
+        directory never comes back; one made under its path is another)."""
+        try:
+            return self._dir_fd is not None and os.fstat(self._dir_fd).st_nlink == 0
+        except OSError:
+            return False
+
+    def move_to(self, run_dir: str | os.PathLike) -> None:
+        """Write from now on into `run_dir` (the agent's directory was removed or replaced under
+        it): the new events file starts with a snapshot of everything so far, the numbering
+        goes on. Raises OSError when the new directory cannot be used."""
+        new = Path(run_dir)
+        dir_fd = os.open(new, os.O_RDONLY | os.O_DIRECTORY)
+        with self._lock:
+            for name in ("_fd", "_state_fd", "_dir_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                    setattr(self, name, None)
+            self.run_dir, self.path, self._dir_fd = new, new / self.path.name, dir_fd
+            self._open_state()
+            self._open_fd()
+            snap = self.agg.snapshot(time.time(), self.pid, next(self._n))
+            self._last_n = snap["n"]
+            self._put(snap)
+            self.lost, self.lost_since, self.failed = 0, None, None
+            self.detached = False
+            self._write_state()
+
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:

@@ -183,6 +183,46 @@ def discard(run_dir: Path, remove_dir: bool) -> None:
                 d.rmdir()  # only when empty: never anything else that is in there
 
 
+def relocate(old: Path, run_id: str | None, pid: int) -> Path:
+    """Where a live engine's agents go on when their run directory `old` was removed or
+    replaced under them: one new private directory per run (every process of the run computes
+    the same one), whose run.json names the directory it replaces, registered for discovery
+    and for `moved_to`."""
+    name = f"moved-{run_id}" if run_id else f"moved-pid-{pid}"
+    d = create_run_dir(_base() / "runs" / name)
+    if not read_meta(d):
+        write_meta(d, run_id=run_id, replaces=str(old), moved=time.time())
+    register(d)
+    return d
+
+
+def moved_to(run_dir: str | os.PathLike) -> list[Path]:
+    """Directories the live agents of a run moved to after `run_dir` was removed or replaced
+    under them (registered, their run.json naming `run_dir` as the one they replace)."""
+    key = str(Path(run_dir).absolute())
+    out = []
+    for d in _registered():
+        if read_meta(d).get("replaces") == key and _has_live_process(d):
+            out.append(d)
+    return out
+
+
+def _registered() -> list[Path]:
+    """The run directories of the user's registry (a damaged entry is skipped)."""
+    out: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(registry_dir().glob("*.json")):
+            fh = open_regular(entry)  # a damaged entry is skipped, never the end of discovery
+            if fh is None:
+                continue
+            with contextlib.suppress(OSError, ValueError, RecursionError), fh:
+                doc = json.loads(fh.read(1 << 16).decode("utf-8", "replace"))
+                if isinstance(doc, dict) and isinstance(doc.get("run_dir"), str) \
+                        and doc["run_dir"].strip() and "\0" not in doc["run_dir"]:
+                    out.append(Path(doc["run_dir"]))
+    return out
+
+
 def _atomic_write(path: Path, doc: dict) -> None:
     """Temp file + rename; on any failure the temp file is removed and the error re-raised."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -243,10 +283,12 @@ class RunState:
     meta: dict[str, Any]
     processes: dict[int, ProcessState] = field(default_factory=dict)
     other_runs: int = 0  # processes of an earlier run in this directory, left out
+    # with no live process here: where the live agents of the run went (`moved_to`)
+    moved_to: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "run_dir": self.run_dir, "meta": self.meta,
-                "other_runs": self.other_runs,
+                "other_runs": self.other_runs, "moved_to": self.moved_to,
                 "processes": [p.to_dict() for p in self.processes.values()]}
 
     @property
@@ -523,6 +565,8 @@ class RunReader:
             state.processes[pid] = ps
             new.extend(got)
         new.sort(key=lambda e: e.ts)
+        if not state.live:
+            state.moved_to = [str(p) for p in moved_to(d)]
         return state, new
 
 
@@ -689,15 +733,6 @@ def discover() -> list[Path]:
                 consider(env[ENV_RUN_DIR])
     except Exception:
         pass
-    reg = registry_dir()
-    with contextlib.suppress(OSError):
-        for entry in sorted(reg.glob("*.json")):
-            fh = open_regular(entry)  # a damaged entry is skipped, never the end of discovery
-            if fh is None:
-                continue
-            with contextlib.suppress(OSError, ValueError, RecursionError), fh:
-                doc = json.loads(fh.read(1 << 16).decode("utf-8", "replace"))
-                if isinstance(doc, dict) and isinstance(doc.get("run_dir"), str) \
-                        and doc["run_dir"].strip() and "\0" not in doc["run_dir"]:
-                    consider(doc["run_dir"])
+    for d in _registered():
+        consider(str(d))
     return found
