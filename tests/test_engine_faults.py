@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.release, pytest.mark.slow,
 
 N = 12
 _seen: dict[str, list[int]] = {}
+_moved: list[Path] = []
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,9 @@ def server(release, models, tmp_path_factory):
         yield s
     finally:
         s.stop()
+        for moved in _moved:  # the directory the engine's agents moved to: gone with them
+            rundir.discard(moved, remove_dir=False)
+            shutil.rmtree(moved, ignore_errors=True)
 
 
 def _same_tokens(server) -> None:
@@ -252,6 +256,7 @@ def test_a_recreated_run_directory_is_not_obeyed(server):  # last: it removes th
     assert rundir.read_process(d2, sched.pid).acks.get(rid) is None
     assert _status(server) == {}  # nobody there: and that is true
     moved = _wait("where the engine went", lambda: rundir.moved_to(d))
+    _moved.extend(moved)
     r = _cli("fix", "revert", FIX, "--run-dir", str(d))
     assert r.returncode == 3 and f"its agents now write to {moved[0]}" in r.stderr, r.stderr
     r = _cli("fix", "revert", FIX, "--run-dir", str(moved[0]), "--json", "--timeout", "60")
