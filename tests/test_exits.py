@@ -217,6 +217,15 @@ def test_broken_tree_that_still_parses_is_a_target_error(release, tmp_path):
                                   "--platform", "hip", "--json"], catch_exceptions=False)
     assert r.exit_code == 3 and r.stdout == "", r.output
     assert f"{worker}: no class EagleDraftWorker or EAGLEWorkerV2 in it" in r.stderr
+    # issue 31, defect 6: a symlink loop in the user's tree was "probe crashed ... report it"
+    worker.unlink()
+    worker.symlink_to(worker.name)  # a link to itself: ELOOP on every read
+    r = CliRunner().invoke(main, ["diagnose", "--sglang", str(root), "--platform", "hip",
+                                  "--no-execute"], catch_exceptions=False)
+    assert r.exit_code == 3, r.output
+    assert r.stderr.strip() == (f"diag: error: {worker}: a symbolic link that leads nowhere (a "
+                                "loop, or its target is gone): not a readable SGLang tree; fix "
+                                "the link or pass --sglang VERSION")
 
 
 # ------------------------------------------------------------------------------ stdout
