@@ -695,7 +695,7 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
     # probe whose counter emits the kind was applied in that process at that moment
     for ev, fixed in ev_types.replay(events):
-        e, kind = ev.to_dict(), ev.name
+        e, kind = ev.raw or ev.to_dict(), ev.name  # as written (absent keys stay absent)
         if kind not in kinds:
             continue
         # a counter that folds its passes in the engine says how many one event holds
