@@ -42,6 +42,10 @@ def test_a_replaced_directory_says_where_the_live_engine_went(tmp_path, monkeypa
         assert f"its agents now write to {moved}" in _diag("fix", "status", "--run-dir",
                                                             str(d)).stdout
         assert rundir.read_meta(moved)["replaces"] == str(d)
+        from diag.tui import data
+
+        assert data.lost_suffix(rundir.read_state(d)) == (
+            f", replaced under a live engine: now {moved}")
         # the engine's own directory: its state carried over, reachable again
         r = _diag("fix", "revert", "standin-toggle", "--run-dir", str(moved), "--json")
         assert r.returncode == 0, r.stdout + r.stderr

@@ -60,6 +60,12 @@ def test_a_half_line_is_skipped_and_the_event_after_it_read(tmp_path):
     assert _status_json(d)["fixes"][FIX]["state"] == "reverted"
     text = CliRunner().invoke(main, ["fix", "status", "--run-dir", str(d)]).output
     assert "read problem: a half line skipped (1x)" in text
+    from diag.tui import data  # the TUI's header says it too, from the same reader
+
+    tui = data.RunDirReader(str(d))
+    state, _new = tui.poll()
+    assert state.processes[PID].fixes[FIX]["state"] == "reverted"
+    assert data.lost_suffix(state) == ", 1 read problems (diag fix status)"
 
 
 def test_fields_of_the_wrong_type_are_counted_problems_never_an_exception(tmp_path):

@@ -338,10 +338,16 @@ class RunDirReader:
 
 
 def lost_suffix(state: Any) -> str:
-    """`, 17 events lost` across the run's processes (the header says it), or ""."""
+    """`, 17 events lost` across the run's processes (the header says it), what could not be
+    read, and where a replaced directory's engine went; or ""."""
     n = sum(int(((p.counters or {}).get("lost") or {}).get("events") or 0)
             for p in state.processes.values())
-    return f", {n} events lost" if n else ""
+    bad = sum(sum((getattr(p, "problems", None) or {}).values())
+              for p in state.processes.values())
+    moved = getattr(state, "moved_to", None) or []
+    return (f", {n} events lost" if n else "") + \
+        (f", {bad} read problems (diag fix status)" if bad else "") + \
+        (f", replaced under a live engine: now {moved[0]}" if moved else "")
 
 
 def engine_fix_states(state: Any) -> dict[str, str]:
