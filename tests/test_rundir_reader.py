@@ -184,6 +184,17 @@ def test_a_damaged_state_file_is_never_an_exception(tmp_path, bad):
     assert r.exit_code == 0 and "Traceback" not in r.output
 
 
+def test_a_state_file_ack_of_the_wrong_shape_is_never_taken_for_an_answer(tmp_path):
+    d, w = _writer(tmp_path)
+    w.close()
+    eventlog.state_path(d, PID).write_text(json.dumps({"pid": PID, "n": 0, "acks": [
+        {"request": "R9", "ok": "yes", "state": "applied", "reason": ""},
+        {"request": "R8", "ok": True, "state": "applied", "reason": ""}]}))
+    ps = rundir.read_process(d, PID)
+    assert "R9" not in ps.acks and ps.acks["R8"]["ok"] is True
+    assert ps.problems == {"state file: control_ack.ok is not bool": 1}
+
+
 def test_lost_counts_agree_after_failed_reopens_on_a_full_disk(tmp_path):
     """Defect 4: the gap and snapshot markers numbered on each failed reopen were counted by
     the readers (a jump) but not by the state file nor `diag_events_lost_total`."""

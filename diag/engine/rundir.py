@@ -459,11 +459,16 @@ class ProcessReader:
         counters = {**agg.counters, "lost": dict(agg.counters.get("lost") or events.empty_lost())}
         engine = agg.engine
         st = read_state_file(self.run_dir, self.pid)
+        problems = dict(self.problems)
         if st:
             for ack in st.get("acks") if isinstance(st.get("acks"), list) else ():
-                if isinstance(ack, dict) and isinstance(ack.get("request"), str) \
-                        and ack["request"] not in acks:
-                    acks[ack["request"]] = ack
+                e = events.parse({**ack, "kind": events.ControlAck.kind}) \
+                    if isinstance(ack, dict) else None
+                if e is None or e.problems or not e.request:  # never a made-up answer
+                    bad = ", ".join(e.problems) if e and e.problems else "an ack that is not one"
+                    problems[f"state file: {bad}"] = problems.get(f"state file: {bad}", 0) + 1
+                elif e.request not in acks:
+                    acks[e.request] = e.to_dict()
             engine = engine or st.get("engine") is True
             _merge_loss(counters, fixes, st, agg.next_n or 0)
             if counters["lost"].get("events"):  # a fix the lost events named is not forgotten
@@ -479,7 +484,7 @@ class ProcessReader:
             alive=_alive(self.pid, started), fixes=fixes, counters=counters,
             last_events=list(agg.last), acks=acks, start=agg.start, probes=dict(agg.probes),
             control=agg.control, engine=engine, run=_str(s.get("run")),
-            problems=dict(self.problems))
+            problems=problems)
 
 
 def _str(v: Any) -> str | None:
