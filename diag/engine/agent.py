@@ -198,7 +198,8 @@ class Agent:
 
     def _still_ours(self) -> bool:
         """False once the run directory is not this run's any more (re-created, or its run.json
-        names another run): the agent then neither writes there nor obeys it, for good."""
+        names another run): the agent then neither writes there nor obeys it, for good. A
+        directory removed under it (re-created or not) is left for `rundir.relocate`'s."""
         w = self.writer
         if w is None or w.detached:
             return False

@@ -19,6 +19,13 @@ int|null, "ts"}``. ``pid`` null means every process of the run. Each agent acts 
 and acknowledges it with a ``control_ack`` event; a process that starts later replays the
 run-wide requests in order, so every process converges on the last requested state.
 
+A directory removed under a live engine (`rm -rf D`, with or without a new `D` made after):
+its agents go on in ``runs/moved-<run id>`` beside the default run directories, whose run.json
+names ``D`` under ``replaces``; readers of ``D`` say where (`moved_to`).
+
+Readers: `RunReader` is the one reader (incremental, typed, never trusting a file: see
+`ProcessReader`); `read_state` is its first poll.
+
 Discovery: `diag run` registers its run directory in a per-user registry
 (``$XDG_RUNTIME_DIR/diag/registry`` when that exists, else ``registry`` in diag's cache
 directory, `diag.releases.cache_root()`, by default ``~/.cache/diag``), and
