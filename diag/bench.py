@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+HUGE = 1e9  # the largest number any --param takes unless its bench says less
+
 
 @dataclass(frozen=True)
 class Param:
@@ -20,6 +22,7 @@ class Param:
     minimum: float | None = None
     choices: tuple[str, ...] = ()
     doc: str = ""
+    maximum: float = HUGE  # a number past it is a typo, not a bench (1e11 objects: every child dies)
 
     def parse(self, raw: str) -> Any:
         """The value, or ValueError saying what was expected."""
@@ -37,6 +40,8 @@ class Param:
             raise ValueError("expected a finite number")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"must be >= {self.minimum:g}")
+        if value > self.maximum:
+            raise ValueError(f"must be <= {self.maximum:g}")
         return value
 
 

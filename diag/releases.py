@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -83,9 +84,15 @@ def fetch(version: str, log=None) -> Path:
         if proc.returncode != 0 or not wheels:
             raise TargetError(download_failure(version, proc.stdout + "\n" + proc.stderr))
         unpack = Path(tmp) / "tree"
-        with zipfile.ZipFile(wheels[0]) as zf:
-            members = [m for m in zf.namelist() if _wanted(m)]
-            zf.extractall(unpack, members)
+        try:
+            with zipfile.ZipFile(wheels[0]) as zf:
+                members = [m for m in zf.namelist() if _wanted(m)]
+                zf.extractall(unpack, members)
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as e:
+            # a wheel damaged in pip's cache or on the way (a bad CRC, cut short)
+            raise TargetError(f"the downloaded wheel {wheels[0].name} is damaged ({e}): remove "
+                              "it from pip's cache (pip cache remove sglang) and try again") \
+                from None
         (unpack / ".complete").write_text(wheels[0].name + "\n")
         if cached(version):  # another diag process finished the same download first
             return dest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,8 @@ class Target:
         """A path as users see it: `sglang/...` relative to the root."""
         try:
             return str(Path(path).resolve().relative_to(self.root.resolve()))
-        except ValueError:
-            return str(path)
+        except (ValueError, RuntimeError, OSError):  # outside the root, or a symlink loop
+            return os.path.relpath(path, self.root) if os.path.isabs(path) else str(path)
 
     def to_dict(self) -> dict:
         return {"root": str(self.root), "version": self.version, "origin": self.origin}
@@ -112,6 +113,12 @@ PROBE_CHECKED = ("srt/speculative/eagle_worker_v2.py",)  # missing: a finding, J
 def check_tree(target: Target) -> None:
     """TargetError (exit 3) naming the path when the tree lacks what every release has; checked
     once, before the probes (which would otherwise read the gap as "not recognised")."""
+    for rel in (*REQUIRED_DIRS, *REQUIRED_CLASSES):
+        p = target.file(rel)
+        if p.is_symlink() and not p.exists():  # exists() is False for a loop and a dead link
+            raise TargetError(f"{p}: a symbolic link that leads nowhere (a loop, or its target "
+                              "is gone): not a readable SGLang tree; fix the link or pass "
+                              "--sglang VERSION")
     for rel in REQUIRED_DIRS:
         if not target.file(rel).is_dir():
             raise TargetError(f"{target.file(rel)}: missing: not a complete SGLang tree (every "

@@ -33,7 +33,8 @@ PARAMS = {
     "children": Param(int, 1, doc="child processes per series"),
     "gpu": Param(str, choices=("auto", "0", "1"), doc="profile GPU work"),
     "timeout": Param(float, 1, doc="seconds per child"),
-    "heap_objects": Param(int, 0, doc="live objects the cyclic GC walks"),
+    "heap_objects": Param(int, 0, doc="live objects the cyclic GC walks (a scheduler holds "
+                          "millions; each costs ~60 bytes)", maximum=5e7),
     "teardown": Param(str, choices=TEARDOWNS, doc="the fix's teardown mode"),
 }
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from diag import telemetry
+from diag import events
 from diag.context import SpecConfig
 from diag.errors import FixError
 from diag.findings import Finding
@@ -138,7 +138,7 @@ def _method_facts(func: Callable, qualname: str) -> _MethodFacts:
 
 @dataclass
 class CaptureRecord:
-    """One decision of the fix in this process (also emitted as a telemetry `fix` event)."""
+    """One decision of the fix in this process (also emitted as a `fix` event)."""
 
     state: str  # captured | skipped | error
     reason: str
@@ -380,8 +380,8 @@ class DraftExtendAllowlistFix(Fix):
 
     def _record(self, rec: CaptureRecord) -> CaptureRecord:
         self.records.append(rec)
-        telemetry.emit("fix", fix=FIX_ID, state=rec.state, reason=rec.reason,
-                       backend=rec.backend, seconds=rec.seconds, memory_gb=rec.memory_gb)
+        events.emit(events.FixState(fix=FIX_ID, state=rec.state, reason=rec.reason, extra={
+            "backend": rec.backend, "seconds": rec.seconds, "memory_gb": rec.memory_gb}))
         return rec
 
     def _match(self, backend: Any) -> type | None:

@@ -104,10 +104,10 @@ def checked_output_size(repeats: Any, count: int | None, every: int = 1) -> int 
     with _mismatch_lock:
         _guard_always = True
         MISMATCHES.append({"host": int(count), "device": actual})
-    from diag import telemetry
+    from diag import events
 
-    telemetry.emit("error", where=f"{CLASS}.{BUILDER}",
-                   message=f"output_size {count} != sum(repeats) {actual}; used none")
+    events.emit(events.Error(where=f"{CLASS}.{BUILDER}",
+                             message=f"output_size {count} != sum(repeats) {actual}; used none"))
     return None
 
 

@@ -206,7 +206,8 @@ def test_a_process_that_runs_no_loop_still_applies_requests(tmp_path):
         _end(p, stop)
 
 
-def test_a_recreated_run_directory_is_not_obeyed(tmp_path):
+def test_a_recreated_run_directory_is_not_obeyed(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # where the agent moves (its registry)
     d = rundir.create_run_dir(tmp_path / "d")
     run_id = rundir.write_meta(d, cmd=["x"])
     p, pid, stop = _agent(tmp_path, d, run_id=run_id)
@@ -225,7 +226,7 @@ def test_a_recreated_run_directory_is_not_obeyed(tmp_path):
         assert p.poll() is None
     finally:
         err = _end(p, stop)
-    assert "not this run's any more" in err
+    assert "was removed and another one made under its path" in err  # it went elsewhere
 
 
 def test_a_live_run_directory_is_refused_to_a_new_run(tmp_path):

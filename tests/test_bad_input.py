@@ -226,6 +226,36 @@ def test_release_that_does_not_exist_on_the_real_index(tmp_path):
     assert "0.5.23" in line and "--sglang PATH" in line and "cannot reach" not in line
 
 
+def test_a_damaged_wheel_is_a_target_error(tmp_path):
+    """Issue 31, defect 6: a wheel with a bad CRC (damaged in pip's cache) was exit 70. Real
+    pip, offline, finds it through --find-links (PIP_FIND_LINKS) and copies it unread."""
+    import zipfile
+
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel = links / "sglang-9.9.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("sglang/__init__.py", "x = 1\n" * 2000)
+        z.writestr("sglang-9.9.1.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: sglang\nVersion: 9.9.1\n")
+        z.writestr("sglang-9.9.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\n"
+                   "Root-Is-Purelib: true\nTag: py3-none-any\n")  # pip reads this one
+        z.writestr("sglang-9.9.1.dist-info/RECORD", "")
+    data = bytearray(wheel.read_bytes())
+    at = data.find(b"sglang/__init__.py") + len("sglang/__init__.py") + 5
+    data[at] ^= 0xFF  # a byte of the compressed data: its CRC no longer matches
+    wheel.write_bytes(bytes(data))
+    env = _env(DIAG_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INDEX="1",
+               PIP_FIND_LINKS=str(links))
+    p = _run([DIAG, "fix", "list", "--sglang", "9.9.1"], env=env)
+    assert p.returncode == 3, p.stderr
+    line = _one_error_line(p)
+    assert line.startswith("diag: error: the downloaded wheel sglang-9.9.1-py3-none-any.whl "
+                           "is damaged ("), line
+    assert "pip cache remove sglang" in line
+    assert not (tmp_path / "cache" / "releases" / "9.9.1").exists()  # nothing half-unpacked
+
+
 def test_download_failure_lines_from_pip_output():
     """The classifier on pip's own words (pip/_internal/index/collector.py and resolver)."""
     from diag.releases import download_failure

@@ -27,13 +27,14 @@ import engine_server  # noqa: E402
 import report_schema  # noqa: E402
 from test_engine_server import FIX, PROMPT, _cli, _metrics, _scheduler, _valid, _wait  # noqa: E402, I001
 
-from diag.engine import rundir  # noqa: E402
+from diag.engine import eventlog, rundir  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.release, pytest.mark.slow,
               pytest.mark.timeout(600)]
 
 N = 12
 _seen: dict[str, list[int]] = {}
+_moved: list[Path] = []
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,9 @@ def server(release, models, tmp_path_factory):
         yield s
     finally:
         s.stop()
+        for moved in _moved:  # the directory the engine's agents moved to: gone with them
+            rundir.discard(moved, remove_dir=False)
+            shutil.rmtree(moved, ignore_errors=True)
 
 
 def _same_tokens(server) -> None:
@@ -142,16 +146,122 @@ def test_garbage_control_requests_are_rejected_and_a_fifo_does_not_hang(server):
     assert report_schema.check_events(server.run_dir) > 0
 
 
+# ----------------------------------------------------------------------------- issue 31
+
+
+def _agree(d: Path) -> dict[int, dict]:
+    """`fix status` says what each process's state file says: fix states, events lost (once
+    the writer has put its gap and snapshot after a fault)."""
+    def same() -> dict[int, dict] | None:
+        r = _cli("fix", "status", "--run-dir", str(d), "--json")
+        assert r.returncode == 0, r.stderr
+        procs = {p["pid"]: p for p in _valid(json.loads(r.stdout), "fix-status")["runs"][0][
+            "processes"]}
+        for pid, p in procs.items():
+            st = eventlog.read_state_file(d, pid)
+            if st is None or not p["alive"]:
+                continue
+            if p["fixes"] != st["fixes"] or \
+                    p["counters"]["lost"]["events"] != st["lost"]["events"]:
+                return None
+        return procs
+    return _wait("fix status to agree with every state file", same)
+
+
+def test_after_the_full_disk_every_surface_counts_the_same_loss(server):
+    """Defect 4: status and the TUI said 316 lost, the state file and /metrics 216."""
+    procs = _agree(server.run_dir)
+    files = [eventlog.read_state_file(server.run_dir, pid) for pid in procs]
+    lost = sum(st["lost"]["events"] for st in files if st)
+    assert lost > 0 and lost == sum(p["counters"]["lost"]["events"] for p in procs.values())
+    assert _metrics(server).get("diag_events_lost_total") == lost
+
+
+def test_a_half_line_does_not_hide_a_revert(server):
+    """Defect 1: after a half line the revert's acknowledgement was glued to it and dropped:
+    `fix status` said applied while the state file and /metrics said reverted."""
+    d = server.run_dir
+    sched = _scheduler(d)
+    r = _cli("fix", "apply", FIX, "--run-dir", str(d), "--json", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(d / f"events-{sched.pid}.jsonl", "ab") as fh:  # the issue's own command
+        fh.write(b'{"ts": 1, "kind": "fix", "fix": "profiler-contr')
+    r = _cli("fix", "revert", FIX, "--run-dir", str(d), "--json", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = _agree(d)[sched.pid]
+    assert p["fixes"][FIX]["state"] == "reverted"
+    assert p["problems"].get("a half line skipped") == 1
+    _same_tokens(server)
+
+
+def test_a_truncated_events_file_is_a_counted_loss_and_the_totals_come_back(server):
+    """Defect 2: a truncated file reset the story (the fix gone from status, 22 profiler stops
+    read as 0, lost 0). The writer sees the cut, counts the events in it as lost and writes a
+    snapshot: the states and totals are back, and the loss is counted everywhere alike."""
+    d = server.run_dir
+    sched = _scheduler(d)
+    before = _agree(d)[sched.pid]
+    path = d / f"events-{sched.pid}.jsonl"
+    lines = path.read_bytes().count(b"\n")
+    os.truncate(path, 0)
+    after = _wait("the snapshot after the cut", lambda: (
+        p := _agree(d)[sched.pid])["counters"]["lost"]["events"] > before["counters"]["lost"][
+        "events"] and p)
+    assert after["fixes"] == before["fixes"]
+    assert after["counters"]["profiler_stop"] == before["counters"]["profiler_stop"]
+    assert after["counters"]["lost"]["events"] - before["counters"]["lost"]["events"] >= 1
+    assert lines > 0
+    _same_tokens(server)
+
+
+def test_concurrent_commands_each_get_their_own_answer(server):
+    """Defect 3: a request was pruned as superseded before any agent read it; its command
+    waited out its timeout (exit 4, no acknowledgement)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    d = server.run_dir
+    sched = _scheduler(d)
+    actions = ["apply", "revert"] * 3
+    with ThreadPoolExecutor(len(actions)) as pool:
+        results = list(pool.map(lambda a: _cli("fix", a, FIX, "--run-dir", str(d), "--json",
+                                               "--timeout", "120"), actions))
+    for r in results:
+        assert r.returncode in (0, 4), r.stdout + r.stderr
+        rows = {x["pid"]: x for x in json.loads(r.stdout)["processes"]}
+        assert rows[sched.pid]["acknowledged"], rows  # its own answer, done or refused
+        assert r.returncode == (0 if all(x["ok"] for x in rows.values() if x["waited"]) else 4)
+    _agree(d)
+    _same_tokens(server)
+
+
+def test_a_timeout_that_is_not_a_number_is_refused_at_once(server):
+    """Defect 7: `--timeout nan` against a process that does not answer never returned."""
+    for bad in ("nan", "inf", "-inf", "1e999"):
+        r = _cli("fix", "apply", FIX, "--run-dir", str(server.run_dir), "--timeout", bad,
+                 timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_recreated_run_directory_is_not_obeyed(server):  # last: it removes the run dir
+    """Defect 5: after `rm -rf D && mkdir -m 700 D` the live engine was unreachable and nothing
+    said where it went: its agents now go on in a directory that names D, and diag says so."""
     sched = _scheduler(server.run_dir)
     d = server.run_dir
     shutil.rmtree(d)
     d2 = rundir.create_run_dir(d)  # another run takes the path
     rundir.write_meta(d2, cmd=["another run"])
-    rid = rundir.request(d2, FIX, "revert")
+    rid = rundir.request(d2, FIX, "revert", wait=False)
     time.sleep(2.0)  # 40 polls of every agent
     assert not list(d2.glob(f"events-{sched.pid}*")), sorted(p.name for p in d2.iterdir())
     assert rundir.read_process(d2, sched.pid).acks.get(rid) is None
     assert _status(server) == {}  # nobody there: and that is true
+    moved = _wait("where the engine went", lambda: rundir.moved_to(d))
+    _moved.extend(moved)
+    r = _cli("fix", "revert", FIX, "--run-dir", str(d))
+    assert r.returncode == 3 and f"its agents now write to {moved[0]}" in r.stderr, r.stderr
+    r = _cli("fix", "revert", FIX, "--run-dir", str(moved[0]), "--json", "--timeout", "60")
+    rows = {x["pid"]: x for x in json.loads(r.stdout)["processes"]}
+    assert rows[sched.pid]["acknowledged"], r.stdout + r.stderr  # reachable again
+    _agree(moved[0])
     _same_tokens(server)
     assert server.proc.poll() is None

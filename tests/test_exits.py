@@ -73,7 +73,43 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["fix", "revert", "draft-extend-allowlist", "--pid", "5"], 2, "give --run-dir"),
         (["fix", "apply", "draft-extend-allowlist", "--pid", "0"], 2, "0 is not in the range"),
         (["fix", "apply", "draft-extend-allowlist", "--timeout", "-1"], 2,
-         "-1.0 is not in the range x>0"),
+         "-1.0 is not in the range 0<x<=86400"),
+        # every number: nan and inf compare false with every bound (a wait that never ends),
+        # huge ones overflow a sleep
+        (["fix", "apply", "draft-extend-allowlist", "--run-dir", str(tmp), "--timeout", "nan"],
+         2, "'nan' is not a finite number of seconds"),
+        (["fix", "revert", "draft-extend-allowlist", "--timeout", "inf"], 2,
+         "'inf' is not a finite number of seconds"),
+        (["fix", "apply", "draft-extend-allowlist", "--timeout", "1e300"], 2,
+         "is not in the range 0<x<=86400"),
+        (["fix", "apply", "draft-extend-allowlist", "--run-dir", str(tmp), "--pid",
+          "99999999999999999999"], 2, "is not in the range 1<=x<=4194304"),
+        (["tui", "--poll", "nan"], 2, "'nan' is not a finite number of seconds"),
+        (["tui", "--poll", "1e300"], 2, "is not in the range 0.25<=x<=3600"),
+        (["tui", "--once", "--width", "99999999999"], 2, "is not in the range 40<=x<=10000"),
+        (["fleet", "--prometheus", "http://127.0.0.1:9", "--timeout", "-inf"], 2,
+         "'-inf' is not a finite number of seconds"),
+        (["bench", "--param", "heap_objects=100000000000"], 2,
+         "--param heap_objects='100000000000': must be <= 5e+07"),
+        (["bench", "--param", "queue_ms=nan"], 2, "expected a finite number"),
+        (["bench", "--param", "cycles=1e400"], 2, "expected an integer"),
+        # every id, path and version: empty is not "the default"
+        (["fix", "apply", "", "--run-dir", str(tmp)], 2, "Invalid value for 'ID': '' is empty"),
+        (["fix", "revert", " ", "--run-dir", str(tmp)], 2, "' ' is empty"),
+        (["fix", "check", "--require", ""], 2, "Invalid value for '--require': '' is empty"),
+        (["fix", "check", "--python", ""], 2, "Invalid value for '--python': '' is empty"),
+        (["fix", "status", "--run-dir", ""], 2, "Invalid value for '--run-dir': '' is empty"),
+        (["diagnose", "--run-dir", ""], 2, "Invalid value for '--run-dir': '' is empty"),
+        (["diagnose", "--sglang", ""], 2, "Invalid value for '--sglang': '' is empty"),
+        (["bench", "--sglang", " "], 2, "Invalid value for '--sglang': ' ' is empty"),
+        (["env", "--sglang", ""], 2, "Invalid value for '--sglang': '' is empty"),
+        (["tui", "--once", "--run-dir", ""], 2, "Invalid value for '--run-dir': '' is empty"),
+        (["tui", "--once", "--export", ""], 2, "Invalid value for '--export': '' is empty"),
+        (["run", "--fix", "", "--", "true"], 2, "--fix '': an empty id"),
+        (["run", "--fix", "draft-extend-allowlist,,x", "--", "true"], 2, "an empty id"),
+        (["run", "--probe", " ", "--", "true"], 2, "--probe ' ': an empty id"),
+        (["run", "--run-dir", "", "--", "true"], 2, "Invalid value for '--run-dir': '' is empty"),
+        (["run", "--", ""], 127, "the command to run is an empty string"),
         (["fix", "revert", "draft-extend-allowlist", "--timeout", "0"], 2, "not in the range"),
         (["fix", "apply", "nope"], 2, "unknown fix 'nope'"),
         (["fix", "list", "--server", "http://h:65536"], 2, "from 1 to 65535"),
@@ -100,8 +136,8 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         # tui
         (["tui", "--once", "--run-dir", missing], 3, "does not exist"),
         (["tui", "--once", "--server", "ftp://x"], 2, "scheme ftp://"),
-        (["tui", "--once", "--width", "10"], 2, "10 is not in the range x>=40"),
-        (["tui", "--poll", "0"], 2, "0.0 is not in the range x>=0.25"),
+        (["tui", "--once", "--width", "10"], 2, "10 is not in the range 40<=x<=10000"),
+        (["tui", "--poll", "0"], 2, "0.0 is not in the range 0.25<=x<=3600"),
         # fleet
         (["fleet", "--prometheus", "ftp://x"], 2, "is not an http(s) URL"),
         (["fleet", "--prometheus", "http://127.0.0.1:9", "--window", "abc"], 2,
@@ -181,6 +217,15 @@ def test_broken_tree_that_still_parses_is_a_target_error(release, tmp_path):
                                   "--platform", "hip", "--json"], catch_exceptions=False)
     assert r.exit_code == 3 and r.stdout == "", r.output
     assert f"{worker}: no class EagleDraftWorker or EAGLEWorkerV2 in it" in r.stderr
+    # issue 31, defect 6: a symlink loop in the user's tree was "probe crashed ... report it"
+    worker.unlink()
+    worker.symlink_to(worker.name)  # a link to itself: ELOOP on every read
+    r = CliRunner().invoke(main, ["diagnose", "--sglang", str(root), "--platform", "hip",
+                                  "--no-execute"], catch_exceptions=False)
+    assert r.exit_code == 3, r.output
+    assert r.stderr.strip() == (f"diag: error: {worker}: a symbolic link that leads nowhere (a "
+                                "loop, or its target is gone): not a readable SGLang tree; fix "
+                                "the link or pass --sglang VERSION")
 
 
 # ------------------------------------------------------------------------------ stdout

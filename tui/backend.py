@@ -146,8 +146,9 @@ class Backend:
 
     # ---------------------------------------------------------------- live sources
 
-    def poll_run_dir(self) -> tuple[Any, list[dict[str, Any]]]:
-        """(RunState, every event so far); raises DiagError for a missing or unsafe directory."""
+    def poll_run_dir(self) -> tuple[Any, list[Any]]:
+        """(RunState, every typed event so far); raises DiagError for a missing or unsafe
+        directory."""
         state, _new = self._reader.poll()
         return state, list(self._reader.events)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -291,7 +290,7 @@ def request_engine_fix(run_dir: str, fix_id: str, action: str) -> str:
     d = rundir.check_run_dir(run_dir)
     if not rundir.read_state(d).live:
         raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
-    return rundir.request(d, fix_id, action)
+    return rundir.request(d, fix_id, action, wait=False)  # the TUI reads the acks as they come
 
 
 def request_acks(state: Any, request_id: str) -> str | None:
@@ -318,70 +317,37 @@ def discover_run_dirs() -> list[str]:
 
 
 class RunDirReader:
-    """Tails a run directory's event files (`events-<pid>[.1].jsonl`, schema in `diag.engine.rundir`).
-
-    Each poll reads only what was appended since the last one; the fix states and acks come from
-    `rundir.read_state`, the one authority on them. Raises DiagError on an unsafe/missing dir.
-    """
+    """The TUI's view of a run directory: `rundir.RunReader` (the one reader: each poll reads
+    only what the event files gained) and the typed events kept so far. Raises DiagError on an
+    unsafe/missing dir."""
 
     MAX_EVENTS = 50_000
 
     def __init__(self, run_dir: str) -> None:
-        self.run_dir = run_dir
-        self.offsets: dict[str, int] = {}
-        self.events: deque[dict[str, Any]] = deque(maxlen=self.MAX_EVENTS)
-
-    def poll(self) -> tuple[Any, list[dict[str, Any]]]:
-        from pathlib import Path
-
         from diag.engine import rundir
 
-        state = rundir.read_state(self.run_dir)
-        d = Path(state.run_dir)
-        new: list[dict[str, Any]] = []
-        for path in sorted(d.glob("events-*.jsonl")):
-            if path.name.count(".") > 1:
-                continue  # a rotated file: its totals are in the new file's snapshot
-            new.extend(self._tail(path))
-        new.sort(key=lambda e: e.get("ts", 0))
+        self.run_dir = run_dir
+        self.reader = rundir.RunReader(run_dir)
+        self.events: deque[Any] = deque(maxlen=self.MAX_EVENTS)
+
+    def poll(self) -> tuple[Any, list[Any]]:
+        """(RunState, the typed events new since the last poll)."""
+        state, new = self.reader.poll()
         self.events.extend(new)
         return state, new
 
-    def _tail(self, path) -> list[dict[str, Any]]:
-        key = str(path)
-        from diag.engine import rundir
-
-        fh = rundir.open_regular(path)  # never a FIFO or a link to a device
-        if fh is None:
-            return []
-        try:
-            with fh:
-                size = os.fstat(fh.fileno()).st_size
-                off = self.offsets.get(key, 0)
-                if size < off:
-                    off = 0  # rotated: the file started over
-                fh.seek(off)
-                chunk = fh.read(size - off)
-        except OSError:
-            return []
-        end = chunk.rfind(b"\n") + 1  # a half-written last line waits for the next poll
-        self.offsets[key] = off + end
-        out = []
-        for line in chunk[:end].splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict):
-                out.append(ev)
-        return out
-
 
 def lost_suffix(state: Any) -> str:
-    """`, 17 events lost` across the run's processes (the header says it), or ""."""
+    """`, 17 events lost` across the run's processes (the header says it), what could not be
+    read, and where a replaced directory's engine went; or ""."""
     n = sum(int(((p.counters or {}).get("lost") or {}).get("events") or 0)
             for p in state.processes.values())
-    return f", {n} events lost" if n else ""
+    bad = sum(sum((getattr(p, "problems", None) or {}).values())
+              for p in state.processes.values())
+    moved = getattr(state, "moved_to", None) or []
+    return (f", {n} events lost" if n else "") + \
+        (f", {bad} read problems (diag fix status)" if bad else "") + \
+        (f", replaced under a live engine: now {moved[0]}" if moved else "")
 
 
 def engine_fix_states(state: Any) -> dict[str, str]:
@@ -433,16 +399,19 @@ class ProcessView:
     lost: str = ""  # "events lost since 12:03:04: 17 (ENOSPC ...)", "" when none
 
 
-def engine_processes(state: Any, events: list[dict[str, Any]] | None = None) -> list[ProcessView]:
+def engine_processes(state: Any, events: list[Any] | None = None) -> list[ProcessView]:
     """Every process of the run (live first): its fixes, newest event and agent errors.
 
     The agent's errors are the events its `Aggregator` counts under `errors`; the newest one's
     text is the last event that carries `where` and `message` (the error event's fields), from
     `events` (all kept so far) or else the process's last events."""
+    from diag import events as ev_types
+
     errors: dict[Any, str] = {}
     for ev in events or []:
-        if "where" in ev and "message" in ev:
-            errors[ev.get("pid")] = f"{ev['where']}: {ev['message']}"
+        e = ev if isinstance(ev, ev_types.Event) else ev_types.parse(ev)
+        if isinstance(e, ev_types.Error):
+            errors[e.pid] = f"{e.where}: {e.message}"
     out = []
     for p in state.processes.values():
         fixes = ", ".join(f"{fid}={(st or {}).get('state')}" for fid, st in sorted(p.fixes.items()))
@@ -732,7 +701,7 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
     # probe whose counter emits the kind was applied in that process at that moment
     for ev, fixed in ev_types.replay(events):
-        e, kind = ev.raw, ev.name
+        e, kind = ev.raw or ev.to_dict(), ev.name  # as written (absent keys stay absent)
         if kind not in kinds:
             continue
         # a counter that folds its passes in the engine says how many one event holds

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from diag.cli.common import guarded, log
+from diag.cli.common import given, guarded, log
 from diag.errors import EXIT_USAGE, DiagError
 from diag.schemas import SCHEMA_VERSION
 
@@ -74,7 +74,7 @@ def bench_params(ids: list[str], raw: tuple[str, ...]) -> dict[str, dict[str, An
 @click.argument("fix_ids", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--quick", is_flag=True, help="Fewer repeats (a smoke run, not a measurement).")
-@click.option("--sglang", "sglang", metavar="PATH|VERSION",
+@click.option("--sglang", "sglang", metavar="PATH|VERSION", callback=given,
               help="The SGLang release whose real code a bench runs (default: as diagnose).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Bench parameter (e.g. layers=12, hidden=1024, batch=8).")

@@ -43,6 +43,29 @@ def _server_url(_ctx: click.Context, _param: click.Parameter, value: str | None)
         raise click.BadParameter(str(e)) from None
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds: a finite number in the range (never `nan` nor `inf`, which compare
+    false with every bound and would wait forever), at most `max` (a day by default: more is a
+    typo, and `time.sleep` overflows on huge values)."""
+
+    name = "seconds"
+
+    def __init__(self, min: float = 0.0, min_open: bool = False, max: float = 86400.0) -> None:
+        super().__init__(min=min, min_open=min_open, max=max)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        import math
+
+        v = value if isinstance(value, float) else click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return super().convert(v, param, ctx)
+
+
+PID_MAX = 1 << 22  # Linux's largest pid_max
+
+
 def _name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A backend or algorithm name: not empty, no spaces (the release judges the name itself,
     `diag.cli.validate`)."""
@@ -53,10 +76,19 @@ def _name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str
     return value
 
 
+def given(_ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A path, version or id option given as an empty string is a usage error (it would
+    quietly mean the default: another tree, every live run)."""
+    for v in value if isinstance(value, tuple) else (value,):
+        if isinstance(v, str) and not v.strip():
+            raise click.BadParameter(f"{v!r} is empty")
+    return value
+
+
 def target_options(f: Callable) -> Callable:
     """--sglang, --platform and the configuration under audit."""
     opts = [
-        click.option("--sglang", "sglang", metavar="PATH|VERSION",
+        click.option("--sglang", "sglang", metavar="PATH|VERSION", callback=given,
                      help="SGLang to diagnose: a directory holding the sglang package, or a "
                           "release version (downloaded once into the cache). Default: the "
                           "importable sglang, else the pinned default release."),
@@ -70,7 +102,7 @@ def target_options(f: Callable) -> Callable:
                      help="The server's --speculative-algorithm (EAGLE, EAGLE3, NEXTN, ...)."),
         click.option("--server", "server_url", metavar="URL", callback=_server_url,
                      help="A live SGLang server to read /server_info and /metrics from."),
-        click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(),
+        click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(), callback=given,
                      help="A run directory written by the in-engine agent (diag run)."),
     ]
     for opt in reversed(opts):

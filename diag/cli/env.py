@@ -6,11 +6,11 @@ import json
 
 import click
 
-from diag.cli.common import guarded, log
+from diag.cli.common import given, guarded, log
 
 
 @click.command()
-@click.option("--sglang", "sglang", metavar="PATH|VERSION",
+@click.option("--sglang", "sglang", metavar="PATH|VERSION", callback=given,
               help="Report this SGLang instead of the importable one.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema_version 1).")
 @guarded

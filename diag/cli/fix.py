@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from diag.cli.common import build_context, guarded, target_options
+from diag.cli.common import PID_MAX, Seconds, build_context, given, guarded, target_options
 from diag.schemas import SCHEMA_VERSION
 
 
@@ -66,7 +66,12 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
     from diag.errors import EXIT_FIX_FAILED, DiagError
 
     d = rundir.check_run_dir(run_dir)
-    live = [p.pid for p in rundir.read_state(d).live]
+    state = rundir.read_state(d)
+    live = [p.pid for p in state.live]
+    if state.moved_to:  # removed or replaced under a live engine: its agents went on there
+        raise DiagError(f"run directory {d} was removed or replaced under a live engine: its "
+                        f"agents now write to {state.moved_to[0]} (pass --run-dir "
+                        f"{state.moved_to[0]})")
     if pid is not None and pid not in live:
         raise DiagError(f"no live diag agent with pid {pid} in {d} (live: "
                         f"{', '.join(map(str, live)) or 'none'})")
@@ -155,11 +160,11 @@ def _control_command(action: str):
     @fix.command(action, help=f"{action.capitalize()} fix ID in a running engine (--run-dir DIR: "
                  "every process acknowledges; exit 4 when one refuses or does not answer), or "
                  "in this diag process.")
-    @click.argument("fix_id", metavar="ID")
-    @click.option("--pid", type=click.IntRange(min=1), default=None,
+    @click.argument("fix_id", metavar="ID", callback=given)
+    @click.option("--pid", type=click.IntRange(min=1, max=PID_MAX), default=None,
                   help="Only this process of the run (with --run-dir; default: every live "
                        "process).")
-    @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0,
+    @click.option("--timeout", type=Seconds(min=0, min_open=True), default=30.0,
                   show_default=True, help="Seconds to wait for every process to acknowledge.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @target_options
@@ -185,7 +190,7 @@ revert_cmd = _control_command("revert")
 
 
 @fix.command("status")
-@click.option("--run-dir", type=click.Path(), metavar="DIR",
+@click.option("--run-dir", type=click.Path(), metavar="DIR", callback=given,
               help="The run directory (default: every live run found on this machine).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {schema_version, runs: [{run_dir, meta, processes}]}.")
@@ -211,6 +216,9 @@ def status(run_dir: str | None, as_json: bool) -> None:
         click.echo(click.style(f"{s.run_dir}", bold=True) + (f"  {cmd}" if cmd else ""))
         if s.other_runs:
             click.echo(f"  {s.other_runs} processes of an earlier run in this directory left out")
+        for moved in s.moved_to:
+            click.echo(f"  removed or replaced under a live engine: its agents now write to "
+                       f"{moved} (diag fix status --run-dir {moved})")
         if not s.processes:
             click.echo("  no process has written events yet")
         for p in s.processes.values():
@@ -225,6 +233,8 @@ def status(run_dir: str | None, as_json: bool) -> None:
                 click.echo(f"    counter {pid_:<26} {_state_text(st)}")
             for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
+            for what, count in sorted(_items_n(p.problems)):
+                click.echo(f"    read problem: {what} ({count}x)")
             if p.last_events:
                 kinds = ", ".join(_shown(e.get("kind") if isinstance(e, dict) else None)
                                   for e in p.last_events[-5:])
@@ -247,6 +257,10 @@ def _items(d: object) -> list[tuple[str, dict]]:
         if isinstance(d, dict) else []
 
 
+def _items_n(d: object) -> list[tuple[str, int]]:
+    return [(str(k), v) for k, v in d.items() if isinstance(v, int)] if isinstance(d, dict) else []
+
+
 def _state_text(st: dict) -> str:
     reason = f"  ({st.get('reason')})" if st.get("reason") else ""
     return f"{_shown(st.get('state'))}{reason}"
@@ -256,13 +270,13 @@ def _state_text(st: dict) -> str:
 
 
 @fix.command("check")
-@click.option("--require", "required", multiple=True, metavar="ID|all",
+@click.option("--require", "required", multiple=True, metavar="ID|all", callback=given,
               help="Fixes that must be applicable or upstream (repeatable; default: all).")
 @click.option("--dry/--no-dry", default=True, show_default=True,
               help="Also apply each applicable fix in a child interpreter with the release's "
                    "code loaded; a fix whose dry run cannot run there is unverified (exit 4). "
                    "--no-dry accepts the static check alone.")
-@click.option("--python", "python", metavar="PATH",
+@click.option("--python", "python", metavar="PATH", callback=given,
               help="Interpreter for the dry application (one with SGLang's requirements).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, verdict, fixes: [...]}.")
 @target_options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from diag.cli.common import guarded
+from diag.cli.common import Seconds, guarded
 
 
 def _window(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
@@ -22,7 +22,7 @@ def _window(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
               help="Base URL of the Prometheus server that scrapes the SGLang servers' /metrics.")
 @click.option("--window", "window_s", default="15m", show_default=True, callback=_window,
               metavar="DURATION", help="How far back to look (30s, 15m, 1h, 1h30m).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0.1, max=3600), default=5.0, show_default=True,
               help="Seconds to wait for each Prometheus answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report.")
 @guarded

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from diag.cli.common import guarded
+from diag.cli.common import given, guarded
 from diag.errors import EXIT_USAGE, DiagError
 
 
@@ -45,7 +45,7 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
 @click.option("--probe", "probe_ids", multiple=True, metavar="ID|all",
               help="Switch on the runtime counter of this probe (repeatable; `all`; `diag probe "
                    "--list` shows which probes have one).")
-@click.option("--run-dir", type=click.Path(), metavar="DIR",
+@click.option("--run-dir", type=click.Path(), metavar="DIR", callback=given,
               help="Where the agents write events (created mode 0700). Default: a new directory "
                    "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
@@ -60,6 +60,14 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     from diag import fixes, probes
     from diag.engine import agent, rundir
 
+    for opt, values in (("--fix", fix_ids), ("--probe", probe_ids)):
+        for value in values:  # `--fix ''` or `--fix a,,b` would quietly ask for nothing
+            if any(not part.strip() for part in value.split(",")):
+                raise DiagError(f"{opt} {value!r}: an empty id (give an id, a comma list of "
+                                "ids, or all)", exit_code=EXIT_USAGE)
+    if not cmd[0].strip():
+        raise DiagError("the command to run is an empty string (diag run -- CMD ARGS...)",
+                        exit_code=127)
     known_fixes = fixes.all_ids()
     fx = agent._split(",".join(fix_ids), known_fixes)
     bad = [f for f in fx if f not in known_fixes]

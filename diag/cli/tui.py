@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from diag.cli.common import guarded, target_options
+from diag.cli.common import Seconds, given, guarded, target_options
 from diag.errors import EXIT_USAGE, DiagError
 
 
@@ -21,13 +21,14 @@ from diag.errors import EXIT_USAGE, DiagError
 @target_options
 @click.option("--execute/--no-execute", default=True, show_default=True,
               help="Let probes run real SGLang builders and cheap runtime checks on local torch.")
-@click.option("--poll", "poll_interval", type=click.FloatRange(min=0.25), default=1.0,
+@click.option("--poll", "poll_interval", type=Seconds(min=0.25, max=3600), default=1.0,
               show_default=True, help="Seconds between reads of the run dir / server.")
 @click.option("--export", "export_path", default="diag-tui.json", show_default=True,
+              callback=given,
               metavar="FILE", help="Where `e` writes the JSON export.")
 @click.option("--once", is_flag=True,
               help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
-@click.option("--width", type=click.IntRange(min=40), default=None,
+@click.option("--width", type=click.IntRange(min=40, max=10000), default=None,
               help="Width of the --once frame. Default: the terminal's (80 without one).")
 @guarded
 def tui(sglang: str | None, platform: str | None, attention_backend: str | None,

@@ -44,6 +44,7 @@ import traceback
 from collections import deque
 from typing import Any
 
+from diag import events as ev
 from diag import telemetry
 from diag.engine import control, rundir
 
@@ -197,15 +198,21 @@ class Agent:
 
     def _still_ours(self) -> bool:
         """False once the run directory is not this run's any more (re-created, or its run.json
-        names another run): the agent then neither writes there nor obeys it, for good."""
+        names another run): the agent then neither writes there nor obeys it, for good. A
+        directory removed under it (re-created or not) is left for `rundir.relocate`'s."""
         w = self.writer
         if w is None or w.detached:
             return False
         try:
             st = os.stat(w.run_dir)
         except OSError:
-            return True  # gone for now: writes fail and are counted; a new one is not ours
+            st = None
         why = None
+        if w.removed():  # ours is gone for good: go on in a new one that names it (relocate)
+            why = "was removed" + (" and another one made under its path" if st else "")
+            return self._move(w, why)
+        if st is None:
+            return True  # not reachable now: writes fail and are counted
         if (st.st_dev, st.st_ino) != self._dir_id:
             why = "the directory was removed and another one made under its path"
         elif self.run_id:
@@ -224,6 +231,25 @@ class Agent:
         log.warning("diag agent: run directory %s is not this run's any more (%s): no more events "
                     "there, its control requests are ignored", w.run_dir, why)
         return False
+
+    def _move(self, w: Any, why: str) -> bool:
+        """Go on writing events and reading control requests in `rundir.relocate`'s directory
+        (False, and no more events, when that fails)."""
+        old = w.run_dir
+        try:
+            new = rundir.relocate(old, self.run_id, self.pid)
+            w.move_to(new)
+            st = os.stat(new)
+            self._dir_id, self._meta_mtime = (st.st_dev, st.st_ino), None
+            self.reader = control.Reader(new)
+        except Exception as e:
+            w.detached = True
+            telemetry.remove_sink(w)
+            self.error(f"move from the removed run directory {old}", e)
+            return False
+        log.warning("diag agent: run directory %s %s: events and control requests are in %s "
+                    "now (diag fix status --run-dir %s)", old, why, new, new)
+        return True
 
     def _install_metrics(self) -> None:
         try:
@@ -250,11 +276,11 @@ class Agent:
     def _emit_start(self) -> None:
         import platform as _pf
 
-        telemetry.emit("start", ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
-                       executable=sys.executable, started=time.time(), source=self.source,
-                       sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
-                       fixes=dict(self.fixes), probes_state=dict(self.probes),
-                       control=self.control_mode)
+        ev.emit(ev.Start(ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
+                         executable=sys.executable, started=time.time(), source=self.source,
+                         sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
+                         fixes=dict(self.fixes), probes_state=dict(self.probes),
+                         control=self.control_mode))
 
     def _on_sglang(self, module: Any, emit: bool) -> None:
         """sglang was imported: evaluate and apply the requested fixes, switch counters on."""
@@ -270,7 +296,7 @@ class Agent:
                     target = find_importable()
                     self.sglang = target.version if target else None
                     if emit and target is not None:
-                        telemetry.emit("sglang", version=self.sglang, root=str(target.root))
+                        ev.emit(ev.Sglang(version=self.sglang, root=str(target.root)))
                 except Exception as e:
                     self.error("locate sglang", e)
                 ids = self.fix_ids + [f for f, on in self.desired.items()
@@ -291,7 +317,7 @@ class Agent:
         old = self.fixes.get(fid)
         self.fixes[fid] = {"state": state, "reason": reason}
         if emit and old != self.fixes[fid]:
-            telemetry.emit("fix", fix=fid, state=state, reason=reason)
+            ev.emit(ev.FixState(fix=fid, state=state, reason=reason))
 
     def _apply(self, fid: str, target: Any = None, check: bool = True,
                emit: bool = True) -> tuple[str, str]:
@@ -321,7 +347,7 @@ class Agent:
     def _fix_error(self, where: str, message: str) -> None:
         with contextlib.suppress(Exception):
             log.warning("diag agent: %s failed: %s", where, message)
-            telemetry.emit("error", where=where, message=message)
+            ev.emit(ev.Error(where=where, message=message))
 
     def _fix_state(self, fid: str) -> tuple[str, str]:
         from diag.fixes import orchestrator
@@ -382,7 +408,7 @@ class Agent:
         def set_state(state: str, reason: str = "") -> None:
             self.probes[pid] = {"state": state, "reason": reason}
             if emit:
-                telemetry.emit("probe", probe=pid, state=state, reason=reason)
+                ev.emit(ev.ProbeState(probe=pid, state=state, reason=reason))
 
         from diag import probes
 
@@ -431,7 +457,7 @@ class Agent:
         if self.probes.get(pid) != {"state": state, "reason": reason}:
             self.probes[pid] = {"state": state, "reason": reason}
             if emit:
-                telemetry.emit("probe", probe=pid, state=state, reason=reason)
+                ev.emit(ev.ProbeState(probe=pid, state=state, reason=reason))
 
     # ------------------------------------------------------------------ control
 
@@ -458,12 +484,12 @@ class Agent:
     def _on_batch_hook(self, _module: str) -> None:
         if self.control_mode != "batch":
             self.control_mode = "batch"
-            telemetry.emit("control", mode="batch", engine=self.engine)
+            ev.emit(ev.Control(mode="batch", engine=self.engine))
 
     def _mark_engine(self, why: str) -> None:
         if not self.engine:
             self.engine = True
-            telemetry.emit("control", mode=self.control_mode, engine=True, reason=why)
+            ev.emit(ev.Control(mode=self.control_mode, engine=True, reason=why))
 
     def _check_engine_title(self) -> None:
         if self.engine or "setproctitle" not in sys.modules:
@@ -543,9 +569,9 @@ class Agent:
             return None  # someone else's to reject
         log.warning("diag agent: control request %s rejected: %s", name, why)
         d = doc if isinstance(doc, dict) else {}
-        telemetry.emit("control_ack", request=name, fix=_text(d.get("fix")),
-                       action=_text(d.get("action")), ok=False, state=control.REJECTED,
-                       reason=why)
+        ev.emit(ev.ControlAck(request=name, fix=_text(d.get("fix")),
+                              action=_text(d.get("action")), ok=False, state=control.REJECTED,
+                              reason=why))
         return None
 
     def safe_point(self) -> None:
@@ -558,9 +584,9 @@ class Agent:
                     self._handle(req)
                 except Exception as e:
                     self.error(f"control request {req.get('id')}", e)
-                    telemetry.emit("control_ack", request=req.get("id"), fix=req.get("fix"),
-                                   action=req.get("action"), ok=False, state="failed",
-                                   reason=f"{type(e).__name__}: {e}")
+                    ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=_text(req.get("fix")),
+                                          action=_text(req.get("action")), ok=False,
+                                          state="failed", reason=f"{type(e).__name__}: {e}"))
 
     def _handle(self, req: dict[str, Any]) -> None:
         fid, action = str(req.get("fix")), req.get("action")
@@ -575,8 +601,8 @@ class Agent:
         else:  # revert: requests are validated before they are queued (`_checked`)
             ok, state, reason = self._revert(fid)
         self.fixes[fid] = {"state": state, "reason": reason}
-        telemetry.emit("control_ack", request=req.get("id"), fix=fid, action=action, ok=ok,
-                       state=state, reason=reason)
+        ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=fid, action=_text(action), ok=ok,
+                              state=state, reason=reason))
 
     # ------------------------------------------------------------------ errors, fork
 
@@ -584,7 +610,7 @@ class Agent:
         try:
             log.warning("diag agent: %s failed: %s: %s", where, type(exc).__name__, exc)
             log.debug("%s", "".join(traceback.format_exception(exc)))
-            telemetry.emit("error", where=where, message=f"{type(exc).__name__}: {exc}")
+            ev.emit(ev.Error(where=where, message=f"{type(exc).__name__}: {exc}"))
         except Exception:
             pass
 

@@ -8,9 +8,13 @@ another run's id, an unknown fix or action. A FIFO, a directory or a link is ski
 could block the agent's thread), a file over `MAX_BYTES` is rejected unread.
 
 Handled requests are pruned by the writer of the next one: a request superseded by a newer one
-for the same fix and process, a request to a process that is gone, and anything rejected older
-than `JUNK_AGE_S` (every agent has seen it by then). So the folder holds about one request per
-fix, and a process that starts later replays only what still matters.
+for the same fix and process once an agent acknowledged it and no live command waits for it, a
+request to a process that is gone, and anything rejected older than `JUNK_AGE_S` (every agent
+has seen it by then). A request no agent has acknowledged is never pruned (two commands racing
+each get their own answer). A command that waits for its request's answers says so with
+``control/.wait-<id>`` (its pid) from before the request exists until it has its answers. So
+the folder holds about one request per fix, and a process that starts later replays only what
+still matters.
 """
 
 from __future__ import annotations
@@ -115,11 +119,43 @@ class Reader:
         return out
 
 
-def prune(folder: Path, keep: str, alive: Any = None, now: float | None = None) -> int:
-    """Remove requests that no longer matter (see the module docstring); how many."""
+WAIT_PREFIX = ".wait-"
+
+
+def waiting(folder: Path, rid: str) -> bool:
+    """Whether a live command waits for the answers to request `rid`."""
+    try:
+        pid = int((folder / f"{WAIT_PREFIX}{rid}").read_text(encoding="ascii").strip() or 0)
+    except (OSError, ValueError):
+        return False
+    return _pid_alive(pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, not ours to signal
+    return True
+
+
+def prune(folder: Path, keep: str, alive: Any = None, now: float | None = None,
+          acked: Any = None) -> int:
+    """Remove requests that no longer matter (see the module docstring); how many.
+    `alive(pid)`: whether an addressed process lives; `acked(id)`: whether any agent
+    acknowledged a request (without it, no superseded request is removed)."""
     import time
 
     now = time.time() if now is None else now
+    with contextlib.suppress(OSError):
+        for n in os.listdir(folder):  # markers of commands that died waiting
+            if n.startswith(WAIT_PREFIX) and not waiting(folder, n[len(WAIT_PREFIX):]):
+                with contextlib.suppress(OSError):
+                    os.unlink(folder / n)
     latest: dict[tuple[Any, Any], str] = {}
     gone = 0
     try:
@@ -140,10 +176,11 @@ def prune(folder: Path, keep: str, alive: Any = None, now: float | None = None) 
             with contextlib.suppress(OSError):
                 drop = now - os.lstat(path).st_mtime > JUNK_AGE_S
         else:
-            key = (doc.get("fix"), doc.get("pid"))
-            if key in latest or (doc.get("pid") is not None and alive is not None
-                                 and not alive(doc["pid"])):
+            key, rid = (doc.get("fix"), doc.get("pid")), n[: -len(".json")]
+            if doc.get("pid") is not None and alive is not None and not alive(doc["pid"]):
                 drop = True
+            elif key in latest:
+                drop = acked is not None and acked(rid) and not waiting(folder, rid)
             else:
                 latest[key] = n
         if drop:

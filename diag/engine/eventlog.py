@@ -2,10 +2,11 @@
 
 `events-<pid>.jsonl` gets one JSON line per event, flushed. Each event takes the next sequence
 number `n` whether or not its line could be written, so a reader sees lost events as a jump.
-A write that fails (a full disk, the file removed or replaced, the directory gone) is counted,
-logged once (then at most once a minute, with the count), and the engine goes on; at the first
-write that works again the writer puts a `gap` event (how many, since when, why) and a `snapshot`
-(the true totals and states) before it, so readers stop showing what they last knew.
+A write that fails (a full disk, the file removed or replaced, the directory gone) and a file
+truncated under the writer (the events in it gone) are counted, logged once (then at most once
+a minute, with the count), and the engine goes on; at the first write that works again the
+writer puts a `gap` event (how many, since when, why) and a `snapshot` (the true totals and
+states) before it, so readers stop showing what they last knew.
 
 `state-<pid>.json` is a small file preallocated at start and rewritten in place (same blocks, so
 it can still be written when the disk is full): the last `n`, the loss, the fix states, the last
@@ -102,6 +103,7 @@ class EventWriter:
         self._logged_lost = 0
         self._retry_at = 0.0
         self._since_check = 0  # events written since the last `check()`
+        self._in_file = 0  # events this writer put into the current file since it opened it
         self.on_lost: Callable[[int, str], None] | None = None  # (how many, why): metrics
         self.detached = False  # the run directory is not ours any more: write nothing
         self._acks: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -174,6 +176,7 @@ class EventWriter:
                     os.ftruncate(self._fd, before)
             raise
         self._size = before + done
+        self._in_file += len(docs)
 
     def _open_in_dir(self, path: Path, flags: int) -> int:
         if self._dir_fd is None:
@@ -183,6 +186,7 @@ class EventWriter:
     def _open_fd(self) -> None:
         self._fd = self._open_in_dir(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._size = os.fstat(self._fd).st_size
+        self._in_file = 0
 
     def _try_open(self) -> None:
         """(Re)open the file; after a loss, first a `gap` marker and a `snapshot` of the truth."""
@@ -197,9 +201,8 @@ class EventWriter:
                 self._last_n = snap["n"]
                 try:
                     self._put(gap, snap)
-                except OSError:
-                    self.lost += 2  # the markers were numbered too
-                    self.agg.counters["lost"]["events"] += 2
+                except OSError as e:
+                    self._lose(2, _why(e))  # the markers were numbered too: lost like any event
                     raise
                 log.warning("diag agent: events are written again to %s (%d lost since %s)",
                             self.path, self.lost,
@@ -263,6 +266,10 @@ class EventWriter:
                 if self._fd is not None and self._replaced():
                     self._lose(self._since_check, "events file removed or replaced")
                     self._retry_at = 0.0
+                elif self._fd is not None and self._truncated():
+                    # what readers can no longer see; written again after a gap and snapshot
+                    self._lose(max(1, self._in_file - self._lines_now()), "events file truncated")
+                    self._retry_at = 0.0
                 self._since_check = 0
                 if self._fd is None and self.lost:
                     self._try_open()
@@ -270,6 +277,29 @@ class EventWriter:
                     self._write_state()
         except Exception as e:
             self.failed = f"{type(e).__name__}: {e}"
+
+    def _truncated(self) -> bool:
+        """Cut shorter than what this writer wrote into it (by hand, a log tool)."""
+        try:
+            return os.fstat(self._fd).st_size < self._size
+        except OSError:
+            return False
+
+    def _lines_now(self) -> int:
+        """Lines left in the (truncated, so small) current file."""
+        try:
+            fd = self._open_in_dir(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return 0
+        try:
+            count = 0
+            while chunk := os.read(fd, 1 << 16):
+                count += chunk.count(b"\n")
+            return count
+        except OSError:
+            return 0
+        finally:
+            os.close(fd)
 
     def _replaced(self) -> bool:
         try:
@@ -317,6 +347,37 @@ class EventWriter:
             self._state_dirty = False
         except OSError:
             self._state_dirty = True
+
+    def removed(self) -> bool:
+        """Whether the run directory this writer holds open was removed (for good: a removed
+        directory never comes back; one made under its path is another)."""
+        try:
+            return self._dir_fd is not None and os.fstat(self._dir_fd).st_nlink == 0
+        except OSError:
+            return False
+
+    def move_to(self, run_dir: str | os.PathLike) -> None:
+        """Write from now on into `run_dir` (the agent's directory was removed or replaced under
+        it): the new events file starts with a snapshot of everything so far, the numbering
+        goes on. Raises OSError when the new directory cannot be used."""
+        new = Path(run_dir)
+        dir_fd = os.open(new, os.O_RDONLY | os.O_DIRECTORY)
+        with self._lock:
+            for name in ("_fd", "_state_fd", "_dir_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                    setattr(self, name, None)
+            self.run_dir, self.path, self._dir_fd = new, new / self.path.name, dir_fd
+            self._open_state()
+            self._open_fd()
+            snap = self.agg.snapshot(time.time(), self.pid, next(self._n))
+            self._last_n = snap["n"]
+            self._put(snap)
+            self.lost, self.lost_since, self.failed = 0, None, None
+            self.detached = False
+            self._write_state()
 
     def close(self) -> None:
         with self._lock:

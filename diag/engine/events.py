@@ -1,9 +1,7 @@
-"""The run directory's event stream, typed: one class per event kind, its parsing, and ONE fold.
+"""The run directory's event stream: the runtime counters' event kinds and ONE fold.
 
-Every event has ``ts`` (epoch seconds), ``kind``, ``pid`` and ``n`` (per-process sequence
-number); the fields of each kind are the dataclass fields of its class below. Parsing never
-raises: an unknown kind becomes a plain `Event`, unknown keys are kept in ``extra``, a value of
-the wrong type falls back to the field's default (and is kept in ``extra`` too).
+The event base, the kind registry, parsing and the agent's own kinds live in the core module
+`diag.events` (re-exported here); this module adds the counter kinds and the fold.
 
 Counter events (`CounterEvent`) are what probes' runtime counters emit (the kinds a probe's
 `Counter(events=...)` declares). Each class says how its events aggregate per process
@@ -19,7 +17,6 @@ started after the cap) carries the totals of everything before it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections import deque
@@ -27,292 +24,29 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from diag.events import (  # noqa: F401  (the core's names, where readers look)
+    REJECTED,
+    Control,
+    ControlAck,
+    Error,
+    Event,
+    FixState,
+    Gap,
+    ProbeState,
+    Sglang,
+    Snapshot,
+    Start,
+    _coerce,
+    _fix_states,
+    emit,
+    empty_lost,
+    kind,
+    kinds,
+    parse,
+    parse_line,
+)
+
 LAST_EVENTS = 20
-REJECTED = "rejected"  # a control request's acknowledgement state when it was not obeyed
-
-
-# ----------------------------------------------------------------------------- the base
-
-
-@dataclass
-class Event:
-    """An event of any kind (also one this diag does not know: all its keys are in `extra`)."""
-
-    kind: ClassVar[str] = ""
-    ts: float = 0.0
-    pid: int | None = None
-    n: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        """The event's `kind` as written (an unknown kind's own name)."""
-        return self.kind or str(self.raw.get("kind"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.raw)
-
-    def apply(self, fold: Fold) -> None:
-        """What this event changes in a process's state (default: nothing beyond counting it)."""
-
-    def fix_states(self) -> dict[str, str]:
-        """{fix id: state} this event reports (start, fix, control_ack)."""
-        return {}
-
-
-_KINDS: dict[str, type[Event]] = {}
-
-
-def kind(cls: type[Event]) -> type[Event]:
-    """Register an event class under its `kind`."""
-    _KINDS[cls.kind] = cls
-    return cls
-
-
-def kinds() -> dict[str, type[Event]]:
-    return dict(_KINDS)
-
-
-def _coerce(value: Any, default: Any, typ: str) -> tuple[Any, bool]:
-    """(value as the field's type, ok). Lenient: ints and floats convert, None stays None."""
-    if value is None:
-        return None, True
-    t = typ.replace(" ", "")
-    try:
-        if t.startswith("float"):
-            if isinstance(value, bool):
-                return default, False
-            v = float(value)
-            return (v, True) if math.isfinite(v) else (default, False)
-        if t.startswith("int"):
-            if isinstance(value, bool):
-                return default, False
-            return int(value), True
-        if t.startswith("bool"):
-            return (value, True) if isinstance(value, bool) else (default, False)
-        if t.startswith("str"):
-            return (value, True) if isinstance(value, str) else (str(value), True)
-        if t.startswith("dict"):
-            return (value, True) if isinstance(value, dict) else (default, False)
-        if t.startswith("list"):
-            return (value, True) if isinstance(value, list) else (default, False)
-    except (TypeError, ValueError, OverflowError):
-        return default, False
-    return value, True
-
-
-def parse(doc: dict[str, Any]) -> Event:
-    """The typed event for one decoded JSON object. Never raises."""
-    if not isinstance(doc, dict):
-        return Event(extra={"value": doc}, raw={})
-    cls = _KINDS.get(str(doc.get("kind")), Event)
-    kw: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    names = {"kind", "extra", "raw"}
-    for f in dataclasses.fields(cls):
-        if f.name in names:
-            continue
-        if f.name in doc:
-            default = f.default if f.default is not dataclasses.MISSING else \
-                (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-            value, ok = _coerce(doc[f.name], default, str(f.type))
-            kw[f.name] = 0.0 if value is None and f.name == "ts" else value
-            if not ok:
-                extra[f.name] = doc[f.name]
-    for k, v in doc.items():
-        if k not in names and k not in kw:
-            extra[k] = v
-    return cls(**kw, extra=extra, raw=doc)
-
-
-def parse_line(line: str | bytes) -> Event | None:
-    """The event of one JSON line; None for a line that is not a JSON object."""
-    try:
-        doc = json.loads(line)
-    except (ValueError, TypeError):
-        return None
-    return parse(doc) if isinstance(doc, dict) else None
-
-
-def _fix_states(value: Any) -> dict[str, dict[str, Any]]:
-    out = {}
-    for fid, st in (value or {}).items() if isinstance(value, dict) else ():
-        if isinstance(st, dict):
-            out[str(fid)] = {"state": st.get("state"), "reason": st.get("reason", "")}
-        elif isinstance(st, str):
-            out[str(fid)] = {"state": st, "reason": ""}
-    return out
-
-
-# ----------------------------------------------------------------------------- agent events
-
-
-@kind
-@dataclass
-class Start(Event):
-    """A process's agent started (the first event of each process)."""
-
-    kind: ClassVar[str] = "start"
-    ppid: int | None = None
-    argv: list[str] = field(default_factory=list)
-    python: str | None = None
-    executable: str | None = None
-    started: float | None = None
-    source: str | None = None  # bootstrap | plugin | api
-    sglang: str | None = None
-    fixes_requested: list[str] = field(default_factory=list)
-    probes: list[str] = field(default_factory=list)
-    fixes: dict[str, Any] = field(default_factory=dict)  # {id: {state, reason}}
-    probes_state: dict[str, Any] = field(default_factory=dict)
-    control: str | None = None  # "poll" at start
-
-    def apply(self, fold: Fold) -> None:
-        fold.start = self.to_dict()
-        fold.fixes.update(_fix_states(self.fixes))
-
-    def fix_states(self) -> dict[str, str]:
-        return {f: str(st["state"]) for f, st in _fix_states(self.fixes).items() if st["state"]}
-
-
-@kind
-@dataclass
-class Sglang(Event):
-    """SGLang was imported in this process (the release found)."""
-
-    kind: ClassVar[str] = "sglang"
-    version: str | None = None
-    root: str | None = None
-
-    def apply(self, fold: Fold) -> None:
-        fold.sglang = self.version
-
-
-@kind
-@dataclass
-class Control(Event):
-    """Where this process applies control requests: "batch" | "poll"; and whether it is an
-    engine process (`engine`: it runs batches, a per-batch hook ran or its title names an SGLang
-    scheduler; `diag fix apply` waits only for those once the run has one), with `reason`."""
-
-    kind: ClassVar[str] = "control"
-    mode: str | None = None
-    engine: bool | None = None
-    reason: str | None = None
-
-    def apply(self, fold: Fold) -> None:
-        if self.mode:
-            fold.control = self.mode
-        if self.engine is not None:
-            fold.engine = bool(self.engine)
-
-
-@kind
-@dataclass
-class ProbeState(Event):
-    """A runtime counter's state: on | pending | unavailable | failed."""
-
-    kind: ClassVar[str] = "probe"
-    probe: str | None = None
-    state: str | None = None
-    reason: str = ""
-
-    def apply(self, fold: Fold) -> None:
-        if self.probe:
-            fold.probes[self.probe] = {"state": self.state, "reason": self.reason or ""}
-
-
-@kind
-@dataclass
-class FixState(Event):
-    """A fix's state in this process (applied | pending | reverted | refused | upstream |
-    not-needed | not-applicable | failed)."""
-
-    kind: ClassVar[str] = "fix"
-    fix: str | None = None
-    state: str | None = None
-    reason: str = ""
-
-    def apply(self, fold: Fold) -> None:
-        if self.fix:
-            fold.fixes[self.fix] = {"state": self.state, "reason": self.reason or ""}
-
-    def fix_states(self) -> dict[str, str]:
-        return {self.fix: self.state} if self.fix and self.state else {}
-
-
-@kind
-@dataclass
-class ControlAck(Event):
-    """A control request acted on (once per process)."""
-
-    kind: ClassVar[str] = "control_ack"
-    request: str | None = None
-    fix: str | None = None
-    action: str | None = None  # apply | revert
-    ok: bool = False
-    state: str | None = None
-    reason: str = ""
-
-    def apply(self, fold: Fold) -> None:
-        fold.acks[str(self.request)] = self.to_dict()
-        if self.fix and self.state and self.state != REJECTED:
-            fold.fixes[self.fix] = {"state": self.state, "reason": self.reason or ""}
-
-    def fix_states(self) -> dict[str, str]:
-        """A rejected request changed nothing: it names no fix state."""
-        return {self.fix: self.state} if self.fix and self.state and self.state != REJECTED \
-            else {}
-
-
-@kind
-@dataclass
-class Error(Event):
-    """The agent hit a failure and left that part of the engine unpatched."""
-
-    kind: ClassVar[str] = "error"
-    where: str | None = None
-    message: str | None = None
-
-    def apply(self, fold: Fold) -> None:
-        fold.counters["errors"] = int(fold.counters.get("errors") or 0) + 1
-
-
-@kind
-@dataclass
-class Gap(Event):
-    """Events this process could not write (full disk, file gone): how many, since when, why.
-
-    Written at the first successful write after the loss, followed by a `snapshot` that puts the
-    true state back; the lost events' sequence numbers are the jump before it."""
-
-    kind: ClassVar[str] = "gap"
-    lost: int = 0
-    since: float | None = None
-    reason: str = ""
-
-    def apply(self, fold: Fold) -> None:
-        sec = fold.counters.setdefault("lost", empty_lost())
-        sec["events"] = int(sec.get("events") or 0) + max(0, int(self.lost or 0) - fold.jumped)
-        fold.jumped = 0
-        if self.since is not None and (sec.get("since") is None or self.since < sec["since"]):
-            sec["since"] = self.since
-        sec["reason"] = self.reason or sec.get("reason") or ""
-
-
-@kind
-@dataclass
-class Snapshot(Event):
-    """First event of a file started after the cap: the totals of everything before it."""
-
-    kind: ClassVar[str] = "snapshot"
-    counters: dict[str, Any] = field(default_factory=dict)
-    fixes: dict[str, Any] = field(default_factory=dict)
-    start: dict[str, Any] | None = None
-    probes_state: dict[str, Any] = field(default_factory=dict)
-    control: str | None = None
-    sglang: str | None = None
-    engine: bool | None = None
 
 
 # ----------------------------------------------------------------------------- counter events
@@ -680,7 +414,7 @@ class ProfilerStop(CounterEvent):
 
 def counter_kinds() -> list[type[CounterEvent]]:
     """Every counter event class, in definition order."""
-    return [c for c in _KINDS.values() if issubclass(c, CounterEvent)]
+    return [c for c in kinds().values() if issubclass(c, CounterEvent)]
 
 
 def declared_kinds() -> dict[str, list[str]]:
@@ -707,11 +441,6 @@ def started(e: Event) -> float | None:
 
 
 # ----------------------------------------------------------------------------- the fold
-
-
-def empty_lost() -> dict[str, Any]:
-    """Events a process wrote but no reader can see: `events`, the first loss (`since`), why."""
-    return {"events": 0, "since": None, "reason": ""}
 
 
 def empty_counters() -> dict[str, Any]:
@@ -750,7 +479,7 @@ class Fold:
             return e
         events = self.counters.setdefault("events", {})
         events[e.name] = events.get(e.name, 0) + 1
-        self.last.append(e.to_dict())
+        self.last.append(e.raw or e.to_dict())  # as written (what the event schema describes)
         if isinstance(e, CounterEvent):
             sec = self.counters.get(e.section)
             if sec is None:
@@ -765,7 +494,9 @@ class Fold:
         (fix states) becomes unknown until a `snapshot` says again."""
         if e.n is None or not self.check_sequence:
             return
-        if self.next_n is not None and e.n > self.next_n:
+        if self.next_n is None:
+            self.next_n = 0  # a process's first event is number 0: a file cut before is a loss
+        if e.n > self.next_n:
             missing = e.n - self.next_n
             self.jumped += missing
             sec = self.counters.setdefault("lost", empty_lost())

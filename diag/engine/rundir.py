@@ -19,6 +19,13 @@ int|null, "ts"}``. ``pid`` null means every process of the run. Each agent acts 
 and acknowledges it with a ``control_ack`` event; a process that starts later replays the
 run-wide requests in order, so every process converges on the last requested state.
 
+A directory removed under a live engine (`rm -rf D`, with or without a new `D` made after):
+its agents go on in ``runs/moved-<run id>`` beside the default run directories, whose run.json
+names ``D`` under ``replaces``; readers of ``D`` say where (`moved_to`).
+
+Readers: `RunReader` is the one reader (incremental, typed, never trusting a file: see
+`ProcessReader`); `read_state` is its first poll.
+
 Discovery: `diag run` registers its run directory in a per-user registry
 (``$XDG_RUNTIME_DIR/diag/registry`` when that exists, else ``registry`` in diag's cache
 directory, `diag.releases.cache_root()`, by default ``~/.cache/diag``), and
@@ -32,6 +39,7 @@ import errno
 import hashlib
 import itertools
 import json
+import math
 import os
 import secrets
 import stat
@@ -182,6 +190,46 @@ def discard(run_dir: Path, remove_dir: bool) -> None:
                 d.rmdir()  # only when empty: never anything else that is in there
 
 
+def relocate(old: Path, run_id: str | None, pid: int) -> Path:
+    """Where a live engine's agents go on when their run directory `old` was removed or
+    replaced under them: one new private directory per run (every process of the run computes
+    the same one), whose run.json names the directory it replaces, registered for discovery
+    and for `moved_to`."""
+    name = f"moved-{run_id}" if run_id else f"moved-pid-{pid}"
+    d = create_run_dir(_base() / "runs" / name)
+    if not read_meta(d):
+        write_meta(d, run_id=run_id, replaces=str(old), moved=time.time())
+    register(d)
+    return d
+
+
+def moved_to(run_dir: str | os.PathLike) -> list[Path]:
+    """Directories the live agents of a run moved to after `run_dir` was removed or replaced
+    under them (registered, their run.json naming `run_dir` as the one they replace)."""
+    key = str(Path(run_dir).absolute())
+    out = []
+    for d in _registered():
+        if read_meta(d).get("replaces") == key and _has_live_process(d):
+            out.append(d)
+    return out
+
+
+def _registered() -> list[Path]:
+    """The run directories of the user's registry (a damaged entry is skipped)."""
+    out: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(registry_dir().glob("*.json")):
+            fh = open_regular(entry)  # a damaged entry is skipped, never the end of discovery
+            if fh is None:
+                continue
+            with contextlib.suppress(OSError, ValueError, RecursionError), fh:
+                doc = json.loads(fh.read(1 << 16).decode("utf-8", "replace"))
+                if isinstance(doc, dict) and isinstance(doc.get("run_dir"), str) \
+                        and doc["run_dir"].strip() and "\0" not in doc["run_dir"]:
+                    out.append(Path(doc["run_dir"]))
+    return out
+
+
 def _atomic_write(path: Path, doc: dict) -> None:
     """Temp file + rename; on any failure the temp file is removed and the error re-raised."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -220,6 +268,7 @@ class ProcessState:
     control: str = "poll"  # where control requests are applied: "batch" or "poll"
     engine: bool = False  # runs batches (a scheduler): control requests must reach it
     run: str | None = None  # the run id its agent was started with
+    problems: dict[str, int] = field(default_factory=dict)  # what was wrong in what was read
 
     @property
     def holds_fixes(self) -> bool:
@@ -231,7 +280,7 @@ class ProcessState:
         return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
                 "probes": self.probes, "control": self.control, "engine": self.engine,
-                "counters": self.counters, "run": self.run,
+                "counters": self.counters, "run": self.run, "problems": self.problems,
                 "last_events": self.last_events}
 
 
@@ -241,10 +290,12 @@ class RunState:
     meta: dict[str, Any]
     processes: dict[int, ProcessState] = field(default_factory=dict)
     other_runs: int = 0  # processes of an earlier run in this directory, left out
+    # with no live process here: where the live agents of the run went (`moved_to`)
+    moved_to: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "run_dir": self.run_dir, "meta": self.meta,
-                "other_runs": self.other_runs,
+                "other_runs": self.other_runs, "moved_to": self.moved_to,
                 "processes": [p.to_dict() for p in self.processes.values()]}
 
     @property
@@ -281,25 +332,6 @@ def open_regular(path: Path):
     return os.fdopen(fd, "rb")
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    out = []
-    fh = open_regular(path)
-    if fh is None:
-        return out
-    try:
-        with fh:
-            for raw in fh:
-                if not raw.endswith(b"\n"):
-                    break  # a line being written right now
-                with contextlib.suppress(ValueError):
-                    ev = json.loads(raw.decode("utf-8", "replace"))
-                    if isinstance(ev, dict):
-                        out.append(ev)
-    except OSError:
-        pass
-    return out
-
-
 def _first_event(path: Path) -> dict[str, Any] | None:
     """The first complete event of a file, without reading the rest (up to 8 MiB)."""
     fh = open_regular(path)
@@ -314,43 +346,188 @@ def _first_event(path: Path) -> dict[str, Any] | None:
     return ev if isinstance(ev, dict) else None
 
 
-def read_process(run_dir: Path, pid: int) -> ProcessState:
-    agg = Fold()
-    for name in (f"events-{pid}.1.jsonl", f"events-{pid}.jsonl"):
-        for ev in _read_lines(run_dir / name):
-            agg.add(ev)
-    _merge_state_file(agg, read_state_file(run_dir, pid))
-    s = agg.start or {}
-    return ProcessState(pid=pid, ppid=s.get("ppid"), argv=list(s.get("argv") or []),
-                        started=s.get("started"), sglang=agg.sglang or s.get("sglang"),
-                        alive=_alive(pid, s.get("started")), fixes=agg.fixes,
-                        counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
-                        start=agg.start, probes=agg.probes, control=agg.control,
-                        engine=agg.engine, run=s.get("run"))
+def decode_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(the event object of one complete line, the problem with it). A line that starts with a
+    half line (a writer that died mid-line, a full disk, a hand-made append: the next event was
+    written after it) gives the event written after the half, and says a half line was
+    skipped; a line that is no event at all gives None."""
+    try:
+        doc = json.loads(raw)
+        return (doc, None) if isinstance(doc, dict) else (None, "a line that is not an object")
+    except (ValueError, RecursionError):
+        pass
+    at = raw.find(b'{"', 1)
+    while at > 0:  # the event glued after the half: its object starts at a later '{"'
+        try:
+            doc = json.loads(raw[at:])
+            if isinstance(doc, dict) and "kind" in doc:
+                return doc, "a half line skipped"
+        except (ValueError, RecursionError):
+            pass
+        at = raw.find(b'{"', at + 1)
+    return None, "a line that is not JSON"
 
 
-def _merge_state_file(agg: Fold, st: dict[str, Any] | None) -> None:
-    """The state file is ahead of the events when events are being lost now: its loss count,
-    acknowledgements and fix states are the truth then; a fix it does not name is unknown."""
-    if not st:
-        return
-    for ack in st.get("acks") or []:
-        if isinstance(ack, dict) and str(ack.get("request")) not in agg.acks:
-            agg.acks[str(ack.get("request"))] = ack
-    if st.get("engine"):
-        agg.engine = True
-    lost = st.get("lost") or {}
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The events of one file (complete lines only), read whole."""
+    tail = _Tail(path)
+    return [doc for doc, _why in (decode_line(raw) for raw in tail.read()[0]) if doc is not None]
+
+
+class _Tail:
+    """One events file, read from where the last read stopped. A file replaced (another inode:
+    a rotation, a hand-made copy) or truncated under the reader is reported, not read on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ident: tuple[int, int] | None = None
+        self.offset = 0
+
+    def read(self) -> tuple[list[bytes], str | None]:
+        """(new complete lines, None | "replaced" | "truncated" | "removed")."""
+        fh = open_regular(self.path)
+        if fh is None:
+            return [], ("removed" if self.ident is not None else None)
+        try:
+            with fh:
+                st = os.fstat(fh.fileno())
+                ident = (st.st_dev, st.st_ino)
+                if self.ident is not None and ident != self.ident:
+                    return [], "replaced"
+                if st.st_size < self.offset:
+                    return [], "truncated"
+                self.ident = ident
+                fh.seek(self.offset)
+                data = fh.read(st.st_size - self.offset)
+        except OSError:
+            return [], None
+        end = data.rfind(b"\n") + 1  # a line being written now waits for the next read
+        self.offset += end
+        return data[:end].splitlines(), None
+
+
+class ProcessReader:
+    """One process's events, folded as they are read: each read costs the new bytes only. When
+    the file is replaced or truncated under it, the process is read again from the start (a
+    rotation once per cap), so its state is always what a fresh read would say."""
+
+    def __init__(self, run_dir: Path, pid: int) -> None:
+        self.run_dir, self.pid = run_dir, pid
+        self.delivered = -1  # the highest sequence number handed out as new
+        self._reset()
+
+    def _reset(self) -> None:
+        self.fold = Fold()
+        self.problems: dict[str, int] = {}
+        self.tails = [_Tail(self.run_dir / f"events-{self.pid}.1.jsonl"),
+                      _Tail(self.run_dir / f"events-{self.pid}.jsonl")]
+
+    def poll(self) -> list[events.Event]:
+        """The events read now that were not handed out before."""
+        got = self._read()
+        if got is None:  # a file replaced or truncated: read everything again
+            self._reset()
+            got = self._read() or []
+        new = [e for e in got if e.n is None or e.n > self.delivered]
+        self.delivered = max([self.delivered] + [e.n for e in got if e.n is not None])
+        return new
+
+    def _read(self) -> list[events.Event] | None:
+        out: list[events.Event] = []
+        first = self.tails[0].ident is None and self.tails[1].ident is None
+        for i, tail in enumerate(self.tails):
+            if i == 0 and not first:
+                continue  # the rotated file is read once; a new rotation replaces the current
+            lines, what = tail.read()
+            if what in ("replaced", "truncated"):
+                return None
+            for raw in lines:
+                doc, why = decode_line(raw)
+                if why:
+                    self._problem(why)
+                if doc is None:
+                    continue
+                e = events.parse(doc)
+                for p in e.problems:
+                    self._problem(p)
+                self.fold.add(e)
+                out.append(e)
+        return out
+
+    def _problem(self, what: str) -> None:
+        self.problems[what] = self.problems.get(what, 0) + 1
+
+    def state(self) -> ProcessState:
+        """The process's state now: its events folded, with its state file where the file is
+        ahead of the events (events being lost now). The fold itself is not changed."""
+        agg = self.fold
+        fixes = {k: dict(v) for k, v in agg.fixes.items()}
+        acks = dict(agg.acks)
+        counters = {**agg.counters, "lost": dict(agg.counters.get("lost") or events.empty_lost())}
+        engine = agg.engine
+        st = read_state_file(self.run_dir, self.pid)
+        problems = dict(self.problems)
+        if st:
+            for ack in st.get("acks") if isinstance(st.get("acks"), list) else ():
+                e = events.parse({**ack, "kind": events.ControlAck.kind}) \
+                    if isinstance(ack, dict) else None
+                if e is None or e.problems or not e.request:  # never a made-up answer
+                    bad = ", ".join(e.problems) if e and e.problems else "an ack that is not one"
+                    problems[f"state file: {bad}"] = problems.get(f"state file: {bad}", 0) + 1
+                elif e.request not in acks:
+                    acks[e.request] = e.to_dict()
+            engine = engine or st.get("engine") is True
+            _merge_loss(counters, fixes, st, agg.next_n or 0)
+            if counters["lost"].get("events"):  # a fix the lost events named is not forgotten
+                for fid, v in _known_fixes(st).items():
+                    fixes.setdefault(fid, {"state": UNKNOWN,
+                                           "reason": f"events lost; last known: {v['state']}"})
+        s = agg.start or {}
+        started = s.get("started") if isinstance(s.get("started"), (int, float)) else None
+        return ProcessState(
+            pid=self.pid, ppid=s.get("ppid") if isinstance(s.get("ppid"), int) else None,
+            argv=[str(a) for a in s.get("argv") or []] if isinstance(s.get("argv"), list) else [],
+            started=started, sglang=agg.sglang or _str(s.get("sglang")),
+            alive=_alive(self.pid, started), fixes=fixes, counters=counters,
+            last_events=list(agg.last), acks=acks, start=agg.start, probes=dict(agg.probes),
+            control=agg.control, engine=engine, run=_str(s.get("run")),
+            problems=problems)
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _merge_loss(counters: dict[str, Any], fixes: dict[str, dict[str, Any]],
+                st: dict[str, Any], read: int) -> None:
+    """The state file is ahead of the events when events are being lost now: its loss count
+    and fix states are the truth then; a fix it does not name is unknown."""
+    lost = st.get("lost") if isinstance(st.get("lost"), dict) else {}
     n = st.get("n")
-    read = agg.next_n or 0  # the sequence number after the last event read
-    if not (isinstance(n, int) and n >= read and lost.get("now")):
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= read and lost.get("now") is True):
         return
-    sec = agg.counters.setdefault("lost", events.empty_lost())
-    sec["events"] = max(int(sec.get("events") or 0), int(lost.get("events") or 0), n - read + 1)
-    sec["since"] = sec.get("since") or lost.get("since")
-    sec["reason"] = lost.get("reason") or sec.get("reason") or ""
-    known = {f: v for f, v in (st.get("fixes") or {}).items() if isinstance(v, dict)}
-    for fid in set(agg.fixes) | set(known):
-        agg.fixes[fid] = known.get(fid) or {"state": UNKNOWN, "reason": "events lost"}
+    sec = counters["lost"]
+    was = lost.get("events") if isinstance(lost.get("events"), int) else 0
+    sec["events"] = max(int(sec.get("events") or 0), was, n - read + 1)
+    since = lost.get("since")
+    sec["since"] = sec.get("since") or (since if isinstance(since, (int, float)) else None)
+    sec["reason"] = _str(lost.get("reason")) or sec.get("reason") or ""
+    known = _known_fixes(st)
+    for fid in set(fixes) | set(known):
+        fixes[fid] = known.get(fid) or {"state": UNKNOWN, "reason": "events lost"}
+
+
+def _known_fixes(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The well-formed fix states of a state file."""
+    known = st.get("fixes") if isinstance(st.get("fixes"), dict) else {}
+    return {str(f): v for f, v in known.items()
+            if isinstance(v, dict) and isinstance(v.get("state"), str)}
+
+
+def read_process(run_dir: Path, pid: int) -> ProcessState:
+    reader = ProcessReader(Path(run_dir), pid)
+    reader.poll()
+    return reader.state()
 
 
 def pids_in(run_dir: Path) -> list[int]:
@@ -372,22 +549,46 @@ def _alive_in(run_dir: Path, pid: int) -> bool:
     return _alive(pid, started)
 
 
+class RunReader:
+    """THE reader of a run directory (`diag fix status`, `diag fix apply|revert`, the TUI, `diag
+    env`): each `poll` reads only what the event files gained since the last one and gives the
+    run's state (typed per process) and the events new since then. Raises DiagError on an
+    unsafe or missing directory."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.run_dir = check_run_dir(run_dir)
+        self.procs: dict[int, ProcessReader] = {}
+
+    def poll(self) -> tuple[RunState, list[events.Event]]:
+        d = check_run_dir(self.run_dir)
+        meta = read_meta(d)
+        state = RunState(run_dir=str(d), meta=meta)
+        rid = meta.get("run_id")
+        new: list[events.Event] = []
+        for pid in pids_in(d):
+            reader = self.procs.get(pid)
+            if reader is None:
+                reader = self.procs[pid] = ProcessReader(d, pid)
+            got = reader.poll()
+            ps = reader.state()
+            if rid and ps.run and ps.run != rid:
+                state.other_runs += 1
+                continue
+            state.processes[pid] = ps
+            new.extend(got)
+        new.sort(key=lambda e: e.ts)
+        if not state.live:
+            state.moved_to = [str(p) for p in moved_to(d)]
+        return state, new
+
+
 def read_state(run_dir: str | os.PathLike) -> RunState:
-    """Everything the run directory says: per process start info, fixes, counters, last events.
+    """Everything the run directory says now (a fresh `RunReader`'s first poll): per process
+    start info, fixes, counters, last events, problems read.
 
     Processes of another run that used this directory before (their start names another run
     id) are left out and counted in `other_runs`."""
-    d = check_run_dir(run_dir)
-    meta = read_meta(d)
-    state = RunState(run_dir=str(d), meta=meta)
-    rid = meta.get("run_id")
-    for pid in pids_in(d):
-        ps = read_process(d, pid)
-        if rid and ps.run and ps.run != rid:
-            state.other_runs += 1
-            continue
-        state.processes[pid] = ps
-    return state
+    return RunReader(run_dir).poll()[0]
 
 
 # ----------------------------------------------------------------------------- control
@@ -396,11 +597,14 @@ def read_state(run_dir: str | os.PathLike) -> RunState:
 _req_counter = itertools.count()
 
 
-def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None) -> str:
+def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None,
+            wait: bool = True) -> str:
     """Ask the agents of a run (or the one process `pid`) to apply/revert a fix; the request id.
 
-    A write that fails (a full disk, a read-only folder) is a DiagError (exit 3) naming the
-    cause, and leaves no temporary file; requests that no longer matter are pruned."""
+    With `wait` this process waits for the answers (`wait_ack`, which ends the wait): until
+    then no other command prunes the request. A write that fails (a full disk, a read-only
+    folder) is a DiagError (exit 3) naming the cause, and leaves no temporary file; requests
+    that no longer matter are pruned (`control.prune`)."""
     if action not in control.ACTIONS:
         raise DiagError(f"unknown control action {action!r} (apply or revert)")
     d = check_run_dir(run_dir)
@@ -408,16 +612,30 @@ def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | Non
     rid = f"{time.time_ns():020d}-{os.getpid()}-{next(_req_counter)}"
     doc = {"schema_version": control.VERSION, "id": rid, "run": read_meta(d).get("run_id"),
            "fix": fix_id, "action": action, "pid": pid, "ts": time.time()}
+    marker = ctl / f"{control.WAIT_PREFIX}{rid}"
     try:
         ctl.mkdir(mode=0o700, exist_ok=True)
+        if wait:  # before the request exists: no other command's prune can take it
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
         _atomic_write(ctl / f"{rid}.json", doc)
     except OSError as e:
+        with contextlib.suppress(OSError):
+            marker.unlink()
         code = errno.errorcode.get(e.errno or 0, "")
         raise DiagError(f"cannot write the control request into {ctl}: {e.strerror or e}"
                         + (f" ({code})" if code else "")) from None
     with contextlib.suppress(Exception):
-        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p))
+        acked = {r for ps in read_state(d).processes.values() for r in ps.acks}
+        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p), acked=acked.__contains__)
     return rid
+
+
+def done_waiting(run_dir: str | os.PathLike, request_id: str) -> None:
+    """This command has its answers to `request_id` (its request may be pruned now)."""
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / "control" / f"{control.WAIT_PREFIX}{request_id}").unlink()
 
 
 def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -440,12 +658,25 @@ def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None
     acknowledged by then.
     """
     d = check_run_dir(run_dir)
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
+        raise DiagError(f"timeout {timeout!r} is not a finite number of seconds >= 0")
+    try:
+        return _wait_ack(d, request_id, pid, timeout, interval, engines_only)
+    finally:
+        done_waiting(d, request_id)
+
+
+def _wait_ack(d: Path, request_id: str, pid: int | None, timeout: float, interval: float,
+              engines_only: bool) -> dict[int, dict[str, Any] | None]:
     deadline = time.monotonic() + timeout
+    readers: dict[int, ProcessReader] = {}
     while True:
         acks: dict[int, dict[str, Any] | None] = {}
         procs: dict[int, ProcessState] = {}
         for p in [pid] if pid is not None else pids_in(d):
-            ps = procs[p] = read_process(d, p)
+            reader = readers.setdefault(p, ProcessReader(d, p))
+            reader.poll()  # only what was written since the last round
+            ps = procs[p] = reader.state()
             if ps.acks.get(request_id) is not None:
                 acks[p] = ps.acks[request_id]
             elif ps.alive:
@@ -514,9 +745,6 @@ def discover() -> list[Path]:
                 consider(env[ENV_RUN_DIR])
     except Exception:
         pass
-    reg = registry_dir()
-    with contextlib.suppress(OSError):
-        for entry in sorted(reg.glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                consider(json.loads(entry.read_text(encoding="utf-8"))["run_dir"])
+    for d in _registered():
+        consider(str(d))
     return found
