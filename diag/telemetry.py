@@ -120,9 +120,10 @@ class Tally:
 
 
 class Folder:
-    """Sums one counter's events in-process and emits them as one event per key at most every
-    `every` seconds (and on `flush`, which the agent's poll thread calls): a write and a metrics
-    update per pass of a hot path is most of what a counter would cost a serving engine.
+    """Sums one counter's events in-process and emits them as one event per key on `flush`
+    (the agent's periodic work, at a batch boundary or on its poll thread), never on the hot
+    path: a write and a metrics update per pass is most of what a counter would cost a serving
+    engine. (`Tally` is the cheaper form for keys known in advance.)
 
     `add(key_fields, **sums)`: the event for a key carries the key's fields, `count_field` (how
     many adds it folds) and each summed field."""
@@ -145,9 +146,6 @@ class Folder:
             p[self.count_field] += 1
             for n, v in sums.items():
                 p[n] += v
-            due = time.monotonic() - self.last >= self.every
-        if due:
-            self.flush()
 
     def flush(self) -> None:
         with self.lock:

@@ -147,7 +147,7 @@ def test_draft_extend_eager_reasons(events, monkeypatch):
         report_schema.check("event-v1.json", {"ts": 1.0, "pid": 1, "n": 0, **e})
 
 
-def test_folder_emits_at_most_once_a_second_and_on_flush(events, monkeypatch):
+def test_folder_holds_passes_until_the_flush(events, monkeypatch):
     f = telemetry.Folder("graph_phase", "passes", every=3600)
     for _ in range(1000):
         f.add({"phase": "target-verify", "mode": "graph", "reason": None}, seconds=0.001)

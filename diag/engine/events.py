@@ -603,6 +603,41 @@ class GraphPhase(CounterEvent):
 
 @kind
 @dataclass
+class AgentTime(CounterEvent):
+    """The diag agent's own work since the last such event (control poll, counters' flush,
+    control requests applied), by where it ran: `boundary` (between batches), `thread` (the poll
+    thread, in a process with no batch boundary or an idle engine), `control` (requests applied
+    at a safe point). What the live view costs beyond its counters' hot paths, so users see it."""
+
+    kind: ClassVar[str] = "agent_time"
+    section: ClassVar[str] = "agent"
+    where: str = "thread"
+    runs: int = 0
+    seconds: float = 0.0
+    series: ClassVar[tuple[Series, ...]] = (
+        Series("agent_seconds", "counter", ("where",), "seconds",
+               "Time the diag agent spent on its own work (poll, flush, control), by where it "
+               "ran (boundary: between batches; thread: its poll thread; control)."),
+    )
+
+    def add_to(self, section: dict) -> dict:
+        w = section.setdefault(str(self.where), {"runs": 0, "seconds": 0.0})
+        w["runs"] += int(self.runs or 0)
+        w["seconds"] += float(self.seconds or 0.0)
+        return section
+
+    @classmethod
+    def describe(cls, section: dict) -> list[str]:
+        return [f"diag agent at {w}: {v['runs']} runs, {v['seconds'] * 1e3:.2f} ms"
+                for w, v in sorted(section.items())]
+
+    def record(self, metric: Metric, label: Label) -> None:
+        if self.seconds and self.seconds > 0:
+            metric("agent_seconds").labels(where=label("where", self.where)).inc(self.seconds)
+
+
+@kind
+@dataclass
 class ProfilerStop(CounterEvent):
     """One torch.profiler stop and its teardown."""
 
