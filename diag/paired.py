@@ -57,10 +57,11 @@ class Ratio:
     pairs: int
 
     def within(self, floor: Ratio) -> bool:
-        """Whether this interval lies inside the floor's interval widened around 1: the
-        difference cannot be told from the noise of the method."""
+        """Whether this ratio differs from 1 by no more than the noise floor does (the floor's
+        interval made symmetric around 1): a difference the method also shows with nothing
+        changed cannot be told from noise."""
         half = max(abs(floor.hi - 1.0), abs(1.0 - floor.lo))
-        return 1.0 - half <= self.lo and self.hi <= 1.0 + half
+        return abs(self.ratio - 1.0) <= half
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -61,6 +61,7 @@ DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
 # reported as not engine processes, and `diag fix apply` does not wait for them.
 ENGINE_TITLES = ("sglang::scheduler",)
 
+PROBE_PREFIX = "probe:"  # a control request for a probe's counter: fix "probe:<id>"
 IDLE_S = 1.0  # background work waits this long for a batch boundary before running anyway
 OWN_EVERY_S = 5.0  # the agent's own time is emitted at most this often
 
@@ -599,7 +600,8 @@ class Agent:
         from diag import fixes
 
         if why is None:
-            why = control.problem(doc, name, fixes.all_ids(), self.run_id)
+            known = fixes.all_ids() + [PROBE_PREFIX + p for p in self.probe_patches]
+            why = control.problem(doc, name, known, self.run_id)
             if why is None:
                 return doc
         elif quiet:
@@ -639,6 +641,9 @@ class Agent:
 
     def _handle(self, req: dict[str, Any]) -> None:
         fid, action = str(req.get("fix")), req.get("action")
+        if fid.startswith(PROBE_PREFIX):
+            self._switch_probe(fid[len(PROBE_PREFIX):], action == "apply", req)
+            return
         self.desired[fid] = action == "apply"
         if action == "apply":
             from diag.fixes.orchestrator import OK_APPLY
@@ -652,6 +657,22 @@ class Agent:
         self.fixes[fid] = {"state": state, "reason": reason}
         telemetry.emit("control_ack", request=req.get("id"), fix=fid, action=action, ok=ok,
                        state=state, reason=reason)
+
+    def _switch_probe(self, pid: str, on: bool, req: dict[str, Any]) -> None:
+        """Switch a probe's runtime counter on or off (a `probe:<id>` request, `apply`/`revert`;
+        `diag bench overhead` measures the counters' cost this way, between batches). Its state
+        becomes `on`/`off` (a `probe` event); the acknowledgement names no fix."""
+        patch = self.probe_patches.get(pid)
+        if patch is None:  # `_checked` lets through only the probes with a patch
+            ok, state, reason = False, "failed", f"no runtime counter of {pid!r} in this process"
+        else:
+            (patch.apply if on else patch.revert)()
+            ok, state = True, "on" if on else "off"
+            reason = f"probe {pid} switched {state} by a control request"
+            self.probes[pid] = {"state": state, "reason": reason}
+            telemetry.emit("probe", probe=pid, state=state, reason=reason)
+        telemetry.emit("control_ack", request=req.get("id"), fix=None, action=req.get("action"),
+                       ok=ok, state=state, reason=reason)
 
     # ------------------------------------------------------------------ errors, fork
 
