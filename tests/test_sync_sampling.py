@@ -131,3 +131,18 @@ def test_diag_run_exact_syncs_sets_the_env(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_the_tui_says_which_builder_counts_are_sampled():
+    from diag.tui import data
+
+    ev = [{"ts": 1.0, "kind": "start", "pid": 1, "fixes": {}},
+          {"ts": 2.0, "kind": "syncs", "pid": 1, "builder": "b", "count": 10, "calls": 5,
+           "per_call": 2, "seconds": 0.01},
+          {"ts": 3.0, "kind": "syncs", "pid": 1, "builder": "b", "count": 128, "calls": 64,
+           "per_call": 2, "seconds": 0.1, "sampled": True},
+          {"ts": 3.0, "kind": "syncs", "pid": 1, "builder": "c", "count": 0, "calls": 3,
+           "per_call": 0, "seconds": 0.01}]
+    _rows, syncs, _series = data.engine_view(ev)
+    assert [(s.builder, s.before, s.source) for s in syncs] == [
+        ("b", 2, "run dir, 64 calls sampled"), ("c", 0, "run dir")]
