@@ -22,6 +22,13 @@ applied (the safe point):
   afterwards see the new state. Programs with their own loop can call `diag.api.safe_point()` to
   apply pending requests at a point of their choosing instead (set `DIAG_CONTROL=manual`).
 
+The agent's periodic work (reading the control folder, flushing the counters that fold
+in-process, its own time as `agent_time` events) follows the same rule in an engine process: the
+poll thread only marks it due and the next batch boundary does it, so none of it lands inside a
+step; an engine that reaches no boundary for `IDLE_S` (idle) gets it done on the poll thread.
+A request for fix `probe:<id>` switches that probe's runtime counter on (`apply`) or off
+(`revert`) at the same safe point (`diag bench overhead`).
+
 Requests are checked first (`diag.engine.control`: an invalid one is rejected with the reason);
 a process that is not an engine process applies them on the poll thread even where the per-batch
 hook is in (the launcher imports the scheduler module but runs no loop). The agent keeps to its
