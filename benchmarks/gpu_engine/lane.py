@@ -156,7 +156,7 @@ def profile(s: es.Server, out: Path, body: dict, want_stops: int, events_kind: s
     return res
 
 
-def run(work: Path, rounds: int, tokens: int) -> dict:
+def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"checks": [], "timings": {}, "servers": {}}
     add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
@@ -275,7 +275,8 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         # the counters' cost inside the diag server: switched off/on between batches, paired
         # windows, each probe's share, next to the method's noise floor
         res["in_server"] = {}
-        for label, conc, reqs, wins in (("batch 1", 1, 4, 8), ("batch 16", 16, 16, 6)):
+        for label, conc, reqs, wins in (("batch 1", 1, 4, windows),
+                                         ("batch 16", 16, 16, max(2, windows - 2))):
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
                          "--windows", str(wins), "--requests-per-window", str(reqs),
                          "--tokens", str(tokens), "--concurrency", str(conc), "--json",
@@ -387,8 +388,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--windows", type=int, default=8,
+                    help="diag bench overhead's pairs of windows at batch 1 (batch 16: 2 fewer)")
     a = ap.parse_args()
-    res = run(a.work, a.rounds, a.tokens)
+    res = run(a.work, a.rounds, a.tokens, a.windows)
     text = summary(res)
     print(text)
     if a.out:
