@@ -140,7 +140,7 @@ def _wrap_pass(original: Callable) -> Callable:
             try:
                 if batch is None:
                     batch = _batch_size(args[0]) if args else None
-                slot = _graph_slot(batch) if graph else TALLY.slot(
+                slot = (_graph.get(batch) or _graph_slot(batch)) if graph else TALLY.slot(
                     ("eager", batch, reason := _eager_reason(self, batch)), mode="eager",
                     batch=batch, reason=reason)
                 slot.n += 1
@@ -163,7 +163,8 @@ def _wrap_can_run(original: Callable) -> Callable:
     def can_run_recorded(self, forward_batch, *args, **kwargs):
         answer = original(self, forward_batch, *args, **kwargs)
         _state.answer = bool(answer)
-        _state.batch = _batch_size(forward_batch)
+        bs = getattr(forward_batch, "batch_size", None)  # ForwardBatch.batch_size: an int
+        _state.batch = bs if type(bs) is int else _batch_size(forward_batch)
         return answer
 
     return can_run_recorded
