@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, fn in cases_sink.items():
                     n = args.calls if "no GPU" in name else max(1000, args.calls // 20)
                     results[name].append(_loop(fn, obj, n) - b)
+                telemetry.flush()  # the agent's periodic work: counters fold in-process
             finally:
                 telemetry.remove_sink(writer)
-        telemetry.flush()  # the draft-extend counter folds its passes in-process
-        events = sum(1 for _ in open(writer.path))
+        events = sum(1 for _ in open(writer.path)) if writer.path.exists() else 0
         writer.close()
 
     rows = [{"case": "unwrapped call (baseline)", "ns_per_call": statistics.median(base) * 1e9,

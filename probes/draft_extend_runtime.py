@@ -7,8 +7,10 @@ hooks, at points that exist in every supported release (tests resolve them by AS
 - the draft-extend runner's graph check, `EAGLEDraftExtendCudaGraphRunner.can_run` (up to
   0.5.13.post1) / `.can_run_graph` (from 0.5.15.post1): called only when a runner exists; its
   answer during the pass decides the mode. No runner, or the check said no -> `eager`.
-Each pass is added to `COUNTERS` and folded into `draft_extend` events (mode, batch, reason,
-passes, seconds summed; one per key at most once a second: `telemetry.Folder`); an eager pass says why (`reason`): `kill-switch`
+Each pass is added in place to a preallocated slot per (mode, batch, reason) (`telemetry.Tally`:
+no allocation, no lock on the hot path), emitted by the agent's poll thread as `draft_extend`
+events (passes and seconds since the last one; `COUNTERS` sums them by mode); an eager pass
+says why (`reason`): `kill-switch`
 (SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH set, no runner), `no-runner` (none captured: the gate),
 `batch-above-captured` (a runner exists, the batch is larger than its largest captured size) or
 `runner-declined` (its check said no for another reason). The same patch carries the
@@ -21,10 +23,8 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -45,44 +45,58 @@ KILL_SWITCH = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
 CAN_RUN_RENAMED_IN = Version("0.5.15")  # 0.5.15.post1 is the first release with can_run_graph
 
 
-@dataclass
-class ModeStats:
-    count: int = 0
-    seconds: float = 0.0
-
-    @property
-    def mean(self) -> float | None:
-        return self.seconds / self.count if self.count else None
+TALLY = telemetry.Tally("draft_extend", "passes")
+_graph: dict[int | None, telemetry.Slot] = {}  # batch -> its graph slot (no key built per pass)
 
 
-@dataclass
+def _graph_slot(batch: int | None) -> telemetry.Slot:
+    s = _graph.get(batch)
+    if s is None:
+        s = _graph[batch] = TALLY.slot(("graph", batch, None), mode="graph", batch=batch,
+                                       reason=None)
+    return s
+
+
 class Counters:
-    """Per-process totals of draft-extend passes by mode."""
+    """Per-process totals of draft-extend passes by mode, read from the slots (off the hot
+    path); `reset` starts them again from now."""
 
-    modes: dict[str, ModeStats] = field(
-        default_factory=lambda: {"graph": ModeStats(), "eager": ModeStats()})
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(self) -> None:
+        self._base: dict[str, tuple[int, float]] = {}
 
-    def add(self, mode: str, seconds: float) -> None:
-        with self.lock:
-            s = self.modes.setdefault(mode, ModeStats())
-            s.count += 1
-            s.seconds += seconds
+    def _now(self) -> dict[str, tuple[int, float]]:
+        out = {"graph": (0, 0.0), "eager": (0, 0.0)}
+        for fields, n, sec in TALLY.totals():
+            c, t = out.setdefault(fields["mode"], (0, 0.0))
+            out[fields["mode"]] = (c + n, t + sec)
+        return out
 
     def snapshot(self) -> dict[str, dict[str, float | int | None]]:
-        with self.lock:
-            return {m: {"count": s.count, "seconds": s.seconds, "mean_s": s.mean}
-                    for m, s in self.modes.items()}
+        res = {}
+        for m, (c, t) in self._now().items():
+            c0, t0 = self._base.get(m, (0, 0.0))
+            c, t = c - c0, t - t0
+            res[m] = {"count": c, "seconds": t, "mean_s": t / c if c else None}
+        return res
 
     def reset(self) -> None:
-        with self.lock:
-            for s in self.modes.values():
-                s.count, s.seconds = 0, 0.0
+        self._base = self._now()
 
 
 COUNTERS = Counters()
-FOLD = telemetry.Folder("draft_extend", "passes")
-_state = threading.local()  # per thread: the graph check's answer during the current pass
+class _Pass:
+    """The graph check's answer (and batch) during the pass in progress. Plain attributes, not a
+    thread-local (~75 ns a read on a slow host): SGLang runs one draft-extend pass at a time per
+    scheduler process, on its thread, and the check is called inside it."""
+
+    __slots__ = ("answer", "batch")
+
+    def __init__(self) -> None:
+        self.answer: bool | None = None
+        self.batch: int | None = None
+
+
+_state = _Pass()
 
 
 def _can_run_name(version: str | None) -> str:
@@ -115,21 +129,24 @@ def _batch_size(obj: Any) -> int | None:
 def _wrap_pass(original: Callable) -> Callable:
     @functools.wraps(original)
     def draft_extend_for_decode_counted(self, *args, **kwargs):
-        outer = getattr(_state, "answer", None)
+        outer = _state.answer
         _state.answer, _state.batch = None, None
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         try:
             return original(self, *args, **kwargs)
         finally:
-            seconds = time.perf_counter() - t0
-            mode = "graph" if _state.answer else "eager"
-            batch = _state.batch if _state.batch is not None else \
-                (_batch_size(args[0]) if args else None)
+            graph, batch = _state.answer, _state.batch
             _state.answer = outer
-            COUNTERS.add(mode, seconds)
-            FOLD.add({"mode": mode, "batch": batch,
-                      "reason": None if mode == "graph" else _eager_reason(self, batch)},
-                     seconds=seconds)
+            try:
+                if batch is None:
+                    batch = _batch_size(args[0]) if args else None
+                slot = (_graph.get(batch) or _graph_slot(batch)) if graph else TALLY.slot(
+                    ("eager", batch, reason := _eager_reason(self, batch)), mode="eager",
+                    batch=batch, reason=reason)
+                slot.n += 1
+                slot.s += perf_counter() - t0
+            except Exception:  # counting must never break the pass
+                pass
 
     return draft_extend_for_decode_counted
 
@@ -146,7 +163,8 @@ def _wrap_can_run(original: Callable) -> Callable:
     def can_run_recorded(self, forward_batch, *args, **kwargs):
         answer = original(self, forward_batch, *args, **kwargs)
         _state.answer = bool(answer)
-        _state.batch = _batch_size(forward_batch)
+        bs = getattr(forward_batch, "batch_size", None)  # ForwardBatch.batch_size: an int
+        _state.batch = bs if type(bs) is int else _batch_size(forward_batch)
         return answer
 
     return can_run_recorded

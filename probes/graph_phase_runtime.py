@@ -10,17 +10,18 @@ size, a runner that declines), and users do not expect it. Two hooks, in every s
 - `EagleDraftWorker.draft` (speculative/eagle_worker_v2.py): one call is one draft-decode step
   (steps - 1 inner forwards); it replays the draft runner's graph, or calls the draft model
   runner's `forward` eagerly (seen by the hook above).
-Passes are folded in-process (`telemetry.Folder`) and emitted at most once a second as
-`graph_phase` events carrying the counts since the last one. Host time
-only: nothing here synchronizes the device.
+Passes are added in place to preallocated slots (`telemetry.Tally`: no allocation, no lock, no
+dict built per pass) and emitted by the agent's poll thread, off the step, as `graph_phase`
+events carrying the counts since the last one. Host time only: nothing here synchronizes the
+device.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
-import time
 from collections.abc import Callable
+from threading import get_ident
+from time import perf_counter
 from typing import Any
 
 from diag import telemetry
@@ -34,14 +35,30 @@ WORKER_DRAFT = "EagleDraftWorker.draft"
 TARGET_RUNNER_ATTRS = ("decode_cuda_graph_runner", "graph_runner", "cuda_graph_runner")
 PHASES = ("target-verify", "draft-decode")
 
-_state = threading.local()  # per thread: inside a draft step, eager forwards seen in it
+class _Draft:
+    """The draft step in progress: the thread that runs it and the eager forwards seen in it.
+    Plain attributes, not a thread-local (a read of one costs ~75 ns on a slow host): a forward
+    counts as the step's inner one only on the thread that entered the step. SGLang runs one
+    draft step at a time per scheduler process, on its thread."""
+
+    __slots__ = ("thread", "eager")
+
+    def __init__(self) -> None:
+        self.thread, self.eager = 0, 0
 
 
-FOLD = telemetry.Folder("graph_phase", "passes")
+_draft = _Draft()
 
 
-def _add(phase: str, mode: str, reason: str | None, seconds: float) -> None:
-    FOLD.add({"phase": phase, "mode": mode, "reason": reason}, seconds=seconds)
+TALLY = telemetry.Tally("graph_phase", "passes")
+# the slots of the graph passes, known in advance: the common pass does not even look one up
+_VERIFY_GRAPH = TALLY.slot(("target-verify", None), phase="target-verify", mode="graph",
+                           reason=None)
+_DRAFT_GRAPH = TALLY.slot(("draft-decode", None), phase="draft-decode", mode="graph", reason=None)
+
+
+def _eager(phase: str, reason: str) -> telemetry.Slot:
+    return TALLY.slot((phase, reason), phase=phase, mode="eager", reason=reason)
 
 
 def _bs(forward_batch: Any) -> int | None:
@@ -61,16 +78,23 @@ def eager_reason(runner: Any, batch: int | None) -> str:
 
 
 def _graph_ran(out: Any) -> bool:
+    ran = getattr(out, "can_run_graph", None)  # ModelRunnerOutput (the newer releases)
+    if ran is not None:
+        return bool(ran)
     if isinstance(out, tuple) and len(out) >= 2 and isinstance(out[1], bool):
         return out[1]
-    return bool(getattr(out, "can_run_graph", False))
+    return False
+
+
+def _draft_bs(batch: Any) -> int | None:
+    n = getattr(batch, "batch_size", None)
+    n = n() if callable(n) else n
+    return n if isinstance(n, int) else None
 
 
 def _is_verify(forward_batch: Any) -> bool:
-    mode = getattr(forward_batch, "forward_mode", None)
-    check = getattr(mode, "is_target_verify", None)
-    try:
-        return bool(check()) if callable(check) else False
+    try:  # free unless it raises (a batch without a mode is not a verify pass)
+        return bool(forward_batch.forward_mode.is_target_verify())
     except Exception:
         return False
 
@@ -86,18 +110,23 @@ def _target_runner(model_runner: Any) -> Any:
 def _wrap_forward(original: Callable) -> Callable:
     @functools.wraps(original)
     def model_runner_forward_counted(self, forward_batch, *args, **kwargs):
-        if getattr(_state, "in_draft", False):
-            _state.eager += 1  # the draft step's eager inner forward
+        if _draft.thread and _draft.thread == get_ident():
+            _draft.eager += 1  # the draft step's eager inner forward
             return original(self, forward_batch, *args, **kwargs)
-        if not _is_verify(forward_batch):
+        try:  # _is_verify, inlined (a call less per forward)
+            verify = forward_batch.forward_mode.is_target_verify()
+        except Exception:
+            verify = False
+        if not verify:
             return original(self, forward_batch, *args, **kwargs)
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         out = original(self, forward_batch, *args, **kwargs)
         try:
-            graph = _graph_ran(out)
-            _add("target-verify", "graph" if graph else "eager",
-                     None if graph else eager_reason(_target_runner(self), _bs(forward_batch)),
-                     time.perf_counter() - t0)
+            ran = getattr(out, "can_run_graph", None)  # _graph_ran's first case, inlined
+            slot = _VERIFY_GRAPH if (ran if ran is not None else _graph_ran(out)) else \
+                _eager("target-verify", eager_reason(_target_runner(self), _bs(forward_batch)))
+            slot.n += 1
+            slot.s += perf_counter() - t0
         except Exception:  # counting must never break the forward
             pass
         return out
@@ -108,21 +137,20 @@ def _wrap_forward(original: Callable) -> Callable:
 def _wrap_draft(original: Callable) -> Callable:
     @functools.wraps(original)
     def draft_counted(self, batch, *args, **kwargs):
-        outer = (getattr(_state, "in_draft", False), getattr(_state, "eager", 0))
-        _state.in_draft, _state.eager = True, 0
-        t0 = time.perf_counter()
+        outer_thread, outer_eager = _draft.thread, _draft.eager
+        _draft.thread, _draft.eager = get_ident(), 0
+        t0 = perf_counter()
         try:
             return original(self, batch, *args, **kwargs)
         finally:
-            eager = _state.eager
-            _state.in_draft, _state.eager = outer
+            eager = _draft.eager
+            _draft.thread, _draft.eager = outer_thread, outer_eager
             try:
-                n = getattr(batch, "batch_size", None)
-                n = n() if callable(n) else n
-                _add("draft-decode", "eager" if eager else "graph",
-                         eager_reason(getattr(self, "cuda_graph_runner", None),
-                                      n if isinstance(n, int) else None) if eager else None,
-                         time.perf_counter() - t0)
+                slot = _DRAFT_GRAPH if not eager else _eager(
+                    "draft-decode", eager_reason(getattr(self, "cuda_graph_runner", None),
+                                                 _draft_bs(batch)))
+                slot.n += 1
+                slot.s += perf_counter() - t0
             except Exception:
                 pass
 

@@ -6,8 +6,9 @@ Three entry points:
   first frame outside torch: function, file, line).
 - `counted(fn)`: a method wrapper that counts every call (`wrapper.reports`).
 - `builder_patch(builders)`: a `diag.patcher.Patch` that wraps builder methods inside an engine
-  and emits `syncs` events (builder, phase, calls, count, seconds; folded in-process, one per key
-  at most once a second: `telemetry.Folder`); with no sink
+  and emits `syncs` events (builder, phase, calls, count, seconds; folded in-process and
+  emitted off the hot path: `telemetry.Folder`), the sync-debug scope on a sample of calls once
+  a key's count is stable (`Sampler`; `DIAG_SYNC_SAMPLE=1` counts every call); with no sink
   installed the wrapper costs one list check. `runtime_patch(target)` is the metadata-syncs
   probe's runtime counter: that patch over the `BUILDERS` present in the running release.
 
@@ -385,25 +386,96 @@ def call_phase(args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+ENV_SAMPLE = "DIAG_SYNC_SAMPLE"  # "1": count every call (exact); N: once stable, one call in N
+SAMPLE_EVERY = 64
+STABLE_RUN = 5
+
+
+class Sampler:
+    """Which builder calls get the GPU sync-debug scope (it costs the warnings machinery and a
+    frame walk per sync, on the scheduler's thread). Per (builder, phase, batch size): every
+    call until the count is stable (the same count `stable` times in a row), then one call in
+    `every`; a counted call that differs from the stable count starts the key over. The calls
+    in between take the stable count and are emitted as `sampled` (scaled, and labelled so on
+    every surface). `every` <= 1: every call is counted (exact)."""
+
+    def __init__(self, every: int = SAMPLE_EVERY, stable: int = STABLE_RUN) -> None:
+        self.every, self.stable = every, stable
+        self.keys: dict[Any, list] = {}  # key -> [count, times in a row, calls since, sites]
+
+    def should_count(self, key: Any) -> bool:
+        st = self.keys.get(key)
+        if st is None or self.every <= 1 or st[1] < self.stable:
+            return True
+        st[2] += 1
+        if st[2] >= self.every:
+            st[2] = 0
+            return True
+        return False
+
+    def counted(self, key: Any, n: int, sites: list[str]) -> None:
+        st = self.keys.get(key)
+        if st is not None and st[0] == n:
+            st[1] += 1
+        else:  # a first count, or a change: count every call again until stable
+            self.keys[key] = [n, 1, 0, sites]
+
+    def stable_count(self, key: Any) -> tuple[int, list[str]]:
+        st = self.keys[key]
+        return st[0], st[3]
+
+
+def sample_every(env: Any = None) -> int:
+    """DIAG_SYNC_SAMPLE: 1 counts every call; N > 1 one in N once stable (default 64)."""
+    raw = (os.environ if env is None else env).get(ENV_SAMPLE, "")
+    try:
+        return max(1, int(raw)) if raw.strip() else SAMPLE_EVERY
+    except ValueError:
+        return SAMPLE_EVERY
+
+
+_SAMPLER: Sampler | None = None
+
+
+def _call_batch(args: tuple, kwargs: dict) -> int | None:
+    for a in (*args, *kwargs.values()):
+        v = getattr(a, "batch_size", None)
+        if isinstance(v, int):
+            return v
+    return None
+
+
 def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
     from diag import telemetry
 
-    global _FOLD
+    global _FOLD, _SAMPLER
     if _FOLD is None:
         _FOLD = telemetry.Folder("syncs", "calls")
+    if _SAMPLER is None:
+        _SAMPLER = Sampler(sample_every())
+    sampler = _SAMPLER
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not telemetry._sinks or not gpu_available():
             return fn(*args, **kwargs)  # the cheap path: no sink, or nothing to count
-        report = SyncReport("gpu")
+        phase = call_phase(args, kwargs)
+        key = (builder, phase, _call_batch(args, kwargs))
         t0 = time.perf_counter()
+        if not sampler.should_count(key):  # stable: the count of this key, scaled
+            out = fn(*args, **kwargs)
+            n, sites = sampler.stable_count(key)
+            _FOLD.add({"builder": builder, "phase": phase, "per_call": n, "sites": sites,
+                       "sampled": True}, seconds=time.perf_counter() - t0, count=n)
+            return out
+        report = SyncReport("gpu")
         with _gpu_scope(report, blocking=False) as counting:
             out = fn(*args, **kwargs)
         if counting:
             n = report.count
-            _FOLD.add({"builder": builder, "phase": call_phase(args, kwargs), "per_call": n,
-                       "sites": [f"{os.path.basename(e.file)}:{e.line}" for e in report.events]},
+            sites = [f"{os.path.basename(e.file)}:{e.line}" for e in report.events]
+            sampler.counted(key, n, sites)
+            _FOLD.add({"builder": builder, "phase": phase, "per_call": n, "sites": sites},
                       seconds=time.perf_counter() - t0, count=n)
         return out
 

@@ -282,6 +282,38 @@ def test_fleet_through_prometheus_scraping_the_server(server, tmp_path):
         prom.wait(20)
 
 
+def test_bench_overhead_switches_the_counters_inside_the_server(server):
+    """`diag bench overhead` on the real server: every window follows a switch of each counter
+    that every engine process acknowledged (the same control path as fixes, at a batch
+    boundary), the method's structure is in the JSON (schema'd), and the counters are on again
+    at the end. No speed figure is asserted: CPU timings here say nothing about a GPU."""
+    sched = _scheduler(server.run_dir)
+    on = sorted(p for p, s in sched.probes.items() if s["state"] == "on")
+    assert on  # `--probe all`: the counters the release has
+    r = _cli("bench", "overhead", "--run-dir", str(server.run_dir), "--server", server.url,
+             "--windows", "2", "--requests-per-window", "1", "--tokens", "4", "--json",
+             timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc = _valid(json.loads(r.stdout), "overhead")
+    assert doc["probes"] == on
+    engines = doc["engine_processes"]
+    assert sched.pid in engines
+    conditions = ["all", *on] if len(on) > 1 else ["all"]
+    assert [x["condition"] for x in doc["results"]] == conditions
+    # per condition and the floor: 2 pairs of 2 windows, each after one switch of every
+    # counter, acknowledged by every engine process; and one switch back on at the end
+    switches = (len(conditions) + 1) * 2 * 2 + 1
+    assert doc["acks"] == switches * len(on) * len(engines)
+    for x in doc["results"]:
+        assert x["pairs"] == 2 and len(x["off_s_per_token"]) == len(x["on_s_per_token"]) == 2
+        assert x["lo"] <= x["ratio"] <= x["hi"]
+    assert doc["noise_floor"]["pairs"] == 2
+    after = rundir.read_process(server.run_dir, sched.pid)
+    assert {p: after.probes[p]["state"] for p in on} == dict.fromkeys(on, "on")
+    assert sum(1 for a in after.acks.values() if a.get("fix") is None and a.get("ok")) >= \
+        switches * len(on)
+
+
 def test_every_event_the_real_engine_wrote_is_valid(server):
     assert report_schema.check_events(server.run_dir) > 0
 

@@ -121,3 +121,39 @@ def test_tui_share_rows():
     assert checks.check_tui_share("t", 0, text).ok is True
     # the probe's name alone ("draft-extend-graph") is no share
     assert checks.check_tui_share("t", 0, "warn draft-extend-graph on CUDA ...").ok is False
+
+
+# ------------------------------------------------------------------ overhead (issue 25)
+def _overhead_doc(hi: float) -> dict:
+    """The shape `diag bench overhead --json` gives (diag/schemas/overhead-v1.json)."""
+    return {"results": [{"condition": "all", "probes_on": ["a", "b"], "ratio": 1.01, "lo": 0.99,
+                         "hi": hi, "pairs": 8, "within_noise": False},
+                        {"condition": "a", "probes_on": ["a"], "ratio": 1.0, "lo": 0.99,
+                         "hi": 1.01, "pairs": 8, "within_noise": True}],
+            "noise_floor": {"ratio": 1.0, "lo": 0.98, "hi": 1.02, "pairs": 8}}
+
+
+def test_overhead_bar_is_the_upper_bound_of_every_counter_on():
+    assert checks.check_overhead_bar("bar", _overhead_doc(1.029)).ok is True
+    assert checks.check_overhead_bar("bar", _overhead_doc(1.031)).ok is False
+    assert checks.check_overhead_bar("bar", None).ok is None  # did not run: not a pass
+    assert checks.share_lines(_overhead_doc(1.02)) == [
+        "all: 1.010 (0.990-1.020)", "a: 1.000 (0.990-1.010) within noise",
+        "noise floor: 1.000 (0.980-1.020)"]
+
+
+def test_paired_rounds_and_the_two_server_floor():
+    # round r: plain takes t_r, diag 1.10 t_r, diag2 the same as diag: diag/plain is 1.10 in
+    # every round, diag2/diag 1.0
+    t = [0.1 + 0.01 * (r % 5) for r in range(20)]
+    times = {"plain": t, "plain2": [x * (1.02 if r % 2 else 0.98) for r, x in enumerate(t)],
+             "diag": [1.1 * x for x in t], "diag2": [1.1 * x for x in t]}
+    p = checks.paired_rounds(times, "plain", "diag")
+    assert p["ratio"] == pytest.approx(1.1) and p["pairs"] == 20
+    floor = checks.paired_rounds(times, "plain", "plain2")
+    assert floor["lo"] == pytest.approx(0.98) and floor["hi"] == pytest.approx(1.02)
+    same = checks.paired_rounds(times, "diag", "diag2")
+    assert checks.check_within_floor("twins", same, floor).ok is True
+    assert checks.check_within_floor("twins", p, floor).ok is False  # 1.10 is outside +-2 %
+    assert checks.check_within_floor("twins", None, floor).ok is None
+    assert checks.paired_rounds(times, "plain", "lite") is None

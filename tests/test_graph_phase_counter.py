@@ -147,7 +147,7 @@ def test_draft_extend_eager_reasons(events, monkeypatch):
         report_schema.check("event-v1.json", {"ts": 1.0, "pid": 1, "n": 0, **e})
 
 
-def test_folder_emits_at_most_once_a_second_and_on_flush(events, monkeypatch):
+def test_folder_holds_passes_until_the_flush(events, monkeypatch):
     f = telemetry.Folder("graph_phase", "passes", every=3600)
     for _ in range(1000):
         f.add({"phase": "target-verify", "mode": "graph", "reason": None}, seconds=0.001)
@@ -185,3 +185,34 @@ def test_phase_hooks_exist_in_the_releases(release, version):
     fbi = ast.parse(t.source("srt/model_executor/forward_batch_info.py"))
     assert find_def(fbi, "ForwardMode.is_target_verify")
     assert json.dumps(gpr.hook_targets())
+
+
+def test_tally_emits_the_passes_added_since_the_last_flush(events):
+    t = telemetry.Tally("graph_phase", "passes")
+    s = t.slot(("target-verify", None), phase="target-verify", mode="graph", reason=None)
+    assert t.slot(("target-verify", None)) is s  # one slot per key, made once
+    for _ in range(3):
+        s.n += 1
+        s.s += 0.5
+    telemetry.flush()
+    telemetry.flush()  # nothing new: nothing emitted
+    s.n += 1
+    s.s += 0.25
+    telemetry.flush()
+    mine = [e for e in events if e["kind"] == "graph_phase" and e["phase"] == "target-verify"]
+    assert [(e["passes"], e["seconds"]) for e in mine] == [(3, 1.5), (1, 0.25)]
+    assert t.totals() == [({"phase": "target-verify", "mode": "graph", "reason": None}, 4, 1.75)]
+
+
+def test_passes_before_a_first_sink_are_not_reported():
+    t = telemetry.Tally("graph_phase", "passes")
+    s = t.slot("k", phase="draft-decode", mode="graph", reason=None)
+    s.n += 5  # no sink yet: nobody is listening
+    got: list[dict] = []
+    telemetry.add_sink(got.append)
+    try:
+        s.n += 1
+        telemetry.flush()
+    finally:
+        telemetry.remove_sink(got.append)
+    assert [e["passes"] for e in got if e["kind"] == "graph_phase"] == [1]

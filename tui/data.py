@@ -696,6 +696,7 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
     secs: dict[str, dict[bool, list[float]]] = {}
     modes: dict[str, dict[str, list[float]]] = {}
     builders: dict[str, dict[bool, list[float]]] = {}
+    sampled: dict[str, int] = {}  # builder -> calls whose syncs are sampled (scaled)
     series: dict[str, list[float]] = {}
     labels: dict[str, tuple[str, str]] = {}  # key -> (row label, name)
     # the one fold of fix states (diag.engine.events.replay): fixed = a fix addressing the
@@ -719,6 +720,8 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
             if e.get("builder") is not None:
                 builders.setdefault(str(e["builder"]), {False: [], True: []})[fixed].extend(
                     [n] * n_in)
+                if e.get("sampled"):  # scaled from the stable count, not counted one by one
+                    sampled[str(e["builder"])] = sampled.get(str(e["builder"]), 0) + n_in
         if e.get("seconds") is not None:
             t = float(e["seconds"]) / n_in
             secs.setdefault(key, {False: [], True: []})[fixed].extend([t] * n_in)
@@ -745,7 +748,8 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
             if len(names) > 1:
                 rows.append(TimingRow(label, f"{name} time, {first} → {last}", "s",
                                       _stats(m[first]), _stats(m[last]), "run dir", note))
-    srows = [SyncRow(b, "", _median(v[False]), _median(v[True]), "run dir")
+    srows = [SyncRow(b, "", _median(v[False]), _median(v[True]),
+                     f"run dir, {sampled[b]} calls sampled" if sampled.get(b) else "run dir")
              for b, v in sorted(builders.items())]
     return rows, srows, series
 

@@ -231,3 +231,59 @@ def check_tui_share(name: str, rc: int, text: str) -> Check:
     de = shares.get("draft-extend")
     ok = rc == 0 and de is not None and de[1] > 0
     return Check(name, ok, f"rc {rc}; shares {shares}", {"shares": shares})
+
+
+# ------------------------------------------------------------------------------- overhead bars
+OVERHEAD_BAR = 1.03  # issue 25: `--probe all` per token, the interval's upper bound
+
+
+def paired_rounds(times: dict[str, list[float]], base: str, other: str) -> dict[str, Any] | None:
+    """`other`/`base` per round (one request to each server per round, order rotated): the
+    median ratio with its bootstrap 95 % interval (`diag.paired`); None when either is missing."""
+    from diag import paired
+
+    a, b = times.get(base) or [], times.get(other) or []
+    if not a or len(a) != len(b):
+        return None
+    return paired.paired_ratio(a, b).to_dict()
+
+
+def check_overhead_bar(name: str, doc: dict[str, Any] | None, bar: float = OVERHEAD_BAR) -> Check:
+    """`diag bench overhead --json`: every counter on vs off inside the server, the upper bound
+    of its interval at most `bar`."""
+    rows = {r.get("condition"): r for r in (doc or {}).get("results") or []}
+    r = rows.get("all")
+    if r is None:
+        return Check(name, None, "no in-server measurement (diag bench overhead did not run)")
+    f = (doc or {}).get("noise_floor") or {}
+    detail = (f"every counter on/off {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}), bar: upper "
+              f"bound <= {bar}; noise floor {f.get('ratio', float('nan')):.3f} "
+              f"({f.get('lo', float('nan')):.3f}-{f.get('hi', float('nan')):.3f})")
+    return Check(name, r["hi"] <= bar, detail, {"all": {k: r[k] for k in ("ratio", "lo", "hi",
+                                                                          "pairs")},
+                                                "floor": f})
+
+
+def check_within_floor(name: str, pair: dict[str, Any] | None,
+                       floor: dict[str, Any] | None) -> Check:
+    """Two identical servers' paired ratio inside the noise floor of two plain servers (the
+    floor's interval, widened symmetrically around 1)."""
+    from diag import paired
+
+    if pair is None or floor is None:
+        return Check(name, None, "a server of the pair did not run")
+    r, f = paired.Ratio(**pair), paired.Ratio(**floor)
+    return Check(name, r.within(f), f"identical servers {r.text()}; two plain servers {f.text()}",
+                 {"pair": pair, "floor": floor})
+
+
+def share_lines(doc: dict[str, Any] | None) -> list[str]:
+    """Each condition of `diag bench overhead --json` as one line (per probe share)."""
+    if not doc:
+        return []
+    out = [f"{r['condition']}: {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f})"
+           + (" within noise" if r.get("within_noise") else "") for r in doc.get("results", [])]
+    f = doc.get("noise_floor") or {}
+    if f:
+        out.append(f"noise floor: {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})")
+    return out

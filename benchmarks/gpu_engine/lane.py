@@ -7,12 +7,15 @@ set-up (tests/engine_models.py, profile "gpu"), EAGLE, triton attention, graphs 
   plain  the same server without diag (reference tokens, overhead baseline)
   eager  under diag with SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 and SGLANG_PROFILE_V2=1 (the
          kill switch: draft-extend runs eager; V2 stage profiling)
-  lite   under `diag run --probe draft-extend-graph` only (what the phase counters cost alone,
-         without the sync counter's GPU sync-debug scope around every metadata build)
+  plain2 a second plain server, diag2 a second diag server (the noise floor of the method:
+         two identical servers)
 The checks (benchmarks/gpu_engine/checks.py) are recorded, never asserted here; then the timed
 part: interleaved greedy requests, one server after the other, per round (side by side in one
-run): overhead of diag (diag / plain) and eager draft-extend's cost (eager / diag), next to diag's
-own estimate of it from the counters. Writes lane.json and prints a summary.
+run): per-round paired ratios with a bootstrap interval (`diag.paired`): diag / plain, diag2 /
+diag next to plain2 / plain (the noise floor), eager draft-extend's cost (eager / diag) next to
+diag's own estimate of it from the counters. Then the counters' cost inside the diag server
+(`diag bench overhead`: switched off and on between batches, paired windows, each probe's
+share, at batch 1 and 16). Writes lane.json and prints a summary.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [6
 # (1 - --mem-fraction-static) of the whole card, so a server that starts after another one took
 # its pool finds none ("Loaded weights leave no GPU memory for the KV cache"). A fixed, small
 # pool (--max-total-tokens) under a high fraction fits in any start order.
-MEM_FRACTION = dict.fromkeys(("diag", "plain", "eager", "lite"), 0.85)
+MEM_FRACTION = dict.fromkeys(("diag", "plain", "eager", "plain2", "diag2"), 0.85)
 MAX_TOTAL_TOKENS = 65536
 
 
@@ -153,7 +156,7 @@ def profile(s: es.Server, out: Path, body: dict, want_stops: int, events_kind: s
     return res
 
 
-def run(work: Path, rounds: int, tokens: int) -> dict:
+def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"checks": [], "timings": {}, "servers": {}}
     add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
@@ -168,9 +171,9 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         servers["plain"] = start("plain", work, models, under_diag=False)
         servers["eager"] = start("eager", work, models, under_diag=True, diag_args=("--fix", FIX),
                                  env={KILL: "1", "SGLANG_PROFILE_V2": "1"})
-        servers["lite"] = start("lite", work, models, under_diag=True,
-                                diag_args=("--probe", "draft-extend-graph"))
-        for n in ("plain", "eager", "lite"):
+        servers["plain2"] = start("plain2", work, models, under_diag=False)
+        servers["diag2"] = start("diag2", work, models, under_diag=True, diag_args=("--fix", FIX))
+        for n in ("plain", "eager", "plain2", "diag2"):
             ready(servers[n], 300)
         for n, s in servers.items():
             res["servers"][n] = {"ready_s": round(s.ready_s or 0, 1), "url": s.url}
@@ -181,8 +184,6 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         add(checks.check_captures("capture: plain server, all three phases", logs["plain"], all3))
         add(checks.check_captures("capture: kill switch, draft extend not captured", logs["eager"],
                                   {**all3, "draft extend": False}))
-        add(checks.check_captures("capture: phase counters alone, all three phases", logs["lite"],
-                                  all3))
         # greedy tokens, with and without diag (and with the kill switch)
         toks = {n: greedy(s) for n, s in servers.items()}
         add(checks.check_equal_tokens("greedy tokens identical with and without diag", toks))
@@ -267,7 +268,23 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
         res["tui_once"] = tui.stdout[-4000:]
         add(checks.check_tui_share("diag tui --once --run-dir shows the live graph/eager share",
                                    tui.returncode, tui.stdout))
-        res["timings"] = timings(servers, rounds, tokens)
+        res["timings"] = t = timings(servers, rounds, tokens)
+        add(checks.check_within_floor("two identical diag servers within the noise floor of two "
+                                      "plain ones", t["paired"].get("diag2_vs_diag"),
+                                      t["paired"].get("plain2_vs_plain")))
+        # the counters' cost inside the diag server: switched off/on between batches, paired
+        # windows, each probe's share, next to the method's noise floor
+        res["in_server"] = {}
+        for label, conc, reqs, wins in (("batch 1", 1, 4, windows),
+                                         ("batch 16", 16, 16, max(2, windows - 2))):
+            r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
+                         "--windows", str(wins), "--requests-per-window", str(reqs),
+                         "--tokens", str(tokens), "--concurrency", str(conc), "--json",
+                         timeout=360)
+            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+            res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
+            add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
+                                          f"(upper bound), in-server paired windows, {label}", doc))
         # last: without flashinfer's JIT sampling kernel building, a sampled request ends the
         # scheduler (SGLang's own failure, not diag's), and nothing may come after it
         sampled = {}
@@ -299,7 +316,7 @@ def run(work: Path, rounds: int, tokens: int) -> dict:
 def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
     """Interleaved: each round sends one greedy request of `tokens` tokens (batch 1) to each
     server in turn (rotating the order), so drift hits all three alike."""
-    names = [n for n in ("plain", "diag", "eager", "lite") if n in servers]
+    names = [n for n in ("plain", "diag", "eager", "plain2", "diag2") if n in servers]
     times: dict[str, list[float]] = {n: [] for n in names}
     for s in servers.values():  # warm-up
         timed(s, [5, 6, 7], tokens)
@@ -313,11 +330,13 @@ def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
     for n in names:
         out[n] = {"median_s": statistics.median(times[n]), "iqr_s": checks.iqr(times[n]),
                   "ms_per_token": checks.median_ms_per_token(times[n], tokens)}
-    out["overhead_diag_vs_plain"] = checks.ratio(out["diag"]["median_s"], out["plain"]["median_s"])
-    if "lite" in out:
-        out["overhead_lite_vs_plain"] = checks.ratio(out["lite"]["median_s"],
-                                                     out["plain"]["median_s"])
-    out["eager_vs_captured"] = checks.ratio(out["eager"]["median_s"], out["diag"]["median_s"])
+    # per round, paired (one request to each server, order rotated): the median ratio with its
+    # bootstrap 95 % interval; plain2/plain is the method's noise floor
+    out["paired"] = {f"{b}_vs_{a}": checks.paired_rounds(times, a, b) for a, b in (
+        ("plain", "diag"), ("plain", "plain2"), ("diag", "diag2"), ("diag", "eager"))}
+    p = out["paired"]
+    out["overhead_diag_vs_plain"] = (p["diag_vs_plain"] or {}).get("ratio")
+    out["eager_vs_captured"] = (p["eager_vs_diag"] or {}).get("ratio")
     out["measured_eager_cost_ms_per_token"] = out["eager"]["ms_per_token"] - out["diag"]["ms_per_token"]
 
     def window(n: str, mode: str) -> tuple[int, float]:
@@ -345,12 +364,16 @@ def summary(res: dict) -> str:
     if t.get("plain"):
         lines.append(f"per token (median of {t['rounds']} interleaved requests of {t['tokens']}): "
                      + ", ".join(f"{n} {t[n]['ms_per_token']:.3f} ms (IQR {1e3 * (t[n]['iqr_s'] or 0) / t['tokens']:.3f})"
-                                 for n in ("plain", "diag", "eager", "lite") if n in t))
-        lines.append(f"overhead diag/plain {t['overhead_diag_vs_plain']:.3f}x; phase counters "
-                     f"alone (lite)/plain {t.get('overhead_lite_vs_plain') or float('nan'):.3f}x; eager/captured "
-                     f"{t['eager_vs_captured']:.3f}x; eager cost measured "
+                                 for n in ("plain", "diag", "eager", "plain2", "diag2") if n in t))
+        lines.append("paired per round (median ratio, 95 % interval): " + "; ".join(
+            f"{k.replace('_vs_', '/')} {v['ratio']:.3f} ({v['lo']:.3f}-{v['hi']:.3f})"
+            for k, v in (t.get("paired") or {}).items() if v))
+        lines.append(f"eager/captured {t['eager_vs_captured']:.3f}x; eager cost measured "
                      f"{t['measured_eager_cost_ms_per_token']:.3f} ms/token, diag's estimate "
                      f"{t['diag_estimate_eager_cost_ms_per_token'] or float('nan'):.3f} ms/token")
+    for label, doc in (res.get("in_server") or {}).items():
+        lines.append(f"counters' cost inside the diag server, {label} (on/off): "
+                     + "; ".join(checks.share_lines(doc) or [json.dumps(doc)[:300]]))
     for n, pl in (res.get("phase_lines") or {}).items():
         lines.append(f"phases ({n} server): " + "; ".join(pl))
     if res.get("syncs_by_phase") is not None:
@@ -365,8 +388,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--windows", type=int, default=8,
+                    help="diag bench overhead's pairs of windows at batch 1 (batch 16: 2 fewer)")
     a = ap.parse_args()
-    res = run(a.work, a.rounds, a.tokens)
+    res = run(a.work, a.rounds, a.tokens, a.windows)
     text = summary(res)
     print(text)
     if a.out:

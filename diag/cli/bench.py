@@ -70,7 +70,22 @@ def bench_params(ids: list[str], raw: tuple[str, ...]) -> dict[str, dict[str, An
     return out
 
 
-@click.command()
+class _BenchCommand(click.Command):
+    """`diag bench overhead ...` is its own command (the counters' cost in a live server);
+    anything else is the fixes' benches."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if args and args[0] == "overhead":
+            from diag.cli.bench_overhead import overhead
+
+            return overhead.make_context(f"{info_name} overhead", list(args[1:]), parent=parent,
+                                         **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+@click.command(cls=_BenchCommand, epilog="`diag bench overhead --help`: what the runtime "
+               "counters cost a live server, measured inside it.")
 @click.argument("fix_ids", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--quick", is_flag=True, help="Fewer repeats (a smoke run, not a measurement).")

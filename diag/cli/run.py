@@ -48,10 +48,14 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
 @click.option("--run-dir", type=click.Path(), metavar="DIR", callback=given,
               help="Where the agents write events (created mode 0700). Default: a new directory "
                    "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
+@click.option("--exact-syncs", is_flag=True,
+              help="The metadata-syncs counter counts every builder call (default: every call "
+                   "until a count is stable, then one in 64, the others scaled and labelled "
+                   "sampled). Sets DIAG_SYNC_SAMPLE=1.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
 @guarded
 def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | None,
-        cmd: tuple[str, ...]) -> None:
+        exact_syncs: bool, cmd: tuple[str, ...]) -> None:
     """Run CMD (after `--`) with the diag agent loaded in every Python process it starts.
 
     The process becomes CMD (exec): its exit code and signals are CMD's own. The run directory
@@ -85,6 +89,8 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
                               launcher_pid=os.getpid())
     rundir.register(d)
     env = build_env(d, fx, pr, run_id=run_id)
+    if exact_syncs:
+        env["DIAG_SYNC_SAMPLE"] = "1"  # probes.sync_counter.ENV_SAMPLE
     click.echo(f"diag: run directory {d}", err=True)
     sys.stderr.flush()
     sys.stdout.flush()

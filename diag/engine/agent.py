@@ -22,6 +22,13 @@ applied (the safe point):
   afterwards see the new state. Programs with their own loop can call `diag.api.safe_point()` to
   apply pending requests at a point of their choosing instead (set `DIAG_CONTROL=manual`).
 
+The agent's periodic work (reading the control folder, flushing the counters that fold
+in-process, its own time as `agent_time` events) follows the same rule in an engine process: the
+poll thread only marks it due and the next batch boundary does it, so none of it lands inside a
+step; an engine that reaches no boundary for `IDLE_S` (idle) gets it done on the poll thread.
+A request for fix `probe:<id>` switches that probe's runtime counter on (`apply`) or off
+(`revert`) at the same safe point (`diag bench overhead`).
+
 Requests are checked first (`diag.engine.control`: an invalid one is rejected with the reason);
 a process that is not an engine process applies them on the poll thread even where the per-batch
 hook is in (the launcher imports the scheduler module but runs no loop). The agent keeps to its
@@ -47,6 +54,7 @@ from typing import Any
 from diag import events as ev
 from diag import telemetry
 from diag.engine import control, rundir
+from diag.engine.events import AgentTime
 
 log = logging.getLogger("diag.agent")
 
@@ -61,6 +69,10 @@ DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
 # imports the scheduler module but runs no loop; the detokenizer; multiprocessing helpers) are
 # reported as not engine processes, and `diag fix apply` does not wait for them.
 ENGINE_TITLES = ("sglang::scheduler",)
+
+PROBE_PREFIX = "probe:"  # a control request for a probe's counter: fix "probe:<id>"
+IDLE_S = 1.0  # background work waits this long for a batch boundary before running anyway
+OWN_EVERY_S = 5.0  # the agent's own time is emitted at most this often
 
 _agent: Agent | None = None
 _start_lock = threading.Lock()
@@ -153,6 +165,18 @@ class Agent:
         self.desired: dict[str, bool] = {}  # fix id -> applied, as the last control request said
         self._queue: deque[dict[str, Any]] = deque()
         self.pending = False  # the one flag the per-batch hook reads
+        # Background work (control poll, counters' flush) in an engine process runs at the
+        # next batch boundary: the poll thread only raises `due` (and `pending`, the flag the
+        # boundary reads), so none of it lands inside a step. An engine that reaches no
+        # boundary for IDLE_S (idle, blocked) gets it done on the poll thread instead.
+        self.due = False
+        self._due_since = 0.0
+        self.boundary_failed = False
+        self._work_lock = threading.Lock()
+        self.own_time: dict[str, list[float]] = {}  # where -> [runs, seconds] (agent_time)
+        self._own_emitted: dict[str, list[float]] = {}
+        self._own_last_emit = time.monotonic()
+        self.own_every = min(OWN_EVERY_S, 20 * self.poll_s)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -177,7 +201,7 @@ class Agent:
             self._register_sglang_hook()
         self._emit_start()
         self._install_batch_hook()  # patches the scheduler when (if ever) it is imported
-        if self.writer is not None and not self.manual:
+        if self.writer is not None or self.probe_ids:  # counters fold in-process: flush them
             self._thread = threading.Thread(target=self._poll_loop, name="diag-agent-control",
                                             daemon=True)
             self._thread.start()
@@ -513,8 +537,10 @@ class Agent:
                     agent.safe_point()
                 except Exception as e:  # never into the engine; no retry until a new request
                     agent.pending = False
-                    with contextlib.suppress(Exception):
-                        agent.error("per-batch hook", e)
+                    failed_before, agent.boundary_failed = agent.boundary_failed, True
+                    if not failed_before:  # reported once; periodic work goes back to the thread
+                        with contextlib.suppress(Exception):
+                            agent.error("per-batch hook", e)
             return original(*args, **kwargs)
 
         diag_batch_boundary.__wrapped__ = original
@@ -523,13 +549,62 @@ class Agent:
                                                    diag_batch_boundary.__name__)
         return diag_batch_boundary
 
+    def _at_boundaries(self) -> bool:
+        """Whether background work waits for the next batch boundary (an engine process with
+        the per-batch hook in)."""
+        return self.control_mode == "batch" and self.engine and not self.manual \
+            and self.writer is not None and not self.boundary_failed
+
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.poll_s):
-            try:
-                self.poll()
-            except Exception as e:
-                self.error("control poll", e)
-            telemetry.flush()  # counters that fold in-process emit what an idle engine holds
+            if self._at_boundaries():
+                if not self.due:
+                    self._due_since = time.monotonic()
+                    self.due = True
+                    self.pending = True  # the flag the boundary reads
+                    continue
+                if time.monotonic() - self._due_since < IDLE_S:
+                    continue
+                self.due = False  # no boundary came (an idle engine): do it here
+            self.work("thread")
+
+    def work(self, where: str) -> None:
+        """The agent's periodic work: read control requests (unless manual), flush the counters
+        that fold in-process, and account its own time (`agent_time` events:
+        `diag_agent_seconds_total`). One caller at a time; a busy one is skipped."""
+        if not self._work_lock.acquire(blocking=False):
+            return
+        t0 = time.perf_counter()
+        try:
+            if not self.manual:
+                try:
+                    self.poll()
+                except Exception as e:
+                    self.error("control poll", e)
+            telemetry.flush()  # counters that fold in-process emit what they hold
+            self._emit_own_time()
+        finally:
+            self._own(where, time.perf_counter() - t0)
+            self._work_lock.release()
+
+    def _own(self, where: str, seconds: float) -> None:
+        acc = self.own_time.get(where)
+        if acc is None:
+            acc = self.own_time[where] = [0, 0.0]
+        acc[0] += 1
+        acc[1] += seconds
+
+    def _emit_own_time(self) -> None:
+        """The agent's own time since the last such event, at most every `own_every` s."""
+        now = time.monotonic()
+        if now - self._own_last_emit < self.own_every:
+            return
+        self._own_last_emit = now
+        for where, (runs, sec) in list(self.own_time.items()):
+            r0, s0 = self._own_emitted.get(where, (0, 0.0))
+            if runs != r0:
+                ev.emit(AgentTime(where=where, runs=int(runs - r0), seconds=max(0.0, sec - s0)))
+                self._own_emitted[where] = [runs, sec]
 
     def poll(self) -> None:
         """Read new control requests; apply them here unless this process runs batches."""
@@ -558,7 +633,8 @@ class Agent:
         from diag import fixes
 
         if why is None:
-            why = control.problem(doc, name, fixes.all_ids(), self.run_id)
+            known = fixes.all_ids() + [PROBE_PREFIX + p for p in self.probe_patches]
+            why = control.problem(doc, name, known, self.run_id)
             if why is None:
                 return doc
         elif quiet:
@@ -575,9 +651,15 @@ class Agent:
         return None
 
     def safe_point(self) -> None:
-        """Apply every queued control request now and acknowledge each."""
+        """Apply every queued control request now and acknowledge each; at a batch boundary,
+        also the periodic work the poll thread left for it (`due`)."""
         with self._lock:
             self.pending = False
+            if self.due:
+                self.due = False
+                self.work("boundary")
+                self.pending = False  # what that poll queued is applied just below
+            t0 = time.perf_counter() if self._queue else 0.0
             while self._queue:
                 req = self._queue.popleft()
                 try:
@@ -587,9 +669,14 @@ class Agent:
                     ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=_text(req.get("fix")),
                                           action=_text(req.get("action")), ok=False,
                                           state="failed", reason=f"{type(e).__name__}: {e}"))
+            if t0:
+                self._own("control", time.perf_counter() - t0)
 
     def _handle(self, req: dict[str, Any]) -> None:
         fid, action = str(req.get("fix")), req.get("action")
+        if fid.startswith(PROBE_PREFIX):
+            self._switch_probe(fid[len(PROBE_PREFIX):], action == "apply", req)
+            return
         self.desired[fid] = action == "apply"
         if action == "apply":
             from diag.fixes.orchestrator import OK_APPLY
@@ -603,6 +690,22 @@ class Agent:
         self.fixes[fid] = {"state": state, "reason": reason}
         ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=fid, action=_text(action), ok=ok,
                               state=state, reason=reason))
+
+    def _switch_probe(self, pid: str, on: bool, req: dict[str, Any]) -> None:
+        """Switch a probe's runtime counter on or off (a `probe:<id>` request, `apply`/`revert`;
+        `diag bench overhead` measures the counters' cost this way, between batches). Its state
+        becomes `on`/`off` (a `probe` event); the acknowledgement names no fix."""
+        patch = self.probe_patches.get(pid)
+        if patch is None:  # `_checked` lets through only the probes with a patch
+            ok, state, reason = False, "failed", f"no runtime counter of {pid!r} in this process"
+        else:
+            (patch.apply if on else patch.revert)()
+            ok, state = True, "on" if on else "off"
+            reason = f"probe {pid} switched {state} by a control request"
+            self.probes[pid] = {"state": state, "reason": reason}
+            ev.emit(ev.ProbeState(probe=pid, state=state, reason=reason))
+        ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=None,
+                              action=_text(req.get("action")), ok=ok, state=state, reason=reason))
 
     # ------------------------------------------------------------------ errors, fork
 
@@ -646,6 +749,9 @@ def _after_fork() -> None:
         a._queue = deque()
         a.desired = dict(old.desired)
         a.pending = False
+        a.due = False
+        a._work_lock = threading.Lock()
+        a.own_time, a._own_emitted = {}, {}
         a.writer = None
         a._thread = None
         if old.writer is not None and not old.writer.detached:
@@ -657,7 +763,7 @@ def _after_fork() -> None:
             telemetry.add_sink(a.writer)
         _agent = a
         a._emit_start()
-        if a.writer is not None and not a.manual:
+        if a.writer is not None or a.probe_ids:
             a._thread = threading.Thread(target=a._poll_loop, name="diag-agent-control",
                                          daemon=True)
             a._thread.start()

@@ -136,9 +136,13 @@ class Syncs(CounterEvent):
     seconds: float = 0.0
     sites: list[str] = field(default_factory=list)
     phase: str | None = None  # target-extend | target-verify | draft-extend | draft-decode
+    sampled: bool = False  # not counted one by one: count = per_call (the stable count) x calls
     series: ClassVar[tuple[Series, ...]] = (
         Series("metadata_builds", "counter", ("builder",), "calls",
                "Calls of an attention metadata builder observed by diag."),
+        Series("metadata_builds_sampled", "counter", ("builder",), "calls",
+               "Of those, calls whose syncs are scaled from the stable count of that builder, "
+               "phase and batch size instead of counted (DIAG_SYNC_SAMPLE=1: every call)."),
         Series("metadata_phase_builds", "counter", ("phase",), "calls",
                "Metadata builder calls by the phase of the step they serve."),
         Series("metadata_phase_syncs", "counter", ("phase",), "syncs",
@@ -154,6 +158,8 @@ class Syncs(CounterEvent):
         b["calls"] += int(self.calls or 0)
         b["syncs"] += int(self.count or 0)
         b["seconds"] += float(self.seconds or 0.0)
+        if self.sampled:
+            b["sampled_calls"] = b.get("sampled_calls", 0) + int(self.calls or 0)
         if self.phase:
             p = b.setdefault("phases", {}).setdefault(self.phase, {"calls": 0, "syncs": 0})
             p["calls"] += int(self.calls or 0)
@@ -163,12 +169,16 @@ class Syncs(CounterEvent):
     @classmethod
     def describe(cls, section: dict) -> list[str]:
         return [f"syncs {b}: {v['syncs']} in {v['calls']} calls, {v['seconds'] * 1e3:.2f} ms"
+                + (f" ({v['sampled_calls']} calls sampled: scaled from the stable count)"
+                   if v.get("sampled_calls") else "")
                 for b, v in sorted(section.items())]
 
     def record(self, metric: Metric, label: Label) -> None:
         builder = label("builder", self.builder)
         calls = max(int(self.calls or 0), 0)
         metric("metadata_builds").labels(builder=builder).inc(calls)
+        if self.sampled:
+            metric("metadata_builds_sampled").labels(builder=builder).inc(calls)
         if self.count and self.count > 0:
             metric("metadata_syncs").labels(builder=builder).inc(self.count)
         if self.seconds and self.seconds > 0:
@@ -333,6 +343,41 @@ class GraphPhase(CounterEvent):
             metric("graph_phase_passes").labels(phase=phase, mode=mode).inc(self.passes)
         if self.seconds and self.seconds > 0:
             metric("graph_phase_seconds").labels(phase=phase, mode=mode).inc(self.seconds)
+
+
+@kind
+@dataclass
+class AgentTime(CounterEvent):
+    """The diag agent's own work since the last such event (control poll, counters' flush,
+    control requests applied), by where it ran: `boundary` (between batches), `thread` (the poll
+    thread, in a process with no batch boundary or an idle engine), `control` (requests applied
+    at a safe point). What the live view costs beyond its counters' hot paths, so users see it."""
+
+    kind: ClassVar[str] = "agent_time"
+    section: ClassVar[str] = "agent"
+    where: str = "thread"
+    runs: int = 0
+    seconds: float = 0.0
+    series: ClassVar[tuple[Series, ...]] = (
+        Series("agent_seconds", "counter", ("where",), "seconds",
+               "Time the diag agent spent on its own work (poll, flush, control), by where it "
+               "ran (boundary: between batches; thread: its poll thread; control)."),
+    )
+
+    def add_to(self, section: dict) -> dict:
+        w = section.setdefault(str(self.where), {"runs": 0, "seconds": 0.0})
+        w["runs"] += int(self.runs or 0)
+        w["seconds"] += float(self.seconds or 0.0)
+        return section
+
+    @classmethod
+    def describe(cls, section: dict) -> list[str]:
+        return [f"diag agent at {w}: {v['runs']} runs, {v['seconds'] * 1e3:.2f} ms"
+                for w, v in sorted(section.items())]
+
+    def record(self, metric: Metric, label: Label) -> None:
+        if self.seconds and self.seconds > 0:
+            metric("agent_seconds").labels(where=label("where", self.where)).inc(self.seconds)
 
 
 @kind

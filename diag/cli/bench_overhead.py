@@ -1,0 +1,39 @@
+"""`diag bench overhead`: the runtime counters' cost per token in a live server, switched off
+and on inside it in paired windows (`diag.engine.overhead`)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from diag.cli.common import _server_url, guarded, log
+
+
+@click.command()
+@click.option("--run-dir", "run_dir", required=True, type=click.Path(file_okay=False),
+              help="The run directory of the server (`diag run --run-dir D --probe ...`).")
+@click.option("--server", "server", required=True, callback=_server_url, metavar="URL",
+              help="The server's URL (its /generate is timed).")
+@click.option("--windows", type=click.IntRange(2, 1000), default=8, show_default=True,
+              help="Pairs of windows per condition (counters off / on, alternating order).")
+@click.option("--requests-per-window", "requests", type=click.IntRange(1, 10000), default=4,
+              show_default=True, help="Requests timed in one window.")
+@click.option("--tokens", type=click.IntRange(1, 100000), default=32, show_default=True,
+              help="New tokens per request (greedy, ignore_eos).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Requests in flight at once (the batch size the server sees).")
+@click.option("--probe", "probes", multiple=True, metavar="ID",
+              help="Only these probes' counters (default: every one on in the engine).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON "
+              "(diag/schemas/overhead-v1.json).")
+@guarded
+def overhead(run_dir: str, server: str, windows: int, requests: int, tokens: int,
+             concurrency: int, probes: tuple[str, ...], as_json: bool) -> None:
+    """What the runtime counters cost per token, switched off and on inside one live server
+    between batches, in paired windows, next to the noise floor of the same method."""
+    from diag.engine import overhead as ov
+
+    doc = ov.measure(run_dir, server, windows=windows, requests=requests, tokens=tokens,
+                     concurrency=concurrency, probes=list(probes) or None, progress=log)
+    click.echo(json.dumps(doc, indent=2) if as_json else ov.render(doc))

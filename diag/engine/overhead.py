@@ -1,0 +1,163 @@
+"""`diag bench overhead`: what the runtime counters cost a live server, measured inside it.
+
+Why inside one server: two servers on one GPU differ by more than the 1-2 % at stake (the
+issue's H200 runs: two identical `--probe all` servers 7 % apart). So the counters are switched
+off and on in the same server, between batches, through the control path fixes use (a request
+`probe:<id>` apply/revert in the run directory, acknowledged by every engine process at its
+next batch boundary: `diag.engine.agent`), and the same load runs in paired windows: one with
+the counters off (A), one with the condition's counters on (B), in alternating order (AB, BA,
+...). Per pair the per-token time ratio B/A; reported: the median ratio with its bootstrap 95 %
+interval (`diag.paired`), per condition (all counters, each alone), next to the noise floor of
+the same method with nothing switched (A against A, the requests sent all the same).
+
+A window is `requests` greedy requests of `tokens` new tokens (`ignore_eos`), `concurrency` at
+a time; its per-token time is its wall time over the tokens the server says it generated
+(`meta_info.completion_tokens`). The counters are left on at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from diag import paired
+from diag.engine import rundir
+from diag.engine.agent import PROBE_PREFIX
+from diag.errors import DiagError
+from diag.schemas import SCHEMA_VERSION
+
+PROMPT = [5, 6, 7, 8]
+SWITCHABLE = ("on", "off")
+
+
+def engine_probes(run_dir: Path) -> tuple[list[str], list[int]]:
+    """(the probes whose counter is on or off in every live engine process, those processes)."""
+    st = rundir.read_state(run_dir)
+    live = st.live
+    engines = [p for p in live if p.engine] or [p for p in live if p.probes]
+    if not engines:
+        raise DiagError(f"{run_dir}: no live engine process (is the server running under "
+                        "`diag run --run-dir`?)")
+    sets = [{pid for pid, s in p.probes.items() if (s or {}).get("state") in SWITCHABLE}
+            for p in engines]
+    common = set.intersection(*sets)
+    return sorted(common), [p.pid for p in engines]
+
+
+def switch(run_dir: Path, probes: list[str], on: set[str], timeout: float) -> int:
+    """Ask every process to set each probe's counter on (in `on`) or off; wait for every engine
+    process's acknowledgement. How many acknowledgements; a DiagError (exit 3) when one is
+    missing or not ok."""
+    rids = {p: rundir.request(run_dir, PROBE_PREFIX + p, "apply" if p in on else "revert")
+            for p in probes}
+    n = 0
+    for p, rid in rids.items():
+        acks = rundir.wait_ack(run_dir, rid, timeout=timeout, engines_only=True)
+        procs = {pid: rundir.read_process(run_dir, pid) for pid in acks}
+        for pid in rundir.waited_for(procs, acks):
+            a = acks[pid]
+            if a is None:
+                raise DiagError(f"probe {p}: process {pid} did not acknowledge the switch "
+                                f"within {timeout:g} s")
+            if not a.get("ok"):
+                raise DiagError(f"probe {p}: process {pid} refused the switch: {a.get('reason')}")
+            n += 1
+    return n
+
+
+def _generate(url: str, tokens: int, timeout: float) -> int:
+    doc = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": tokens, "temperature": 0,
+                                                   "ignore_eos": True}}
+    req = urllib.request.Request(url.rstrip("/") + "/generate", data=json.dumps(doc).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise DiagError(f"{url}/generate: {e}") from None
+    body = body[0] if isinstance(body, list) and body else body
+    got = (body.get("meta_info") or {}).get("completion_tokens") if isinstance(body, dict) else None
+    return int(got) if isinstance(got, int) and got > 0 else tokens
+
+
+def window(url: str, requests: int, tokens: int, concurrency: int, timeout: float) -> float:
+    """Seconds per generated token over one window of requests."""
+    t0 = time.perf_counter()
+    if concurrency <= 1:
+        made = sum(_generate(url, tokens, timeout) for _ in range(requests))
+    else:
+        with ThreadPoolExecutor(concurrency) as pool:
+            made = sum(pool.map(lambda _i: _generate(url, tokens, timeout), range(requests)))
+    return (time.perf_counter() - t0) / max(1, made)
+
+
+def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
+            tokens: int = 32, concurrency: int = 1, probes: list[str] | None = None,
+            ack_timeout: float = 30.0,
+            progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """The paired-windows measurement (module docstring) as a document (overhead-v1.json)."""
+    d = rundir.check_run_dir(run_dir)
+    found, pids = engine_probes(d)
+    chosen = list(probes) if probes else found
+    missing = [p for p in chosen if p not in found]
+    if missing:
+        raise DiagError(f"probe {missing[0]!r} has no switchable counter in this run "
+                        f"(switchable: {', '.join(found) or 'none'})")
+    if not chosen:
+        raise DiagError(f"{d}: no runtime counter is on in the engine (start it with "
+                        "`diag run --probe all`)")
+    conditions: list[tuple[str, set[str]]] = [("all", set(chosen))]
+    if len(chosen) > 1:
+        conditions += [(p, {p}) for p in chosen]
+    conditions.append(("noise-floor", set()))
+    samples = {c: ([], []) for c, _ in conditions}
+    acks = 0
+    timeout = max(60.0, 4.0 * tokens)
+    window(url, 1, tokens, 1, timeout)  # warm-up
+    try:
+        for i, (first, _second) in enumerate(paired.order(windows)):
+            for name, on in conditions:
+                a, b = samples[name]
+                for side in (first, "B" if first == "A" else "A"):
+                    acks += switch(d, chosen, on if side == "B" else set(), ack_timeout)
+                    (b if side == "B" else a).append(
+                        window(url, requests, tokens, concurrency, timeout))
+            progress(f"pair {i + 1}/{windows} done")
+    finally:
+        acks += switch(d, chosen, set(chosen), ack_timeout)  # leave the counters on
+    floor_a, floor_b = samples["noise-floor"]
+    floor = paired.paired_ratio(floor_a, floor_b)
+    results = []
+    for name, on in conditions[:-1]:
+        a, b = samples[name]
+        r = paired.paired_ratio(a, b)
+        results.append({"condition": name, "probes_on": sorted(on), **r.to_dict(),
+                        "within_noise": r.within(floor), "off_s_per_token": a,
+                        "on_s_per_token": b})
+    return {"schema_version": SCHEMA_VERSION, "kind": "overhead", "server": url,
+            "run_dir": str(d), "windows": windows, "requests_per_window": requests,
+            "tokens": tokens, "concurrency": concurrency, "probes": chosen,
+            "engine_processes": pids, "acks": acks, "results": results,
+            "noise_floor": {**floor.to_dict(), "a_s_per_token": floor_a,
+                            "b_s_per_token": floor_b}}
+
+
+def render(doc: dict[str, Any]) -> str:
+    f = doc["noise_floor"]
+    lines = [f"counters' cost per token, inside one server ({doc['windows']} paired windows of "
+             f"{doc['requests_per_window']} requests x {doc['tokens']} tokens, concurrency "
+             f"{doc['concurrency']}; ratio on/off, median with its 95 % interval)"]
+    for r in doc["results"]:
+        what = "every counter" if r["condition"] == "all" else r["condition"]
+        note = "  within the noise floor" if r["within_noise"] else ""
+        lines.append(f"  {what:<24} {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}){note}")
+    lines.append(f"  {'noise floor (off/off)':<24} {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})")
+    lines.append(f"  {doc['acks']} switches acknowledged by {len(doc['engine_processes'])} "
+                 "engine process(es)")
+    return "\n".join(lines)

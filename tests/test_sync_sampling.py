@@ -1,0 +1,148 @@
+"""The metadata-syncs counter samples its GPU sync-debug scope once a count is stable, and says
+so on every surface: the `syncs` events (`sampled`, count scaled), the fold (`sampled_calls`),
+`diag fix status` text, the `diag_metadata_builds_sampled_total` series, the event schema.
+
+The scope itself needs a GPU (torch's sync debug mode): here it is a STAND-IN
+(`standin_gpu_scope`) that reports a fixed number of syncs per call, so that what the sampler
+does with the counts can be checked on CPU. Expected numbers follow from the sampling rule
+(every call until the same count STABLE_RUN times in a row, then one in `every`)."""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import report_schema
+
+from diag import telemetry
+from diag.engine.events import Fold, Syncs, describe_counters
+from diag.probes import sync_counter as sc
+
+
+def test_sampler_counts_every_call_until_stable_then_one_in_n():
+    s = sc.Sampler(every=4, stable=3)
+    decisions = []
+    for _ in range(3 + 8):
+        c = s.should_count("k")
+        decisions.append(c)
+        if c:
+            s.counted("k", 2, ["a.py:1"])
+    assert decisions == [True] * 3 + [False, False, False, True] * 2
+    assert s.stable_count("k") == (2, ["a.py:1"])
+
+
+def test_a_changed_count_starts_the_key_over():
+    s = sc.Sampler(every=4, stable=2)
+    for _ in range(2):
+        assert s.should_count("k")
+        s.counted("k", 2, [])
+    assert not s.should_count("k")
+    s.counted("k", 3, [])  # a counted call that differs (as the one-in-N would report)
+    assert s.should_count("k") and s.should_count("k")  # every call again until stable
+
+
+def test_exact_mode_and_the_env():
+    assert sc.sample_every({"DIAG_SYNC_SAMPLE": "1"}) == 1
+    assert sc.sample_every({"DIAG_SYNC_SAMPLE": "16"}) == 16
+    assert sc.sample_every({}) == sc.SAMPLE_EVERY
+    assert sc.sample_every({"DIAG_SYNC_SAMPLE": "x"}) == sc.SAMPLE_EVERY
+    s = sc.Sampler(every=1)
+    for _ in range(50):
+        assert s.should_count("k")
+        s.counted("k", 2, [])
+
+
+@pytest.fixture
+def standin_gpu(monkeypatch):
+    """STAND-IN for torch's sync debug mode (no GPU here): 2 syncs per scope."""
+    scopes = []
+
+    @contextlib.contextmanager
+    def standin_gpu_scope(report, blocking=True):
+        scopes.append(1)
+        yield True
+        report.events.extend(sc.SyncEvent("sync", "build", "/x/backend.py", 10 + i)
+                             for i in range(2))
+
+    monkeypatch.setattr(sc, "gpu_available", lambda: True)
+    monkeypatch.setattr(sc, "_gpu_scope", standin_gpu_scope)
+    monkeypatch.setattr(sc, "_SAMPLER", sc.Sampler(every=8, stable=5))
+    return scopes
+
+
+def test_sampled_calls_are_scaled_and_labelled_everywhere(standin_gpu):
+    got: list[dict] = []
+    telemetry.add_sink(got.append)
+    try:
+        build = sc._telemetry_wrapper(lambda fb: fb, "StandinBackend.init_forward_metadata")
+        fb = SimpleNamespace(forward_mode=SimpleNamespace(name="TARGET_VERIFY"), batch_size=4)
+        for _ in range(5 + 16):
+            build(fb)
+        telemetry.flush()
+    finally:
+        telemetry.remove_sink(got.append)
+    # 5 counted to reach stability, then 1 in 8 of the next 16 counted: 7 scopes, 14 sampled
+    assert len(standin_gpu) == 7
+    evs = [e for e in got if e["kind"] == "syncs"]
+    counted = [e for e in evs if not e.get("sampled")]
+    sampled = [e for e in evs if e.get("sampled")]
+    assert sum(e["calls"] for e in counted) == 7 and sum(e["calls"] for e in sampled) == 14
+    assert all(e["count"] == 2 * e["calls"] and e["per_call"] == 2 for e in evs)
+    assert sampled[0]["sites"] == ["backend.py:10", "backend.py:11"]
+    for i, e in enumerate(evs):
+        report_schema.check("event-v1.json", {"ts": 1.0, "pid": 1, "n": i, **e})
+    f = Fold()
+    for i, e in enumerate(evs):
+        f.add({"pid": 1, "n": i, **e})
+    b = f.counters["syncs"]["StandinBackend.init_forward_metadata"]
+    assert (b["calls"], b["syncs"], b["sampled_calls"]) == (21, 42, 14)
+    assert b["phases"]["target-verify"] == {"calls": 21, "syncs": 42}
+    (line,) = [t for t in describe_counters(f.counters) if t.startswith("syncs ")]
+    assert "42 in 21 calls" in line and "14 calls sampled" in line
+
+
+def test_sampled_series():
+    inc: list[tuple[str, float]] = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def labels(self, **_kw):
+            return self
+
+        def inc(self, v):
+            inc.append((self.name, v))
+
+    Syncs(builder="B.f", count=6, calls=3, per_call=2, sampled=True).record(
+        Recorder, lambda _n, v: str(v))
+    assert ("metadata_builds_sampled", 3) in inc and ("metadata_builds", 3) in inc
+    assert ("metadata_syncs", 6) in inc
+
+
+def test_diag_run_exact_syncs_sets_the_env(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "diag", "run", "--exact-syncs", "--run-dir",
+                        str(tmp_path / "d"), "--", sys.executable, "-c",
+                        "import os; print(os.environ.get('DIAG_SYNC_SAMPLE'))"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_the_tui_says_which_builder_counts_are_sampled():
+    from diag.tui import data
+
+    ev = [{"ts": 1.0, "kind": "start", "pid": 1, "fixes": {}},
+          {"ts": 2.0, "kind": "syncs", "pid": 1, "builder": "b", "count": 10, "calls": 5,
+           "per_call": 2, "seconds": 0.01},
+          {"ts": 3.0, "kind": "syncs", "pid": 1, "builder": "b", "count": 128, "calls": 64,
+           "per_call": 2, "seconds": 0.1, "sampled": True},
+          {"ts": 3.0, "kind": "syncs", "pid": 1, "builder": "c", "count": 0, "calls": 3,
+           "per_call": 0, "seconds": 0.01}]
+    _rows, syncs, _series = data.engine_view(ev)
+    assert [(s.builder, s.before, s.source) for s in syncs] == [
+        ("b", 2, "run dir, 64 calls sampled"), ("c", 0, "run dir")]
