@@ -193,18 +193,23 @@ class Sglang(Event):
 class Control(Event):
     """Where this process applies control requests: "batch" | "poll"; and whether it is an
     engine process (`engine`: it runs batches, a per-batch hook ran or its title names an SGLang
-    scheduler; `diag fix apply` waits only for those once the run has one), with `reason`."""
+    scheduler; `diag fix apply` waits only for those once the run has one), with `reason`; and
+    `rank`: the ranks SGLang names the scheduler by in its process title and log prefix
+    ("TP1", "DP0 TP1"; "" for a single-rank engine)."""
 
     kind: ClassVar[str] = "control"
     mode: str | None = None
     engine: bool | None = None
     reason: str | None = None
+    rank: str | None = None
 
     def apply(self, fold: Fold) -> None:
         if self.mode:
             fold.control = self.mode
         if self.engine is not None:
             fold.engine = bool(self.engine)
+        if self.rank is not None:
+            fold.rank = self.rank
 
 
 @kind
@@ -313,6 +318,7 @@ class Snapshot(Event):
     control: str | None = None
     sglang: str | None = None
     engine: bool | None = None
+    rank: str | None = None
 
 
 # ----------------------------------------------------------------------------- counter events
@@ -737,6 +743,7 @@ class Fold:
         self.probes: dict[str, dict[str, Any]] = {}
         self.control = "poll"
         self.engine = False
+        self.rank: str | None = None  # the scheduler's ranks (Control.rank)
         self.sglang: str | None = None
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
         self.next_n: int | None = None  # the sequence number the next event should carry
@@ -787,6 +794,7 @@ class Fold:
         self.probes.update(s.probes_state or {})
         self.control = s.control or self.control
         self.engine = bool(s.engine) if s.engine is not None else self.engine
+        self.rank = s.rank if s.rank is not None else self.rank
         self.sglang = s.sglang or self.sglang
         if s.start and self.start is None:
             self.start = s.start
@@ -795,7 +803,8 @@ class Fold:
         """The `snapshot` event carrying everything folded so far."""
         return {"ts": ts, "kind": Snapshot.kind, "pid": pid, "n": n, "counters": self.counters,
                 "fixes": self.fixes, "start": self.start, "probes_state": self.probes,
-                "control": self.control, "engine": self.engine, "sglang": self.sglang}
+                "control": self.control, "engine": self.engine, "rank": self.rank,
+                "sglang": self.sglang}
 
 
 def describe_counters(counters: dict[str, Any]) -> list[str]:

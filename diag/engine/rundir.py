@@ -220,6 +220,7 @@ class ProcessState:
     control: str = "poll"  # where control requests are applied: "batch" or "poll"
     engine: bool = False  # runs batches (a scheduler): control requests must reach it
     run: str | None = None  # the run id its agent was started with
+    rank: str | None = None  # a scheduler's ranks as SGLang names them ("TP1"; "" single-rank)
 
     @property
     def holds_fixes(self) -> bool:
@@ -231,7 +232,7 @@ class ProcessState:
         return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
                 "probes": self.probes, "control": self.control, "engine": self.engine,
-                "counters": self.counters, "run": self.run,
+                "counters": self.counters, "run": self.run, "rank": self.rank,
                 "last_events": self.last_events}
 
 
@@ -326,7 +327,7 @@ def read_process(run_dir: Path, pid: int) -> ProcessState:
                         alive=_alive(pid, s.get("started")), fixes=agg.fixes,
                         counters=agg.counters, last_events=list(agg.last), acks=agg.acks,
                         start=agg.start, probes=agg.probes, control=agg.control,
-                        engine=agg.engine, run=s.get("run"))
+                        engine=agg.engine, run=s.get("run"), rank=agg.rank)
 
 
 def _merge_state_file(agg: Fold, st: dict[str, Any] | None) -> None:
@@ -339,6 +340,8 @@ def _merge_state_file(agg: Fold, st: dict[str, Any] | None) -> None:
             agg.acks[str(ack.get("request"))] = ack
     if st.get("engine"):
         agg.engine = True
+    if agg.rank is None and isinstance(st.get("rank"), str):
+        agg.rank = st["rank"]
     lost = st.get("lost") or {}
     n = st.get("n")
     read = agg.next_n or 0  # the sequence number after the last event read
