@@ -210,3 +210,18 @@ def test_a_rank_that_does_not_answer_makes_revert_exit_4_naming_it(server, model
 def test_every_event_the_two_ranks_wrote_is_valid(server):
     assert report_schema.check_events(server.run_dir) > 0
 
+
+def test_a_killed_rank_shows_as_gone_by_rank(server):  # last: SGLang then takes the server down
+    ranks = _ranks(server.run_dir)
+    dead = ranks["TP1"]
+    os.kill(dead.pid, signal.SIGKILL)
+    _wait("TP1 to be gone", lambda: not rundir.read_process(server.run_dir, dead.pid).alive)
+    r = _cli("fix", "status", "--run-dir", str(server.run_dir), "--json")
+    assert r.returncode == 0, r.stderr
+    procs = {p["pid"]: p for p in json.loads(r.stdout)["runs"][0]["processes"]}
+    assert procs[dead.pid]["alive"] is False and procs[dead.pid]["rank"] == "TP1"
+    # TP0 keeps what it last said, live or taken down with the server since
+    assert procs[ranks["TP0"].pid]["rank"] == "TP0"
+    assert procs[ranks["TP0"].pid]["fixes"][FIX]["state"] in ("reverted", "not-applied")
+    text = _cli("fix", "status", "--run-dir", str(server.run_dir)).stdout
+    assert f"pid {dead.pid} (parent {dead.ppid}) exited  engine process TP1 " in text, text
