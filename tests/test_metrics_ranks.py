@@ -110,3 +110,37 @@ def test_agent_reports_the_rank_in_its_control_event(title, monkeypatch):
     a._check_engine_title()
     assert a.engine and a.rank == rank_of(title)
     assert [e.get("rank") for e in seen] == [None, rank_of(title)]
+
+
+def test_fix_status_names_each_schedulers_rank(tmp_path):
+    """Two scheduler event files as two ranks' agents write them (a control event with the rank
+    after the start): `diag fix status` names the rank beside each pid, in text and JSON."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import report_schema
+
+    from diag.engine import rundir
+
+    d = rundir.create_run_dir(tmp_path / "run")
+    pids = {"TP0": 999999981, "TP1": 999999982}
+    for rank, pid in pids.items():
+        w = rundir.EventWriter(d, pid=pid)
+        w({"kind": "start", "ppid": 1, "started": time.time(), "argv": ["-c"], "python": "3.11.7",
+           "executable": sys.executable, "source": "bootstrap", "sglang": "0.5.23",
+           "fixes_requested": [FIX], "probes": [], "probes_state": {}, "control": "poll",
+           "fixes": {FIX: {"state": "applied", "reason": ""}}})
+        w({"kind": "control", "mode": "batch", "engine": True, "reason": "title", "rank": rank})
+        w({"kind": "draft_extend", "mode": "eager", "seconds": 0.002, "batch": 1})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
+    r = subprocess.run([sys.executable, "-m", "diag", "fix", "status", "--run-dir", str(d),
+                        "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    report_schema.check("fix-status-v1.json", doc)
+    got = {p["pid"]: p["rank"] for p in doc["runs"][0]["processes"]}
+    assert got == {pid: rank for rank, pid in pids.items()}
+    text = subprocess.run([sys.executable, "-m", "diag", "fix", "status", "--run-dir", str(d)],
+                          capture_output=True, text=True, timeout=120, env=env).stdout
+    for rank, pid in pids.items():
+        assert f"pid {pid} (parent 1) exited  engine process {rank} " in text, text
