@@ -234,12 +234,17 @@ class Control(Event):
     mode: str | None = None
     engine: bool | None = None
     reason: str = ""  # why it is an engine process
+    # The ranks SGLang names the scheduler by in its process title and log prefix ("TP1",
+    # "DP0 TP1"; "" for a single-rank engine).
+    rank: str | None = None
 
     def apply(self, fold: Any) -> None:
         if self.mode:
             fold.control = self.mode
         if self.engine is not None:
             fold.engine = bool(self.engine)
+        if self.rank is not None:
+            fold.rank = self.rank
 
 
 @kind
@@ -348,4 +353,5 @@ class Snapshot(Event):
     control: str | None = None
     sglang: str | None = None
     engine: bool | None = None
+    rank: str | None = None
 

@@ -119,7 +119,7 @@ def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
 def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = None,
           attention: str = "intel_amx", run_dir: Path | None = None,
           diag_args: tuple[str, ...] = ("--probe", "all"), extra_env: dict | None = None,
-          ready_timeout: float = 300.0) -> Server:
+          server_args: tuple[str, ...] = (), ready_timeout: float = 300.0) -> Server:
     """Start the server (under `diag run --run-dir run_dir` when given) and wait until it serves."""
     port = free_port()
     server = [str(VENV_PY), "-m", "sglang.launch_server", "--model-path", str(model),
@@ -128,6 +128,7 @@ def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = No
               "--mem-fraction-static", "0.12", "--max-running-requests", "8"]
     if draft is not None:
         server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
+    server += list(server_args)
     cmd = server
     env_extra = dict(extra_env or {})
     if run_dir is not None:

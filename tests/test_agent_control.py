@@ -59,7 +59,7 @@ def test_toggle_in_running_child_between_batches(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         check("fix-action-v1.json", json.loads(r.stdout))
         ack = json.loads(r.stdout)["processes"]
-        assert ack == [{"pid": child, "engine": True, "acknowledged": True, "ok": True,
+        assert ack == [{"pid": child, "engine": True, "rank": None, "acknowledged": True, "ok": True,
                         "state": "applied", "reason": "", "waited": True}]
         n_applied = len(_batches(out))
         time.sleep(0.3)

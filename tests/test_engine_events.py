@@ -41,15 +41,16 @@ def test_fix_states_acks_and_snapshot():
               {"kind": "control_ack", "request": "q1", "fix": "b", "action": "apply",
                "ok": False, "state": "refused", "reason": "no"},
               {"kind": "probe", "probe": "p", "state": "on", "reason": ""},
-              {"kind": "control", "mode": "batch"})
+              {"kind": "control", "mode": "batch"},
+              {"kind": "control", "mode": "batch", "engine": True, "rank": "TP1"})
     assert f.fixes == {"a": {"state": "applied", "reason": ""},
                        "b": {"state": "refused", "reason": "no"}}
     assert f.acks["q1"]["ok"] is False and f.probes == {"p": {"state": "on", "reason": ""}}
-    assert f.control == "batch" and f.start["started"] == 5.0
+    assert f.control == "batch" and f.start["started"] == 5.0 and f.rank == "TP1"
     again = Fold()
     again.add(f.snapshot(9.0, 7, 99))  # what a rotated file starts with
-    assert (again.counters, again.fixes, again.probes, again.control, again.start) == \
-        (f.counters, f.fixes, f.probes, f.control, f.start)
+    assert (again.counters, again.fixes, again.probes, again.control, again.start, again.rank) \
+        == (f.counters, f.fixes, f.probes, f.control, f.start, f.rank)
 
 
 def test_replay_marks_events_after_a_fix_of_their_probe():

@@ -42,6 +42,10 @@ CALLED = {
     "store_cache_cpu": "srt/mem_cache/memory_pool.py (KV write)",
     "init_cpu_threads_env": "srt/distributed/bootstrap.py _init_cpu_threads_env",
     "initialize": "srt/distributed/bootstrap.py _init_cpu_threads_env",
+    # --tp 2 (tests/test_engine_tp2.py): is_shm_available (srt/utils/common.py:4528) holds once
+    # bootstrap.py:288 sets LOCAL_SIZE, so the collectives go through these
+    "shm_allreduce": "srt/distributed/parallel_state.py:697 GroupCoordinator.all_reduce",
+    "shm_allgather": "srt/distributed/parallel_state.py:1427 GroupCoordinator.all_gather",
     "copy_all_layer_kv_cache_cpu": "kernels/ops/kvcache/cache_move.py (KV pool warm-up)",
     "assign_req_to_token_pool_cpu": "srt/mem_cache/allocation.py assign_req_to_token_pool_func",
     "assign_extend_cache_locs_cpu": "kernels/ops/speculative/cache_locs.py",
@@ -67,6 +71,45 @@ def test_every_other_name_raises_naming_itself():
         standin.fused_experts_cpu(torch.zeros(1))
     with pytest.raises(NotImplementedError, match="apply_rotary_pos_emb_cpu"):
         torch.ops.sgl_kernel.apply_rotary_pos_emb_cpu(torch.zeros(1))
+
+
+def _collectives(rank: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        standin.initialize(2, rank)
+        x = torch.full((2, 3), float(rank + 1))
+        torch.ops.sgl_kernel.shm_allreduce(x, int(dist.ReduceOp.SUM))
+        g = torch.ops.sgl_kernel.shm_allgather(torch.full((2, 1), float(rank)), -1)
+        torch.save({"sum": x, "gather": g}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_shm_collectives_reduce_across_two_real_ranks(tmp_path):
+    """Two processes in a real gloo group: the all-reduce sums in place (1 + 2 on every rank, as
+    parallel_state.py's `torch.distributed.all_reduce` branch would) and the all-gather
+    concatenates the ranks' tensors along `dim` in rank order (its `all_gather_single` branch)."""
+    torch.multiprocessing.spawn(_collectives, args=(str(tmp_path / "store"), str(tmp_path / "o")),
+                                nprocs=2)
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"o.{rank}")
+        assert torch.equal(got["sum"], torch.full((2, 3), 3.0))
+        assert torch.equal(got["gather"], torch.tensor([[0.0, 1.0], [0.0, 1.0]]))
+
+
+def test_shm_collectives_refuse_a_world_other_than_the_tp_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 's'}", rank=0, world_size=1)
+    try:
+        standin.initialize(2, 0)  # a TP group of 2 in a world of 1: not what the stand-in covers
+        with pytest.raises(NotImplementedError, match="world of 1 processes for a TP group of 2"):
+            standin.shm_allreduce(torch.zeros(2), 0)
+    finally:
+        standin.initialize(1, 0)
+        dist.destroy_process_group()
 
 
 def test_verify_tree_greedy_accepts_the_matching_chain():

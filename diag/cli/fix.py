@@ -90,7 +90,8 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
         reason = ev.get("reason") if ev else (
             f"no acknowledgement within {timeout:g} s" if p in waited
             else rundir.not_waited_reason(procs.get(p), bool(engines)))
-        rows.append({"pid": p, "engine": p in engines, "acknowledged": ev is not None,
+        rank = procs[p].rank if procs.get(p) else None
+        rows.append({"pid": p, "engine": p in engines, "rank": rank, "acknowledged": ev is not None,
                      "ok": bool(ev and ev.get("ok")), "state": ev.get("state") if ev else None,
                      "reason": reason, "waited": p in waited})
     if as_json:
@@ -101,6 +102,8 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
             mark = "ok" if r["ok"] else ("refused" if r["acknowledged"] else
                                          ("no ack" if r["waited"] else "skipped"))
             role = "engine" if r["engine"] else "other"
+            if r["rank"]:  # the scheduler's ranks as SGLang's log prefix names them
+                role += f" {r['rank']}"
             click.echo(f"pid {r['pid']:<8} {role:<6} {action} {fix_id}: {mark:<8} "
                        f"{r['state'] or '-'}" + (f"  ({r['reason']})" if r["reason"] else ""))
     counted = [r for r in rows if r["waited"]]
@@ -224,6 +227,8 @@ def status(run_dir: str | None, as_json: bool) -> None:
         for p in s.processes.values():
             argv = _words(p.argv)[:60]
             role = "engine process" if p.engine else "not an engine process"
+            if p.rank:
+                role += f" {p.rank}"
             click.echo(f"  pid {p.pid} (parent {_shown(p.ppid)}) "
                        f"{'live' if p.alive else 'exited'}  {role}  control at "
                        f"{_shown(p.control)}  {argv}".rstrip())

@@ -158,6 +158,7 @@ class Agent:
         self.batch_patch = None
         self.control_mode = "poll"
         self.engine = False
+        self.rank: str | None = None  # the scheduler's ranks, from its process title (rank_of)
         self.run_id = os.environ.get(rundir.ENV_RUN_ID) or None
         self._dir_id: tuple[int, int] | None = None  # (st_dev, st_ino) of our run directory
         self._meta_mtime: int | None = None
@@ -510,18 +511,21 @@ class Agent:
             self.control_mode = "batch"
             ev.emit(ev.Control(mode="batch", engine=self.engine))
 
-    def _mark_engine(self, why: str) -> None:
-        if not self.engine:
+    def _mark_engine(self, why: str, rank: str | None = None) -> None:
+        if not self.engine or (rank is not None and self.rank is None):
             self.engine = True
-            ev.emit(ev.Control(mode=self.control_mode, engine=True, reason=why))
+            self.rank = rank if rank is not None else self.rank
+            ev.emit(ev.Control(mode=self.control_mode, engine=True, reason=why, rank=self.rank))
 
     def _check_engine_title(self) -> None:
-        if self.engine or "setproctitle" not in sys.modules:
+        """Until the title names an SGLang scheduler (and so its ranks; the per-batch hook may
+        have marked this an engine process before)."""
+        if self.rank is not None or "setproctitle" not in sys.modules:
             return
         with contextlib.suppress(Exception):
             title = sys.modules["setproctitle"].getproctitle()
             if title.startswith(ENGINE_TITLES):
-                self._mark_engine(f"process title {title.split()[0]!r}")
+                self._mark_engine(f"process title {title.split()[0]!r}", rank_of(title))
 
     def _make_batch_wrapper(self, original: Any) -> Any:
         owner = self
@@ -719,6 +723,14 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def rank_of(title: str) -> str:
+    """The ranks in a scheduler's title as SGLang's log prefix shows them: `run_scheduler_process`
+    titles it `sglang::scheduler` + the prefix with spaces as `_` (0.5.23
+    srt/managers/scheduler.py:6279-6294): "sglang::scheduler_DP0_TP1" -> "DP0 TP1"; "" for one rank."""
+    rest = title.split()[0][len(ENGINE_TITLES[0]):] if title.strip() else ""
+    return rest.replace("_", " ").strip()
 
 
 def _text(value: Any) -> str | None:

@@ -329,7 +329,7 @@ class EventWriter:
         return {"pid": self.pid, "run": self.run_id, "n": self._last_n, "ts": time.time(),
                 "lost": {"events": self.lost_total, "since": self.lost_since,
                          "reason": self.failed or "", "now": bool(self.lost)},
-                "fixes": self.agg.fixes, "engine": self.agg.engine,
+                "fixes": self.agg.fixes, "engine": self.agg.engine, "rank": self.agg.rank,
                 "acks": list(self._acks.values())}
 
     def _write_state(self) -> None:

@@ -511,6 +511,7 @@ class Fold:
         self.probes: dict[str, dict[str, Any]] = {}
         self.control = "poll"
         self.engine = False
+        self.rank: str | None = None  # the scheduler's ranks (Control.rank)
         self.sglang: str | None = None
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
         self.next_n: int | None = None  # the sequence number the next event should carry
@@ -563,6 +564,7 @@ class Fold:
         self.probes.update(s.probes_state or {})
         self.control = s.control or self.control
         self.engine = bool(s.engine) if s.engine is not None else self.engine
+        self.rank = s.rank if s.rank is not None else self.rank
         self.sglang = s.sglang or self.sglang
         if s.start and self.start is None:
             self.start = s.start
@@ -571,7 +573,8 @@ class Fold:
         """The `snapshot` event carrying everything folded so far."""
         return {"ts": ts, "kind": Snapshot.kind, "pid": pid, "n": n, "counters": self.counters,
                 "fixes": self.fixes, "start": self.start, "probes_state": self.probes,
-                "control": self.control, "engine": self.engine, "sglang": self.sglang}
+                "control": self.control, "engine": self.engine, "rank": self.rank,
+                "sglang": self.sglang}
 
 
 def describe_counters(counters: dict[str, Any]) -> list[str]:

@@ -70,6 +70,10 @@ _counted = False  # diag_agent_processes set for this process
 _forked = False  # a forked child: its own files start empty; replay the fix states once
 _fix_labels: dict[str, set[str]] = {}  # fix label → states written in this process
 _lost_pending = 0  # lost event writes counted before the metrics exist
+# A scheduler's ranks ("TP1", from the agent's `control` event): once known, every series this
+# process writes carries them as a `rank` label, so `/metrics` shows ranks, not their sum.
+# Single-rank engines and the launcher/detokenizer never learn one: their series are unlabelled.
+_rank = ""
 
 
 def install() -> bool:
@@ -164,6 +168,10 @@ def _fix_updates(event: dict[str, Any]) -> dict[str, str]:
 
 
 def _sink(event: dict[str, Any]) -> None:
+    if event.get("kind") == "control":
+        if event.get("rank"):
+            _set_rank(str(event["rank"]))
+        return
     counted = event.get("kind") in _COUNTED
     updates = {} if counted else _fix_updates(event)
     if not updates and not counted:
@@ -224,7 +232,7 @@ def _ensure() -> dict[str, Any] | None:
                          "stay in process memory")
             _log.warning("diag metrics off: %s", _unusable)
             return None
-        m = _create()
+        m = _create(_rank)
         for fix, state in _fix_state.items():
             _set_fix(m, fix, state)
         _metrics = m
@@ -238,24 +246,69 @@ def _ensure() -> dict[str, Any] | None:
         return m
 
 
-def _create() -> dict[str, Any]:
+def _create(rank: str = "") -> dict[str, Any]:
     from prometheus_client import Counter, Gauge, Histogram
 
     made: dict[str, Any] = {}
     for sr in series():
         name = PREFIX + sr.name
+        labels = (*sr.labels, "rank") if rank else sr.labels
         if sr.type == "counter":
-            made[sr.name] = Counter(name, sr.help, sr.labels, registry=None)
+            made[sr.name] = Counter(name, sr.help, labels, registry=None)
         elif sr.type == "histogram":
             kw = {"buckets": sr.buckets} if sr.buckets else {}
-            made[sr.name] = Histogram(name, sr.help, sr.labels, registry=None, **kw)
+            made[sr.name] = Histogram(name, sr.help, labels, registry=None, **kw)
         else:
             # livesum: the value is "how many live processes are in this state"; the files of a
             # process that exits are removed (atexit → mark_process_dead), so a finished
             # scheduler stops counting, and a partial roll-out (3 of 4 ranks) stays visible.
-            made[sr.name] = Gauge(name, sr.help, sr.labels, registry=None,
+            made[sr.name] = Gauge(name, sr.help, labels, registry=None,
                                   multiprocess_mode="livesum")
+        if rank:
+            made[sr.name] = _Ranked(made[sr.name], rank)
     return made
+
+
+class _Ranked:
+    """A series with this process's `rank` label filled in (the callers name only their own)."""
+
+    def __init__(self, metric: Any, rank: str) -> None:
+        self.metric, self.rank = metric, rank
+
+    def labels(self, **kw: str) -> Any:
+        return self.metric.labels(rank=self.rank, **kw)
+
+    def inc(self, amount: float = 1) -> None:
+        self.labels().inc(amount)
+
+    def set(self, value: float) -> None:
+        self.labels().set(value)
+
+    def observe(self, value: float) -> None:
+        self.labels().observe(value)
+
+
+def _set_rank(rank: str) -> None:
+    """This process learnt its ranks: from now on its series carry them. Its live gauges written
+    without them are set to 0 (so the livesum over processes stays right) and written again."""
+    global _rank, _metrics, _counted
+    with _lock:
+        if rank == _rank:
+            return
+        _rank = rank
+        m = _metrics
+        if m is None:
+            return  # created with the rank when the variable appears
+        for fix, seen in _fix_labels.items():
+            for state in seen:
+                m["fix_state"].labels(fix=fix, state=state).set(0)
+        if _counted:
+            m["agent_processes"].set(0)
+        _counted = False
+        _fix_labels.clear()
+        _metrics = m = _create(rank)
+        for fix, state in _fix_state.items():
+            _set_fix(m, fix, state)
 
 
 def _reporting(m: dict[str, Any]) -> None:

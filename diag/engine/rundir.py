@@ -269,6 +269,7 @@ class ProcessState:
     engine: bool = False  # runs batches (a scheduler): control requests must reach it
     run: str | None = None  # the run id its agent was started with
     problems: dict[str, int] = field(default_factory=dict)  # what was wrong in what was read
+    rank: str | None = None  # a scheduler's ranks as SGLang names them ("TP1"; "" single-rank)
 
     @property
     def holds_fixes(self) -> bool:
@@ -280,7 +281,7 @@ class ProcessState:
         return {"pid": self.pid, "ppid": self.ppid, "argv": self.argv, "started": self.started,
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
                 "probes": self.probes, "control": self.control, "engine": self.engine,
-                "counters": self.counters, "run": self.run, "problems": self.problems,
+                "counters": self.counters, "run": self.run, "problems": self.problems, "rank": self.rank,
                 "last_events": self.last_events}
 
 
@@ -464,7 +465,7 @@ class ProcessReader:
         fixes = {k: dict(v) for k, v in agg.fixes.items()}
         acks = dict(agg.acks)
         counters = {**agg.counters, "lost": dict(agg.counters.get("lost") or events.empty_lost())}
-        engine = agg.engine
+        engine, rank = agg.engine, agg.rank
         st = read_state_file(self.run_dir, self.pid)
         problems = dict(self.problems)
         if st:
@@ -477,6 +478,8 @@ class ProcessReader:
                 elif e.request not in acks:
                     acks[e.request] = e.to_dict()
             engine = engine or st.get("engine") is True
+            if rank is None and isinstance(st.get("rank"), str):
+                rank = st["rank"]
             _merge_loss(counters, fixes, st, agg.next_n or 0)
             if counters["lost"].get("events"):  # a fix the lost events named is not forgotten
                 for fid, v in _known_fixes(st).items():
@@ -491,7 +494,7 @@ class ProcessReader:
             alive=_alive(self.pid, started), fixes=fixes, counters=counters,
             last_events=list(agg.last), acks=acks, start=agg.start, probes=dict(agg.probes),
             control=agg.control, engine=engine, run=_str(s.get("run")),
-            problems=problems)
+            problems=problems, rank=rank)
 
 
 def _str(v: Any) -> str | None:

@@ -196,10 +196,46 @@ def init_cpu_threads_env(cpu_ids: str | None) -> str:
     return f"stand-in: threads not bound ({cpu_ids})"
 
 
+_SHM = {"size": 1, "rank": 0}
+
+
 def initialize(size: int, rank: int) -> None:
-    """bootstrap.py: the real one sets up shared-memory all-reduce; tp 1 needs none."""
-    if size != 1:
-        raise NotImplementedError("sgl_kernel stand-in: initialize with tp_size > 1")
+    """srt/distributed/bootstrap.py `_init_cpu_threads_env`: the real one maps the /dev/shm
+    segments its all-reduce uses; the stand-in collectives below need only the group's size."""
+    _SHM.update(size=int(size), rank=int(rank))
+
+
+def _world() -> int:
+    """The stand-in collectives reduce over torch.distributed's default (gloo) group, which is
+    the TP group only when the engine has no other parallelism (the tests' --tp 2 servers)."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    if world != _SHM["size"]:
+        raise NotImplementedError(f"sgl_kernel stand-in: shm collectives over a world of {world} "
+                                  f"processes for a TP group of {_SHM['size']}")
+    return world
+
+
+def shm_allreduce(data: torch.Tensor, reduce_op: int) -> None:
+    """srt/distributed/parallel_state.py GroupCoordinator.all_reduce: the branch beside it
+    (`torch.distributed.all_reduce(input_, group=self.device_group)`), in place, sum only."""
+    import torch.distributed as dist
+
+    if reduce_op != 0:  # REDUCE_OP_SUM in parallel_state.py
+        raise NotImplementedError(f"sgl_kernel stand-in: shm_allreduce with reduce_op {reduce_op}")
+    _world()
+    dist.all_reduce(data)
+
+
+def shm_allgather(data: torch.Tensor, dim: int) -> torch.Tensor:
+    """parallel_state.py GroupCoordinator.all_gather: the branch beside it (`all_gather_single`
+    into a [world * n, ...] tensor), concatenated along `dim` as that method reshapes it."""
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(data) for _ in range(_world())]
+    dist.all_gather(parts, data.contiguous())
+    return torch.cat(parts, dim=dim)
 
 
 # ---------------------------------------------------------------- speculative decoding (Triton refs)
@@ -378,6 +414,8 @@ _TORCH_OPS = {
                         "Tensor indices, int row_dim) -> ()"),
     "init_cpu_threads_env": "(str? cpu_ids) -> str",
     "initialize": "(int size, int rank) -> ()",
+    "shm_allreduce": "(Tensor(a!) data, int reduce_op) -> ()",
+    "shm_allgather": "(Tensor data, int dim) -> Tensor",
 }
 
 # Every operator the stand-in implements, with the reference it is ported from (tests list them).
