@@ -231,3 +231,141 @@ def check_tui_share(name: str, rc: int, text: str) -> Check:
     de = shares.get("draft-extend")
     ok = rc == 0 and de is not None and de[1] > 0
     return Check(name, ok, f"rc {rc}; shares {shares}", {"shares": shares})
+
+
+# ------------------------------------------------------------------------------ the profiler crash
+# Python's faulthandler (SGLang 0.5.23 enables it in every scheduler: managers/scheduler.py:6295)
+# writes "Fatal Python error: <signal>", then per thread "Thread|Current thread 0x... (most recent
+# call first):" and its frames `  File "...", line N in FUNC`; "  Garbage-collecting" tops the
+# frames when the cyclic GC was running. The crash of issue 29: SIGSEGV in `~ProfilerResult`
+# (torch's C++ profiler result) reached from pybind11's dealloc while the cyclic GC frees a
+# stopped profiler.
+FATAL = re.compile(r"Fatal Python error: (?P<sig>Segmentation fault|Aborted|Bus error|"
+                   r"Floating point exception|Illegal instruction)")
+THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):")
+FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+PROFILER_MARK = re.compile(r"ProfilerResult|torch/profiler/|torch/autograd/profiler")
+
+
+@dataclass
+class Crash:
+    """One fatal-signal dump in a log: the signal, the crashing thread's frames, and whether it
+    bears the profiler-teardown signature."""
+
+    signal: str
+    frames: list[str]  # the crashing thread's, most recent first ("file:line in func")
+    garbage_collecting: bool  # the cyclic GC was running in the crashing thread
+    profiler: bool  # ProfilerResult or a torch profiler frame anywhere in the dump
+
+    @property
+    def teardown(self) -> bool:
+        """The profiler-teardown crash: profiler code in the dump (the GC line alone is not it:
+        any object's finaliser can crash a collection)."""
+        return self.profiler
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"signal": self.signal, "frames": self.frames,
+                "garbage_collecting": self.garbage_collecting, "profiler": self.profiler,
+                "teardown": self.teardown}
+
+
+def crashes(log: str) -> list[Crash]:
+    """Every faulthandler dump in a log, in order."""
+    lines = log.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        m = FATAL.search(line)
+        if not m:
+            continue
+        frames: list[str] = []
+        gcing = in_current = False
+        dump: list[str] = []
+        for nxt in lines[i + 1:i + 400]:  # the dump ends at the next fatal error or log record
+            if FATAL.search(nxt) or nxt.startswith("Extension modules:"):
+                break
+            dump.append(nxt)
+            t = THREAD.match(nxt)
+            if t:
+                in_current = t.group("current") == "Current thread"
+                continue
+            if in_current:
+                if nxt.strip() == "Garbage-collecting":
+                    gcing = True
+                f = FRAME.match(nxt)
+                if f:
+                    frames.append(f"{f.group('file')}:{f.group('line')} in {f.group('func')}")
+                elif not nxt.strip():
+                    in_current = False
+        out.append(Crash(m.group("sig"), frames[:20], gcing,
+                         bool(PROFILER_MARK.search("\n".join(dump)))))
+    return out
+
+
+@dataclass
+class CrashTry:
+    """One server of the crash check: the profiles it was given, how many finished (trace files
+    written), and how it ended."""
+
+    name: str
+    side: str  # "plain" | "fix"
+    profiles_sent: int
+    profiles_done: int
+    alive: bool  # still serving at the end
+    log: str = ""
+    error: str = ""  # why it stopped early (an HTTP error, a dead server), when it did
+
+    def crash(self) -> Crash | None:
+        found = crashes(self.log)
+        return next((c for c in found if c.teardown), found[0] if found else None)
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.crash()
+        return {"name": self.name, "side": self.side, "profiles_sent": self.profiles_sent,
+                "profiles_done": self.profiles_done, "alive": self.alive, "error": self.error,
+                "crash": c.as_dict() if c else None}
+
+
+def crash_side(tries: list[CrashTry]) -> dict[str, Any]:
+    """A side's counts: servers, servers crashed (a fatal signal in the log), of those with the
+    teardown signature, other deaths, profiles sent, and crashes per profile sent."""
+    tested = [t for t in tries if t.profiles_sent > 0]
+    crashed = [t for t in tested if t.crash() is not None]
+    sig = [t for t in crashed if t.crash().teardown]
+    other = [t for t in tested if not t.alive and t.crash() is None]
+    sent = sum(t.profiles_sent for t in tested)
+    return {"servers": len(tries), "tested": len(tested), "crashed": len(crashed),
+            "teardown_signature": len(sig), "died_otherwise": len(other),
+            "profiles_sent": sent, "profiles_done": sum(t.profiles_done for t in tested),
+            "crashes_per_profile": len(crashed) / sent if sent else None}
+
+
+def check_crash(name: str, tries: list[CrashTry]) -> Check:
+    """The fix's before/after on real servers: passes only when plain servers crashed with the
+    teardown signature and no server under the fix crashed. Neither side crashed: "not
+    reproduced" (a fail: nothing was shown prevented). A side that tested nothing: not run."""
+    plain = crash_side([t for t in tries if t.side == "plain"])
+    fix = crash_side([t for t in tries if t.side == "fix"])
+    data = {"plain": plain, "fix": fix, "servers": [t.as_dict() for t in tries]}
+
+    def rate(s: dict) -> str:
+        return (f"{s['crashed']} of {s['tested']} servers crashed ({s['teardown_signature']} with "
+                f"the teardown signature) over {s['profiles_sent']} profiles sent, "
+                f"{s['profiles_done']} finished")
+
+    detail = f"plain: {rate(plain)}; under the fix: {rate(fix)}"
+    if not plain["tested"] or not fix["tested"]:
+        data["verdict"] = "not run"
+        return Check(name, None, "not run: a side got no profile; " + detail, data)
+    if fix["crashed"]:
+        data["verdict"] = "not prevented"
+        return Check(name, False, "not prevented: " + detail, data)
+    if not plain["crashed"]:
+        data["verdict"] = "not reproduced"
+        return Check(name, False, "not reproduced (no plain server crashed, so nothing was shown "
+                     "prevented): " + detail, data)
+    if not plain["teardown_signature"]:
+        data["verdict"] = "other crash"
+        return Check(name, False, "plain servers crashed, but not with the profiler-teardown "
+                     "signature: " + detail, data)
+    data["verdict"] = "prevented"
+    return Check(name, True, "prevented: " + detail, data)
