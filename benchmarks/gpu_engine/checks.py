@@ -234,71 +234,12 @@ def check_tui_share(name: str, rc: int, text: str) -> Check:
 
 
 # ------------------------------------------------------------------------------ the profiler crash
-# Python's faulthandler (SGLang 0.5.23 enables it in every scheduler: managers/scheduler.py:6295)
-# writes "Fatal Python error: <signal>", then per thread "Thread|Current thread 0x... (most recent
-# call first):" and its frames `  File "...", line N in FUNC`; "  Garbage-collecting" tops the
-# frames when the cyclic GC was running. The crash of issue 29: SIGSEGV in `~ProfilerResult`
+# The crash dumps are read by diag's own reader (diag/engine/last_words.py: Python's faulthandler
+# format; SGLang 0.5.23 enables faulthandler in every scheduler, managers/scheduler.py:6295), the
+# one `diag fix status` names a death with. The crash of issue 29: SIGSEGV in `~ProfilerResult`
 # (torch's C++ profiler result) reached from pybind11's dealloc while the cyclic GC frees a
 # stopped profiler.
-FATAL = re.compile(r"Fatal Python error: (?P<sig>Segmentation fault|Aborted|Bus error|"
-                   r"Floating point exception|Illegal instruction)")
-THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):")
-FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
-PROFILER_MARK = re.compile(r"ProfilerResult|torch/profiler/|torch/autograd/profiler")
-
-
-@dataclass
-class Crash:
-    """One fatal-signal dump in a log: the signal, the crashing thread's frames, and whether it
-    bears the profiler-teardown signature."""
-
-    signal: str
-    frames: list[str]  # the crashing thread's, most recent first ("file:line in func")
-    garbage_collecting: bool  # the cyclic GC was running in the crashing thread
-    profiler: bool  # ProfilerResult or a torch profiler frame anywhere in the dump
-
-    @property
-    def teardown(self) -> bool:
-        """The profiler-teardown crash: profiler code in the dump (the GC line alone is not it:
-        any object's finaliser can crash a collection)."""
-        return self.profiler
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"signal": self.signal, "frames": self.frames,
-                "garbage_collecting": self.garbage_collecting, "profiler": self.profiler,
-                "teardown": self.teardown}
-
-
-def crashes(log: str) -> list[Crash]:
-    """Every faulthandler dump in a log, in order."""
-    lines = log.splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        m = FATAL.search(line)
-        if not m:
-            continue
-        frames: list[str] = []
-        gcing = in_current = False
-        dump: list[str] = []
-        for nxt in lines[i + 1:i + 400]:  # the dump ends at the next fatal error or log record
-            if FATAL.search(nxt) or nxt.startswith("Extension modules:"):
-                break
-            dump.append(nxt)
-            t = THREAD.match(nxt)
-            if t:
-                in_current = t.group("current") == "Current thread"
-                continue
-            if in_current:
-                if nxt.strip() == "Garbage-collecting":
-                    gcing = True
-                f = FRAME.match(nxt)
-                if f:
-                    frames.append(f"{f.group('file')}:{f.group('line')} in {f.group('func')}")
-                elif not nxt.strip():
-                    in_current = False
-        out.append(Crash(m.group("sig"), frames[:20], gcing,
-                         bool(PROFILER_MARK.search("\n".join(dump)))))
-    return out
+from diag.engine.last_words import Crash, crashes  # noqa: E402,F401 (re-exported for the lane)
 
 
 @dataclass

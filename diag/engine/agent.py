@@ -165,6 +165,10 @@ class Agent:
             except Exception as e:  # unsafe or missing dir: no events, no control
                 log.warning("diag agent: run directory not used: %s", e)
                 self.writer = None
+        if self.writer is not None:  # how this process dies, for `diag fix status` (never raises)
+            from diag.engine import last_words
+
+            last_words.install(self.writer.run_dir)
         self._install_metrics()
         for fid in self.fix_ids:
             self.fixes[fid] = {"state": "pending", "reason": "applied when sglang is imported"}
