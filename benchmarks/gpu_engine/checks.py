@@ -239,7 +239,7 @@ def check_tui_share(name: str, rc: int, text: str) -> Check:
 # one `diag fix status` names a death with. The crash of issue 29: SIGSEGV in `~ProfilerResult`
 # (torch's C++ profiler result) reached from pybind11's dealloc while the cyclic GC frees a
 # stopped profiler.
-from diag.engine.last_words import Crash, crashes  # noqa: E402,F401 (re-exported for the lane)
+from diag.engine.last_words import FATAL, Crash, crashes  # noqa: E402,F401 (re-exported)
 
 
 @dataclass
@@ -259,11 +259,16 @@ class CrashTry:
         found = crashes(self.log)
         return next((c for c in found if c.teardown), found[0] if found else None)
 
+    def dump(self, lines: int = 150) -> str:
+        """The log from its first fatal-error dump on (what the verdict rests on), or ''."""
+        m = FATAL.search(self.log)
+        return "\n".join(self.log[m.start():].splitlines()[:lines]) if m else ""
+
     def as_dict(self) -> dict[str, Any]:
         c = self.crash()
         return {"name": self.name, "side": self.side, "profiles_sent": self.profiles_sent,
                 "profiles_done": self.profiles_done, "alive": self.alive, "error": self.error,
-                "crash": c.as_dict() if c else None}
+                "crash": c.as_dict() if c else None, "dump": self.dump()}
 
 
 def crash_side(tries: list[CrashTry]) -> dict[str, Any]:

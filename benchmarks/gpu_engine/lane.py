@@ -369,10 +369,25 @@ def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
     return checks.CrashTry(name, side, sent, done, alive, s.log.read_text(errors="replace"), error)
 
 
+def device_info() -> dict:
+    """Where and when: the GPU, torch and SGLang of this run (recorded with the result)."""
+    out = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with contextlib.suppress(Exception):
+        import torch
+
+        out.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__)
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        out["sglang"] = version("sglang")
+    return out
+
+
 def crash_run(work: Path, per_side: int, profiles: int) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"mode": "crash", "checks": [], "servers": {}, "profile": CRASH_PROFILE,
-                 "servers_per_side": per_side, "profiles_per_server": profiles}
+                 "servers_per_side": per_side, "profiles_per_server": profiles,
+                 "device": device_info()}
     add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
     t0 = time.monotonic()
     servers: dict[str, tuple[str, es.Server]] = {}
