@@ -169,3 +169,23 @@ def test_classify_teardown_signature_with_the_gc_line():
     d = last_words.classify(text, "log")
     assert d.cause == "profiler-teardown"
     assert d.summary == "SIGSEGV in the profiler teardown (cyclic GC freed a stopped profiler)"
+
+
+def test_the_tui_shows_the_death_fix_status_shows(tmp_path):
+    from diag.tui import data
+    from diag.tui.fixes_view import engine_text
+    from diag.tui.model import Model
+
+    d = tmp_path / "run"
+    _run(d, IN_PROFILER_STOP)
+    _, doc = _status(d)
+    want = doc["runs"][0]["processes"][0]["death"]["summary"]
+    state = rundir.read_state(d)
+    (pv,) = data.engine_processes(state)
+    assert pv.died == want
+    m = Model()
+    m.engine_procs = [pv]
+    assert f"died: {want}" in engine_text(m).plain
+    export = data.export_doc(data.Header("t"), [], [], [], [], [], [pv])
+    report_schema.check("tui-export-v1.json", json.loads(json.dumps(export, default=str)))
+    assert export["engine_processes"][0]["died"] == want
