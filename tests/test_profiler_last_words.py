@@ -189,3 +189,47 @@ def test_the_tui_shows_the_death_fix_status_shows(tmp_path):
     export = data.export_doc(data.Header("t"), [], [], [], [], [], [pv])
     report_schema.check("tui-export-v1.json", json.loads(json.dumps(export, default=str)))
     assert export["engine_processes"][0]["died"] == want
+
+
+LAUNCHER = '''
+import logging, multiprocessing as mp
+CHILD = """
+import faulthandler, ctypes, torch
+faulthandler.enable()  # as SGLang's scheduler does (managers/scheduler.py:6295): on stderr
+p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                           on_trace_ready=lambda prof: ctypes.string_at(0))
+p.start()
+torch.ones(4).sum()
+p.stop()
+"""
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, force=True)  # as SGLang's configure_logger
+    logger = logging.getLogger("sglang.srt.utils.watchdog")
+    proc = mp.get_context("spawn").Process(target=exec, args=(CHILD, {}))
+    proc.start()
+    proc.join()
+    # SGLang 0.5.23 utils/watchdog.py:216-219, word for word
+    logger.error(f"Subprocess scheduler_0 (pid={proc.pid}) crashed "
+                 f"with exit code {proc.exitcode}. "
+                 f"Triggering SIGQUIT for cleanup...")
+    print("CHILD", proc.pid, flush=True)
+'''
+
+
+def test_a_child_death_seen_by_sglangs_launcher(tmp_path):
+    d = tmp_path / "run"
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    r = subprocess.run([*DIAG, "run", "--run-dir", str(d), "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    child = int(r.stdout.split("CHILD")[1].split()[0])
+    assert "Fatal Python error: Segmentation fault" in r.stderr  # the child's own dump: stderr
+    assert last_words.read_file(d, child) == ""
+    t, doc = _status(d)
+    procs = {p["pid"]: p for p in doc["runs"][0]["processes"]}
+    death = procs[child]["death"]
+    assert death["cause"] == "fatal-signal" and death["signal"] == "SIGSEGV"
+    assert death["summary"].startswith("SIGSEGV (SGLang's launcher, pid ")
+    assert "scheduler_0 end with exit code -11" in death["summary"]
+    assert f"process {child} died: SIGSEGV" in t.stdout

@@ -320,7 +320,7 @@ def _dead(s: es.Server) -> bool:
 
 
 def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
-              per_profile_s: float = 60.0) -> checks.CrashTry:
+              per_profile_s: float = 60.0, body: dict | None = None) -> checks.CrashTry:
     """Give one server the profile up to `profiles` times, each while serving requests until its
     stage traces are written, then serve a little more (a stopped profiler is freed later, by
     the cyclic GC); stop at the first sign of death."""
@@ -331,7 +331,8 @@ def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
             break
         out = work / f"cprof-{name}-{i}"
         try:
-            code, text = s.post("/start_profile", {**CRASH_PROFILE, "output_dir": str(out)}, 60)
+            code, text = s.post("/start_profile", {**(body or CRASH_PROFILE),
+                                                   "output_dir": str(out)}, 60)
         except OSError as e:
             error = f"/start_profile: {type(e).__name__}: {e}"
             break

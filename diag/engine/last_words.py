@@ -57,6 +57,10 @@ V2_REFUSALS = (
      "send profile_by_stage=true with /start_profile"),
 )
 SCHEDULER_EXCEPTION = "Scheduler hit an exception"
+# SGLang's launcher on a child's death (0.5.23 utils/watchdog.py:216-219, SubprocessWatchdog):
+# "Subprocess {name} (pid={pid}) crashed with exit code {exitcode}. Triggering SIGQUIT ..."
+CHILD_DIED = re.compile(r"Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code "
+                        r"(?P<code>-?\d+)")
 LOGGER = "sglang"  # every SGLang module logs under it (logging.getLogger(__name__))
 
 
@@ -117,7 +121,7 @@ def crashes(text: str) -> list[Crash]:
 class Death:
     """How a process died, as far as its last words tell."""
 
-    cause: str  # profiler-teardown | profiler | fatal-signal | v2-profiler-refused | exception
+    cause: str  # profiler-teardown | profiler | fatal-signal | v2-profiler-refused | exception | exit
     summary: str  # one line, after "died: "
     source: str  # where it was read: the fatal file, a log
     hint: str = ""
@@ -169,7 +173,8 @@ class _Recorder(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             msg = record.getMessage()
-            if SCHEDULER_EXCEPTION not in msg and not any(n in msg for n, _, _ in V2_REFUSALS):
+            if SCHEDULER_EXCEPTION not in msg and not CHILD_DIED.search(msg) \
+                    and not any(n in msg for n, _, _ in V2_REFUSALS):
                 return
             if record.exc_info and record.exc_info[1] is not None:
                 msg += "\n" + "".join(logging.Formatter().formatException(record.exc_info))
@@ -239,16 +244,43 @@ def death(run_dir: str | os.PathLike, pid: int, log: str | None = None,
     return d
 
 
+def seen_by_parent(run_dir: str | os.PathLike, pids: list[int]) -> dict[int, Death]:
+    """Children's deaths as SGLang's launcher logged them (its own fatal file): pid -> death by
+    the exit code (a negative one is the signal)."""
+    import signal as _signal
+
+    out: dict[int, Death] = {}
+    for parent in pids:
+        for m in CHILD_DIED.finditer(read_file(run_dir, parent)):
+            pid, code = int(m.group("pid")), int(m.group("code"))
+            try:
+                sig = _signal.Signals(-code).name if code < 0 else None
+            except ValueError:
+                sig = f"signal {-code}"
+            what = sig or f"exit code {code}"
+            out[pid] = Death("fatal-signal" if sig else "exit", f"{what} (SGLang's launcher, "
+                             f"pid {parent}, saw {m.group('name')} end with exit code {code}; "
+                             f"its frames, if any, are in the engine's log: --log FILE)",
+                             FILE.format(pid=parent), "", sig)
+    return out
+
+
 def deaths(state: Any, log: str | None = None, log_name: str = "the engine log") -> dict[int, Death]:
     """pid -> how it died, for each process of a run (`rundir.RunState`) that is not alive and
-    left words: its own file; the engine's log only for an engine process (the launcher that
-    SGLang's scheduler takes down with it would otherwise be blamed for the scheduler's death)."""
+    left words: its own file; then, for an engine process, the engine's log (the launcher that
+    SGLang's scheduler takes down with it would otherwise be blamed for the scheduler's death);
+    then what SGLang's launcher logged about it."""
     out: dict[int, Death] = {}
+    parent_saw: dict[int, Death] | None = None
     for p in state.processes.values():
         if p.alive:
             continue
         with contextlib.suppress(Exception):  # a reader never fails on a damaged file
             d = death(state.run_dir, p.pid, log if p.engine else None, log_name)
+            if d is None:
+                if parent_saw is None:
+                    parent_saw = seen_by_parent(state.run_dir, list(state.processes))
+                d = parent_saw.get(p.pid)
             if d is not None:
                 out[p.pid] = d
     return out
