@@ -140,3 +140,20 @@ def test_a_death_without_a_dump_is_counted_apart():
     tries = [_try("plain-0", "plain", 1, 0, False, "Scheduler hit an exception: ...\n")]
     side = checks.crash_side(tries)
     assert side["crashed"] == 0 and side["died_otherwise"] == 1
+
+
+def test_a_collection_crash_after_a_logged_profiler_stop_is_the_signature(gc_log):
+    # faulthandler prints Python frames only: a scheduler killed in the cyclic GC shows SGLang's
+    # frames, not torch's; what ties it to the profiler is the stop SGLang logged before it
+    # ("Stop profiling...", 0.5.23 utils/profile_utils.py:163)
+    log = "[2026-12-02 18:34:21] Stop profiling...\n" + gc_log
+    (c,) = checks.crashes(log)
+    assert c.garbage_collecting and c.after_profile_stop and not c.profiler
+    assert c.teardown is True
+    (c,) = checks.crashes(gc_log + "[2026-12-02 18:34:21] Stop profiling...\n")
+    assert c.after_profile_stop is False and c.teardown is False  # a stop after the crash
+    from diag.engine import last_words
+
+    d = last_words.classify(log, "log")
+    assert d.cause == "profiler-teardown"
+    assert d.summary.startswith("SIGSEGV in a cyclic collection after a profiler stop")

@@ -38,6 +38,9 @@ THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-f]+ .*\(most r
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 # torch's profiler: its Python package, or the C++ result named in issue 29's native frames
 PROFILER_MARK = re.compile(r"ProfilerResult|torch/profiler/|torch/autograd/profiler")
+# SGLang's log line at each profiler stop (0.5.23 utils/profile_utils.py:163 "Stop profiling...",
+# managers/scheduler_components/profiler_manager.py:339 "Stop profiling" + stage + "...")
+PROFILE_STOP = re.compile(r"Stop profiling")
 
 # SGLang's V2 profiler (SGLANG_PROFILE_V2=1) refusing a request; 0.5.23 utils/profile_utils.py
 V2_REFUSALS = (
@@ -74,12 +77,15 @@ class Crash:
     frames: list[str] = field(default_factory=list)
     garbage_collecting: bool = False
     profiler: bool = False
+    after_profile_stop: bool = False  # the text logs a profiler stop before the dump
 
     @property
     def teardown(self) -> bool:
-        """The profiler-teardown signature: profiler code in the dump (a collection alone is not
-        it: any object's finaliser can crash one)."""
-        return self.profiler
+        """The profiler-teardown signature: profiler code in the dump, or a crash inside a cyclic
+        collection after a profiler stop was logged (faulthandler prints Python frames only: the
+        native `~ProfilerResult` frame of issue 29 is not in its dump). A collection alone is not
+        it: any object's finaliser can crash one."""
+        return self.profiler or (self.garbage_collecting and self.after_profile_stop)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "teardown": self.teardown}
@@ -113,7 +119,8 @@ def crashes(text: str) -> list[Crash]:
                 elif not nxt.strip():
                     in_current = False
         out.append(Crash(m.group("sig"), frames[:20], gcing,
-                         bool(PROFILER_MARK.search("\n".join(dump)))))
+                         bool(PROFILER_MARK.search("\n".join(dump))),
+                         any(PROFILE_STOP.search(ln) for ln in lines[:i])))
     return out
 
 
@@ -142,10 +149,14 @@ def classify(text: str, source: str) -> Death | None:
         c = next((c for c in found if c.teardown), found[0])
         sig = SIGNALS.get(c.signal, c.signal)
         top = c.frames[0] if c.frames else "no Python frame"
-        if c.teardown and c.garbage_collecting:
+        fix = "apply profiler-controlled-teardown (`diag run --fix profiler-controlled-teardown`)"
+        if c.profiler and c.garbage_collecting:
             return Death("profiler-teardown", f"{sig} in the profiler teardown (cyclic GC freed "
-                         "a stopped profiler)", source, "apply profiler-controlled-teardown "
-                         "(`diag run --fix profiler-controlled-teardown`)", sig, c.frames)
+                         "a stopped profiler)", source, fix, sig, c.frames)
+        if c.teardown and not c.profiler:
+            return Death("profiler-teardown", f"{sig} in a cyclic collection after a profiler "
+                         "stop (the stopped profiler is left to the cyclic GC: the "
+                         f"profiler-teardown crash; top frame {top})", source, fix, sig, c.frames)
         if c.teardown:
             prof = next((f for f in c.frames if PROFILER_MARK.search(f)), top)
             return Death("profiler", f"{sig} in torch's profiler ({prof})", source,
