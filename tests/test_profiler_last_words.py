@@ -233,3 +233,23 @@ def test_a_child_death_seen_by_sglangs_launcher(tmp_path):
     assert death["summary"].startswith("SIGSEGV (SGLang's launcher, pid ")
     assert "scheduler_0 end with exit code -11" in death["summary"]
     assert f"process {child} died: SIGSEGV" in t.stdout
+
+
+def test_a_forked_childs_dump_is_its_own(tmp_path):
+    d = tmp_path / "run"
+    code = """
+    import os, sys
+    pid = os.fork()
+    if pid == 0:
+        import ctypes
+        print("CHILD", os.getpid(), flush=True)
+        ctypes.string_at(0)
+    _, status = os.waitpid(pid, 0)
+    sys.exit(0 if os.WIFSIGNALED(status) else 1)
+    """
+    r = _run(d, code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    child = int(r.stdout.split("CHILD")[1].split()[0])
+    parent = next(p for p in rundir.pids_in(d) if p != child)
+    assert "Fatal Python error: Segmentation fault" in last_words.read_file(d, child)
+    assert last_words.read_file(d, parent) == ""  # not blamed on the parent

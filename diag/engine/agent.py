@@ -627,6 +627,9 @@ def _after_fork() -> None:
         a.writer = None
         a._thread = None
         if old.writer is not None and not old.writer.detached:
+            from diag.engine import last_words
+
+            last_words.install(old.writer.run_dir)  # the child's own fatal file
             a.writer = rundir.EventWriter(old.writer.run_dir, run_id=a.run_id)
             a.writer.on_lost = _count_lost
             seen = set(old.reader.seen) if old.reader is not None else set()

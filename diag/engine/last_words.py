@@ -212,7 +212,10 @@ def install(run_dir: str | os.PathLike) -> Path | None:
         import faulthandler
 
         fh = None
-        if not faulthandler.is_enabled():  # a program's own choice (a file, stderr) stays
+        # a program's own choice (a file, stderr) stays; ours, inherited by a forked child from
+        # its parent, is pointed at the child's own file
+        inherited = any(f is not None for p, f in _installed.items() if p != pid)
+        if not faulthandler.is_enabled() or inherited:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
                          0o600)
             fh = os.fdopen(fd, "a")
