@@ -27,27 +27,35 @@ RUN = ROOT / "tests" / "gpu_lane" / "crash-h200-run1"
 
 
 def test_the_record_is_the_lanes_verdict_on_its_own_logs():
+    rec = profiler_crash_record.load()
+    assert rec is not None
+    got = record_crash.record(record_crash.tries_from(ROOT / rec["evidence"]), {}, None)
+    assert got["verdict"] == rec["verdict"] and got["passed"] == rec["passed"]
+    for side in ("plain", "fix"):
+        assert got[side] == rec[side]
+
+
+def test_the_prototype_run_was_not_reproduced():
     tries = record_crash.tries_from_prototype(RUN)
     assert sorted(t.name for t in tries) == ["fix0", "fix1", "fix2", "plain0", "plain1", "plain2"]
     assert all(t.profiles_sent == 3 and t.profiles_done == 3 and t.alive for t in tries)
     assert all(t.crash() is None for t in tries)
     got = record_crash.record(tries, {}, None)
-    rec = profiler_crash_record.load()
-    assert rec is not None
-    assert got["verdict"] == rec["verdict"] == "not reproduced"  # never "prevented"
-    assert got["passed"] is False
+    assert got["verdict"] == "not reproduced" and got["passed"] is False  # never "prevented"
     for side in ("plain", "fix"):
-        assert got[side] == rec[side]
-        assert rec[side]["crashed"] == 0 and rec[side]["profiles_sent"] == 9
-    assert rec["measured"]["when"] == json.loads((RUN / "record.json").read_text())["started"]
+        assert got[side]["crashed"] == 0 and got[side]["profiles_sent"] == 9
+    assert json.loads((RUN / "record.json").read_text())["started"] == "2026-12-02T18:30:24Z"
 
 
 def test_note_says_what_was_shown(tmp_path):
     rec = profiler_crash_record.load()
     n = profiler_crash_record.note(rec)
-    assert "NVIDIA H200" in n and "2026-12-02T18:30:24Z" in n
-    assert "before (plain) 0 crashed of 3 servers over 9 profiles" in n
-    assert "not reproduced" in n and "prevented it" not in n
+    assert rec["measured"]["where"] in n and rec["measured"]["when"] in n
+    p, f = rec["plain"], rec["fix"]
+    assert f"before (plain) {p['crashed']} crashed of {p['tested']} servers over " \
+           f"{p['profiles_sent']} profiles" in n
+    assert f"after (under the fix) {f['crashed']} crashed of {f['tested']} servers" in n
+    assert ("the fix prevented it" in n) == (rec["verdict"] == "prevented")
     shown = {**rec, "verdict": "prevented", "plain": {**rec["plain"], "crashed": 2}}
     p = tmp_path / "r.json"
     p.write_text(json.dumps(shown))

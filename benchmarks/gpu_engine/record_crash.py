@@ -3,8 +3,10 @@
 with where and when it was measured. The verdict is `checks.check_crash`'s, computed here from
 the run's own server logs, never copied from elsewhere.
 
-    python benchmarks/gpu_engine/record_crash.py --lane OUT/lane.json --where "NVIDIA H200 ..."
+    python benchmarks/gpu_engine/record_crash.py --lane tests/gpu_lane/crash-DATE/lane.json
     python benchmarks/gpu_engine/record_crash.py --prototype DIR   (record.json + server-*.log)
+Keep the run's data under tests/gpu_lane/ first: the record names it (`evidence`) and
+tests/test_profiler_crash_record.py recomputes the verdict from it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,20 @@ def tries_from_prototype(d: Path) -> list[checks.CrashTry]:
     return out
 
 
+def tries_from_lane(path: Path) -> list[checks.CrashTry]:
+    """`lane.py --only crash`'s lane.json: each server's counts and its log's dump."""
+    crash = json.loads(path.read_text()).get("crash") or {}
+    return [checks.CrashTry(t["name"], t["side"], t["profiles_sent"], t["profiles_done"],
+                            t["alive"], t.get("dump", ""), t.get("error", ""))
+            for t in crash.get("servers", [])]
+
+
+def tries_from(evidence: Path) -> list[checks.CrashTry]:
+    """The run a record names: a lane.json, or a prototype folder."""
+    return tries_from_lane(evidence) if evidence.suffix == ".json" else \
+        tries_from_prototype(evidence)
+
+
 def record(tries: list[checks.CrashTry], measured: dict, profile: dict | None) -> dict:
     c = checks.check_crash("profiler crash", tries)
     sides = {k: {f: c.data[k][f] for f in ("servers", "tested", "crashed", "teardown_signature",
@@ -59,10 +75,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.lane:
         res = json.loads(a.lane.read_text())
-        crash = res.get("crash") or {}
-        tries = [checks.CrashTry(t["name"], t["side"], t["profiles_sent"], t["profiles_done"],
-                                 t["alive"], t.get("dump", ""), t.get("error", ""))
-                 for t in crash.get("servers", [])]
+        tries = tries_from_lane(a.lane)
         dev = res.get("device") or {}
         measured = {"where": a.where or ", ".join(f"{k} {v}" for k, v in dev.items()
                                                   if k != "started"),
@@ -77,6 +90,10 @@ def main() -> int:
     else:
         ap.error("give --lane or --prototype")
     doc = record(tries, measured, profile)
+    src = (a.lane or a.prototype).resolve()
+    repo = HERE.parents[1]
+    # the run's data, kept in the repo (tests/gpu_lane/), so that the record can be recomputed
+    doc["evidence"] = str(src.relative_to(repo)) if src.is_relative_to(repo) else str(src)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
