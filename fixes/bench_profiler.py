@@ -228,4 +228,9 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
         res.notes.append(f"upstream (0.5.18) stop with gc.collect(): median "
                          f"{up.median * 1e3:.2f} ms against {rel.median * 1e3:.2f} ms released, "
                          f"with {heap_objects} live objects held")
+    from diag.fixes import profiler_crash_record
+
+    rec = profiler_crash_record.load()
+    if rec is not None:  # the crash itself needs a GPU and a real server: the lane's record
+        res.notes.append(profiler_crash_record.note(rec))
     return res

@@ -199,10 +199,15 @@ V2_ENV = "SGLANG_PROFILE_V2"
 
 def v2_in_use(ctx: Context) -> str | None:
     """Where the configuration under audit turns the V2 profiler on (None: it does not): the
-    env var in diag's environment, or a live server's arguments (`ctx.cache["server_info"]`)."""
+    env var in the configuration's environment (`SpecConfig.environ`), else in diag's own, or a
+    live server's arguments (`ctx.cache["server_info"]`)."""
     from diag.probes.gate import env_bool
 
-    if env_bool(os.environ.get(V2_ENV)):
+    env = ctx.config.environ  # the configuration's own environment, when one was given
+    if env is not None:
+        if env_bool(env.get(V2_ENV)):
+            return f"{V2_ENV}={env[V2_ENV]} in the configuration's environment"
+    elif env_bool(os.environ.get(V2_ENV)):
         return f"{V2_ENV}={os.environ[V2_ENV]} in diag's environment"
     info = ctx.cache.get("server_info")
     if isinstance(info, dict):
@@ -625,25 +630,33 @@ class ProfilerTeardownProbe(Probe):
                            f"sglang/{V2_FILE[0]}) in this release"))
         bad_classic = [s for s in classic if not s.controlled and id(s) not in patched]
         bad_v2 = [s for s in v2 if not s.controlled and id(s) not in patched]
+        used = v2_in_use(ctx) if v2 else None
+        risks = self.requests(ctx, v2[0] if v2 else None, bool(bad_v2), used)
+        ev += risks
+        fatal = [e.data["request"].split(" (")[0] for e in risks
+                 if e.data["risk"] == "kills the server"]
+        refused = (f"; with {V2_ENV} on, SGLang itself refuses {', '.join(fatal)}: the "
+                   "scheduler raises and the server goes down (send profile_by_stage=true, "
+                   "never /stop_profile)") if used and fatal else ""
         if bad_classic:
             s = bad_classic[0]
             status = Status.FAIL if ctx.platform == "hip" else Status.WARN
             summary = (f"{s.qualname} ({s.file}:{s.line}) leaves the stopped profiler to the "
-                       "cyclic GC" + (" (and so does the V2 path)" if bad_v2 else ""))
+                       "cyclic GC" + (" (and so does the V2 path)" if bad_v2 else "") + refused)
         elif bad_v2:
             s = bad_v2[0]
-            used = v2_in_use(ctx)
             status = (Status.FAIL if ctx.platform == "hip" else Status.WARN) if used \
                 else Status.WARN
             summary = (f"default stop collects at once, but the V2 path (SGLANG_PROFILE_V2) "
                        f"{s.qualname} ({s.file}:{s.line}) drops the profiler without gc.collect()"
                        + (f"; the configuration under audit uses it ({used})" if used else
                           "; only a configuration with SGLANG_PROFILE_V2 set uses it (not set "
-                          "in diag's environment nor in the server's arguments)"))
+                          "in diag's environment nor in the server's arguments)") + refused)
         else:
             how = " (patched in this process)" if patched else ""
-            return self.finding(Status.OK, "every profiler stop drops the profiler and frees it "
-                                f"at once{how}", evidence=ev)
+            return self.finding(Status.WARN if refused else Status.OK, "every profiler stop "
+                                f"drops the profiler and frees it at once{how}{refused}",
+                                evidence=ev)
         fix = ("apply profiler-controlled-teardown (frees the stopped profiler at the stop by "
                "breaking its reference cycle, no full collection)")
         if not bad_classic:  # advice that fits the release: its default path is fine already
@@ -653,6 +666,19 @@ class ProfilerTeardownProbe(Probe):
             older = ver is None or ver < Version("0.5.18")
             hint = fix + (", or upgrade to >= 0.5.18 for the default path" if older else "")
         return self.finding(status, summary, evidence=ev, hint=hint)
+
+    def requests(self, ctx: Context, v2_stop: StopSite | None, fix_applies: bool,
+                 used: str | None) -> list[Evidence]:
+        """One typed row per profiling request that matters on a V2 server (the release's source,
+        `profiler_requests`): what the release does with it and whether it is at risk."""
+        from diag.probes import profiler_requests
+
+        out = []
+        for r in profiler_requests.assess(ctx.target, v2_stop,
+                                          self.fixes[0] if fix_applies else None):
+            prevented = f"; {r.prevented_by} frees it at the stop" if r.prevented_by else ""
+            out.append(row(f"{r.outcome}{prevented}", **r.data(), v2_in_use=bool(used)))
+        return out
 
     # (b) -------------------------------------------------------------------------------------
     def runtime(self, ctx: Context, static: Finding) -> Finding:

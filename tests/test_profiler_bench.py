@@ -29,3 +29,9 @@ def test_bench_runs_both_series_in_children():
     assert any("fix teardown: cycle-broken 4/4" in n for n in res.notes), res.notes
     assert res.params["heap_objects"] == 20000 and res.params["teardown"] == "cycle"
     assert len(msgs) == 2  # the side-by-side pair, then upstream
+    # the crash on real servers, from the GPU lane's record, beside the timings
+    from diag.fixes import profiler_crash_record
+
+    rec = profiler_crash_record.load()
+    assert rec is not None
+    assert profiler_crash_record.note(rec) in res.notes

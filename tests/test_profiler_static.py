@@ -114,3 +114,82 @@ def test_unrecognised_shape_is_skipped(release, tmp_path):
     p.write_text(p.read_text().replace("self.torch_profiler.stop()", "self.torch_profiler.halt()"))
     static = _static(t)[0]
     assert static.status == Status.SKIP and "unrecognised shape" in static.summary
+
+
+def _rows(finding) -> dict[str, object]:
+    return {e.data["request"]: e for e in finding.evidence if e.kind == "row"
+            and "request" in (e.data or {})}
+
+
+def test_v2_requests_that_kill_the_server_are_named_before_profiling(release, monkeypatch):
+    """0.5.23, SGLANG_PROFILE_V2 in the configuration's environment (SpecConfig.environ):
+    - a plain /start_profile (io_struct.py:2387 `profile_by_stage: bool = False`) goes through
+      profiler_manager.py `_profile` -> `_init_profile` -> the V2 branch's
+      `self._profile_manager.configure(... profile_by_stage=...)` (profiler_manager.py:106), whose
+      `assert profile_by_stage, ("only support profile_by_stage=true now")` is
+      profile_utils.py:111; `assert start_step is None` is line 110;
+    - /stop_profile -> `_stop_profile`'s V2 branch -> `manual_stop` raising NotImplementedError
+      (profile_utils.py:141);
+    - the scheduler logs "Scheduler hit an exception" (scheduler.py:6372) and signals its parent;
+    - stage profiles stop through `_do_stop`, whose `self.profiler.stop()` is line 164 and which
+      drops without gc.collect(); `with_stack=... else True` is line 339."""
+    from diag.context import SpecConfig
+
+    monkeypatch.delenv("SGLANG_PROFILE_V2", raising=False)
+    t = release("0.5.23")
+    ctx = Context(target=t, platform="hip", execute=False,
+                  config=SpecConfig(environ={"SGLANG_PROFILE_V2": "1"}))
+    static = ProfilerTeardownProbe().run(ctx)[0]
+    assert static.status == Status.FAIL
+    assert "in the configuration's environment" in static.summary
+    assert "SGLang itself refuses plain /start_profile, /start_profile with start_step, " \
+           "/stop_profile" in static.summary
+    rows = _rows(static)
+    plain = rows["plain /start_profile (profile_by_stage false, the default)"]
+    assert plain.data["location"] == f"sglang/{V2}:111" == \
+        f"sglang/{V2}:{_line_of(t, V2, 'assert profile_by_stage')}"
+    assert plain.data["risk"] == "kills the server" and plain.data["v2_in_use"] is True
+    assert f"{MANAGER}:106" in plain.detail and "srt/managers/scheduler.py:6372" in plain.detail
+    assert "only support profile_by_stage=true now" in plain.detail
+    assert rows["/start_profile with start_step"].data["location"] == f"sglang/{V2}:110"
+    stop = rows["/stop_profile"]
+    assert stop.data["location"] == f"sglang/{V2}:141" == \
+        f"sglang/{V2}:{_line_of(t, V2, 'manually stop is only supported yet')}"
+    stage = rows["stage profile (profile_by_stage=true)"]
+    assert stage.data["risk"] == "crash risk"
+    assert stage.data["location"] == f"sglang/{V2}:164" == \
+        f"sglang/{V2}:{_line_of(t, V2, 'self.profiler.stop()')}"
+    assert stage.data["prevented_by"] == "profiler-controlled-teardown"
+    assert f"{V2}:339" in stage.detail  # stacks on by default
+    # the configuration's environment is the one under audit, not diag's own
+    monkeypatch.setenv("SGLANG_PROFILE_V2", "1")
+    ctx = Context(target=t, platform="hip", execute=False, config=SpecConfig(environ={}))
+    static = ProfilerTeardownProbe().run(ctx)[0]
+    assert static.status == Status.WARN and "refuses" not in static.summary
+    assert _rows(static)["/stop_profile"].data["v2_in_use"] is False  # rows shown regardless
+
+
+def test_v2_requests_on_an_older_release(release, monkeypatch):
+    # 0.5.17 profile_utils.py: `assert start_step is None` (92), then the assert on
+    # profile_by_stage written over lines 93-95 (`assert (` / `profile_by_stage` / `), "only
+    # support ..."`): the statement's line is 93
+    monkeypatch.setenv("SGLANG_PROFILE_V2", "1")
+    t = release("0.5.17")
+    rows = _rows(_static(t)[0])
+    assert rows["plain /start_profile (profile_by_stage false, the default)"].data["location"] \
+        == f"sglang/{V2}:{_line_of(t, V2, 'assert (')}"
+    assert rows["/start_profile with start_step"].data["location"] == \
+        f"sglang/{V2}:{_line_of(t, V2, 'assert start_step is None')}"
+    assert rows["/stop_profile"].data["location"] == \
+        f"sglang/{V2}:{_line_of(t, V2, 'manually stop is only supported yet')}"
+
+
+def test_stage_profile_row_without_risk_when_the_v2_stop_collects(release, tmp_path):
+    t = _copy_tree(release("0.5.23"), tmp_path, [MANAGER, V2])
+    p = t.file(V2)
+    head, tail = p.read_text().split("def _do_stop(", 1)
+    tail = tail.replace("        self.profiler = None\n",
+                        "        self.profiler = None\n        gc.collect()\n", 1)
+    p.write_text("import gc\n" + head + "def _do_stop(" + tail)
+    stage = _rows(_static(t)[0])["stage profile (profile_by_stage=true)"]
+    assert stage.data["risk"] == "none" and "prevented_by" not in stage.data

@@ -397,6 +397,7 @@ class ProcessView:
     errors: int
     error: str  # the newest agent error, "where: message"
     lost: str = ""  # "events lost since 12:03:04: 17 (ENOSPC ...)", "" when none
+    died: str = ""  # how it died, from its last words (diag.engine.last_words), "" when unknown
 
 
 def engine_processes(state: Any, events: list[Any] | None = None) -> list[ProcessView]:
@@ -412,6 +413,9 @@ def engine_processes(state: Any, events: list[Any] | None = None) -> list[Proces
         e = ev if isinstance(ev, ev_types.Event) else ev_types.parse(ev)
         if isinstance(e, ev_types.Error):
             errors[e.pid] = f"{e.where}: {e.message}"
+    from diag.engine import last_words
+
+    died = last_words.deaths(state)  # the reading `diag fix status` shows
     out = []
     for p in state.processes.values():
         fixes = ", ".join(f"{fid}={(st or {}).get('state')}" for fid, st in sorted(p.fixes.items()))
@@ -426,7 +430,8 @@ def engine_processes(state: Any, events: list[Any] | None = None) -> list[Proces
         out.append(ProcessView(p.pid, p.alive, p.sglang or "?", fixes or "none",
                                str(last.get("kind", "-")), last.get("ts"),
                                int((p.counters or {}).get("errors", 0)), err,
-                               lost_text(p.counters or {})))
+                               lost_text(p.counters or {}),
+                               died[p.pid].summary if p.pid in died else ""))
     out.sort(key=lambda v: (not v.alive, v.pid))
     return out
 
@@ -1028,7 +1033,8 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         "engine_processes": [{"pid": p.pid, "alive": p.alive, "sglang": p.sglang,
                               "fixes": p.fixes, "last_event": p.last, "errors": p.errors,
                               "last_error": p.error or None,
-                              "events_lost": p.lost or None} for p in processes or []],
+                              "events_lost": p.lost or None, "died": p.died or None}
+                             for p in processes or []],
     }
 
 

@@ -287,3 +287,87 @@ def share_lines(doc: dict[str, Any] | None) -> list[str]:
     if f:
         out.append(f"noise floor: {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})")
     return out
+
+
+# ------------------------------------------------------------------------------ the profiler crash
+# The crash dumps are read by diag's own reader (diag/engine/last_words.py: Python's faulthandler
+# format; SGLang 0.5.23 enables faulthandler in every scheduler, managers/scheduler.py:6295), the
+# one `diag fix status` names a death with. The crash of issue 29: SIGSEGV in `~ProfilerResult`
+# (torch's C++ profiler result) reached from pybind11's dealloc while the cyclic GC frees a
+# stopped profiler.
+from diag.engine.last_words import FATAL, Crash, crashes  # noqa: E402,F401 (re-exported)
+
+
+@dataclass
+class CrashTry:
+    """One server of the crash check: the profiles it was given, how many finished (trace files
+    written), and how it ended."""
+
+    name: str
+    side: str  # "plain" | "fix"
+    profiles_sent: int
+    profiles_done: int
+    alive: bool  # still serving at the end
+    log: str = ""
+    error: str = ""  # why it stopped early (an HTTP error, a dead server), when it did
+
+    def crash(self) -> Crash | None:
+        found = crashes(self.log)
+        return next((c for c in found if c.teardown), found[0] if found else None)
+
+    def dump(self, lines: int = 150) -> str:
+        """The log from its first fatal-error dump on (what the verdict rests on), or ''."""
+        m = FATAL.search(self.log)
+        return "\n".join(self.log[m.start():].splitlines()[:lines]) if m else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.crash()
+        return {"name": self.name, "side": self.side, "profiles_sent": self.profiles_sent,
+                "profiles_done": self.profiles_done, "alive": self.alive, "error": self.error,
+                "crash": c.as_dict() if c else None, "dump": self.dump()}
+
+
+def crash_side(tries: list[CrashTry]) -> dict[str, Any]:
+    """A side's counts: servers, servers crashed (a fatal signal in the log), of those with the
+    teardown signature, other deaths, profiles sent, and crashes per profile sent."""
+    tested = [t for t in tries if t.profiles_sent > 0]
+    crashed = [t for t in tested if t.crash() is not None]
+    sig = [t for t in crashed if t.crash().teardown]
+    other = [t for t in tested if not t.alive and t.crash() is None]
+    sent = sum(t.profiles_sent for t in tested)
+    return {"servers": len(tries), "tested": len(tested), "crashed": len(crashed),
+            "teardown_signature": len(sig), "died_otherwise": len(other),
+            "profiles_sent": sent, "profiles_done": sum(t.profiles_done for t in tested),
+            "crashes_per_profile": len(crashed) / sent if sent else None}
+
+
+def check_crash(name: str, tries: list[CrashTry]) -> Check:
+    """The fix's before/after on real servers: passes only when plain servers crashed with the
+    teardown signature and no server under the fix crashed. Neither side crashed: "not
+    reproduced" (a fail: nothing was shown prevented). A side that tested nothing: not run."""
+    plain = crash_side([t for t in tries if t.side == "plain"])
+    fix = crash_side([t for t in tries if t.side == "fix"])
+    data = {"plain": plain, "fix": fix, "servers": [t.as_dict() for t in tries]}
+
+    def rate(s: dict) -> str:
+        return (f"{s['crashed']} of {s['tested']} servers crashed ({s['teardown_signature']} with "
+                f"the teardown signature) over {s['profiles_sent']} profiles sent, "
+                f"{s['profiles_done']} finished")
+
+    detail = f"plain: {rate(plain)}; under the fix: {rate(fix)}"
+    if not plain["tested"] or not fix["tested"]:
+        data["verdict"] = "not run"
+        return Check(name, None, "not run: a side got no profile; " + detail, data)
+    if fix["crashed"]:
+        data["verdict"] = "not prevented"
+        return Check(name, False, "not prevented: " + detail, data)
+    if not plain["crashed"]:
+        data["verdict"] = "not reproduced"
+        return Check(name, False, "not reproduced (no plain server crashed, so nothing was shown "
+                     "prevented): " + detail, data)
+    if not plain["teardown_signature"]:
+        data["verdict"] = "other crash"
+        return Check(name, False, "plain servers crashed, but not with the profiler-teardown "
+                     "signature: " + detail, data)
+    data["verdict"] = "prevented"
+    return Check(name, True, "prevented: " + detail, data)

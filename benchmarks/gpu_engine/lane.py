@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import statistics
@@ -63,13 +64,14 @@ def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[
 
 
 def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
-          env: dict[str, str] | None = None, diag_args: tuple[str, ...] = ()) -> es.Server:
+          env: dict[str, str] | None = None, diag_args: tuple[str, ...] = (),
+          all_probes: bool = True) -> es.Server:
     port = es.free_port()
     py = sys.executable
-    cmd = server_cmd(py, models, port, MEM_FRACTION[name])
+    cmd = server_cmd(py, models, port, MEM_FRACTION.get(name, 0.85))
     run_dir = work / f"run-{name}" if under_diag else None
     if run_dir is not None:
-        probes = () if "--probe" in diag_args else ("--probe", "all")
+        probes = () if "--probe" in diag_args or not all_probes else ("--probe", "all")
         cmd = [py, "-m", "diag", "run", *probes, *diag_args, "--run-dir", str(run_dir), "--", *cmd]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     full_env.update(PYTHONUNBUFFERED="1", **(env or {}))
@@ -313,6 +315,159 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
     return res
 
 
+# ------------------------------------------------------------------------------ the profiler crash
+# Issue 29, side by side in one run: `--servers` plain servers and as many under `diag run --fix
+# profiler-controlled-teardown` (no counters: the fix alone), all with SGLANG_PROFILE_V2=1, each
+# given this profile up to `--profiles` times while serving; the check is checks.check_crash.
+CRASH_PROFILE = {"activities": ["CPU", "GPU"], "profile_by_stage": True, "num_steps": 3,
+                 "with_stack": True}
+STAGE_TRACES = 2  # V2 stage profiling writes one trace per stage: prefill, decode
+# (utils/profile_utils.py in 0.5.23: `_StageBasedTrigger`, interesting stages ["prefill",
+# "decode"], file name ...-TP-0-<stage>.trace.json.gz)
+
+
+def _serve(s: es.Server, width: int = 2, n: int = 12) -> None:
+    with cf.ThreadPoolExecutor(width) as ex:
+        for f in [ex.submit(s.generate, [7 + i, 8, 9], n, 30) for i in range(width)]:
+            f.result()
+
+
+def _dead(s: es.Server) -> bool:
+    return s.proc.poll() is not None or bool(checks.crashes(s.log.read_text(errors="replace")))
+
+
+def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
+              per_profile_s: float = 60.0, body: dict | None = None) -> checks.CrashTry:
+    """Give one server the profile up to `profiles` times, each while serving requests until its
+    stage traces are written, then serve a little more (a stopped profiler is freed later, by
+    the cyclic GC); stop at the first sign of death."""
+    sent = done = 0
+    error = ""
+    for i in range(profiles):
+        if _dead(s):
+            break
+        out = work / f"cprof-{name}-{i}"
+        try:
+            code, text = s.post("/start_profile", {**(body or CRASH_PROFILE),
+                                                   "output_dir": str(out)}, 60)
+        except OSError as e:
+            error = f"/start_profile: {type(e).__name__}: {e}"
+            break
+        sent += 1
+        if code != 200:
+            error = f"/start_profile: HTTP {code}: {text[:200]}"
+            break
+        deadline = time.monotonic() + per_profile_s
+        traces = 0
+        while time.monotonic() < deadline and not _dead(s):
+            try:
+                _serve(s)
+            except (OSError, RuntimeError, ValueError) as e:
+                error = f"request: {type(e).__name__}: {e}"[:300]
+                break
+            traces = len(list(out.glob("*.trace.json.gz"))) if out.exists() else 0
+            if traces >= STAGE_TRACES:
+                break
+        done += traces >= STAGE_TRACES
+        if error or traces < STAGE_TRACES:
+            error = error or f"profile {i}: {traces} of {STAGE_TRACES} stage traces in " \
+                             f"{per_profile_s:g} s"
+            break
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            for _ in range(3):
+                _serve(s)
+    time.sleep(2.0)  # a scheduler that just died: let its log and the launcher catch up
+    alive = not _dead(s)
+    if alive:
+        try:
+            s.generate([5, 6], 4, timeout=30)
+        except (OSError, RuntimeError, ValueError) as e:
+            alive = False
+            error = error or f"final request: {type(e).__name__}: {e}"[:300]
+    return checks.CrashTry(name, side, sent, done, alive, s.log.read_text(errors="replace"), error)
+
+
+def device_info() -> dict:
+    """Where and when: the GPU, torch and SGLang of this run (recorded with the result)."""
+    out = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with contextlib.suppress(Exception):
+        import torch
+
+        out.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__)
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        out["sglang"] = version("sglang")
+    return out
+
+
+def crash_run(work: Path, per_side: int, profiles: int) -> dict:
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"mode": "crash", "checks": [], "servers": {}, "profile": CRASH_PROFILE,
+                 "servers_per_side": per_side, "profiles_per_server": profiles,
+                 "device": device_info()}
+    add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
+    t0 = time.monotonic()
+    servers: dict[str, tuple[str, es.Server]] = {}
+    try:
+        models = engine_models.make_models(work / "models", 0, "gpu")
+        v2 = {"SGLANG_PROFILE_V2": "1"}
+        for i in range(per_side):  # all start together: the caches are warm after the first run
+            servers[f"plain-{i}"] = ("plain", start(f"plain-{i}", work, models, under_diag=False,
+                                                    env=v2))
+            servers[f"fix-{i}"] = ("fix", start(f"fix-{i}", work, models, under_diag=True, env=v2,
+                                                diag_args=("--fix", FIX), all_probes=False))
+        started: dict[str, tuple[str, es.Server]] = {}
+        for n, (side, s) in servers.items():
+            try:
+                ready(s, 300)
+                started[n] = (side, s)
+                res["servers"][n] = {"side": side, "ready_s": round(s.ready_s or 0, 1)}
+            except RuntimeError as e:
+                res["servers"][n] = {"side": side, "error": str(e)[:300]}
+        fixed = {n: status(s) for n, (side, s) in started.items() if side == "fix"}
+        states = {n: ((st["engine"] or {}).get("fixes") or {}).get(FIX, {}).get("state")
+                  for n, st in fixed.items()}
+        add(checks.Check(f"{FIX} applied in every fix-side engine process",
+                         bool(states) and all(v == "applied" for v in states.values()),
+                         json.dumps(states), {"states": states}))
+        with cf.ThreadPoolExecutor(len(started) or 1) as ex:
+            futs = {n: ex.submit(crash_try, n, side, s, work, profiles)
+                    for n, (side, s) in started.items()}
+            tries = [f.result() for f in futs.values()]
+        tries += [checks.CrashTry(n, side, 0, 0, False, s.log.read_text(errors="replace"),
+                                  res["servers"][n].get("error", ""))
+                  for n, (side, s) in servers.items() if n not in started]
+        c = checks.check_crash("profiler crash: plain servers vs under the fix (V2 stage "
+                               "profiling, CUDA activities, stacks)", tries)
+        add(c)
+        res["crash"] = c.data
+    except Exception as e:  # keep what ran: the partial result is the evidence
+        import traceback
+        res["error"] = f"{type(e).__name__}: {e}"[:2000]
+        res["traceback"] = traceback.format_exc()[-4000:]
+        add(checks.Check("lane ran to the end", False, res["error"][:300]))
+    finally:
+        for _, s in servers.values():
+            s.stop()
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+def crash_summary(res: dict) -> str:
+    lines = [f"{ {True: 'PASS', False: 'FAIL', None: 'NOT RUN'}[c['ok']]:7} {c['name']}: "
+             f"{c['detail'][:400]}" for c in res["checks"]]
+    for t in (res.get("crash") or {}).get("servers", []):
+        c = t["crash"]
+        what = (f"crashed: {c['signal']}" + (" in the profiler teardown" if c["teardown"] else "")
+                + (" (cyclic GC running)" if c["garbage_collecting"] else "")
+                + (f"; top frames: {' | '.join(c['frames'][:3])}" if c["frames"] else "")) \
+            if c else ("alive" if t["alive"] else f"dead, no crash dump ({t['error']})")
+        lines.append(f"  {t['name']:8} {t['profiles_done']}/{t['profiles_sent']} profiles: {what}")
+    lines.append(f"wall {res.get('wall_s')} s; servers: {json.dumps(res.get('servers'))}")
+    return "\n".join(lines)
+
+
 def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
     """Interleaved: each round sends one greedy request of `tokens` tokens (batch 1) to each
     server in turn (rotating the order), so drift hits all three alike."""
@@ -390,9 +545,17 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--windows", type=int, default=8,
                     help="diag bench overhead's pairs of windows at batch 1 (batch 16: 2 fewer)")
+    ap.add_argument("--only", choices=("crash",), default=None,
+                    help="crash: only the profiler-crash check (plain vs under the fix)")
+    ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
+    ap.add_argument("--profiles", type=int, default=3, help="profiles per server (--only crash)")
     a = ap.parse_args()
-    res = run(a.work, a.rounds, a.tokens, a.windows)
-    text = summary(res)
+    if a.only == "crash":
+        res = crash_run(a.work, a.servers, a.profiles)
+        text = crash_summary(res)
+    else:
+        res = run(a.work, a.rounds, a.tokens, a.windows)
+        text = summary(res)
     print(text)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)

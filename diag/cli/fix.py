@@ -197,17 +197,31 @@ revert_cmd = _control_command("revert")
               help="The run directory (default: every live run found on this machine).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {schema_version, runs: [{run_dir, meta, processes}]}.")
+@click.option("--log", "log_file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="The engine's log (its stderr): names how an engine process died when its "
+                   "own fatal-error dump went there (SGLang's scheduler enables faulthandler on "
+                   "stderr itself).")
 @guarded
-def status(run_dir: str | None, as_json: bool) -> None:
-    """Per engine process: fixes, runtime counters, last events (from the run directory)."""
+def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
+    """Per engine process: fixes, runtime counters, last events (from the run directory), and
+    how a dead one died when it left last words."""
     from diag.cli.common import log
-    from diag.engine import rundir
+    from diag.engine import last_words, rundir
     from diag.engine.events import describe_counters
 
+    engine_log = _read_log(log_file) if log_file else None
     dirs = [run_dir] if run_dir else [str(p) for p in rundir.discover()]
     states = [rundir.read_state(d) for d in dirs]
+    died = {s.run_dir: last_words.deaths(s, engine_log, log_file or "") for s in states}
     if as_json:
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": [s.to_dict() for s in states]},
+        runs = []
+        for s in states:
+            doc = s.to_dict()
+            for proc in doc["processes"]:
+                d = died[s.run_dir].get(proc["pid"])
+                proc["death"] = d.as_dict() if d else None
+            runs.append(doc)
+        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": runs},
                               indent=2, default=str))
         return
     if not states:
@@ -229,9 +243,16 @@ def status(run_dir: str | None, as_json: bool) -> None:
             role = "engine process" if p.engine else "not an engine process"
             if p.rank:
                 role += f" {p.rank}"
+            d = died[s.run_dir].get(p.pid)
             click.echo(f"  pid {p.pid} (parent {_shown(p.ppid)}) "
-                       f"{'live' if p.alive else 'exited'}  {role}  control at "
+                       f"{'live' if p.alive else 'died' if d else 'exited'}  {role}  control at "
                        f"{_shown(p.control)}  {argv}".rstrip())
+            if d is not None:
+                who = "engine process" if p.engine else "process"
+                click.echo(click.style(f"    {who} {p.pid} died: {d.summary}", fg="red")
+                           + f"  [from {d.source}]")
+                if d.hint:
+                    click.echo(f"      hint: {d.hint}")
             for fid, st in sorted(_items(p.fixes)):
                 click.echo(f"    fix {fid:<30} {_state_text(st)}")
             for pid_, st in sorted(_items(p.probes)):
@@ -244,6 +265,21 @@ def status(run_dir: str | None, as_json: bool) -> None:
                 kinds = ", ".join(_shown(e.get("kind") if isinstance(e, dict) else None)
                                   for e in p.last_events[-5:])
                 click.echo(f"    last events: {kinds}")
+
+
+def _read_log(path: str) -> str:
+    """The end of the engine's log (unreadable: one line, exit 3)."""
+    import os
+
+    from diag.engine.last_words import MAX_READ
+    from diag.errors import DiagError
+
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4 * MAX_READ))
+            return fh.read().decode("utf-8", "replace")
+    except OSError as e:
+        raise DiagError(f"cannot read the engine log {path}: {e.strerror}") from None
 
 
 def _shown(v: object) -> str:

@@ -191,6 +191,10 @@ class Agent:
             except Exception as e:  # unsafe or missing dir: no events, no control
                 log.warning("diag agent: run directory not used: %s", e)
                 self.writer = None
+        if self.writer is not None:  # how this process dies, for `diag fix status` (never raises)
+            from diag.engine import last_words
+
+            last_words.install(self.writer.run_dir)
         self._install_metrics()
         for fid in self.fix_ids:
             self.fixes[fid] = {"state": "pending", "reason": "applied when sglang is imported"}
@@ -767,6 +771,9 @@ def _after_fork() -> None:
         a.writer = None
         a._thread = None
         if old.writer is not None and not old.writer.detached:
+            from diag.engine import last_words
+
+            last_words.install(old.writer.run_dir)  # the child's own fatal file
             a.writer = rundir.EventWriter(old.writer.run_dir, run_id=a.run_id)
             a.writer.on_lost = _count_lost
             seen = set(old.reader.seen) if old.reader is not None else set()
