@@ -848,8 +848,8 @@ _module_of = index
 class _Resolver:
     """Follows a factory function to the `...Backend(...)` classes it builds on a platform."""
 
-    def __init__(self, target: Target, platform: str) -> None:
-        self.target, self.platform = target, platform
+    def __init__(self, target: Target, platform: str, mla: bool | None = None) -> None:
+        self.target, self.platform, self.mla = target, platform, mla
         self._mods = Modules(target)  # the target's sglang.* modules (probes.source)
         self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
 
@@ -939,12 +939,22 @@ class _Resolver:
         """The statements that can run on the platform: platform `if`s pruned, others kept."""
         return self._live_ends(body)[0]
 
+    def _truth(self, test: ast.AST) -> bool | None:
+        """Platform flags, and `<runner>.use_mla_backend` when the model is known (the model
+        family picks the class: MLA or MHA under one backend name)."""
+        def leaf(e: ast.AST) -> bool | None:
+            if isinstance(e, ast.Attribute) and e.attr == "use_mla_backend":
+                return self.mla
+            return _platform_leaf(e, self.platform)
+
+        return _three_valued(test, leaf)
+
     def _live_ends(self, body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:
         """(live statements, whether the platform path surely returns or raises)."""
         out: list[ast.stmt] = []
         for stmt in body:
             if isinstance(stmt, ast.If):
-                truth = platform_truth(stmt.test, self.platform)
+                truth = self._truth(stmt.test)
                 live_body, body_ends = self._live_ends(stmt.body)
                 live_else, else_ends = self._live_ends(stmt.orelse)
                 if truth is not False:
@@ -1044,10 +1054,13 @@ def _decode_min_steps(method: ast.FunctionDef) -> int | None:
     return None
 
 
-def backend_map(target: Target, platform: str) -> dict[str, BackendInfo]:
+def backend_map(target: Target, platform: str, mla: bool | None = None
+                ) -> dict[str, BackendInfo]:
     """Every attention-backend name the release knows → the draft classes it builds on `platform`,
-    plus the deprecated names its argument handling rewrites (`backend_aliases`)."""
-    res = _Resolver(target, platform)
+    plus the deprecated names its argument handling rewrites (`backend_aliases`). `mla`: the
+    model's attention (True MLA, False MHA) picks one class where the factory tests
+    `use_mla_backend`; None keeps both."""
+    res = _Resolver(target, platform, mla)
     reg = _registry(target)
     fac = _draft_factory(target)
     out: dict[str, BackendInfo] = {}
