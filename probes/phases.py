@@ -163,6 +163,8 @@ def read_model(target: Target, model: str | None) -> Model:
         return Model(None, None)
     params: dict = {}
     p = Path(model)
+    if os.sep in model and not p.exists():  # a server's model path, not on this machine
+        return Model(None, None, source=f"{model} (not readable here: MLA/MHA unknown)")
     cfg_file = p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
     if cfg_file is not None:
         try:
@@ -325,7 +327,9 @@ def _fallbacks_of(target: Target, rel: str) -> list[Fallback]:
                 out.append(Fallback(f"two-batch overlap ({node.attr})", "runner-declined",
                                     file, node.lineno))
         break
-    return out
+    seen: set[str] = set()
+    return [f for f in sorted(out, key=lambda f: f.line)
+            if not (f.condition in seen or seen.add(f.condition))]
 
 
 # --------------------------------------------------------------------------- the verdicts
