@@ -292,6 +292,9 @@ def _cls(info: BackendInfo | None) -> str:
 
 
 def _gate_detail(gate: GateInfo, plat: str) -> str:
+    if gate.hip_policy == "capability":  # PR #36324: the backend class answers, any platform
+        return (f"{plat.upper()} gate: self.{gate.capability_attr}.{gate.capability_method}()"
+                + (f"; kill switch {gate.kill_switch_env}" if gate.kill_switch_env else ""))
     if plat == "hip":
         if gate.hip_policy == "allowlist":
             rule = f"{gate.variable} = " + " or ".join(c.text() for c in gate.hip_checks)

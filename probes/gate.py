@@ -133,6 +133,10 @@ class GateInfo:
     selection: str | None = None
     # Names of the CUDA allow-list that could not be followed: CUDA verdicts are then unknown.
     cuda_unresolved: list[str] = field(default_factory=list)
+    # Policy "capability" (sglang PR #36324): the gate asks the backend itself, through this
+    # method called on `self.<capability_attr>`, instead of an isinstance allow-list.
+    capability_method: str | None = None
+    capability_attr: str | None = None
 
     @property
     def hip_classes(self) -> list[str]:
@@ -276,6 +280,12 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
     info.graphs_disabled_check = _graphs_disabled(method)
     scope = _Scope(target, tree, cls, method, relfile)
 
+    cap = _capability_call(method)
+    if cap is not None:  # the backend decides (PR #36324): no allow-list to read
+        info.capability_attr, info.line = cap
+        info.capability_method = CAPABILITY_METHOD
+        info.hip_policy = info.cuda_policy = "capability"
+        return info
     hip_assign = _var_assignment(method, HIP_VAR) or _hip_var_by_shape(method)
     if hip_assign is not None:
         name, value, lineno = hip_assign
@@ -305,6 +315,21 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
         return _unrecognised(info, f"the capture condition names no HIP rule: "
                                    f"{info.capture_condition[:160]}")
     return info
+
+
+CAPABILITY_METHOD = "supports_draft_extend_cuda_graph"
+
+
+def _capability_call(method: ast.FunctionDef) -> tuple[str, int] | None:
+    """`self.<attr>.supports_draft_extend_cuda_graph()` in the capture method: (attr, line)."""
+    for node in ast.walk(method):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == CAPABILITY_METHOD
+                and isinstance(node.func.value, ast.Attribute)
+                and isinstance(node.func.value.value, ast.Name)
+                and node.func.value.value.id == "self"):
+            return node.func.value.attr, node.lineno
+    return None
 
 
 def _unrecognised(info: GateInfo, problem: str) -> GateInfo:
@@ -818,6 +843,14 @@ class BackendInfo:
     _ancestors: Callable[[list[str]], list[str]] | None = field(default=None, repr=False,
                                                                 compare=False)
     _cache: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    # (class names, method) -> [(class, True | False | None, returned expression, "file:line")]:
+    # what each class's own or inherited method returns (PR #36324's capability method).
+    _capability: Callable[[list[str], str], list[tuple]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def capability(self, method: str, attr: str = EXTEND_ATTR) -> list[tuple]:
+        names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
+        return self._capability(names, method) if self._capability and names else []
 
     @property
     def draft_extend_ancestors(self) -> list[str]:
@@ -926,6 +959,51 @@ class _Resolver:
             if bname and bname not in out:
                 out.append(bname)
                 out += [a for a in self.ancestors(bname, where, depth + 1) if a not in out]
+        return out
+
+    def method_of(self, name: str, mod: _Module, dotted: str, method: str, depth: int = 0
+                  ) -> tuple[str, ast.FunctionDef, str] | None:
+        """(defining class, the method, its module) for `name.method`, following the bases."""
+        if depth > 6:
+            return None
+        where, node, wd = mod, mod.classes.get(name), dotted
+        if node is None and name in mod.imports:
+            wd = mod.imports[name]
+            where = self.module(wd)
+            node = where.classes.get(mod.import_names.get(name, name)) if where else None
+        if node is None or where is None:
+            return None
+        m = _method(node, method)
+        if m is not None:
+            return node.name, m, wd
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
+                else None
+            hit = self.method_of(bname, where, wd, method, depth + 1) if bname else None
+            if hit is not None:
+                return hit
+        return None
+
+    def capabilities(self, names: list[str], method: str, mod: _Module, dotted: str
+                     ) -> list[tuple]:
+        out = []
+        for n in names:
+            hit = self.method_of(n, self.seen_in.get(n, mod), dotted, method)
+            if hit is None:
+                out.append((n, None, f"no {method}() found on {n} or its bases", None))
+                continue
+            owner, fn, wd = hit
+            body = [st for st in fn.body if not (isinstance(st, ast.Expr)
+                                                 and isinstance(st.value, ast.Constant))]
+            where = f"{self.target.relpath(self._mods.path(wd))}:{fn.lineno}"
+            if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+                v = body[0].value
+                val = v.value if isinstance(v, ast.Constant) and isinstance(v.value, bool) \
+                    else None
+                out.append((n, val, f"{owner}.{method}() returns {ast.unparse(v)}", where))
+            else:
+                out.append((n, None, f"{owner}.{method}() decides in a body of "
+                                     f"{len(body)} statements", where))
         return out
 
     def all_ancestors(self, names: list[str], mod: _Module) -> list[str]:
@@ -1097,6 +1175,8 @@ def backend_map(target: Target, platform: str, mla: bool | None = None
                     info.decode_classes += [c for c in res.classes(m, fmod, cls)
                                             if c not in info.decode_classes]
             info._ancestors = functools.partial(res.all_ancestors, mod=fmod)
+            info._capability = functools.partial(res.capabilities, mod=fmod,
+                                                 dotted=_dotted(target, fpath))
     for old, (new, where) in backend_aliases(target).items():
         if new in out:
             out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),
@@ -1160,6 +1240,11 @@ def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
                                 if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
                                     out.setdefault(k.value, (v.value, f"{rel}:{dn.lineno}"))
     return out
+
+
+def _dotted(target: Target, path: Path) -> str:
+    rel = target.relpath(path)
+    return rel[:-3].replace("/", ".") if rel.endswith(".py") else rel
 
 
 def _named_method(cls: ast.ClassDef, name: str, phase: str) -> str | None:
@@ -1251,6 +1336,8 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
     policy = gate.hip_policy if platform == "hip" else gate.cuda_policy
     checks = gate.hip_checks if platform == "hip" else gate.cuda_checks
     where = f"{gate.worker_class}.{gate.method}"
+    if policy == "capability":
+        return _capability_verdict(gate, info, where)
     if policy == "any":
         return Verdict(GRAPH, f"{where} captures draft-extend on every non-NPU device",
                        "any_device")
@@ -1288,3 +1375,19 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
     built = info.draft_extend_class or "no class found"
     return Verdict(EAGER, f"{built} not on the {platform.upper()} allow-list of {where} "
                           f"(admits {admitted})", "not_allowlisted")
+
+
+def _capability_verdict(gate: GateInfo, info: BackendInfo, where: str) -> Verdict:
+    """The backend class answers (PR #36324): True graph, False eager, an expression depends."""
+    rows = info.capability(gate.capability_method or CAPABILITY_METHOD,
+                           gate.capability_attr or EXTEND_ATTR)
+    if not rows:
+        return Verdict(UNKNOWN, f"{where} asks the backend ({gate.capability_method}) but no "
+                                f"class was found for {info.name!r}", "unknown")
+    vals = {r[1] for r in rows}
+    said = "; ".join(f"{r[2]} ({r[3]})" if r[3] else r[2] for r in rows)
+    if vals == {True}:
+        return Verdict(GRAPH, f"{where} asks the backend: {said}", "capability")
+    if vals == {False}:
+        return Verdict(EAGER, f"{where} asks the backend: {said}", "not_capable")
+    return Verdict(UNKNOWN, f"depends: {where} asks the backend: {said}", "capability_depends")
