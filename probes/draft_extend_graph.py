@@ -13,16 +13,15 @@ from diag import server as srv
 from diag.context import Context
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
+from diag.probes.backends import BackendInfo, backend_map
 from diag.probes.base import Counter, Probe
 from diag.probes.gate import (
     DRAFT_UTILS_FILE,
     EAGER,
     GRAPH,
     UNSUPPORTED,
-    BackendInfo,
     GateInfo,
     Verdict,
-    backend_map,
     env_bool,
     parse_problem,
     read_gate,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.context import SpecConfig
+from diag.probes import backends
 from diag.probes import gate as gate_mod
 from diag.probes.source import parse_file
 from diag.target import Target
@@ -347,7 +348,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     model = read_model(target, cfg.model)
     page = resolve_page_size(target, platform, cfg, model, env)
     gate = gate or gate_mod.read_gate(target, environ=env)
-    bm = gate_mod.backend_map(target, platform, mla=model.mla)
+    bm = backends.backend_map(target, platform, mla=model.mla)
     info = bm.get(backend)
 
     def out(phase: str, mode: str, reason: str, where: Where | None = None,
@@ -403,14 +404,14 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     return verdicts
 
 
-def _mla_split(info: gate_mod.BackendInfo) -> bool:
+def _mla_split(info: backends.BackendInfo) -> bool:
     return any("MLA" in c for c in info.draft_extend_classes) and any(
         "MLA" not in c for c in info.draft_extend_classes)
 
 
 def table_backends(target: Target, platform: str) -> list[str]:
     """The backends a per-phase table lists when no backend is under audit."""
-    bm = gate_mod.backend_map(target, platform)
+    bm = backends.backend_map(target, platform)
     if platform == "hip":
         from diag.probes.draft_extend_graph import HIP_BACKENDS
 
