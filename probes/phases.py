@@ -206,9 +206,20 @@ class PageSize:
     if_true: int | None = None  # the page size when the condition holds
 
 
+# `_mla_backend_page_constraints` (arg_groups/overrides.py): backends that force page size 64,
+# and the sizes each keeps when given (found by the warning each logs).
+BACKEND_PAGE = {
+    "flashmla": (r"FlashMLA only supports a page_size of 64", ()),
+    "trtllm_mla": (r"TensorRT-LLM MLA only supports page_size of 32 or 64", (32, 64)),
+    "cutedsl_mla": (r"CuteDSL MLA only supports page_size of 32 or 64", (32, 64)),
+    "hpc_ops": (r"HPC-Ops attention only supports a page_size of 64", (64,)),
+}
+
+
 def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Model,
-                      env: dict[str, str]) -> PageSize:
-    """The page size SGLang runs with: a model override, else --page-size, else the default."""
+                      env: dict[str, str], backend: str | None = None) -> PageSize:
+    """The page size SGLang runs with: a model override, a backend's constraint, else
+    --page-size, else the default."""
     if model.dsv4:
         w = find_line(target, DSV4_OVERRIDES, r"page_size = 256")
         if w:
@@ -236,6 +247,11 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
                                 if_true=forced)
         if w:
             return PageSize(forced, f"{model.arch} (DSA) forces page_size {forced} ({w})", w)
+    rule = BACKEND_PAGE.get(backend or "")
+    w = find_line(target, OVERRIDES, rule[0]) if rule else None
+    if rule and w is not None and not (rule[1] and cfg.page_size in rule[1]):
+        given = f" (--page-size {cfg.page_size} overridden)" if cfg.page_size else ""
+        return PageSize(64, f"{backend} forces page_size 64{given} ({w})", w)
     if cfg.page_size is not None:
         return PageSize(cfg.page_size, f"--page-size {cfg.page_size}")
     w = find_line(target, OVERRIDES, r"def _page_size_default")
@@ -346,7 +362,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     """target-verify, draft-decode and draft-extend for `backend` under `cfg`."""
     env = env_of(cfg)
     model = read_model(target, cfg.model)
-    page = resolve_page_size(target, platform, cfg, model, env)
+    page = resolve_page_size(target, platform, cfg, model, env, backend)
     gate = gate or gate_mod.read_gate(target, environ=env)
     bm = backends.backend_map(target, platform, mla=model.mla)
     info = bm.get(backend)
