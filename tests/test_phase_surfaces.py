@@ -7,6 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from standin_sglang_server import StandinSGLangServer, server_info
 
 from diag.cli import main
 from diag.context import SpecConfig
@@ -146,3 +147,21 @@ def test_tui_overview_detail_shows_the_same_phase_table():
     shown = {ln.split()[0]: ln.split()[1] for ln in text.splitlines()
              if ln.split() and ln.split()[0] in phases.PHASES}
     assert shown == {r["phase"]: r["mode"] for r in rows}
+
+
+def test_server_fills_topk_and_page_size():
+    """`--server` gives the configuration: topk 4 and page size 64 from /server_info make dsa
+    refused at start (0.5.23 arg_groups/speculative_hook.py:1278, read by hand)."""
+    info = server_info(attention_backend="dsa", steps=3)
+    info.update(speculative_eagle_topk=4, page_size=64, speculative_num_draft_tokens=8)
+    with StandinSGLangServer() as s:
+        s.json("/server_info", info)
+        r = _run("--platform", "cuda", "--server", s.url, "--json")
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)
+    check("report-v1.json", doc)
+    rows = _phase_rows(doc)
+    assert [d["mode"] for d in rows] == ["refused"] * 3
+    assert {d["line"] for d in rows} == {1278}
+    static = [f for f in doc["findings"] if f["summary"].startswith("dsa on CUDA")]
+    assert static and "(server)" in static[0]["summary"]
