@@ -309,6 +309,20 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
 # --------------------------------------------------------------------------- runtime fallbacks
 
 
+def fallbacks(target: Target, rel: str, cfg: SpecConfig) -> list[Fallback]:
+    """The runner's fallbacks that can happen under `cfg`: the data-parallel vote only with
+    DP attention (`require_mlp_sync()` is false without it)."""
+    out = _fallbacks_of(target, rel)
+    if cfg.enable_dp_attention is False:
+        return [f for f in out if not f.condition.startswith("data-parallel vote")]
+    w = find_line(target, "srt/utils/common.py", r"def require_mlp_sync")
+    for f in out:
+        if f.condition.startswith("data-parallel vote") and cfg.enable_dp_attention is None:
+            f.condition += (" (only with --enable-dp-attention: require_mlp_sync()"
+                            + (f", {w})" if w else ")"))
+    return out
+
+
 def _fallbacks_of(target: Target, rel: str) -> list[Fallback]:
     """Why `can_run_graph` of a runner declines a batch: each `return False` condition, the
     largest-captured-size comparison, the no-padding path, the data-parallel vote."""
@@ -389,10 +403,10 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     verdicts.append(out("target-verify", GRAPH,
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
-                        w, _fallbacks_of(target, VERIFY_RUNNER)))
+                        w, fallbacks(target, VERIFY_RUNNER, cfg)))
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
-    dd_fallbacks = _fallbacks_of(target, DRAFT_RUNNER)
+    dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg)
     if steps is None:
         verdicts.append(out("draft-decode", DEPENDS, "graph with --speculative-num-steps >= 2; "
                             f"no draft-decode runner with 1 ({w})", w, dd_fallbacks))
@@ -416,7 +430,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         mode, reason = DEPENDS, (f"{reason}; the class depends on the model "
                                  f"(MLA or MHA: pass --model)")
     verdicts.append(out("draft-extend", mode, reason, gw,
-                        _fallbacks_of(target, EXTEND_RUNNER) if mode == GRAPH else None))
+                        fallbacks(target, EXTEND_RUNNER, cfg) if mode == GRAPH else None))
     return verdicts
 
 

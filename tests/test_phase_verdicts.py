@@ -90,3 +90,19 @@ def test_model_path_without_architectures_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="names no architectures"):
         phases.read_model(release_target("0.5.23"), str(tmp_path))
+
+
+@pytest.mark.parametrize("dpa, listed", [(False, False), (True, True), (None, True)])
+def test_data_parallel_vote_only_with_dp_attention(dpa, listed):
+    """`is_bs_supported and forward_batch.can_run_decode_cuda_graph` runs only under
+    `self.require_mlp_sync` (0.5.23 eagle_draft_extend_cuda_graph_runner.py:343-346), which is
+    `attn_dp_enabled or require_gathered_buffer()` (utils/common.py:4163)."""
+    cfg = SpecConfig(attention_backend="triton", model="llama", speculative_eagle_topk=1,
+                     speculative_num_steps=3, environ={}, enable_dp_attention=dpa)
+    got = {v.phase: v for v in phases.phase_verdicts(release_target("0.5.23"), "cuda", cfg,
+                                                     "triton")}
+    votes = [f for f in got["draft-extend"].runtime_fallbacks
+             if f.condition.startswith("data-parallel vote")]
+    assert bool(votes) is listed
+    if dpa is None:
+        assert "utils/common.py:4163" in votes[0].condition
