@@ -44,6 +44,11 @@ DRAFT_RUNNER = "srt/speculative/eagle_draft_cuda_graph_runner.py"
 EXTEND_RUNNER = "srt/speculative/eagle_draft_extend_cuda_graph_runner.py"
 VERIFY_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 
+# Backends that serve one model family only: without --model, that family is the model (the
+# backend DeepSeek-V4 picks, arg_groups/deepseek_v4_hook.py `_default_dsv4_attention_backend`;
+# the DSA backend DeepSeek-V3.2-style models get, arg_groups/model_overrides/deepseek_v2.py).
+IMPLIED_MODEL = {"dsv4": "DeepseekV4ForCausalLM", "compressed": "DeepseekV4ForCausalLM",
+                 "dsa": "DeepseekV32ForCausalLM", "nsa": "DeepseekV32ForCausalLM"}
 # Short family names accepted by --model besides a path or an HF architecture name.
 FAMILIES = {
     "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
@@ -279,6 +284,13 @@ def _page_tree_backends(target: Target) -> tuple[list[str], Where | None]:
     return [], None
 
 
+# Backend classes that raise on topk > 1 when the draft-extend (SPEC_V2) metadata is built:
+# (file, the guard method found by name).
+BACKEND_TOPK_GUARD = {
+    "aiter": ("srt/layers/attention/aiter_backend.py", r"def _ensure_spec_v2_topk_supported"),
+}
+
+
 def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
             page: PageSize) -> tuple[str, str, Where | None] | None:
     """(mode, reason, where) when the start is refused (or refused only under a condition:
@@ -290,6 +302,14 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
         w = find_line(target, DSV4_HOOK, r"topk == 1 is supported")
         if w:
             return REFUSED, f"{model.arch} asserts --speculative-eagle-topk 1 ({w})", w
+    guard = BACKEND_TOPK_GUARD.get(backend)
+    if guard is not None:
+        w = find_line(target, guard[0], guard[1])
+        raise_at = find_line(target, guard[0], r"raise NotImplementedError", w.line) if w else None
+        if raise_at is not None:
+            return REFUSED, (f"{backend}'s draft-extend (SPEC_V2) metadata raises for topk > 1 "
+                             f"({raise_at}): the draft-extend graph capture, or the first "
+                             "draft-extend pass, fails"), raise_at
     if backend == "trtllm_mha":
         w = find_line(target, SPEC_HOOK, r"trtllm_mha backend only supports topk = 1")
         if w:
@@ -375,7 +395,9 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                    config_label: str = UNDER_AUDIT) -> list[PhaseVerdict]:
     """target-verify, draft-decode and draft-extend for `backend` under `cfg`."""
     env = env_of(cfg)
-    model = read_model(target, cfg.model)
+    model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
+    implied = (f" [model family implied by --attention-backend {backend}: {model.arch}; "
+               "--model overrides]" if not cfg.model and backend in IMPLIED_MODEL else "")
     page = resolve_page_size(target, platform, cfg, model, env, backend)
     gate = gate or gate_mod.read_gate(target, environ=env)
     bm = backends.backend_map(target, platform, mla=model.mla)
@@ -393,7 +415,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         return [out(p, REFUSED, why, w) for p in PHASES]
     ref = refusal(target, backend, cfg, model, page)
     if ref is not None:
-        return [out(p, ref[0], ref[1], ref[2]) for p in PHASES]
+        return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
     if cfg.disable_cuda_graph:
         return [out(p, EAGER, "CUDA graphs disabled (--disable-cuda-graph)") for p in PHASES]
     steps = cfg.speculative_num_steps

@@ -21,7 +21,8 @@ CASES = TRUTH["cases"]
 
 
 def _id(c: dict) -> str:
-    return (f"{c['release']}-{c['platform']}-{c['backend']}-{c['model']}-topk{c['topk']}"
+    return (f"{c['release']}-{c['platform']}-{c['backend']}-{c['model'] or 'nomodel'}"
+            f"-topk{c['topk']}"
             f"-steps{c['steps']}" + (f"-page{c['page_size']}" if "page_size" in c else "")
             + ("-aiter" if c.get("env", {}).get("SGLANG_USE_AITER") else ""))
 
@@ -43,6 +44,8 @@ def test_phase_verdicts_match_hand_read_table(case):
                 f"{phase}: cites {v.where}, read at {where}"
         if mode == phases.DEPENDS:
             assert "Triton >= 3.5.0" in v.reason  # the condition is said in words
+        if case["model"] is None and mode == phases.REFUSED:
+            assert "implied by --attention-backend" in v.reason
 
 
 @pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
