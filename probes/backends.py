@@ -99,6 +99,15 @@ class BackendInfo:
     _capability: Callable[[list[str], str], list[tuple]] | None = field(
         default=None, repr=False, compare=False)
 
+    # (class names, method) -> [(class, defining class, FunctionDef, file)]
+    _methods: Callable[[list[str], str], list[tuple]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def methods(self, method: str, attr: str = EXTEND_ATTR) -> list[tuple]:
+        """Each built class's own or inherited `method`: (class, owner, def, file)."""
+        names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
+        return self._methods(names, method) if self._methods and names else []
+
     def capability(self, method: str, attr: str = EXTEND_ATTR) -> list[tuple]:
         names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
         return self._capability(names, method) if self._capability and names else []
@@ -234,6 +243,15 @@ class _Resolver:
             if hit is not None:
                 return hit
         return None
+
+    def methods(self, names: list[str], method: str, mod: _Module, dotted: str) -> list[tuple]:
+        out = []
+        for n in names:
+            hit = self.method_of(n, self.seen_in.get(n, mod), dotted, method)
+            if hit is not None:
+                owner, fn, wd = hit
+                out.append((n, owner, fn, self.target.relpath(self._mods.path(wd))))
+        return out
 
     def capabilities(self, names: list[str], method: str, mod: _Module, dotted: str
                      ) -> list[tuple]:
@@ -428,6 +446,8 @@ def _read_backend_map(target: Target, platform: str, mla: bool | None = None
             info._ancestors = functools.partial(res.all_ancestors, mod=fmod)
             info._capability = functools.partial(res.capabilities, mod=fmod,
                                                  dotted=_dotted(target, fpath))
+            info._methods = functools.partial(res.methods, mod=fmod,
+                                              dotted=_dotted(target, fpath))
     for old, (new, where) in backend_aliases(target).items():
         if new in out:
             out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),

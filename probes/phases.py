@@ -291,39 +291,86 @@ BACKEND_TOPK_GUARD = {
 }
 
 
+def _topk_guard(fn: ast.FunctionDef) -> int | None:
+    """The line of a `raise` under `if topk > 1` / `if topk != 1` (or `self.topk`) in `fn`."""
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and len(node.test.ops) == 1):
+            continue
+        left, op, right = node.test.left, node.test.ops[0], node.test.comparators[0]
+        name = left.id if isinstance(left, ast.Name) else left.attr \
+            if isinstance(left, ast.Attribute) else None
+        if name == "topk" and isinstance(right, ast.Constant) and right.value == 1 \
+                and isinstance(op, (ast.Gt, ast.NotEq)):
+            for st in node.body:
+                if isinstance(st, ast.Raise):
+                    return st.lineno
+    return None
+
+
+def _decode_topk_guard(info: backends.BackendInfo | None, cfg: SpecConfig
+                       ) -> tuple[str, str, Where | None] | None:
+    """The multi-step draft-decode class (built with more than one step) refusing topk > 1 in
+    its constructor: refused; `depends` where the model (MLA/MHA) or the steps are not given."""
+    if info is None or (cfg.speculative_num_steps or 2) <= 1:
+        return None
+    hits, clean = [], []
+    for cls, owner, fn, file in info.methods("__init__", "draft_attn_backend"):
+        line = _topk_guard(fn)
+        (hits if line else clean).append((cls, owner, Where(file, line) if line else None))
+    if not hits:
+        return None
+    cls, owner, w = hits[0]
+    why = f"{owner}.__init__ raises for topk > 1 ({w}): the draft-decode backend cannot be built"
+    if clean:
+        return DEPENDS, (f"refused at start if the model builds {cls} (not "
+                         f"{', '.join(c for c, _, _ in clean)}): {why}; pass --model"), w
+    if cfg.speculative_num_steps is None:
+        return DEPENDS, f"refused with --speculative-num-steps >= 2: {why}", w
+    return REFUSED, why, w
+
+
 def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
-            page: PageSize) -> tuple[str, str, Where | None] | None:
+            page: PageSize, info: backends.BackendInfo | None = None
+            ) -> tuple[str, str, Where | None] | None:
     """(mode, reason, where) when the start is refused (or refused only under a condition:
     mode `depends`), else None."""
     topk = cfg.speculative_eagle_topk
     if topk is None or topk <= 1:
         return None
+    found: list[tuple[str, str, Where | None]] = []  # in the order the start meets them
     if model.dsv4 and (cfg.speculative_algorithm or "EAGLE").upper() in ("EAGLE", "NEXTN"):
         w = find_line(target, DSV4_HOOK, r"topk == 1 is supported")
         if w:
-            return REFUSED, f"{model.arch} asserts --speculative-eagle-topk 1 ({w})", w
-    guard = BACKEND_TOPK_GUARD.get(backend)
-    if guard is not None:
-        w = find_line(target, guard[0], guard[1])
-        raise_at = find_line(target, guard[0], r"raise NotImplementedError", w.line) if w else None
-        if raise_at is not None:
-            return REFUSED, (f"{backend}'s draft-extend (SPEC_V2) metadata raises for topk > 1 "
-                             f"({raise_at}): the draft-extend graph capture, or the first "
-                             "draft-extend pass, fails"), raise_at
+            found.append((REFUSED, f"{model.arch} asserts --speculative-eagle-topk 1 ({w})", w))
     if backend == "trtllm_mha":
         w = find_line(target, SPEC_HOOK, r"trtllm_mha backend only supports topk = 1")
         if w:
-            return REFUSED, f"trtllm_mha refuses --speculative-eagle-topk > 1 ({w})", w
+            found.append((REFUSED, f"trtllm_mha refuses --speculative-eagle-topk > 1 ({w})", w))
     allowed, w = _page_tree_backends(target)
     if w is not None and backend not in allowed:
         rule = (f"topk {topk} with page_size > 1 is allowed only on {', '.join(allowed)} "
                 f"({w})")
         if page.value is None:
-            return DEPENDS, f"refused at start if the page size is > 1: {rule}; " \
-                            f"{page.condition}", w
-        if page.value > 1:
-            return REFUSED, f"{page.why}; {rule}", w
-    return None
+            found.append((DEPENDS, f"refused at start if the page size is > 1: {rule}; "
+                                   f"{page.condition}", w))
+        elif page.value > 1:
+            found.append((REFUSED, f"{page.why}; {rule}", w))
+    # then the backend classes, built after the arguments are resolved: the multi-step
+    # draft-decode backend at the worker's start, the draft-extend metadata at capture
+    dec = _decode_topk_guard(info, cfg)
+    if dec is not None:
+        found.append(dec)
+    guard = BACKEND_TOPK_GUARD.get(backend)
+    if guard is not None:
+        w = find_line(target, guard[0], guard[1])
+        raise_at = find_line(target, guard[0], r"raise NotImplementedError", w.line) if w else None
+        if raise_at is not None:
+            found.append((REFUSED, f"{backend}'s draft-extend (SPEC_V2) metadata raises for "
+                                   f"topk > 1 ({raise_at}): the draft-extend graph capture, or "
+                                   "the first draft-extend pass, fails", raise_at))
+    # a refusal whatever the rest, else the first condition that could refuse
+    return next((f for f in found if f[0] == REFUSED), found[0] if found else None)
 
 
 # --------------------------------------------------------------------------- runtime fallbacks
@@ -413,7 +460,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         why = (f"sglang {target.version} has no draft backend for {backend!r}: EAGLE refuses it "
                f"at start ({w or gate_mod.DRAFT_UTILS_FILE})")
         return [out(p, REFUSED, why, w) for p in PHASES]
-    ref = refusal(target, backend, cfg, model, page)
+    ref = refusal(target, backend, cfg, model, page, info)
     if ref is not None:
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
     if cfg.disable_cuda_graph:
