@@ -124,11 +124,11 @@ class DraftExtendGraphProbe(Probe):
                     + (f", model {cfg.model}" if cfg.model else "")
                     + (f" ({cfg.source})" if cfg.source != "options" else ""))
             pvs = phase_verdicts(t, plat, cfg, name, gate)
-            ev[1:1] = [phase_row(pv, _cls(bm.get(name)) if pv.phase == "draft-extend" else None)
-                       for pv in pvs]
             de = next(pv for pv in pvs if pv.phase == "draft-extend")
             if multi and v.mode == GRAPH and de.mode == EAGER:  # the multi-layer worker captures
-                de.mode = GRAPH
+                de.mode, de.reason = GRAPH, v.reason
+            ev[1:1] = [phase_row(pv, _cls(bm.get(name)) if pv.phase == "draft-extend" else None)
+                       for pv in pvs]
             if de.mode == REFUSED:
                 return self.finding(Status.FAIL, f"{what}: SGLang refuses to start with this "
                                                  f"configuration ({de.reason})", evidence=ev,
