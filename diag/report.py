@@ -120,6 +120,25 @@ def _more(hidden: list) -> str:
     return f"… {len(hidden)} more: {', '.join(parts)} (-v or --json)"
 
 
+def _phase_table(rows: list, width: int, verbose: bool) -> list[str]:
+    """Per speculative phase of the configuration under audit: mode, where it was read, why,
+    and (captured phases) how many run-time fallbacks; -v lists them."""
+    out = _wrap(f"{'phase':<14} {'mode':<8} {'backend':<12} read at", width, 8)
+    for e in rows:
+        d = e.data
+        where = f"{d['file']}:{d['line']}" if d.get("file") else "-"
+        fb = d.get("runtime_fallbacks") or []
+        out += _wrap(f"{d['phase']:<14} {d['mode']:<8} {d.get('backend', ''):<12} {where}"
+                     + (f"  ({len(fb)} run-time fallback{'s' if len(fb) != 1 else ''})"
+                        if fb else ""), width, 8)
+        out += _wrap(f"why: {e.detail}", width, 10)
+        if verbose:
+            for x in fb:
+                out += _wrap(f"eager if {x['condition']} [{x['reason']}] "
+                             f"{x['file']}:{x['line']}", width, 12)
+    return out
+
+
 def render_human(findings: list[Finding], header_line: str | None = None,
                  verbose: bool = False, width: int | None = None,
                  notes: list[str] | None = None, last: str | None = None) -> str:
@@ -135,14 +154,19 @@ def render_human(findings: list[Finding], header_line: str | None = None,
         out.append(first[0].replace(f"[{label}]", f"[{click.style(label, fg=color, bold=True)}]",
                                     1))
         out += first[1:]
+        phase_rows = [e for e in f.evidence if e.kind == "row" and e.data
+                      and "phase" in e.data and "mode" in e.data and "config" in e.data]
+        if phase_rows:
+            out += _phase_table(phase_rows, width, verbose)
+        rest = [e for e in f.evidence if e not in phase_rows]
         limit = None if verbose else 12
-        shown = f.evidence if limit is None else f.evidence[:limit]
+        shown = rest if limit is None else rest[:limit]
         for e in shown:
             text = e.short()
             if text:
                 out += _wrap(text, width, 8)
-        if limit is not None and len(f.evidence) > limit:
-            out += _wrap(_more(f.evidence[limit:]), width, 8)
+        if limit is not None and len(rest) > limit:
+            out += _wrap(_more(rest[limit:]), width, 8)
         if f.hint:
             out += _wrap(f"hint: {f.hint}", width, 8)
         if f.fixes and f.status in (Status.WARN, Status.FAIL):

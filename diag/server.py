@@ -225,7 +225,8 @@ def attach(ctx: Any, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         return
     cfg = ctx.config
     fields = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
-              "speculative_algorithm")
+              "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
+              "page_size", "model", "tp_size", "dp_size", "enable_dp_attention", "dcp_size")
     had_options = any(getattr(cfg, n) is not None for n in fields)
     took = False
     for name in fields:

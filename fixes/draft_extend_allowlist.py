@@ -205,8 +205,9 @@ class DraftExtendAllowlistFix(Fix):
 
     def _captured_here(self, target: Target, gate) -> tuple[list[str], list[str]]:
         """(HIP backends this release captures, HIP backends no allow-list admits)."""
+        from diag.probes.backends import backend_map
         from diag.probes.draft_extend_graph import HIP_BACKENDS
-        from diag.probes.gate import GRAPH, backend_map, verdict
+        from diag.probes.gate import GRAPH, verdict
 
         bm = backend_map(target, "hip")
         allow = set(self.allowlist())
@@ -285,7 +286,8 @@ class DraftExtendAllowlistFix(Fix):
     def _for_backend(self, target: Target, platform: str, config: SpecConfig, gate,
                      present: dict[str, str], name: str) -> Applicability:
         """For the configuration's backend: would the fix capture its draft-extend?"""
-        from diag.probes.gate import GRAPH, backend_map, verdict
+        from diag.probes.backends import backend_map
+        from diag.probes.gate import GRAPH, verdict
 
         info = backend_map(target, "hip").get(name)
         v = verdict(gate, info, "hip", config.speculative_num_steps, False,

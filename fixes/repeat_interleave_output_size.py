@@ -310,7 +310,7 @@ class RepeatInterleaveOutputSizeFix(Fix):
             return Applicability(NOT_NEEDED, f"{CLASS} is the HIP backend; not used on {platform}")
         name = config.attention_backend if config else None
         if name:
-            from diag.probes.gate import backend_map
+            from diag.probes.backends import backend_map
 
             info = backend_map(target, platform).get(name)
             built = set(info.attention_classes + info.draft_extend_classes) if info else set()

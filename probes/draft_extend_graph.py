@@ -13,21 +13,21 @@ from diag import server as srv
 from diag.context import Context
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
+from diag.probes.backends import BackendInfo, backend_map
 from diag.probes.base import Counter, Probe
 from diag.probes.gate import (
     DRAFT_UTILS_FILE,
     EAGER,
     GRAPH,
     UNSUPPORTED,
-    BackendInfo,
     GateInfo,
     Verdict,
-    backend_map,
     env_bool,
     parse_problem,
     read_gate,
     verdict,
 )
+from diag.probes.phases import DEPENDS, REFUSED, PhaseVerdict, phase_verdicts
 
 FIX_ID = "draft-extend-allowlist"
 # Attention backends that run on AMD GPUs (SGLANG.md); the HIP table lists these only.
@@ -119,9 +119,24 @@ class DraftExtendGraphProbe(Probe):
             steps = cfg.speculative_num_steps
             what = (f"{name} on {plat.upper()}"
                     + (f", --speculative-num-steps {steps}" if steps is not None else "")
+                    + (f", --speculative-eagle-topk {cfg.speculative_eagle_topk}"
+                       if cfg.speculative_eagle_topk is not None else "")
+                    + (f", model {cfg.model}" if cfg.model else "")
                     + (f" ({cfg.source})" if cfg.source != "options" else ""))
-            ev.insert(1, row(v.reason, backend=name, draft_extend=_cls(bm.get(name)),
-                             mode=v.mode, config="under audit"))
+            pvs = phase_verdicts(t, plat, cfg, name, gate)
+            de = next(pv for pv in pvs if pv.phase == "draft-extend")
+            if multi and v.mode == GRAPH and de.mode == EAGER:  # the multi-layer worker captures
+                de.mode, de.reason = GRAPH, v.reason
+            ev[1:1] = [phase_row(pv, _cls(bm.get(name)) if pv.phase == "draft-extend" else None)
+                       for pv in pvs]
+            if de.mode == REFUSED:
+                return self.finding(Status.FAIL, f"{what}: SGLang refuses to start with this "
+                                                 f"configuration ({de.reason})", evidence=ev,
+                                    hint="change the configuration named in the reason", fixes=[])
+            if de.mode == DEPENDS:
+                return self.finding(Status.WARN, f"{what}: draft-extend depends on what no input "
+                                                 f"decides ({de.reason})", evidence=ev,
+                                    hint=_hint(v, plat, gate, name))
             if v.mode == GRAPH:
                 return self.finding(Status.OK, f"{what}: draft-extend is captured as a graph "
                                                f"({v.reason})", evidence=ev)
@@ -254,6 +269,18 @@ def _server_arg(ctx: Context, name: str):
     return srv.server_args(info).get(name) if isinstance(info, dict) else None
 
 
+def phase_row(pv: PhaseVerdict, draft_extend: str | None = None) -> Evidence:
+    """One phase of the configuration under audit, as an evidence row (every surface reads it)."""
+    data = {"phase": pv.phase, "backend": pv.backend, "mode": pv.mode, "config": pv.config}
+    if draft_extend is not None:
+        data["draft_extend"] = draft_extend
+    if pv.where is not None:
+        data["file"], data["line"] = pv.where.file, pv.where.line
+    data["runtime_fallbacks"] = [f.to_dict() for f in pv.runtime_fallbacks]
+    data["decided_by"] = pv.decided_by
+    return row(pv.reason, **data)
+
+
 def _cls(info: BackendInfo | None) -> str:
     if info is None:
         return "(unknown to the release)"
@@ -264,6 +291,9 @@ def _cls(info: BackendInfo | None) -> str:
 
 
 def _gate_detail(gate: GateInfo, plat: str) -> str:
+    if gate.hip_policy == "capability":  # PR #36324: the backend class answers, any platform
+        return (f"{plat.upper()} gate: self.{gate.capability_attr}.{gate.capability_method}()"
+                + (f"; kill switch {gate.kill_switch_env}" if gate.kill_switch_env else ""))
     if plat == "hip":
         if gate.hip_policy == "allowlist":
             rule = f"{gate.variable} = " + " or ".join(c.text() for c in gate.hip_checks)

@@ -11,32 +11,37 @@ imported. Parts:
 - `read_gate(target, environ=..., server_args=...)` → `GateInfo`: where that worker's gate is
   and what it admits, per platform, every name in it resolved (`_Scope`), or why not
   (`broken` for a worker file that is missing, empty or does not parse);
-- `backend_map(target, platform)` → `{name: BackendInfo}`: which classes each
-  `--attention-backend` name builds for the draft (decode and draft-extend, or None), from
-  `attention_registry.py` and `speculative/draft_utils.py`, plus the aliases the release's
-  argument handling rewrites (`backend_aliases`);
+- the backend names and the classes they build: `probes.backends` (one registry, cached;
+  `backend_map`, `BackendInfo`, `backend_aliases` are re-exported here for older callers);
 - `verdict(gate, info, platform, num_steps, ...)` → `Verdict(mode, reason)`, a pure function.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
-import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag.probes.source import ModuleIndex, Modules, index, parse_file, parse_problem
+from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's callers use them)
+    ALIAS_FILES,
+    DRAFT_UTILS_FILE,
+    REGISTRY_FILE,
+    BackendInfo,
+    _method,
+    _platform_leaf,
+    _three_valued,
+    backend_aliases,
+    backend_map,
+    platform_truth,
+)
+from diag.probes.source import parse_file, parse_problem
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
 V1_FILE = "srt/speculative/eagle_worker.py"
 MULTI_LAYER_FILE = "srt/speculative/multi_layer_eagle_worker_v2.py"
 ENVIRON_FILE = "srt/environ.py"
-REGISTRY_FILE = "srt/layers/attention/attention_registry.py"
-DRAFT_UTILS_FILE = "srt/speculative/draft_utils.py"
 
 HIP_VAR = re.compile(r"^supports_hip\w*draft_extend_graph$")
 CUDA_VAR = re.compile(r"^supports_cuda\w*draft_extend_graph$")
@@ -133,6 +138,10 @@ class GateInfo:
     selection: str | None = None
     # Names of the CUDA allow-list that could not be followed: CUDA verdicts are then unknown.
     cuda_unresolved: list[str] = field(default_factory=list)
+    # Policy "capability" (sglang PR #36324): the gate asks the backend itself, through this
+    # method called on `self.<capability_attr>`, instead of an isinstance allow-list.
+    capability_method: str | None = None
+    capability_attr: str | None = None
 
     @property
     def hip_classes(self) -> list[str]:
@@ -276,6 +285,12 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
     info.graphs_disabled_check = _graphs_disabled(method)
     scope = _Scope(target, tree, cls, method, relfile)
 
+    cap = _capability_call(method)
+    if cap is not None:  # the backend decides (PR #36324): no allow-list to read
+        info.capability_attr, info.line = cap
+        info.capability_method = CAPABILITY_METHOD
+        info.hip_policy = info.cuda_policy = "capability"
+        return info
     hip_assign = _var_assignment(method, HIP_VAR) or _hip_var_by_shape(method)
     if hip_assign is not None:
         name, value, lineno = hip_assign
@@ -305,6 +320,21 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
         return _unrecognised(info, f"the capture condition names no HIP rule: "
                                    f"{info.capture_condition[:160]}")
     return info
+
+
+CAPABILITY_METHOD = "supports_draft_extend_cuda_graph"
+
+
+def _capability_call(method: ast.FunctionDef) -> tuple[str, int] | None:
+    """`self.<attr>.supports_draft_extend_cuda_graph()` in the capture method: (attr, line)."""
+    for node in ast.walk(method):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == CAPABILITY_METHOD
+                and isinstance(node.func.value, ast.Attribute)
+                and isinstance(node.func.value.value, ast.Name)
+                and node.func.value.value.id == "self"):
+            return node.func.value.attr, node.lineno
+    return None
 
 
 def _unrecognised(info: GateInfo, problem: str) -> GateInfo:
@@ -705,45 +735,6 @@ def _graphs_disabled(method: ast.FunctionDef) -> str | None:
     return None
 
 
-_PLATFORM_FLAGS = {"hip": "hip", "cuda": "cuda", "npu": None, "musa": None, "xpu": None,
-                   "cpu": None, "mps": None}
-
-
-def _three_valued(expr: ast.AST, leaf) -> bool | None:
-    """Evaluate `and`/`or`/`not` over leaves that are True, False or unknown (None)."""
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
-        v = _three_valued(expr.operand, leaf)
-        return None if v is None else not v
-    if isinstance(expr, ast.BoolOp):
-        vals = [_three_valued(v, leaf) for v in expr.values]
-        if isinstance(expr.op, ast.And):
-            if any(v is False for v in vals):
-                return False
-            return True if all(v is True for v in vals) else None
-        if any(v is True for v in vals):
-            return True
-        return False if all(v is False for v in vals) else None
-    return leaf(expr)
-
-
-def _platform_leaf(expr: ast.AST, platform: str) -> bool | None:
-    name = None
-    if isinstance(expr, ast.Name):
-        name = expr.id
-    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and not expr.args:
-        name = expr.func.id
-    if name:
-        m = re.fullmatch(r"_?is_(hip|cuda|npu|musa|xpu|cpu|mps)", name)
-        if m:
-            return _PLATFORM_FLAGS[m.group(1)] == platform
-    return None
-
-
-def platform_truth(expr: ast.AST, platform: str) -> bool | None:
-    """Three-valued: does a condition made of `_is_hip`/`is_hip()`/... hold on `platform`?"""
-    return _three_valued(expr, lambda e: _platform_leaf(e, platform))
-
-
 def _inline_policy(test: ast.AST, platform: str) -> str:
     """Capture conditions without a gate variable (0.5.9): which rule holds for `platform`.
 
@@ -791,372 +782,6 @@ def _read_multi_layer(target: Target) -> MultiLayerGate | None:
             checks = _isinstance_checks(method, _list_vars(method))
             return MultiLayerGate(target.relpath(path), sets[0].lineno, method.name,
                                   has_allowlist=bool(checks), kill_switch_env=_kill_switch(method))
-    return None
-
-
-# --------------------------------------------------------------------------- backend names
-
-
-@dataclass
-class BackendInfo:
-    """What `--attention-backend NAME` builds for the draft model on one platform."""
-
-    name: str
-    in_registry: bool
-    attention_classes: list[str] = field(default_factory=list)  # the registry's (target model)
-    has_draft_factory_entry: bool = False
-    draft_extend_classes: list[str] = field(default_factory=list)
-    decode_classes: list[str] = field(default_factory=list)
-    decode_min_steps: int | None = None  # no multi-step decode backend below this many steps
-    # "file:line" of the `return None` the draft-extend factory takes on this platform: the
-    # release builds no draft-extend backend, so nothing is captured (0.5.9-0.5.15.post1 flashmla)
-    draft_extend_none: str | None = None
-    # The release's argument handling rewrites this name before use: (new name, "file:line")
-    alias_of: tuple[str, str] | None = None
-    # Base classes (by name) of the classes above, found on first use: reading them parses the
-    # backend modules, which only a verdict without a direct class match needs.
-    _ancestors: Callable[[list[str]], list[str]] | None = field(default=None, repr=False,
-                                                                compare=False)
-    _cache: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def draft_extend_ancestors(self) -> list[str]:
-        return self._lazy("ext", self.draft_extend_classes)
-
-    @property
-    def decode_ancestors(self) -> list[str]:
-        return self._lazy("dec", self.decode_classes)
-
-    def _lazy(self, key: str, names: list[str]) -> list[str]:
-        if key not in self._cache:
-            self._cache[key] = self._ancestors(names) if self._ancestors and names else []
-        return self._cache[key]
-
-    @property
-    def draft_extend_class(self) -> str | None:
-        return " | ".join(self.draft_extend_classes) or None
-
-    @property
-    def decode_class(self) -> str | None:
-        return " | ".join(self.decode_classes) or None
-
-
-_Module = ModuleIndex  # one parsed module (probes.source)
-_module_of = index
-
-
-class _Resolver:
-    """Follows a factory function to the `...Backend(...)` classes it builds on a platform."""
-
-    def __init__(self, target: Target, platform: str) -> None:
-        self.target, self.platform = target, platform
-        self._mods = Modules(target)  # the target's sglang.* modules (probes.source)
-        self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
-
-    def module(self, dotted: str) -> _Module | None:
-        return self._mods.module(dotted)
-
-    def classes(self, func: ast.FunctionDef, mod: _Module, cls: ast.ClassDef | None = None,
-                depth: int = 0) -> list[str]:
-        out: list[str] = []
-        if depth > 4:
-            return out
-        # `cls = DeepseekV4TrtllmAttnBackend` ... `return cls(runner)` (0.5.23's dsv4 on CUDA)
-        aliases: dict[str, list[str]] = {}
-        for stmt in self._live(func.body):
-            for node in ast.walk(stmt):
-                if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                        and isinstance(node.targets[0], ast.Name)
-                        and isinstance(node.value, ast.Name)
-                        and node.value.id.endswith("Backend")):
-                    aliases.setdefault(node.targets[0].id, []).append(node.value.id)
-        for stmt in self._live(func.body):
-            for node in ast.walk(stmt):
-                if not isinstance(node, ast.Call):
-                    continue
-                f = node.func
-                if isinstance(f, ast.Name) and f.id.endswith("Backend") and f.id[:1].isupper():
-                    out.append(f.id)
-                    self.seen_in.setdefault(f.id, mod)
-                elif isinstance(f, ast.Name) and f.id in aliases:
-                    out += aliases[f.id]
-                    for a in aliases[f.id]:
-                        self.seen_in.setdefault(a, mod)
-                elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
-                        and f.value.id == "self" and cls is not None:
-                    m = _method(cls, f.attr)
-                    if m is not None and f.attr.startswith("_create"):
-                        out += self.classes(m, mod, cls, depth + 1)
-                elif isinstance(f, ast.Name) and f.id[:1].islower():
-                    if f.id in mod.funcs and f.id.startswith(("create", "_create")):
-                        out += self.classes(mod.funcs[f.id], mod, None, depth + 1)
-                    elif f.id in mod.imports and "backend" in f.id:
-                        other = self.module(mod.imports[f.id])
-                        if other and f.id in other.funcs:
-                            out += self.classes(other.funcs[f.id], other, None, depth + 1)
-        return list(dict.fromkeys(out))
-
-    def none_return(self, func: ast.FunctionDef) -> int | None:
-        """The line of the `return None` (or bare `return`) the platform path of a factory
-        method that builds no class takes; None when it returns something else."""
-        for stmt in self._live(func.body):
-            for node in ast.walk(stmt):
-                if isinstance(node, ast.Return):
-                    if node.value is None or (isinstance(node.value, ast.Constant)
-                                              and node.value.value is None):
-                        return node.lineno
-                    return None
-        return None
-
-    def ancestors(self, name: str, mod: _Module, depth: int = 0) -> list[str]:
-        """Base classes of `name` (by name), found through the modules that define them, so an
-        isinstance check on a base class is seen to admit a subclass."""
-        if depth > 6:
-            return []
-        where, node = mod, mod.classes.get(name)
-        if node is None and name in mod.imports:
-            where = self.module(mod.imports[name])
-            node = where.classes.get(name) if where else None
-        if node is None or where is None:
-            return []
-        out: list[str] = []
-        for b in node.bases:
-            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
-                else None
-            if bname and bname not in out:
-                out.append(bname)
-                out += [a for a in self.ancestors(bname, where, depth + 1) if a not in out]
-        return out
-
-    def all_ancestors(self, names: list[str], mod: _Module) -> list[str]:
-        out: list[str] = []
-        for n in names:
-            found = self.ancestors(n, self.seen_in.get(n, mod))
-            out += [a for a in found if a not in out and a not in names]
-        return out
-
-    def _live(self, body: list[ast.stmt]) -> list[ast.stmt]:
-        """The statements that can run on the platform: platform `if`s pruned, others kept."""
-        return self._live_ends(body)[0]
-
-    def _live_ends(self, body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:
-        """(live statements, whether the platform path surely returns or raises)."""
-        out: list[ast.stmt] = []
-        for stmt in body:
-            if isinstance(stmt, ast.If):
-                truth = platform_truth(stmt.test, self.platform)
-                live_body, body_ends = self._live_ends(stmt.body)
-                live_else, else_ends = self._live_ends(stmt.orelse)
-                if truth is not False:
-                    out += live_body
-                if truth is not True:
-                    out += live_else
-                if (truth is True and body_ends) or (truth is False and else_ends) or (
-                        truth is None and body_ends and else_ends):
-                    return out, True  # the platform path returns: nothing after it runs
-            elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
-                continue
-            else:
-                out.append(stmt)
-                if isinstance(stmt, (ast.Return, ast.Raise)):
-                    return out, True
-        return out, False
-
-
-def _ends(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
-
-
-def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
-    for n in cls.body:
-        if isinstance(n, ast.FunctionDef) and n.name == name:
-            return n
-    return None
-
-
-def _registry(target: Target) -> tuple[_Module, dict[str, ast.FunctionDef]] | None:
-    """`@register_attention_backend("name")` functions (attention_registry.py, else any module
-    under srt/layers/attention that uses the decorator)."""
-    candidates = [target.file(REGISTRY_FILE)]
-    if not candidates[0].is_file():
-        candidates = sorted(target.file("srt/layers/attention").glob("*.py"))
-    for path in candidates:
-        tree = parse_file(path)
-        if tree is None:
-            continue
-        names: dict[str, ast.FunctionDef] = {}
-        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
-            for d in fn.decorator_list:
-                if (isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
-                        and d.func.id == "register_attention_backend" and d.args
-                        and isinstance(d.args[0], ast.Constant)):
-                    names[str(d.args[0].value)] = fn
-        if names:
-            return _module_of(tree), names
-    return None
-
-
-def _draft_factory(target: Target) -> tuple[_Module, ast.ClassDef] | None:
-    """The class with `create_draft_extend_backend` and `create_decode_backend` methods."""
-    paths = [target.file(DRAFT_UTILS_FILE)]
-    paths += [p for p in sorted(target.file("srt/speculative").glob("*.py")) if p != paths[0]]
-    for path in paths:
-        tree = parse_file(path)
-        if tree is None:
-            continue
-        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-            if _method(cls, "create_draft_extend_backend") and _method(cls, "create_decode_backend"):
-                return _module_of(tree), cls, path
-    return None
-
-
-def _factory_map(method: ast.FunctionDef) -> dict[str, list[str]]:
-    """`backend_map = {"aiter": self._create_aiter_prefill_backend, ...}` → {name: [method]};
-    a conditional value (`a if not is_blackwell() else b`, 0.5.9) gives both methods."""
-    def methods(v: ast.AST) -> list[str]:
-        if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
-            return [v.attr]
-        if isinstance(v, ast.IfExp):
-            return methods(v.body) + methods(v.orelse)
-        return []
-
-    for node in ast.walk(method):
-        if isinstance(node, ast.Dict) and node.keys and all(
-                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
-            out = {k.value: methods(v) for k, v in zip(node.keys, node.values) if methods(v)}
-            if out:
-                return out
-    return {}
-
-
-def _decode_min_steps(method: ast.FunctionDef) -> int | None:
-    """`if self.speculative_num_steps == 1: return None` (or `<= 1`) → 2."""
-    for node in method.body:
-        if isinstance(node, ast.If) and _ends(node.body) and isinstance(node.test, ast.Compare):
-            t = node.test
-            if (isinstance(t.left, ast.Attribute) and t.left.attr == "speculative_num_steps"
-                    and len(t.comparators) == 1 and isinstance(t.comparators[0], ast.Constant)):
-                n, op = t.comparators[0].value, t.ops[0]
-                if isinstance(op, (ast.Eq, ast.LtE)):
-                    return int(n) + 1
-                if isinstance(op, ast.Lt):
-                    return int(n)
-    return None
-
-
-def backend_map(target: Target, platform: str) -> dict[str, BackendInfo]:
-    """Every attention-backend name the release knows → the draft classes it builds on `platform`,
-    plus the deprecated names its argument handling rewrites (`backend_aliases`)."""
-    res = _Resolver(target, platform)
-    reg = _registry(target)
-    fac = _draft_factory(target)
-    out: dict[str, BackendInfo] = {}
-    if reg:
-        mod, funcs = reg
-        for name, fn in funcs.items():
-            out[name] = BackendInfo(name, True, attention_classes=res.classes(fn, mod))
-    if fac:
-        fmod, cls, fpath = fac
-        ext_m = _method(cls, "create_draft_extend_backend")
-        dec_m = _method(cls, "create_decode_backend")
-        ext_map, dec_map = _factory_map(ext_m), _factory_map(dec_m)
-        min_steps = _decode_min_steps(dec_m)
-        names = set(ext_map) | set(dec_map) | set(out)
-        for name in sorted(names):
-            info = out.setdefault(name, BackendInfo(name, False))
-            ext = ext_map.get(name) or [m for m in [_named_method(cls, name, "draft_extend")] if m]
-            dec = dec_map.get(name) or [m for m in [_named_method(cls, name, "decode")] if m]
-            info.has_draft_factory_entry = bool(ext)
-            info.decode_min_steps = min_steps
-            nones = []
-            for m in (_method(cls, e) for e in ext):
-                if m is None:
-                    continue
-                found = res.classes(m, fmod, cls)
-                info.draft_extend_classes += [c for c in found if c not in
-                                              info.draft_extend_classes]
-                if not found:
-                    nones.append(res.none_return(m))
-            if ext and nones and len(nones) == len(ext) and all(nones):
-                info.draft_extend_none = f"{target.relpath(fpath)}:{nones[0]}"
-            for m in (_method(cls, d) for d in dec):
-                if m is not None:
-                    info.decode_classes += [c for c in res.classes(m, fmod, cls)
-                                            if c not in info.decode_classes]
-            info._ancestors = functools.partial(res.all_ancestors, mod=fmod)
-    for old, (new, where) in backend_aliases(target).items():
-        if new in out:
-            out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),
-                                           _cache={})
-    return dict(sorted(out.items()))
-
-
-ALIAS_FILES = ("srt/server_args.py", "srt/arg_groups")
-
-
-def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
-    """Deprecated attention-backend names the release's argument handling rewrites before use:
-    {old: (new, "file:line")}. Found by shape: a `for attr in ("attention_backend", ...)` loop
-    whose body compares a value to "old" and sets "new" (0.5.12-0.5.19: `compressed` → `dsv4`),
-    or looks the value up in a {"old": "new"} dict (0.5.23: + `tokenspeed_mla` → `cutedsl_mla`)."""
-    paths = [target.file(ALIAS_FILES[0])]
-    d = target.file(ALIAS_FILES[1])
-    if d.is_dir():
-        paths += sorted(d.glob("*.py"))
-    out: dict[str, tuple[str, str]] = {}
-    for path in paths:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        if '"prefill_attention_backend"' not in text:
-            continue
-        tree = parse_file(path)
-        if tree is None:
-            continue
-        rel = target.relpath(path)
-        for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
-            dicts = {a.targets[0].id: a.value for a in ast.walk(func)
-                     if isinstance(a, ast.Assign) and len(a.targets) == 1
-                     and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Dict)}
-            for loop in (n for n in ast.walk(func) if isinstance(n, ast.For)):
-                if not (isinstance(loop.iter, (ast.Tuple, ast.List)) and any(
-                        isinstance(e, ast.Constant) and e.value == "attention_backend"
-                        for e in loop.iter.elts)):
-                    continue
-                for node in (n for st in loop.body for n in ast.walk(st)):
-                    if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
-                            and len(node.test.ops) == 1:
-                        op, right = node.test.ops[0], node.test.comparators[0]
-                        if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) \
-                                and isinstance(right.value, str):
-                            new = []
-                            for c in (c for st in node.body for c in ast.walk(st)):
-                                v = (c.args[2] if isinstance(c, ast.Call) and isinstance(
-                                    c.func, ast.Name) and c.func.id == "setattr"
-                                    and len(c.args) == 3 else c.value
-                                    if isinstance(c, ast.Assign) else None)
-                                if isinstance(v, ast.Constant) and isinstance(v.value, str):
-                                    new.append(v.value)
-                            if new:
-                                out.setdefault(right.value, (new[0], f"{rel}:{node.lineno}"))
-                        elif isinstance(op, ast.In) and isinstance(right, ast.Name) \
-                                and right.id in dicts:
-                            dn = dicts[right.id]
-                            for k, v in zip(dn.keys, dn.values):
-                                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
-                                    out.setdefault(k.value, (v.value, f"{rel}:{dn.lineno}"))
-    return out
-
-
-def _named_method(cls: ast.ClassDef, name: str, phase: str) -> str | None:
-    """A factory method built for one name outside the map (0.5.23's qsa profile):
-    `_create_<...name...>_<phase>_backend`."""
-    for n in cls.body:
-        if (isinstance(n, ast.FunctionDef) and n.name.startswith("_create_")
-                and n.name.endswith(f"_{phase}_backend")
-                and re.search(rf"_{re.escape(name)}_", n.name[len("_create"):])):
-            return n.name
     return None
 
 
@@ -1238,6 +863,8 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
     policy = gate.hip_policy if platform == "hip" else gate.cuda_policy
     checks = gate.hip_checks if platform == "hip" else gate.cuda_checks
     where = f"{gate.worker_class}.{gate.method}"
+    if policy == "capability":
+        return _capability_verdict(gate, info, where)
     if policy == "any":
         return Verdict(GRAPH, f"{where} captures draft-extend on every non-NPU device",
                        "any_device")
@@ -1275,3 +902,19 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
     built = info.draft_extend_class or "no class found"
     return Verdict(EAGER, f"{built} not on the {platform.upper()} allow-list of {where} "
                           f"(admits {admitted})", "not_allowlisted")
+
+
+def _capability_verdict(gate: GateInfo, info: BackendInfo, where: str) -> Verdict:
+    """The backend class answers (PR #36324): True graph, False eager, an expression depends."""
+    rows = info.capability(gate.capability_method or CAPABILITY_METHOD,
+                           gate.capability_attr or EXTEND_ATTR)
+    if not rows:
+        return Verdict(UNKNOWN, f"{where} asks the backend ({gate.capability_method}) but no "
+                                f"class was found for {info.name!r}", "unknown")
+    vals = {r[1] for r in rows}
+    said = "; ".join(f"{r[2]} ({r[3]})" if r[3] else r[2] for r in rows)
+    if vals == {True}:
+        return Verdict(GRAPH, f"{where} asks the backend: {said}", "capability")
+    if vals == {False}:
+        return Verdict(EAGER, f"{where} asks the backend: {said}", "not_capable")
+    return Verdict(UNKNOWN, f"depends: {where} asks the backend: {said}", "capability_depends")

@@ -157,3 +157,50 @@ def test_paired_rounds_and_the_two_server_floor():
     assert checks.check_within_floor("twins", p, floor).ok is False  # 1.10 is outside +-2 %
     assert checks.check_within_floor("twins", None, floor).ok is None
     assert checks.paired_rounds(times, "plain", "lite") is None
+
+
+def _phase_report(modes: dict[str, str], fallbacks: tuple[str, ...] = ("batch-above-captured",
+                                                                        "runner-declined")):
+    rows = [{"kind": "row", "detail": "why", "data": {
+        "phase": p, "backend": "triton", "mode": m, "config": "under audit",
+        "runtime_fallbacks": [{"condition": "c", "reason": r, "file": "f.py", "line": 1}
+                              for r in (fallbacks if m == "graph" else ())]}}
+        for p, m in modes.items()]
+    rows.append({"kind": "row", "data": {"backend": "aiter", "mode": "eager"}})  # the table
+    return {"findings": [{"evidence": rows}]}
+
+
+def _counters(**phase_modes: dict) -> dict:
+    de = phase_modes.pop("draft_extend", {})
+    return {"draft_extend": de, "graph_phases": {p.replace("_", "-"): v
+                                                 for p, v in phase_modes.items()}}
+
+
+def test_static_phases_agree_with_live_passes():
+    static = checks.static_phases(_phase_report(
+        {"target-verify": "graph", "draft-decode": "graph", "draft-extend": "graph"}))
+    assert set(static) == {"target-verify", "draft-decode", "draft-extend"}
+    live = _counters(target_verify={"graph": {"passes": 5}}, draft_decode={"graph": {"passes": 5}},
+                     draft_extend={"graph": {"passes": 5}})
+    assert checks.check_phases_agree("x", static, live).ok is True
+    live["draft_extend"] = {"graph": {"passes": 4}, "eager": {"passes": 1}}
+    c = checks.check_phases_agree("x", static, live)
+    assert c.ok is False and "draft-extend graph" in c.detail
+
+
+def test_unjudged_phases_are_not_a_pass():
+    static = checks.static_phases(_phase_report({"draft-extend": "depends"}))
+    c = checks.check_phases_agree("x", static, _counters(draft_extend={"graph": {"passes": 3}}))
+    assert c.ok is None
+    assert checks.check_phases_agree("x", {}, {}).ok is None
+    assert checks.check_phases_agree("x", static, None).ok is None
+
+
+def test_live_eager_reasons_must_be_named_statically():
+    static = checks.static_phases(_phase_report({"draft-extend": "graph"}))
+    named = _counters(draft_extend={"eager": {"passes": 2, "reasons": {"batch-above-captured": 2}}})
+    assert checks.check_fallbacks_named("x", static, named).ok is True
+    other = _counters(draft_extend={"eager": {"passes": 2, "reasons": {"kill-switch": 2}}})
+    c = checks.check_fallbacks_named("x", static, other)
+    assert c.ok is False and "kill-switch" in c.detail
+    assert checks.check_fallbacks_named("x", static, _counters()).ok is None

@@ -17,6 +17,9 @@ STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "fail": "bold red",
                 "error": "bold magenta", "skip": "dim", "pending": "dim", "running": "cyan"}
 
 
+PHASE_STYLE = {"graph": "green", "eager": "bold red", "refused": "bold red", "depends": "yellow"}
+
+
 def status_text(state: str) -> Text:
     label = {"fail": "FAIL", "error": "ERROR", "running": "running…"}.get(state, state)
     return Text(label, style=STATUS_STYLE.get(state, ""))
@@ -28,7 +31,19 @@ def finding_detail(model: Model, v: FindingView) -> Text:
     text.append(f"{v.probe}: {v.title}\n", style="bold")
     text.append_text(status_text(v.state))
     text.append(f"  {v.summary}\n")
-    for line in v.detail:
+    phase_rows = [e for e in (v.finding.evidence if v.finding else [])
+                  if e.kind == "row" and e.data and "phase" in e.data and "config" in e.data]
+    if phase_rows:  # per phase of the configuration under audit (the report's table)
+        text.append(f"  {'phase':<14} {'mode':<8} read at\n", style="bold")
+        for e in phase_rows:
+            d = e.data
+            where = f"{d['file']}:{d['line']}" if d.get("file") else "-"
+            fb = len(d.get("runtime_fallbacks") or [])
+            text.append(f"  {d['phase']:<14} ")
+            text.append(f"{d['mode']:<8}", style=PHASE_STYLE.get(d["mode"], ""))
+            text.append(f" {where}" + (f"  ({fb} run-time fallbacks)" if fb else "") + "\n")
+    skip = {e.short() for e in phase_rows}
+    for line in (ln for ln in v.detail if ln not in skip):
         if line.startswith("fix: ") and v.fixes:
             line = "fix: " + ", ".join(model.fix_advice(f) for f in v.fixes)
         text.append(f"  {line}\n")

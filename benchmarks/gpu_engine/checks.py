@@ -371,3 +371,64 @@ def check_crash(name: str, tries: list[CrashTry]) -> Check:
                      "signature: " + detail, data)
     data["verdict"] = "prevented"
     return Check(name, True, "prevented: " + detail, data)
+
+
+def static_phases(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The per-phase verdicts for the configuration under audit from a `diag probe
+    draft-extend-graph --server URL --json` report: {phase: row data (mode, runtime_fallbacks)}."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in report.get("findings", []):
+        for ev in f.get("evidence", []):
+            d = ev.get("data") or {}
+            if ev.get("kind") == "row" and "phase" in d and d.get("config") and "mode" in d:
+                out[str(d["phase"])] = d
+    return out
+
+
+def check_phases_agree(name: str, static: dict[str, dict[str, Any]],
+                       counters: dict[str, Any] | None) -> Check:
+    """The static verdict of each phase (read from the source for the server's resolved
+    configuration) against the live passes at a batch every runner captured: `graph` must
+    count graph replays only, `eager` eager passes only; `refused`/`depends` are not judged."""
+    if not static:
+        return Check(name, None, "the report has no per-phase rows (no backend under audit?)")
+    if counters is None:
+        return Check(name, None, "no counters (the scheduler's agent did not report)")
+    seen, bad, judged = {}, {}, 0
+    for phase, d in static.items():
+        want, got = d.get("mode"), phase_modes(counters, phase)
+        seen[phase] = {"static": want, "live": got}
+        if want not in ("graph", "eager"):
+            continue
+        if not sum(got.values()):
+            continue
+        judged += 1
+        if got.get(want, 0) == 0 or any(n for m, n in got.items() if m != want):
+            bad[phase] = seen[phase]
+    if not judged:
+        return Check(name, None, f"no phase both judged and counted: {seen}", {"phases": seen})
+    return Check(name, not bad, "static vs live per phase: " + ", ".join(
+        f"{p} {v['static']} vs {v['live']}" for p, v in seen.items()), {"phases": seen})
+
+
+def check_fallbacks_named(name: str, static: dict[str, dict[str, Any]],
+                          counters: dict[str, Any] | None) -> Check:
+    """Every live eager reason of a captured phase is one of the run-time fallbacks the static
+    verdict names for it (the two views speak one vocabulary)."""
+    if not static or counters is None:
+        return Check(name, None, "no per-phase rows or no counters")
+    unnamed, seen = {}, {}
+    for phase, d in static.items():
+        if d.get("mode") != "graph":
+            continue
+        named = {f.get("reason") for f in d.get("runtime_fallbacks") or []}
+        live = phase_reasons(counters, phase)
+        seen[phase] = {"live": live, "named": sorted(n for n in named if n)}
+        extra = {r: n for r, n in live.items() if r not in named}
+        if extra:
+            unnamed[phase] = extra
+    if not any(v["live"] for v in seen.values()):
+        return Check(name, None, f"no eager pass of a captured phase was counted: {seen}",
+                     {"phases": seen})
+    return Check(name, not unnamed, "live eager reasons not named statically: "
+                 + (str(unnamed) if unnamed else "none"), {"phases": seen})

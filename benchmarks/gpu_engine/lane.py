@@ -203,6 +203,15 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
         for phase in ("target-verify", "draft-decode"):
             add(checks.check_modes(f"{phase} counted as graph replays at batch 1",
                                    checks.phase_modes(cd, phase), "graph"))
+        # the static per-phase verdicts for this server's resolved configuration vs the live
+        # passes at batch 1 (one CLI call; --server fills backend, steps, topk, model)
+        pv = diag_cli("probe", "draft-extend-graph", "--server", d.url, "--platform", "cuda",
+                      "--no-execute", "--json", timeout=300)
+        static = checks.static_phases(json.loads(pv.stdout) if pv.stdout.strip().startswith("{")
+                                      else {})
+        res["static_phases"] = static
+        add(checks.check_phases_agree("static per-phase verdicts agree with the live passes",
+                                      static, cd))
         k0 = checks.modes(counters(k))
         k.generate(PROMPTS[1], 32)
         add(checks.check_modes("draft-extend counted eager with the kill switch",
@@ -225,6 +234,8 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
             add(checks.Check(f"{phase} eager above the largest captured batch, with the reason",
                              why.get("batch-above-captured", 0) > 0, f"eager reasons {why}",
                              {"reasons": why}))
+        add(checks.check_fallbacks_named("live eager reasons are named by the static fallbacks",
+                                         static, after))
         res["phase_lines"] = {n: checks.phase_lines(counters(s)) for n, s in
                               (("diag", d), ("eager", k))}
         # syncs per step per phase: the runtime counter (GPU sync debug mode in the scheduler)

@@ -13,6 +13,7 @@ from diag import __version__
 from diag.cli.common import (
     build_context,
     check_stdout,
+    config_options,
     exit_broken_pipe,
     exit_os_error,
     guarded,
@@ -279,6 +280,7 @@ def run_options(f):
 
 @main.command()
 @target_options
+@config_options
 @output_options
 @run_options
 @click.pass_context
@@ -308,6 +310,7 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
 @click.argument("probe_id", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the probes and exit.")
 @target_options
+@config_options
 @output_options
 @run_options
 @click.pass_context

@@ -110,6 +110,43 @@ def target_options(f: Callable) -> Callable:
     return f
 
 
+def _env_pairs(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+               ) -> dict[str, str] | None:
+    """--env K=V (repeatable) -> {K: V}; none given -> None (the process environment)."""
+    out: dict[str, str] = {}
+    for item in value:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip() or any(c.isspace() for c in key):
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        out[key] = val
+    return out if value else None
+
+
+def config_options(f: Callable) -> Callable:
+    """The facts SGLang resolves a configuration from (diagnose, probe, fix check)."""
+    pos = click.IntRange(min=1)
+    opts = [
+        click.option("--speculative-eagle-topk", type=pos, metavar="N",
+                     help="The server's --speculative-eagle-topk."),
+        click.option("--speculative-num-draft-tokens", type=pos, metavar="N",
+                     help="The server's --speculative-num-draft-tokens."),
+        click.option("--page-size", type=pos, metavar="N", help="The server's --page-size."),
+        click.option("--model", metavar="PATH|FAMILY",
+                     help="The served model: a directory with config.json (its architectures "
+                          "are read), or an architecture/family name (e.g. deepseek-v32)."),
+        click.option("--env", "environ", multiple=True, metavar="K=V", callback=_env_pairs,
+                     help="The server's SGLANG_* environment (repeatable; default: this "
+                          "process's environment)."),
+        click.option("--tp", "tp_size", type=pos, metavar="N", help="The server's --tp."),
+        click.option("--enable-dp-attention", is_flag=True, default=None,
+                     help="The server runs with --enable-dp-attention."),
+        click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 def output_options(f: Callable) -> Callable:
     opts = [
         click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report."),
@@ -227,11 +264,32 @@ def guarded(f: Callable) -> Callable:
     return wrapper
 
 
+def _check_model(tgt: Any, model: str) -> None:
+    """--model names a path (it must hold a readable config.json naming an architecture) or a
+    family; a bad path is a usage error (exit 2), not a traceback."""
+    from pathlib import Path
+
+    from diag.errors import EXIT_USAGE
+    from diag.probes.phases import read_model
+
+    if os.sep in model or Path(model).exists():
+        p = Path(model)
+        if not (p / "config.json").is_file() and p.name != "config.json":
+            raise DiagError(f"--model {model}: no config.json there (give a model directory "
+                            "or a family name such as deepseek-v32)", exit_code=EXIT_USAGE)
+    try:
+        read_model(tgt, model)
+    except ValueError as e:
+        raise DiagError(str(e), exit_code=EXIT_USAGE) from None
+
+
 def build_context(sglang: str | None, platform: str | None, attention_backend: str | None,
                   speculative_num_steps: int | None, speculative_algorithm: str | None,
                   server_url: str | None, run_dir: str | None, execute: bool = True,
-                  full: bool = False):
-    """Resolve the target and platform into a Context (imports torch only for the platform)."""
+                  full: bool = False, **facts: Any):
+    """Resolve the target and platform into a Context (imports torch only for the platform).
+
+    `facts`: the configuration options (`config_options`), SpecConfig field names."""
     from diag import target as target_mod
     from diag.context import Context, SpecConfig
     from diag.platform import default_platform
@@ -248,7 +306,10 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     check_config(tgt, plat, attention_backend, speculative_algorithm)
     cfg = SpecConfig(attention_backend=attention_backend,
                      speculative_num_steps=speculative_num_steps,
-                     speculative_algorithm=speculative_algorithm)
+                     speculative_algorithm=speculative_algorithm,
+                     **{k: v for k, v in facts.items() if v is not None})
+    if cfg.model is not None:
+        _check_model(tgt, cfg.model)
     ctx = Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, full=full, log=log)
     if server_url:  # read once for every probe; unreachable → ServerError (exit 3)

@@ -7,7 +7,15 @@ import sys
 
 import click
 
-from diag.cli.common import PID_MAX, Seconds, build_context, given, guarded, target_options
+from diag.cli.common import (
+    PID_MAX,
+    Seconds,
+    build_context,
+    config_options,
+    given,
+    guarded,
+    target_options,
+)
 from diag.schemas import SCHEMA_VERSION
 
 
@@ -312,7 +320,8 @@ def _state_text(st: dict) -> str:
 
 @fix.command("check")
 @click.option("--require", "required", multiple=True, metavar="ID|all", callback=given,
-              help="Fixes that must be applicable or upstream (repeatable; default: all).")
+              help="Fixes that must be applicable or upstream (repeatable; default: all, "
+                   "or none with --require-phase).")
 @click.option("--dry/--no-dry", default=True, show_default=True,
               help="Also apply each applicable fix in a child interpreter with the release's "
                    "code loaded; a fix whose dry run cannot run there is unverified (exit 4). "
@@ -320,22 +329,29 @@ def _state_text(st: dict) -> str:
 @click.option("--python", "python", metavar="PATH", callback=given,
               help="Interpreter for the dry application (one with SGLang's requirements).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {ok, verdict, fixes: [...]}.")
+@click.option("--require-phase", "phase_req", multiple=True, metavar="PHASE=MODE",
+              callback=lambda _c, _p, v: _phase_reqs(v),
+              help="A phase that must run in this mode for the configuration under audit "
+                   "(repeatable), e.g. draft-extend=graph; needs --attention-backend or "
+                   "--server. Not met: exit 1.")
 @target_options
+@config_options
 @guarded
 def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: bool,
-          **target_kw) -> None:
+          phase_req: dict[str, str], **target_kw) -> None:
     """For CI: exit 0 only when every required fix is `applicable` or `upstream` for the target
     and platform and, unless --no-dry, each applicable one's dry application fits; else 4
-    (a dry application that could not run leaves the fix unverified, also 4)."""
+    (a dry application that could not run leaves the fix unverified, also 4). With
+    --require-phase, a phase of the configuration under audit in another mode exits 1."""
     import shutil
 
     from diag import fixes
     from diag.engine.agent import _split
     from diag.engine.fix_check import dry_apply
-    from diag.errors import EXIT_FIX_FAILED, EXIT_USAGE, DiagError
+    from diag.errors import EXIT_FINDINGS, EXIT_FIX_FAILED, EXIT_USAGE, DiagError
     from diag.fixes.base import APPLICABLE, UPSTREAM
 
-    req = _split(",".join(required) or "all", fixes.all_ids())
+    req = _split(",".join(required) or ("" if phase_req else "all"), fixes.all_ids())
     for r in req:
         _check_id(r)
     if python is not None:
@@ -347,6 +363,15 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
     from diag.fixes.advice import resolve
 
     ctx = build_context(**target_kw, execute=False)
+    phase_rows = None
+    if phase_req:
+        from diag.engine.fix_check import phase_requirements
+
+        backend = ctx.config.draft_attention_backend or ctx.config.attention_backend
+        if not backend:
+            raise DiagError("--require-phase needs the attention backend under audit: pass "
+                            "--attention-backend or --server", exit_code=EXIT_USAGE)
+        phase_rows = phase_requirements(ctx, backend, phase_req)
     rows = [{"id": fid, "required": fid in req, "status": a.status, "reason": a.reason,
              "dry": None} for fid, a in resolve(ctx).items()]
     todo = [r["id"] for r in rows if r["status"] == APPLICABLE]
@@ -362,10 +387,14 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
     verdict = "fail" if "fail" in verdicts else "unverified" if "unverified" in verdicts else "ok"
     ok = verdict == "ok"
     unverified = [r for r in rows if r["required"] and r["verdict"] == "unverified"]
+    phases_ok = all(r["ok"] for r in phase_rows or [])
     if as_json:
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
-                               "platform": ctx.platform, "ok": ok, "verdict": verdict,
-                               "fixes": rows}, indent=2))
+        doc = {"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
+               "platform": ctx.platform, "ok": ok and phases_ok, "verdict": verdict,
+               "fixes": rows}
+        if phase_rows is not None:
+            doc["phases"] = phase_rows
+        click.echo(json.dumps(doc, indent=2))
     else:
         click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}", bold=True))
         marks = {"ok": "ok  ", "fail": "FAIL", "unverified": "UNVERIFIED"}
@@ -377,12 +406,37 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
         click.echo({"ok": "all required fixes fit", "fail": "a required fix does not fit",
                     "unverified": "a required fix is unverified: its dry application could "
                                   "not run"}[verdict])
+        for r in phase_rows or []:
+            where = f" ({r['file']}:{r['line']})" if r.get("file") \
+                and f"{r['file']}:{r['line']}" not in r["reason"] else ""
+            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} phase {r['phase']:<14} {r['mode']:<8} "
+                       f"(required {r['required_mode']}) {r['backend']}: {r['reason']}{where}")
+        if phase_rows:
+            click.echo("every required phase is met" if phases_ok
+                       else "a required phase is not met")
     if unverified and verdict == "unverified":  # one line on stderr says why, in text and JSON
         r = unverified[0]
         click.echo(f"diag: fix check: {r['id']} unverified: {r['dry']['reason']} (or --no-dry "
                    "to accept the static check alone)", err=True)
     if not ok:
         sys.exit(EXIT_FIX_FAILED)
+    if not phases_ok:
+        sys.exit(EXIT_FINDINGS)
+
+
+def _phase_reqs(values: tuple[str, ...]) -> dict[str, str]:
+    """--require-phase PHASE=MODE (repeatable) -> {phase: mode}; a bad one is a usage error."""
+    from diag.probes.phases import DEPENDS, EAGER, GRAPH, PHASES, REFUSED
+
+    out: dict[str, str] = {}
+    for v in values:
+        phase, sep, mode = v.partition("=")
+        if not sep or phase not in PHASES or mode not in (GRAPH, EAGER, REFUSED, DEPENDS):
+            raise click.BadParameter(f"{v!r}: expected PHASE=MODE, PHASE one of "
+                                     f"{', '.join(PHASES)}, MODE one of graph, eager, refused, "
+                                     "depends")
+        out[phase] = mode
+    return out
 
 
 def _check_verdict(r: dict, dry: bool, applicable: str, upstream: str) -> str:

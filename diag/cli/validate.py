@@ -39,7 +39,7 @@ def check_config(target: Target, platform: str, attention_backend: str | None,
 def backend_names(target: Target, platform: str) -> set[str]:
     """Every attention-backend name the release accepts (its registry, its draft factory, the
     aliases its argument handling rewrites)."""
-    from diag.probes.gate import backend_map
+    from diag.probes.backends import backend_map
 
     try:
         return set(backend_map(target, platform))

@@ -23,6 +23,21 @@ from diag.engine import rundir
 DRY_TIMEOUT_S = 300.0
 
 
+def phase_requirements(ctx: Any, backend: str, required: dict[str, str]) -> list[dict]:
+    """`--require-phase`: each required phase's verdict for the configuration under audit (the
+    same `probes.phases` verdicts the report shows), and whether it is in the required mode."""
+    from diag.probes.phases import phase_verdicts
+
+    out = []
+    for v in phase_verdicts(ctx.target, ctx.platform, ctx.config, backend):
+        if v.phase in required:
+            d = v.data()
+            d.update(reason=v.reason, required_mode=required[v.phase],
+                     ok=v.mode == required[v.phase])
+            out.append(d)
+    return out
+
+
 def dry_apply(target_root: str, fix_ids: list[str], platform: str,
               python: str | None = None, timeout: float = DRY_TIMEOUT_S) -> dict[str, dict]:
     """{fix id: {status: fits|does-not-fit|skipped, reason}} from a child interpreter."""

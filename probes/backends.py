@@ -1,0 +1,574 @@
+"""One backend registry: which classes each `--attention-backend` name builds, per release and
+platform, read from the release's source (never imported).
+
+Why one module: the draft-extend gate, the per-phase verdicts, the census of metadata builders,
+the fixes and option checking all ask "what does NAME build here?"; reading the registry
+(`attention_registry.py`) and the draft factory (`speculative/draft_utils.py`) once per
+(tree, platform, model attention) and caching it keeps them on one answer and one cost. Parts:
+
+- `backend_map(target, platform, mla=None)` -> {name: BackendInfo}: the target-model classes
+  (`attention_classes`), the draft's decode and draft-extend classes, aliases the argument
+  handling rewrites (`backend_aliases`); `mla` (the model family's attention) picks one class
+  where a factory tests `use_mla_backend`. Cached; the cache is keyed on the files it reads.
+- `classes_for(target, platform, name, phase, mla=None)`: the classes one phase of one
+  backend builds (what the census needs instead of hard-coded tables).
+- `platform_truth(expr, platform)`: three-valued `_is_hip`/`is_cuda()`/... conditions.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diag.probes.source import ModuleIndex, Modules, index, parse_file
+from diag.target import Target
+
+REGISTRY_FILE = "srt/layers/attention/attention_registry.py"
+DRAFT_UTILS_FILE = "srt/speculative/draft_utils.py"
+EXTEND_ATTR = "draft_extend_attn_backend"
+
+_PLATFORM_FLAGS = {"hip": "hip", "cuda": "cuda", "npu": None, "musa": None, "xpu": None,
+                   "cpu": None, "mps": None}
+
+
+def _three_valued(expr: ast.AST, leaf) -> bool | None:
+    """Evaluate `and`/`or`/`not` over leaves that are True, False or unknown (None)."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        v = _three_valued(expr.operand, leaf)
+        return None if v is None else not v
+    if isinstance(expr, ast.BoolOp):
+        vals = [_three_valued(v, leaf) for v in expr.values]
+        if isinstance(expr.op, ast.And):
+            if any(v is False for v in vals):
+                return False
+            return True if all(v is True for v in vals) else None
+        if any(v is True for v in vals):
+            return True
+        return False if all(v is False for v in vals) else None
+    return leaf(expr)
+
+
+def _platform_leaf(expr: ast.AST, platform: str) -> bool | None:
+    name = None
+    if isinstance(expr, ast.Name):
+        name = expr.id
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and not expr.args:
+        name = expr.func.id
+    if name:
+        m = re.fullmatch(r"_?is_(hip|cuda|npu|musa|xpu|cpu|mps)", name)
+        if m:
+            return _PLATFORM_FLAGS[m.group(1)] == platform
+    return None
+
+
+def platform_truth(expr: ast.AST, platform: str) -> bool | None:
+    """Three-valued: does a condition made of `_is_hip`/`is_hip()`/... hold on `platform`?"""
+    return _three_valued(expr, lambda e: _platform_leaf(e, platform))
+
+
+
+
+@dataclass
+class BackendInfo:
+    """What `--attention-backend NAME` builds for the draft model on one platform."""
+
+    name: str
+    in_registry: bool
+    attention_classes: list[str] = field(default_factory=list)  # the registry's (target model)
+    has_draft_factory_entry: bool = False
+    draft_extend_classes: list[str] = field(default_factory=list)
+    decode_classes: list[str] = field(default_factory=list)
+    decode_min_steps: int | None = None  # no multi-step decode backend below this many steps
+    # "file:line" of the `return None` the draft-extend factory takes on this platform: the
+    # release builds no draft-extend backend, so nothing is captured (0.5.9-0.5.15.post1 flashmla)
+    draft_extend_none: str | None = None
+    # The release's argument handling rewrites this name before use: (new name, "file:line")
+    alias_of: tuple[str, str] | None = None
+    # Base classes (by name) of the classes above, found on first use: reading them parses the
+    # backend modules, which only a verdict without a direct class match needs.
+    _ancestors: Callable[[list[str]], list[str]] | None = field(default=None, repr=False,
+                                                                compare=False)
+    _cache: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    # (class names, method) -> [(class, True | False | None, returned expression, "file:line")]:
+    # what each class's own or inherited method returns (PR #36324's capability method).
+    _capability: Callable[[list[str], str], list[tuple]] | None = field(
+        default=None, repr=False, compare=False)
+
+    # (class names, method) -> [(class, defining class, FunctionDef, file)]
+    _methods: Callable[[list[str], str], list[tuple]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def methods(self, method: str, attr: str = EXTEND_ATTR) -> list[tuple]:
+        """Each built class's own or inherited `method`: (class, owner, def, file)."""
+        names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
+        return self._methods(names, method) if self._methods and names else []
+
+    def capability(self, method: str, attr: str = EXTEND_ATTR) -> list[tuple]:
+        names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
+        return self._capability(names, method) if self._capability and names else []
+
+    @property
+    def draft_extend_ancestors(self) -> list[str]:
+        return self._lazy("ext", self.draft_extend_classes)
+
+    @property
+    def decode_ancestors(self) -> list[str]:
+        return self._lazy("dec", self.decode_classes)
+
+    def _lazy(self, key: str, names: list[str]) -> list[str]:
+        if key not in self._cache:
+            self._cache[key] = self._ancestors(names) if self._ancestors and names else []
+        return self._cache[key]
+
+    @property
+    def draft_extend_class(self) -> str | None:
+        return " | ".join(self.draft_extend_classes) or None
+
+    @property
+    def decode_class(self) -> str | None:
+        return " | ".join(self.decode_classes) or None
+
+
+_Module = ModuleIndex  # one parsed module (probes.source)
+_module_of = index
+
+
+class _Resolver:
+    """Follows a factory function to the `...Backend(...)` classes it builds on a platform."""
+
+    def __init__(self, target: Target, platform: str, mla: bool | None = None) -> None:
+        self.target, self.platform, self.mla = target, platform, mla
+        self._mods = Modules(target)  # the target's sglang.* modules (probes.source)
+        self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
+
+    def module(self, dotted: str) -> _Module | None:
+        return self._mods.module(dotted)
+
+    def classes(self, func: ast.FunctionDef, mod: _Module, cls: ast.ClassDef | None = None,
+                depth: int = 0) -> list[str]:
+        out: list[str] = []
+        if depth > 4:
+            return out
+        # `cls = DeepseekV4TrtllmAttnBackend` ... `return cls(runner)` (0.5.23's dsv4 on CUDA)
+        aliases: dict[str, list[str]] = {}
+        for stmt in self._live(func.body):
+            for node in ast.walk(stmt):
+                if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name)
+                        and isinstance(node.value, ast.Name)
+                        and node.value.id.endswith("Backend")):
+                    aliases.setdefault(node.targets[0].id, []).append(node.value.id)
+        for stmt in self._live(func.body):
+            for node in ast.walk(stmt):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if isinstance(f, ast.Name) and f.id.endswith("Backend") and f.id[:1].isupper():
+                    out.append(f.id)
+                    self.seen_in.setdefault(f.id, mod)
+                elif isinstance(f, ast.Name) and f.id in aliases:
+                    out += aliases[f.id]
+                    for a in aliases[f.id]:
+                        self.seen_in.setdefault(a, mod)
+                elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                        and f.value.id == "self" and cls is not None:
+                    m = _method(cls, f.attr)
+                    if m is not None and f.attr.startswith("_create"):
+                        out += self.classes(m, mod, cls, depth + 1)
+                elif isinstance(f, ast.Name) and f.id[:1].islower():
+                    if f.id in mod.funcs and f.id.startswith(("create", "_create")):
+                        out += self.classes(mod.funcs[f.id], mod, None, depth + 1)
+                    elif f.id in mod.imports and "backend" in f.id:
+                        other = self.module(mod.imports[f.id])
+                        if other and f.id in other.funcs:
+                            out += self.classes(other.funcs[f.id], other, None, depth + 1)
+        return list(dict.fromkeys(out))
+
+    def none_return(self, func: ast.FunctionDef) -> int | None:
+        """The line of the `return None` (or bare `return`) the platform path of a factory
+        method that builds no class takes; None when it returns something else."""
+        for stmt in self._live(func.body):
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Return):
+                    if node.value is None or (isinstance(node.value, ast.Constant)
+                                              and node.value.value is None):
+                        return node.lineno
+                    return None
+        return None
+
+    def ancestors(self, name: str, mod: _Module, depth: int = 0) -> list[str]:
+        """Base classes of `name` (by name), found through the modules that define them, so an
+        isinstance check on a base class is seen to admit a subclass."""
+        if depth > 6:
+            return []
+        where, node = mod, mod.classes.get(name)
+        if node is None and name in mod.imports:
+            where = self.module(mod.imports[name])
+            node = where.classes.get(name) if where else None
+        if node is None or where is None:
+            return []
+        out: list[str] = []
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
+                else None
+            if bname and bname not in out:
+                out.append(bname)
+                out += [a for a in self.ancestors(bname, where, depth + 1) if a not in out]
+        return out
+
+    def method_of(self, name: str, mod: _Module, dotted: str, method: str, depth: int = 0
+                  ) -> tuple[str, ast.FunctionDef, str] | None:
+        """(defining class, the method, its module) for `name.method`, following the bases."""
+        if depth > 6:
+            return None
+        where, node, wd = mod, mod.classes.get(name), dotted
+        if node is None and name in mod.imports:
+            wd = mod.imports[name]
+            where = self.module(wd)
+            node = where.classes.get(mod.import_names.get(name, name)) if where else None
+        if node is None or where is None:
+            return None
+        m = _method(node, method)
+        if m is not None:
+            return node.name, m, wd
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
+                else None
+            hit = self.method_of(bname, where, wd, method, depth + 1) if bname else None
+            if hit is not None:
+                return hit
+        return None
+
+    def methods(self, names: list[str], method: str, mod: _Module, dotted: str) -> list[tuple]:
+        out = []
+        for n in names:
+            hit = self.method_of(n, self.seen_in.get(n, mod), dotted, method)
+            if hit is not None:
+                owner, fn, wd = hit
+                out.append((n, owner, fn, self.target.relpath(self._mods.path(wd))))
+        return out
+
+    def capabilities(self, names: list[str], method: str, mod: _Module, dotted: str
+                     ) -> list[tuple]:
+        out = []
+        for n in names:
+            hit = self.method_of(n, self.seen_in.get(n, mod), dotted, method)
+            if hit is None:
+                out.append((n, None, f"no {method}() found on {n} or its bases", None))
+                continue
+            owner, fn, wd = hit
+            body = [st for st in fn.body if not (isinstance(st, ast.Expr)
+                                                 and isinstance(st.value, ast.Constant))]
+            where = f"{self.target.relpath(self._mods.path(wd))}:{fn.lineno}"
+            if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+                v = body[0].value
+                val = v.value if isinstance(v, ast.Constant) and isinstance(v.value, bool) \
+                    else None
+                out.append((n, val, f"{owner}.{method}() returns {ast.unparse(v)}", where))
+            else:
+                out.append((n, None, f"{owner}.{method}() decides in a body of "
+                                     f"{len(body)} statements", where))
+        return out
+
+    def all_ancestors(self, names: list[str], mod: _Module) -> list[str]:
+        out: list[str] = []
+        for n in names:
+            found = self.ancestors(n, self.seen_in.get(n, mod))
+            out += [a for a in found if a not in out and a not in names]
+        return out
+
+    def _live(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """The statements that can run on the platform: platform `if`s pruned, others kept."""
+        return self._live_ends(body)[0]
+
+    def _truth(self, test: ast.AST) -> bool | None:
+        """Platform flags, and `<runner>.use_mla_backend` when the model is known (the model
+        family picks the class: MLA or MHA under one backend name)."""
+        def leaf(e: ast.AST) -> bool | None:
+            if isinstance(e, ast.Attribute) and e.attr == "use_mla_backend":
+                return self.mla
+            return _platform_leaf(e, self.platform)
+
+        return _three_valued(test, leaf)
+
+    def _live_ends(self, body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:
+        """(live statements, whether the platform path surely returns or raises)."""
+        out: list[ast.stmt] = []
+        for stmt in body:
+            if isinstance(stmt, ast.If):
+                truth = self._truth(stmt.test)
+                live_body, body_ends = self._live_ends(stmt.body)
+                live_else, else_ends = self._live_ends(stmt.orelse)
+                if truth is not False:
+                    out += live_body
+                if truth is not True:
+                    out += live_else
+                if (truth is True and body_ends) or (truth is False and else_ends) or (
+                        truth is None and body_ends and else_ends):
+                    return out, True  # the platform path returns: nothing after it runs
+            elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+                continue
+            else:
+                out.append(stmt)
+                if isinstance(stmt, (ast.Return, ast.Raise)):
+                    return out, True
+        return out, False
+
+
+def _ends(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+    for n in cls.body:
+        if isinstance(n, ast.FunctionDef) and n.name == name:
+            return n
+    return None
+
+
+def _registry(target: Target) -> tuple[_Module, dict[str, ast.FunctionDef]] | None:
+    """`@register_attention_backend("name")` functions (attention_registry.py, else any module
+    under srt/layers/attention that uses the decorator)."""
+    candidates = [target.file(REGISTRY_FILE)]
+    if not candidates[0].is_file():
+        candidates = sorted(target.file("srt/layers/attention").glob("*.py"))
+    for path in candidates:
+        tree = parse_file(path)
+        if tree is None:
+            continue
+        names: dict[str, ast.FunctionDef] = {}
+        for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+            for d in fn.decorator_list:
+                if (isinstance(d, ast.Call) and isinstance(d.func, ast.Name)
+                        and d.func.id == "register_attention_backend" and d.args
+                        and isinstance(d.args[0], ast.Constant)):
+                    names[str(d.args[0].value)] = fn
+        if names:
+            return _module_of(tree), names
+    return None
+
+
+def _draft_factory(target: Target) -> tuple[_Module, ast.ClassDef] | None:
+    """The class with `create_draft_extend_backend` and `create_decode_backend` methods."""
+    paths = [target.file(DRAFT_UTILS_FILE)]
+    paths += [p for p in sorted(target.file("srt/speculative").glob("*.py")) if p != paths[0]]
+    for path in paths:
+        tree = parse_file(path)
+        if tree is None:
+            continue
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            if _method(cls, "create_draft_extend_backend") and _method(cls, "create_decode_backend"):
+                return _module_of(tree), cls, path
+    return None
+
+
+def _factory_map(method: ast.FunctionDef) -> dict[str, list[str]]:
+    """`backend_map = {"aiter": self._create_aiter_prefill_backend, ...}` → {name: [method]};
+    a conditional value (`a if not is_blackwell() else b`, 0.5.9) gives both methods."""
+    def methods(v: ast.AST) -> list[str]:
+        if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == "self":
+            return [v.attr]
+        if isinstance(v, ast.IfExp):
+            return methods(v.body) + methods(v.orelse)
+        return []
+
+    for node in ast.walk(method):
+        if isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+            out = {k.value: methods(v) for k, v in zip(node.keys, node.values) if methods(v)}
+            if out:
+                return out
+    return {}
+
+
+def _decode_min_steps(method: ast.FunctionDef) -> int | None:
+    """`if self.speculative_num_steps == 1: return None` (or `<= 1`) → 2."""
+    for node in method.body:
+        if isinstance(node, ast.If) and _ends(node.body) and isinstance(node.test, ast.Compare):
+            t = node.test
+            if (isinstance(t.left, ast.Attribute) and t.left.attr == "speculative_num_steps"
+                    and len(t.comparators) == 1 and isinstance(t.comparators[0], ast.Constant)):
+                n, op = t.comparators[0].value, t.ops[0]
+                if isinstance(op, (ast.Eq, ast.LtE)):
+                    return int(n) + 1
+                if isinstance(op, ast.Lt):
+                    return int(n)
+    return None
+
+
+def _read_backend_map(target: Target, platform: str, mla: bool | None = None
+                      ) -> dict[str, BackendInfo]:
+    """Every attention-backend name the release knows → the draft classes it builds on `platform`,
+    plus the deprecated names its argument handling rewrites (`backend_aliases`). `mla`: the
+    model's attention (True MLA, False MHA) picks one class where the factory tests
+    `use_mla_backend`; None keeps both."""
+    res = _Resolver(target, platform, mla)
+    reg = _registry(target)
+    fac = _draft_factory(target)
+    out: dict[str, BackendInfo] = {}
+    if reg:
+        mod, funcs = reg
+        for name, fn in funcs.items():
+            out[name] = BackendInfo(name, True, attention_classes=res.classes(fn, mod))
+    if fac:
+        fmod, cls, fpath = fac
+        ext_m = _method(cls, "create_draft_extend_backend")
+        dec_m = _method(cls, "create_decode_backend")
+        ext_map, dec_map = _factory_map(ext_m), _factory_map(dec_m)
+        min_steps = _decode_min_steps(dec_m)
+        names = set(ext_map) | set(dec_map) | set(out)
+        for name in sorted(names):
+            info = out.setdefault(name, BackendInfo(name, False))
+            ext = ext_map.get(name) or [m for m in [_named_method(cls, name, "draft_extend")] if m]
+            dec = dec_map.get(name) or [m for m in [_named_method(cls, name, "decode")] if m]
+            info.has_draft_factory_entry = bool(ext)
+            info.decode_min_steps = min_steps
+            nones = []
+            for m in (_method(cls, e) for e in ext):
+                if m is None:
+                    continue
+                found = res.classes(m, fmod, cls)
+                info.draft_extend_classes += [c for c in found if c not in
+                                              info.draft_extend_classes]
+                if not found:
+                    nones.append(res.none_return(m))
+            if ext and nones and len(nones) == len(ext) and all(nones):
+                info.draft_extend_none = f"{target.relpath(fpath)}:{nones[0]}"
+            for m in (_method(cls, d) for d in dec):
+                if m is not None:
+                    info.decode_classes += [c for c in res.classes(m, fmod, cls)
+                                            if c not in info.decode_classes]
+            info._ancestors = functools.partial(res.all_ancestors, mod=fmod)
+            info._capability = functools.partial(res.capabilities, mod=fmod,
+                                                 dotted=_dotted(target, fpath))
+            info._methods = functools.partial(res.methods, mod=fmod,
+                                              dotted=_dotted(target, fpath))
+    for old, (new, where) in backend_aliases(target).items():
+        if new in out:
+            out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),
+                                           _cache={})
+    return dict(sorted(out.items()))
+
+
+ALIAS_FILES = ("srt/server_args.py", "srt/arg_groups")
+
+
+def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
+    """Deprecated attention-backend names the release's argument handling rewrites before use:
+    {old: (new, "file:line")}. Found by shape: a `for attr in ("attention_backend", ...)` loop
+    whose body compares a value to "old" and sets "new" (0.5.12-0.5.19: `compressed` → `dsv4`),
+    or looks the value up in a {"old": "new"} dict (0.5.23: + `tokenspeed_mla` → `cutedsl_mla`)."""
+    paths = [target.file(ALIAS_FILES[0])]
+    d = target.file(ALIAS_FILES[1])
+    if d.is_dir():
+        paths += sorted(d.glob("*.py"))
+    out: dict[str, tuple[str, str]] = {}
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if '"prefill_attention_backend"' not in text:
+            continue
+        tree = parse_file(path)
+        if tree is None:
+            continue
+        rel = target.relpath(path)
+        for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            dicts = {a.targets[0].id: a.value for a in ast.walk(func)
+                     if isinstance(a, ast.Assign) and len(a.targets) == 1
+                     and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Dict)}
+            for loop in (n for n in ast.walk(func) if isinstance(n, ast.For)):
+                if not (isinstance(loop.iter, (ast.Tuple, ast.List)) and any(
+                        isinstance(e, ast.Constant) and e.value == "attention_backend"
+                        for e in loop.iter.elts)):
+                    continue
+                for node in (n for st in loop.body for n in ast.walk(st)):
+                    if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
+                            and len(node.test.ops) == 1:
+                        op, right = node.test.ops[0], node.test.comparators[0]
+                        if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) \
+                                and isinstance(right.value, str):
+                            new = []
+                            for c in (c for st in node.body for c in ast.walk(st)):
+                                v = (c.args[2] if isinstance(c, ast.Call) and isinstance(
+                                    c.func, ast.Name) and c.func.id == "setattr"
+                                    and len(c.args) == 3 else c.value
+                                    if isinstance(c, ast.Assign) else None)
+                                if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                                    new.append(v.value)
+                            if new:
+                                out.setdefault(right.value, (new[0], f"{rel}:{node.lineno}"))
+                        elif isinstance(op, ast.In) and isinstance(right, ast.Name) \
+                                and right.id in dicts:
+                            dn = dicts[right.id]
+                            for k, v in zip(dn.keys, dn.values):
+                                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
+                                    out.setdefault(k.value, (v.value, f"{rel}:{dn.lineno}"))
+    return out
+
+
+def _dotted(target: Target, path: Path) -> str:
+    rel = target.relpath(path)
+    return rel[:-3].replace("/", ".") if rel.endswith(".py") else rel
+
+
+def _named_method(cls: ast.ClassDef, name: str, phase: str) -> str | None:
+    """A factory method built for one name outside the map (0.5.23's qsa profile):
+    `_create_<...name...>_<phase>_backend`."""
+    for n in cls.body:
+        if (isinstance(n, ast.FunctionDef) and n.name.startswith("_create_")
+                and n.name.endswith(f"_{phase}_backend")
+                and re.search(rf"_{re.escape(name)}_", n.name[len("_create"):])):
+            return n.name
+    return None
+
+
+_MAPS: dict[tuple, dict[str, BackendInfo]] = {}
+
+
+def _signature(target: Target) -> tuple:
+    """What the map is read from: the registry, the draft factory and the alias files (their
+    mtime and size), so a tree edited in place is read again."""
+    out = []
+    paths = [target.file(REGISTRY_FILE), target.file(DRAFT_UTILS_FILE),
+             target.file(ALIAS_FILES[0])]
+    d = target.file(ALIAS_FILES[1])
+    if d.is_dir():
+        paths += sorted(d.glob("*.py"))
+    for path in paths:
+        try:
+            st = path.stat()
+            out.append((str(path.resolve()), st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((str(path), None, None))
+    return tuple(out)
+
+
+def backend_map(target: Target, platform: str, mla: bool | None = None
+                ) -> dict[str, BackendInfo]:
+    """Every attention-backend name the release knows -> the classes it builds on `platform`
+    (cached per tree, platform and model attention; a new dict each call, shared infos)."""
+    key = (str(target.root.resolve()), platform, mla, _signature(target))
+    hit = _MAPS.get(key)
+    if hit is None:
+        hit = _MAPS[key] = _read_backend_map(target, platform, mla)
+    return dict(hit)
+
+
+PHASE_CLASSES = {"target-extend": "attention_classes", "target-verify": "attention_classes",
+                 "draft-decode": "decode_classes", "draft-extend": "draft_extend_classes"}
+
+
+def classes_for(target: Target, platform: str, name: str, phase: str,
+                mla: bool | None = None) -> list[str]:
+    """The classes `--attention-backend name` builds for one speculative phase (the target's
+    registry class for target-extend/verify, the draft factory's for draft-decode/extend);
+    [] for a name the release does not know."""
+    info = backend_map(target, platform, mla).get(name)
+    return list(getattr(info, PHASE_CLASSES[phase])) if info is not None else []

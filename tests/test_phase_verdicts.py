@@ -1,0 +1,111 @@
+"""Per-phase verdicts against a hand-read table (tests/groundtruth/phase_cases.json).
+
+Why: the expected modes and `file:line`s were read from the real 0.5.19 and 0.5.23 wheels by
+hand (the lines are quoted in the JSON's `_about`), never produced by running diag; every case
+must agree, so a rule that drifts (a moved check, a class the model family picks) fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diag.context import SpecConfig
+from diag.probes import phases
+from tests.conftest import release_target
+
+TRUTH = json.loads((Path(__file__).parent / "groundtruth" / "phase_cases.json").read_text())
+CASES = TRUTH["cases"]
+
+
+def _id(c: dict) -> str:
+    return (f"{c['release']}-{c['platform']}-{c['backend']}-{c['model'] or 'nomodel'}"
+            f"-topk{c['topk']}"
+            f"-steps{c['steps']}" + (f"-page{c['page_size']}" if "page_size" in c else "")
+            + ("-aiter" if c.get("env", {}).get("SGLANG_USE_AITER") else ""))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_phase_verdicts_match_hand_read_table(case):
+    t = release_target(case["release"])
+    cfg = SpecConfig(attention_backend=case["backend"], model=case["model"],
+                     speculative_eagle_topk=case["topk"], speculative_num_steps=case["steps"],
+                     page_size=case.get("page_size"), environ=case.get("env", {}))
+    got = {v.phase: v for v in phases.phase_verdicts(t, case["platform"], cfg, case["backend"])}
+    assert set(got) == set(phases.PHASES)
+    for phase, (mode, where) in case["expect"].items():
+        v = got[phase]
+        assert v.mode == mode, f"{phase}: {v.mode} ({v.reason})"
+        assert v.config == phases.UNDER_AUDIT and v.backend == case["backend"]
+        if where is not None:
+            assert v.where is not None and str(v.where) == f"sglang/srt/{where}", \
+                f"{phase}: cites {v.where}, read at {where}"
+        if mode == phases.DEPENDS:
+            assert "Triton >= 3.5.0" in v.reason  # the condition is said in words
+        if case["model"] is None and mode == phases.REFUSED:
+            assert "implied by --attention-backend" in v.reason
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+def test_captured_phases_name_the_batch_above_captured_fallback(release):
+    """Each captured phase names `batch-above-captured` (the live counters' word) at the line of
+    its runner's `cuda_graph_bs <= self.max_bs`, read by hand."""
+    t = release_target(release)
+    cfg = SpecConfig(attention_backend="triton", model="llama", speculative_eagle_topk=1,
+                     speculative_num_steps=3, environ={})
+    got = {v.phase: v for v in phases.phase_verdicts(t, "cuda", cfg, "triton")}
+    for phase, where in TRUTH["fallbacks"][release].items():
+        v = got[phase]
+        assert v.mode == phases.GRAPH
+        hits = [f for f in v.runtime_fallbacks if f.reason == "batch-above-captured"]
+        assert [f"{f.file}:{f.line}" for f in hits] == [f"sglang/srt/{where}"]
+        assert any(f.reason == "runner-declined" and "data-parallel vote" in f.condition
+                   for f in v.runtime_fallbacks)
+
+
+def test_eager_and_refused_phases_carry_no_runtime_fallbacks():
+    t = release_target("0.5.23")
+    cfg = SpecConfig(attention_backend="aiter", model="llama", speculative_eagle_topk=1,
+                     speculative_num_steps=1, environ={})
+    got = {v.phase: v for v in phases.phase_verdicts(t, "hip", cfg, "aiter")}
+    assert got["draft-decode"].mode == phases.EAGER and not got["draft-decode"].runtime_fallbacks
+    assert "no-runner" in got["draft-decode"].reason
+
+
+def test_model_path_reads_config_json(tmp_path):
+    """A --model path: its config.json architectures decide MLA (a DeepSeek-V3 config gets
+    FlashInferMLAAttnBackend under flashinfer, not on the CUDA list: eager)."""
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"architectures": ["DeepseekV3ForCausalLM"], "kv_lora_rank": 512}))
+    t = release_target("0.5.23")
+    m = phases.read_model(t, str(tmp_path))
+    assert m.arch == "DeepseekV3ForCausalLM" and m.mla is True and m.dsa is False
+    cfg = SpecConfig(attention_backend="flashinfer", model=str(tmp_path),
+                     speculative_eagle_topk=1, speculative_num_steps=3, environ={})
+    de = [v for v in phases.phase_verdicts(t, "cuda", cfg, "flashinfer")
+          if v.phase == "draft-extend"][0]
+    assert de.mode == phases.EAGER and "FlashInferMLAAttnBackend" in de.reason
+
+
+def test_model_path_without_architectures_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="names no architectures"):
+        phases.read_model(release_target("0.5.23"), str(tmp_path))
+
+
+@pytest.mark.parametrize("dpa, listed", [(False, False), (True, True), (None, True)])
+def test_data_parallel_vote_only_with_dp_attention(dpa, listed):
+    """`is_bs_supported and forward_batch.can_run_decode_cuda_graph` runs only under
+    `self.require_mlp_sync` (0.5.23 eagle_draft_extend_cuda_graph_runner.py:343-346), which is
+    `attn_dp_enabled or require_gathered_buffer()` (utils/common.py:4163)."""
+    cfg = SpecConfig(attention_backend="triton", model="llama", speculative_eagle_topk=1,
+                     speculative_num_steps=3, environ={}, enable_dp_attention=dpa)
+    got = {v.phase: v for v in phases.phase_verdicts(release_target("0.5.23"), "cuda", cfg,
+                                                     "triton")}
+    votes = [f for f in got["draft-extend"].runtime_fallbacks
+             if f.condition.startswith("data-parallel vote")]
+    assert bool(votes) is listed
+    if dpa is None:
+        assert "utils/common.py:4163" in votes[0].condition
