@@ -438,6 +438,80 @@ def step_paths(state: frozenset) -> tuple[str, ...]:
     return tuple(m for m in MODES if (m, "step") in state)
 
 
+# --- configuration and host-mirror guards ------------------------------------------------
+# A branch on a value the configuration fixes (`if self.dcp_size > 1:`) or on whether a host
+# mirror is present (`if forward_batch.extend_seq_lens_cpu is not None:`) is not a forward-mode
+# test: the paths take it both ways. Each site keeps the guards on the way to it, so that a
+# configuration (probes.metadata_syncs) can say which are live, unreachable or undecided.
+# Backend attributes and server arguments -> the SpecConfig field that fixes them.
+CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
+                "page_size": "page_size", "topk": "speculative_eagle_topk",
+                "speculative_eagle_topk": "speculative_eagle_topk",
+                "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+                "num_draft_tokens": "speculative_num_draft_tokens",
+                "speculative_num_steps": "speculative_num_steps"}
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=",
+        ast.Is: "is", ast.IsNot: "is not"}
+_NEGATE = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "is": "is not",
+           "is not": "is"}
+_SWAP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+# A guard: (fact, op, value, where, text): `fact` a SpecConfig field or `mirror:<name>` (a
+# ForwardBatch host mirror tested against None), `where` the `file:line` of the test.
+Guard = tuple
+
+
+def _guard_atom(e: ast.AST, where: str) -> Guard | None:
+    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _OPS):
+        return None
+    left, op, right = e.left, _OPS[type(e.ops[0])], e.comparators[0]
+    if isinstance(left, ast.Constant) and op in _SWAP:
+        left, right, op = right, left, _SWAP[op]
+    name = _last_name(left) if isinstance(left, (ast.Attribute, ast.Name)) else ""
+    if not isinstance(right, ast.Constant):
+        return None
+    if name in CONFIG_NAMES and isinstance(right.value, int) and \
+            not isinstance(right.value, bool) and op in _SWAP:
+        return (CONFIG_NAMES[name], op, right.value, where, _src(e, 60))
+    if name.endswith("_cpu") and right.value is None and op in ("is", "is not") and \
+            isinstance(left, ast.Attribute):
+        return (f"mirror:{name}", op, None, where, _src(e, 60))
+    return None
+
+
+def guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
+    """The guards a branch on `e` puts on its body (`holds`) or its `else`: every atom of a
+    conjunction on the body, every negated atom of a disjunction on the `else`."""
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return guards_of(e.operand, where, not holds)
+    if isinstance(e, ast.BoolOp):
+        if isinstance(e.op, ast.And) == holds:  # `a and b` true / `a or b` false: each part
+            return tuple(g for v in e.values for g in guards_of(v, where, holds))
+        return ()
+    g = _guard_atom(e, where)
+    if g is None:
+        return ()
+    if holds:
+        return (g,)
+    return ((g[0], _NEGATE[g[1]], g[2], g[3], f"not ({g[4]})"),)
+
+
+def common_guards(sets: list[frozenset]) -> frozenset:
+    """The guards (fact, test, value) every one of `sets` holds, each kept at its first place."""
+    keyed = [{g[:3]: g for g in gs} for gs in sets]
+    keys = set.intersection(*(set(k) for k in keyed))
+    return frozenset(min((k[key] for k in keyed), key=_place) for key in keys)
+
+
+def _place(g: Guard) -> tuple[str, int]:
+    file, _, line = g[3].rpartition(":")
+    return file, int(line) if line.isdigit() else 0
+
+
+def _ends(stmts: list[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Raise, ast.Continue,
+                                                  ast.Break))
+
+
 @dataclass(frozen=True)
 class Site:
     file: str  # relative to the target root (sglang/...)
@@ -456,14 +530,18 @@ class Site:
     # the calls that reach its function, `file:line Caller.qualname`, for each helper up to an
     # entry point (a chain one caller wide at each level, the first reaching caller)
     callers: tuple[str, ...] = ()
+    # the configuration / host-mirror tests every path to it passes (`Guard`s), in order
+    guards: tuple[Guard, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy() | {"paths": list(self.paths), "callers": list(self.callers)}
+        return self.__dict__.copy() | {"paths": list(self.paths), "callers": list(self.callers),
+                                       "guards": [list(g) for g in self.guards]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
         return cls(**(d | {"paths": tuple(d.get("paths", ())),
-                           "callers": tuple(d.get("callers", ()))}))
+                           "callers": tuple(d.get("callers", ())),
+                           "guards": tuple(tuple(g) for g in d.get("guards", ()))}))
 
     def reach(self, modes: set[str] | frozenset[str]) -> str:
         """`reaches` | `not-on-path` | `capture-only` | `unreachable` | `cannot-tell` for a
@@ -673,6 +751,7 @@ class _Edge:
     truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
     # callee parameter -> (pairs where the argument may be true, where it may be false)
     at: str = ""  # `file:line Caller.qualname` of the call
+    guards: frozenset = frozenset()  # the guards around the call (and its caller's own)
 
 
 class _FnInfo:
@@ -734,14 +813,35 @@ class _Scan:
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
         self.chain: tuple[str, ...] = ()  # set by _analyse: the calls that reach it
+        self.stack: list[Guard] = []  # the guards around the statement being read
 
-    def run(self, state: frozenset, unknown: bool) -> None:
+    def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
+        self.stack = sorted(guards, key=lambda g: (g[3], g[0], g[1]))
         self.block(self.fn.body, state, unknown)
+
+    def _where(self, node: ast.AST) -> str:
+        return f"{self.rel}:{getattr(node, 'lineno', 0)}"
+
+    def guarded(self, guards: tuple[Guard, ...], stmts: list[ast.stmt], state: frozenset,
+                unknown: bool) -> frozenset:
+        self.stack.extend(guards)
+        try:
+            return self.block(stmts, state, unknown)
+        finally:
+            del self.stack[len(self.stack) - len(guards):]
 
     # statements -> the state that falls through
     def block(self, stmts: list[ast.stmt], state: frozenset, unknown: bool) -> frozenset:
+        pushed = 0
         for st in stmts:
             state = self.stmt(st, state, unknown)
+            if isinstance(st, ast.If) and _ends(st.body) and not st.orelse:
+                # `if self.dcp_size == 1: return`: what follows runs where it does not hold
+                more = guards_of(st.test, self._where(st), False)
+                self.stack.extend(more)
+                pushed += len(more)
+        if pushed:
+            del self.stack[len(self.stack) - pushed:]
         return state
 
     def stmt(self, st: ast.stmt, state: frozenset, unknown: bool) -> frozenset:
@@ -759,8 +859,9 @@ class _Scan:
             self.expr(st.test, state, unknown)
             c = cond(st.test, self.facts, self.env)
             unk = unknown or c.unknown
-            return self.block(st.body, state & c.true, unk) | \
-                self.block(st.orelse, state & c.false, unk)
+            w = self._where(st)
+            return self.guarded(guards_of(st.test, w, True), st.body, state & c.true, unk) | \
+                self.guarded(guards_of(st.test, w, False), st.orelse, state & c.false, unk)
         if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             self.expr(st.iter if not isinstance(st, ast.While) else st.test, state, unknown)
             self.block(st.body, state, unknown)
@@ -804,15 +905,25 @@ class _Scan:
         if isinstance(e, ast.IfExp):
             self.expr(e.test, state, unknown)
             c = cond(e.test, self.facts, self.env)
-            self.expr(e.body, state & c.true, unknown or c.unknown)
-            self.expr(e.orelse, state & c.false, unknown or c.unknown)
+            w = self._where(e)
+            for part, holds, st in ((e.body, True, c.true), (e.orelse, False, c.false)):
+                more = guards_of(e.test, w, holds)
+                self.stack.extend(more)
+                self.expr(part, state & st, unknown or c.unknown)
+                del self.stack[len(self.stack) - len(more):]
             return
         if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
+            pushed = 0
             for v in e.values:
                 self.expr(v, state, unknown)
                 c = cond(v, self.facts, self.env)
                 state = state & (c.true if isinstance(e.op, ast.And) else c.false)
                 unknown = unknown or c.unknown
+                more = guards_of(v, self._where(e), isinstance(e.op, ast.And))
+                self.stack.extend(more)
+                pushed += len(more)
+            if pushed:
+                del self.stack[len(self.stack) - pushed:]
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
@@ -871,7 +982,8 @@ class _Scan:
             (cqual, cfn) = target
             args, truth = self._args(cfn, call, state)
             self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth,
-                                    f"{self.rel}:{call.lineno} {self.qual}"))
+                                    f"{self.rel}:{call.lineno} {self.qual}",
+                                    frozenset(self.stack)))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
@@ -920,7 +1032,8 @@ class _Scan:
             verdict, why = "capture-only", "runs only while a graph is captured"
         self.sites.append(Site(self.rel, call.lineno, self.qual, self.backend, _src(call), kind,
                                verdict, why, syncs, call.col_offset,
-                               step_paths(state), pclass))
+                               step_paths(state), pclass,
+                               guards=tuple(dict.fromkeys(self.stack))))
 
     def check(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
         kinds, rel, qual, backend = self.kinds, self.rel, self.qual, self.backend
@@ -1145,6 +1258,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     facts: dict[tuple[str, str], dict[str, str]] = {}
     scans: dict[tuple[str, str], _Scan] = {}
     truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
+    # the guards every reaching call to a helper passes (an entry point: none)
+    guards: dict[tuple[str, str], frozenset] = {}
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
     # A scan depends only on its builder and these inputs: one whose inputs did not change
@@ -1155,20 +1270,20 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
         for qual, backend, fn in builders:
             key = (qual, backend)
             inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
-                      truths.get(key) or {})
+                      truths.get(key) or {}, guards.get(key, frozenset()))
             if key in made and made[key][0] == inputs:
                 scans[key] = made[key][1]
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
             s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)])
-            s.run(inputs[0], inputs[1])
+            s.run(inputs[0], inputs[1], inputs[4])
             scans[key] = s
             made[key] = (inputs, s)
         callers: dict[tuple[str, str], list[_Edge]] = {}
         for s in scans.values():
             for e in s.edges:
                 callers.setdefault(e.callee, []).append(e)
-        new_entry, new_unknown, new_facts, new_truths = {}, {}, {}, {}
+        new_entry, new_unknown, new_facts, new_truths, new_guards = {}, {}, {}, {}, {}
         for key in keys:
             name = key[0].rsplit(".", 1)[-1]
             edges = callers.get(key, [])
@@ -1178,6 +1293,9 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 st |= e.state
             new_entry[key] = st
             new_unknown[key] = any(e.unknown and e.state for e in edges)
+            reaching = [e.guards for e in edges if e.state]
+            if reaching and not external:
+                new_guards[key] = common_guards(reaching)
             if edges and not external:
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:
@@ -1192,9 +1310,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                                        frozenset().union(*(e.truth[p][1] for e in edges)))
                                    for p in pnames}
         if new_entry == entry and new_facts == facts and new_unknown == unknown and \
-                new_truths == truths:
+                new_truths == truths and new_guards == guards:
             break
-        entry, unknown, facts, truths = new_entry, new_unknown, new_facts, new_truths
+        entry, unknown, facts, truths, guards = (new_entry, new_unknown, new_facts, new_truths,
+                                                 new_guards)
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
     callers: dict[tuple[str, str], list[_Edge]] = {}

@@ -50,24 +50,40 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
             "draft-decode": set(info.decode_classes) | ext}
 
 
-def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None
-                 ) -> list[dict[str, Any]]:
-    """Per phase: syncs per step counted from the live per-step sites of the backend that runs
-    it (an upper bound: a condition on data or configuration is taken to go both ways), and
-    the sites the census cannot tell. `steps` None is read as the default 3 (SGLang's EAGLE)."""
+def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
+                 cfg: Any = None, version: str | None = None) -> list[dict[str, Any]]:
+    """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
+    each decided for the configuration `cfg` (probes.census_config): a site behind a test the
+    configuration makes false is left out (listed in `unreachable` with the reason), one no
+    input decides stays in the count (listed in `depends`), so `syncs_per_step` is exact when
+    `exact` (no undecided site, none the census cannot tell) and an upper bound otherwise.
+    `steps` None is read as the default 3 (SGLang's EAGLE)."""
+    from diag.context import SpecConfig
+    from diag.probes.census_config import decide
+
+    cfg = cfg if cfg is not None else SpecConfig()
     runs_decode = max((steps if steps is not None else 3) - 1, 0)
     out = []
     for phase, mode, side in PHASES:
         classes = roles[side]
         mine = [s for s in sites if s.backend in classes and mode in s.paths]
-        live = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+        on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+        decided = [(s, decide(s, cfg, mode, version)) for s in on_path]
+        live = [s for s, d in decided if d.status != "unreachable"]
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
         runs = runs_decode if phase == "draft-decode" else 1
         per_run = sum(s.syncs for s in live)
+        depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
+                   for s, d in decided if d.status == "depends"]
         out.append({"phase": phase, "syncs_per_step": per_run * runs, "syncs_per_run": per_run,
                     "runs_per_step": runs, "sites": len(live), "cannot_tell": len(unsure),
+                    "exact": not depends and not unsure,
                     "backends": sorted(classes), "source": "static",
-                    "at": [f"{s.file}:{s.line}" for s in live]})
+                    "at": [f"{s.file}:{s.line}" for s in live],
+                    "depends": depends,
+                    "unreachable": [{"at": f"{s.file}:{s.line}", "syncs": s.syncs,
+                                     "reason": d.reason}
+                                    for s, d in decided if d.status == "unreachable"]})
     return out
 
 
@@ -164,12 +180,19 @@ class MetadataSyncsProbe(Probe):
                      data={"source": "static", "paths": list(paths),
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (README: `phase` fields)
-            for t in phase_totals(c.sites, roles, cfg.speculative_num_steps):
+            for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
+                                  target.version):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
-                ev.append(metric(f"syncs per {t['phase']} step (static)", t["syncs_per_step"],
-                                 "syncs", 0, f"{t['sites']} live sites{runs}; "
-                                 f"{t['cannot_tell']} the census cannot tell", data=t))
+                gone = "".join(f"; {u['at'].rsplit('/', 1)[-1]} unreachable ({u['reason']})"
+                               for u in t["unreachable"])
+                ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
+                              for u in t["depends"])
+                ev.append(metric(f"syncs per {t['phase']} step (static, "
+                                 f"{'exact' if t['exact'] else 'upper bound'})",
+                                 t["syncs_per_step"], "syncs", 0,
+                                 f"{t['sites']} live sites{runs}; {t['cannot_tell']} the census "
+                                 f"cannot tell{gone}{ifs}", data=t))
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
