@@ -40,6 +40,9 @@ MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
 class Decision:
     status: str  # live | unreachable | depends
     reason: str  # why (empty for a site no guard stands in front of)
+    # depends on a configuration fact not given (not only on what a caller passes: a data
+    # condition the census always took both ways)
+    on_config: bool = False
 
     def as_dict(self) -> dict[str, str]:
         return {"status": self.status, "reason": self.reason}
@@ -70,14 +73,15 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None
 def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None) -> Decision:
     """A census site on one forward mode, for the configuration: a guard decided false makes it
     unreachable (every path passes each of its guards), all decided true live, else depends."""
-    undecided, held = [], []
+    undecided, held, on_config = [], [], False
     for g in site.guards:
         ok, why = decide_guard(g, cfg, mode, version)
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
+        on_config = on_config or (ok is None and not g[0].startswith("mirror:"))
     if undecided:
-        return Decision("depends", "; ".join(undecided))
+        return Decision("depends", "; ".join(undecided), on_config)
     return Decision("live", "; ".join(held))
 
 

@@ -649,6 +649,8 @@ class _Kinds:
                 return "tensor"
             return "unknown"
         if isinstance(e, ast.Subscript):
+            if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
+                return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
             return self.of(e.value, line, depth + 1)
         if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
             return self.of(e.operand, line, depth + 1)
@@ -775,6 +777,14 @@ class _FnInfo:
                     text = _unparse(n.value)
                     if "forward_mode" in text and not text.endswith("forward_mode"):
                         mode_vars.append(n.targets[0].id)
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
+                        isinstance(n.value, ast.Tuple) and \
+                        len(n.targets[0].elts) == len(n.value.elts):
+                    # `num_token, num_seq = a.shape[0], b.shape[0]`: each name its own value
+                    for t, v in zip(n.targets[0].elts, n.value.elts):
+                        if isinstance(t, ast.Name):
+                            counts[t.id] = counts.get(t.id, 0) + 1
+                            self.assigned.setdefault(t.id, []).append((n.lineno, v))
             elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
                 self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
         self.mode_vars = ",".join(mode_vars)

@@ -119,6 +119,7 @@ class MetadataSyncsProbe(Probe):
         return {_census_key(ctx.target): census(ctx.target)}
 
     def run(self, ctx: Context) -> Finding:
+        from diag.probes.census_config import decide_modes
         from diag.probes.metadata_census import (
             ATTENTION_DIR,
             DRAFT_EXTEND_BACKENDS,
@@ -158,10 +159,28 @@ class MetadataSyncsProbe(Probe):
                 out |= {p for p in paths if p != "target-verify"}
             return out
 
+        decided: dict[int, dict] = {}
+
+        def decisions(s) -> dict:
+            """The site on each audited mode it lies on, decided for the configuration (only
+            when one is under audit: without one the census's upper bounds stand)."""
+            if id(s) not in decided:
+                modes = sorted(modes_of(s.backend) & set(s.paths)) if name else []
+                decided[id(s)] = decide_modes(s, cfg, modes, target.version)
+            return decided[id(s)]
+
         def reach(s) -> str:
             modes = modes_of(s.backend)
-            return s.reach(modes) if modes else (
+            r = s.reach(modes) if modes else (
                 s.path_class if s.path_class != "per-step" else "not-on-path")
+            ds = decisions(s) if r == "reaches" and s.guards else {}
+            if ds and all(d.status == "unreachable" for d in ds.values()):
+                return "unreachable"  # a test the configuration makes false on every mode
+            return r
+
+        def config_reason(s) -> str:
+            ds = decisions(s) if s.guards else {}
+            return "; ".join(dict.fromkeys(d.reason for d in ds.values() if d.reason))
 
         # per-step syncs: repeat_interleave first (two syncs each, what the fix addresses)
         order = {"reaches": 0, "cannot-tell": 1, "not-on-path": 2, "capture-only": 3,
@@ -198,9 +217,14 @@ class MetadataSyncsProbe(Probe):
                          "functions"))
         for s in listed:  # every site, on the path or not: none is dropped
             r = reach(s)
+            why_cfg = config_reason(s)
             where = {"reaches": "on the path under audit", "not-on-path": "not on it",
                      "capture-only": "only under graph capture", "unreachable": "cannot run",
                      "cannot-tell": "path cannot tell"}[r]
+            if why_cfg and r == "unreachable" and s.path_class == "per-step":
+                where = f"unreachable ({why_cfg})"
+            elif why_cfg and r == "reaches":
+                where += f"; {why_cfg}"
             paths_txt = ", ".join(s.paths) if s.paths else "no per-step path"
             ev.append(location(
                 s.file, s.line, s.function,
@@ -208,8 +232,12 @@ class MetadataSyncsProbe(Probe):
                 f" {paths_txt}; {where}) `{s.call}`",
                 data={"builder": s.function, "backend": registry_name(s.backend),
                       "call": s.kind, "syncs": s.syncs, "paths": list(s.paths), "reach": r,
-                      "status": site_status(s), "syncs_per_execution": s.syncs,
-                      "why": s.why, "callers": list(s.callers), "source": "static"}))
+                      "status": "unreachable" if r == "unreachable" else site_status(s),
+                      "syncs_per_execution": s.syncs, "why": s.why,
+                      "callers": list(s.callers), "source": "static",
+                      "guards": [{"condition": g[4], "at": g[3], "fact": g[0]}
+                                 for g in s.guards],
+                      "config": {m: d.as_dict() for m, d in decisions(s).items()}}))
         unsure = [s for s in c.sites if s.verdict == "cannot-tell"]
         ev.append(note(f"{len(unsure)} calls the census cannot classify (device or host "
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "
@@ -229,8 +257,13 @@ class MetadataSyncsProbe(Probe):
         for err in c.errors:
             ev.append(note(f"not scanned: {err}"))
 
-        # fail only for a sync proven on the configured path; nothing configured: at most warn
-        if hot and name:
+        # fail only for a sync on the configured path that no configuration fact left out of
+        # the audit can rule out (a data condition is taken both ways, as ever); nothing
+        # configured: at most warn
+        proven = [s for s in hot if not s.guards or any(
+            d.status == "live" or (d.status == "depends" and not d.on_config)
+            for d in decisions(s).values())]
+        if proven and name:
             status = Status.FAIL
         elif hot or unsure_path or cold or disagreements:
             status = Status.WARN
