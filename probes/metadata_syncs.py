@@ -207,11 +207,12 @@ class MetadataSyncsProbe(Probe):
                                for u in t["unreachable"])
                 ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
                               for u in t["depends"])
-                ev.append(metric(f"syncs per {t['phase']} step (static, "
-                                 f"{'exact' if t['exact'] else 'upper bound'})",
+                ev.append(metric(f"syncs per {t['phase']} step (static)",
                                  t["syncs_per_step"], "syncs", 0,
-                                 f"{t['sites']} live sites{runs}; {t['cannot_tell']} the census "
-                                 f"cannot tell{gone}{ifs}", data=t))
+                                 f"{'exact' if t['exact'] else 'upper bound'} for the "
+                                 f"configuration: {t['sites']} live sites{runs}; "
+                                 f"{t['cannot_tell']} the census cannot tell{gone}{ifs}",
+                                 data=t))
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
