@@ -24,15 +24,15 @@ _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.g
 # Host mirrors a release's callers always set for a forward mode, read by hand from that
 # release (never from running diag): (release, mirror) -> {census mode: where it is set}.
 # sglang 0.5.23: ForwardBatch.init_new fills `extend_seq_lens_cpu` from the host lists of every
-# extend batch (model_executor/forward_batch_info.py:1241); the one caller that hands device
-# tensors in instead, the EAGLE draft extend with no host seq_lens, sets it right after
-# (speculative/eagle_worker_common.py:222, "so backend max() reads from list without a
-# per-iter D2H sync").
+# batch that is neither decode nor target-verify (model_executor/forward_batch_info.py:1226,
+# 1230-1241); the one caller that hands device tensors in instead, the EAGLE draft extend with
+# no host seq_lens (speculative/eagle_worker_common.py:137, 182-186), sets it right after
+# (eagle_worker_common.py:222, "so backend max() reads from list without a per-iter D2H sync").
+_INIT_NEW = "sglang/srt/model_executor/forward_batch_info.py:1241"
 MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
     ("0.5.23", "extend_seq_lens_cpu"): {
-        "target-extend": "sglang/srt/model_executor/forward_batch_info.py:1241",
-        "draft-extend": "sglang/srt/model_executor/forward_batch_info.py:1241, "
-                        "sglang/srt/speculative/eagle_worker_common.py:222"},
+        "target-extend": _INIT_NEW, "other": _INIT_NEW,
+        "draft-extend": f"{_INIT_NEW}, sglang/srt/speculative/eagle_worker_common.py:222"},
 }
 
 
@@ -53,10 +53,14 @@ def _value(cfg: SpecConfig, fact: str) -> Any:
     return getattr(cfg, fact, None)
 
 
-def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None
-                 ) -> tuple[bool | None, str]:
+def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
+                 platform: str | None = None) -> tuple[bool | None, str]:
     """(True | False | None (undecided), words) for one guard on one forward mode."""
     fact, op, value, where, text = g[:5]
+    if fact == "platform":
+        if platform is None or op not in ("==", "!="):
+            return None, f"`{text}` ({where}): the platform"
+        return (platform == value) == (op == "=="), f"platform: {platform} (`{text}`, {where})"
     if fact.startswith("mirror:"):
         name = fact.split(":", 1)[1]
         set_at = MIRRORS_SET.get((version or "", name), {}).get(mode)
@@ -70,12 +74,13 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None
     return bool(_CMP[op](have, value)), f"config: {fact}={have} (`{text}`, {where})"
 
 
-def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None) -> Decision:
+def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
+           platform: str | None = None) -> Decision:
     """A census site on one forward mode, for the configuration: a guard decided false makes it
     unreachable (every path passes each of its guards), all decided true live, else depends."""
     undecided, held, on_config = [], [], False
     for g in site.guards:
-        ok, why = decide_guard(g, cfg, mode, version)
+        ok, why = decide_guard(g, cfg, mode, version, platform)
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
@@ -86,5 +91,5 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None) -> Decisi
 
 
 def decide_modes(site: Any, cfg: SpecConfig, modes: list[str] | tuple[str, ...],
-                 version: str | None) -> dict[str, Decision]:
-    return {m: decide(site, cfg, m, version) for m in modes}
+                 version: str | None, platform: str | None = None) -> dict[str, Decision]:
+    return {m: decide(site, cfg, m, version, platform) for m in modes}

@@ -57,7 +57,8 @@ _ATTENTION_PKG = "sglang." + ATTENTION_DIR.replace("/", ".") + "."
 # ForwardBatch / metadata fields that hold device tensors (their host mirrors end in `_cpu`).
 _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
                   "positions", "out_cache_loc", "extend_start_loc", "accept_length",
-                  "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table"}
+                  "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table",
+                  "encoder_lens"}
 _HOST_READ_METHODS = {"item": 1, "tolist": 1, "cpu": 1, "numpy": 1}
 _DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere", "bincount"}
 # torch factories whose positional arguments are sizes (`full`: the first only): a device
@@ -363,7 +364,13 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
     members of its body, whose walks `_inner` keeps)."""
     seen: dict[str, bool] = {}
     for item in c.body:
-        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else _walk(item)
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else \
+            list(_walk(item))
+        # `spec = get_spec()` then `self.n = spec.speculative_num_draft_tokens`: a local bound
+        # to the server arguments is read as them
+        args_locals = {t.id for n in nodes if isinstance(n, ast.Assign)
+                       and _CONFIG.search(_unparse(n.value)) for t in n.targets
+                       if isinstance(t, ast.Name)}
         for n in nodes:
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
@@ -371,7 +378,10 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
                             t.value.id == "self":
                         ok = isinstance(n.value, ast.Constant) or bool(
-                            _CONFIG.search(_unparse(n.value)))
+                            _CONFIG.search(_unparse(n.value))) or (
+                            isinstance(n.value, ast.Attribute)
+                            and isinstance(n.value.value, ast.Name)
+                            and n.value.value.id in args_locals)
                         seen[t.attr] = seen.get(t.attr, True) and ok
     return {a for a, ok in seen.items() if ok}
 
@@ -450,6 +460,10 @@ CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
                 "speculative_num_draft_tokens": "speculative_num_draft_tokens",
                 "num_draft_tokens": "speculative_num_draft_tokens",
                 "speculative_num_steps": "speculative_num_steps"}
+# Platform flags (sglang.srt.utils `is_hip()` / `_is_hip = is_hip()` / `self.is_npu`): a test of
+# one is the platform under audit; diag audits hip and cuda, never npu or xpu.
+PLATFORM_NAMES = {"is_hip": "hip", "_is_hip": "hip", "is_cuda": "cuda", "_is_cuda": "cuda",
+                  "is_npu": "npu", "_is_npu": "npu", "is_xpu": "xpu", "_is_xpu": "xpu"}
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=",
         ast.Is: "is", ast.IsNot: "is not"}
 _NEGATE = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "is": "is not",
@@ -461,6 +475,9 @@ Guard = tuple
 
 
 def _guard_atom(e: ast.AST, where: str) -> Guard | None:
+    flag = e.func if isinstance(e, ast.Call) and not e.args and not e.keywords else e
+    if isinstance(flag, (ast.Name, ast.Attribute)) and _last_name(flag) in PLATFORM_NAMES:
+        return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
     if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _OPS):
         return None
     left, op, right = e.left, _OPS[type(e.ops[0])], e.comparators[0]
@@ -505,6 +522,40 @@ def common_guards(sets: list[frozenset]) -> frozenset:
 def _place(g: Guard) -> tuple[str, int]:
     file, _, line = g[3].rpartition(":")
     return file, int(line) if line.isdigit() else 0
+
+
+def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
+                     seen: frozenset = frozenset()) -> frozenset:
+    """The guards on every in-class call of `self.<method>(...)` (a named builder called from
+    `forward_*`, which the census does not walk): the tests around each call, and those of
+    the caller's own callers, kept where every call site has them. A method no other method of
+    the class calls is an entry point: no guard."""
+    if depth > 4 or method in seen:
+        return frozenset()
+    sites: list[frozenset] = []
+    for m in cls.body:
+        if not isinstance(m, ast.FunctionDef) or m.name == method:
+            continue
+        parents: dict[int, ast.AST] = {}
+        for n in _walk(m):
+            for c in _kids(n):
+                parents[id(c)] = n
+        for n in _walk(m):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr == method and isinstance(n.func.value, ast.Name)
+                    and n.func.value.id == "self"):
+                continue
+            found: list[Guard] = []
+            child: ast.AST = n
+            while id(child) in parents:
+                up = parents[id(child)]
+                if isinstance(up, (ast.If, ast.IfExp)) and child is not up.test:
+                    holds = child in (up.body if isinstance(up.body, list) else [up.body])
+                    found.extend(guards_of(up.test, f"{rel}:{up.lineno}", holds))
+                child = up
+            sites.append(frozenset(found) | call_site_guards(cls, m.name, rel, depth + 1,
+                                                             seen | {method}))
+    return common_guards(sites) if sites else frozenset()
 
 
 def _ends(stmts: list[ast.stmt]) -> bool:
@@ -641,6 +692,10 @@ class _Kinds:
         if isinstance(e, ast.Attribute):
             if e.attr.endswith("_cpu"):
                 return "host"
+            if isinstance(e.value, ast.Name) and e.value.id != "self":
+                prior = [(ln, v) for ln, v in self.assigned.get(_unparse(e), []) if ln <= line]
+                if prior:  # a local object's field assigned earlier in the function
+                    return self.of(prior[-1][1], prior[-1][0] - 1, depth + 1)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
                 return "scalar"  # set from the server arguments (a Python number)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
@@ -785,6 +840,13 @@ class _FnInfo:
                         if isinstance(t, ast.Name):
                             counts[t.id] = counts.get(t.id, 0) + 1
                             self.assigned.setdefault(t.id, []).append((n.lineno, v))
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) and \
+                        isinstance(n.targets[0].value, ast.Name) and \
+                        n.targets[0].value.id != "self":
+                    # `metadata.encoder_lens_int32 = forward_batch.encoder_lens.to(...)`: a
+                    # local object's field, read back by its dotted name
+                    self.assigned.setdefault(_unparse(n.targets[0]), []).append(
+                        (n.lineno, n.value))
             elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
                 self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
         self.mode_vars = ",".join(mode_vars)
@@ -1200,6 +1262,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
         return None
 
     resolve.homes = homes  # type: ignore[attr-defined]
+    resolve.classes = classes  # type: ignore[attr-defined]
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
@@ -1270,6 +1333,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
     # the guards every reaching call to a helper passes (an entry point: none)
     guards: dict[tuple[str, str], frozenset] = {}
+    called_from: dict[tuple[str, str], frozenset] = {}
+    classes = getattr(resolve, "classes", {})
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
     # A scan depends only on its builder and these inputs: one whose inputs did not change
@@ -1306,6 +1371,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
             reaching = [e.guards for e in edges if e.state]
             if reaching and not external:
                 new_guards[key] = common_guards(reaching)
+            elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
+                # a named builder only non-builders call (`forward_*`): their guards
+                new_guards[key] = called_from.setdefault(key, call_site_guards(
+                    classes[key[1]], name, rel))
             if edges and not external:
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:

@@ -51,7 +51,8 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
 
 
 def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
-                 cfg: Any = None, version: str | None = None) -> list[dict[str, Any]]:
+                 cfg: Any = None, version: str | None = None, platform: str | None = None
+                 ) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
     each decided for the configuration `cfg` (probes.census_config): a site behind a test the
     configuration makes false is left out (listed in `unreachable` with the reason), one no
@@ -68,7 +69,7 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
         classes = roles[side]
         mine = [s for s in sites if s.backend in classes and mode in s.paths]
         on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
-        decided = [(s, decide(s, cfg, mode, version)) for s in on_path]
+        decided = [(s, decide(s, cfg, mode, version, platform)) for s in on_path]
         live = [s for s, d in decided if d.status != "unreachable"]
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
         runs = runs_decode if phase == "draft-decode" else 1
@@ -162,19 +163,23 @@ class MetadataSyncsProbe(Probe):
         decided: dict[int, dict] = {}
 
         def decisions(s) -> dict:
-            """The site on each audited mode it lies on, decided for the configuration (only
-            when one is under audit: without one the census's upper bounds stand)."""
+            """The site on each audited mode it lies on (else on each of its paths), decided
+            for the configuration, the platform and the release's host-mirror facts (a
+            configuration fact not given decides nothing: the census's upper bound stands)."""
             if id(s) not in decided:
-                modes = sorted(modes_of(s.backend) & set(s.paths)) if name else []
-                decided[id(s)] = decide_modes(s, cfg, modes, target.version)
+                modes = sorted(modes_of(s.backend) & set(s.paths)) or list(s.paths)
+                decided[id(s)] = decide_modes(s, cfg, modes, target.version, ctx.platform)
             return decided[id(s)]
+
+        def ruled_out(s) -> bool:
+            ds = decisions(s) if s.guards and s.path_class == "per-step" else {}
+            return bool(ds) and all(d.status == "unreachable" for d in ds.values())
 
         def reach(s) -> str:
             modes = modes_of(s.backend)
             r = s.reach(modes) if modes else (
                 s.path_class if s.path_class != "per-step" else "not-on-path")
-            ds = decisions(s) if r == "reaches" and s.guards else {}
-            if ds and all(d.status == "unreachable" for d in ds.values()):
+            if r in ("reaches", "not-on-path") and ruled_out(s):
                 return "unreachable"  # a test the configuration makes false on every mode
             return r
 
@@ -200,7 +205,7 @@ class MetadataSyncsProbe(Probe):
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (README: `phase` fields)
             for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
-                                  target.version):
+                                  target.version, ctx.platform):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
                 gone = "".join(f"; {u['at'].rsplit('/', 1)[-1]} unreachable ({u['reason']})"
