@@ -524,6 +524,37 @@ def _place(g: Guard) -> tuple[str, int]:
     return file, int(line) if line.isdigit() else 0
 
 
+def _call_index(cls: ast.ClassDef, rel: str) -> dict[str, list[tuple[str, frozenset]]]:
+    """`self.<name>(...)` calls in the class's methods: name -> [(caller, the guards around the
+    call in the caller)], from one walk of the class (kept on the node)."""
+    out = getattr(cls, "_diag_calls", None)
+    if out is not None:
+        return out
+    out = {}
+
+    def visit(n: ast.AST, caller: str, stack: tuple) -> None:
+        if isinstance(n, (ast.If, ast.IfExp)):
+            visit(n.test, caller, stack)
+            w = f"{rel}:{n.lineno}"
+            for part, holds in ((n.body, True), (n.orelse, False)):
+                more = stack + guards_of(n.test, w, holds)
+                for x in (part if isinstance(part, list) else [part]):
+                    visit(x, caller, more)
+            return
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                isinstance(n.func.value, ast.Name) and n.func.value.id == "self":
+            out.setdefault(n.func.attr, []).append((caller, frozenset(stack)))
+        for c in _kids(n):
+            visit(c, caller, stack)
+
+    for m in cls.body:
+        if isinstance(m, ast.FunctionDef):
+            for st in m.body:
+                visit(st, m.name, ())
+    cls._diag_calls = out  # type: ignore[attr-defined]
+    return out
+
+
 def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
                      seen: frozenset = frozenset()) -> frozenset:
     """The guards on every in-class call of `self.<method>(...)` (a named builder called from
@@ -532,29 +563,8 @@ def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
     the class calls is an entry point: no guard."""
     if depth > 4 or method in seen:
         return frozenset()
-    sites: list[frozenset] = []
-    for m in cls.body:
-        if not isinstance(m, ast.FunctionDef) or m.name == method:
-            continue
-        parents: dict[int, ast.AST] = {}
-        for n in _walk(m):
-            for c in _kids(n):
-                parents[id(c)] = n
-        for n in _walk(m):
-            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                    and n.func.attr == method and isinstance(n.func.value, ast.Name)
-                    and n.func.value.id == "self"):
-                continue
-            found: list[Guard] = []
-            child: ast.AST = n
-            while id(child) in parents:
-                up = parents[id(child)]
-                if isinstance(up, (ast.If, ast.IfExp)) and child is not up.test:
-                    holds = child in (up.body if isinstance(up.body, list) else [up.body])
-                    found.extend(guards_of(up.test, f"{rel}:{up.lineno}", holds))
-                child = up
-            sites.append(frozenset(found) | call_site_guards(cls, m.name, rel, depth + 1,
-                                                             seen | {method}))
+    sites = [g | call_site_guards(cls, caller, rel, depth + 1, seen | {method})
+             for caller, g in _call_index(cls, rel).get(method, []) if caller != method]
     return common_guards(sites) if sites else frozenset()
 
 
