@@ -29,10 +29,17 @@ _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.g
 # no host seq_lens (speculative/eagle_worker_common.py:137, 182-186), sets it right after
 # (eagle_worker_common.py:222, "so backend max() reads from list without a per-iter D2H sync").
 _INIT_NEW = "sglang/srt/model_executor/forward_batch_info.py:1241"
+# sglang 0.5.19, the same: forward_batch_info.py:893 (decode / target-verify apart), 897-908
+# (host lists: `ret.extend_seq_lens_cpu = extend_seq_lens`), eagle_worker_common.py:127, 157,
+# 193 (the gpu-only draft extend).
+_INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
 MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
     ("0.5.23", "extend_seq_lens_cpu"): {
         "target-extend": _INIT_NEW, "other": _INIT_NEW,
         "draft-extend": f"{_INIT_NEW}, sglang/srt/speculative/eagle_worker_common.py:222"},
+    ("0.5.19", "extend_seq_lens_cpu"): {
+        "target-extend": _INIT_NEW_19, "other": _INIT_NEW_19,
+        "draft-extend": f"{_INIT_NEW_19}, sglang/srt/speculative/eagle_worker_common.py:193"},
 }
 
 
