@@ -159,3 +159,23 @@ def test_server_fills_the_configuration_and_the_lane_reads_exact_totals(release)
                                             "target-verify": 0, "draft-decode": 0}
     assert checks.census_exact(doc) == {"target-extend": True, "draft-extend": True,
                                         "target-verify": True, "draft-decode": True}
+
+
+def test_npu_only_builder_is_unreachable_on_hip_and_cuda(release):
+    """minimax_sparse_backend.py 0.5.23: `_build_prefill_meta` (1102) syncs at 1121-1135, but
+    its only caller is `_forward_npu_triton_prefill` (1221), called only under `if
+    self.is_npu:` (1553) in forward_extend: the guard on its call sites is kept, and on HIP
+    (and CUDA) the probe lists the sites as unreachable, with the platform as the reason."""
+    minimax = "sglang/srt/layers/attention/minimax_sparse_backend.py"
+    c = census(release("0.5.23"))
+    sites = [s for s in c.sites if s.file == minimax and 1121 <= s.line <= 1135]
+    assert sorted({s.line for s in sites}) == [1121, 1126, 1129, 1135]
+    assert all(("platform", "==", "npu") in [g[:3] for g in s.guards] for s in sites)
+    for platform in ("hip", "cuda"):
+        ctx = Context(target=release("0.5.23"), platform=platform, execute=False)
+        [f] = run_probe(get_probe("metadata-syncs"), ctx)
+        rows = [e.data for e in f.evidence if e.kind == "location" and e.file == minimax
+                and 1121 <= e.line <= 1135]
+        assert len(rows) == 4 and all(r["status"] == "unreachable" for r in rows)
+        assert all(d["reason"].startswith(f"platform: {platform}")
+                   for r in rows for d in r["config"].values())
