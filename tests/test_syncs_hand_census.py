@@ -53,8 +53,15 @@ def disagreements(c, version: str) -> list[str]:
 
 @pytest.mark.parametrize("version", sorted(TRUTH["releases"]))
 def test_census_meets_the_hand_read_bar(release, version):
+    """Every hand-read site agrees, but a `known_miss` (with its reason), which must still be
+    missed: one the census comes to get right is dropped from the list."""
     wrong = disagreements(census(release(version)), version)
-    assert not wrong, "\n".join(wrong)
+    misses = {f"{t['file']}:{t['line']} {t['kind']} ({t['status']})"
+              for t in TRUTH["releases"][version] if t.get("known_miss")}
+    missed = {w for w in wrong if w.split(":", 2)[0] + ":" + w.split(":", 2)[1] in misses}
+    assert not set(wrong) - missed, "\n".join(sorted(set(wrong) - missed))
+    still = {m.rsplit(" (", 1)[0] for m in missed}
+    assert {m.rsplit(" (", 1)[0] for m in misses} == still, "no longer a miss: drop known_miss"
 
 
 def test_live_site_carries_its_caller_chain(release):
