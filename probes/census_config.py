@@ -64,6 +64,8 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
                  platform: str | None = None) -> tuple[bool | None, str]:
     """(True | False | None (undecided), words) for one guard on one forward mode."""
     fact, op, value, where, text = g[:5]
+    if fact.startswith("data:"):
+        return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
     if fact == "platform":
         if platform is None or op not in ("==", "!="):
             return None, f"`{text}` ({where}): the platform"
@@ -91,7 +93,7 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
-        on_config = on_config or (ok is None and not g[0].startswith("mirror:"))
+        on_config = on_config or (ok is None and not g[0].startswith(("mirror:", "data:")))
     if undecided:
         return Decision("depends", "; ".join(undecided), on_config)
     return Decision("live", "; ".join(held))

@@ -74,12 +74,18 @@ def test_lane_configuration_gives_zero_in_every_phase(release):
 
 
 def test_dcp_two_makes_the_dcp_site_live(release):
+    """With dcp 2 the site counts, but as a bound: it runs only when the caller passes no
+    `kv_indices` (triton_backend.py:498 `if kv_indices is None:`; 556 passes the graph buffer,
+    896 and 1065 do not), a condition no configuration input decides."""
     _, phases = _phases(release, **LANE, dcp_size=2)
     totals = {p: d["syncs_per_step"] for p, d in phases.items()}
     assert totals == {"target-extend": 1, "draft-extend": 1, "target-verify": 0,
                       "draft-decode": 1}
     for p in ("target-extend", "draft-extend", "draft-decode"):
-        assert phases[p]["at"] == [f"{TRITON}:500"] and phases[p]["exact"]
+        assert phases[p]["at"] == [f"{TRITON}:500"] and not phases[p]["exact"]
+        [dep] = phases[p]["depends"]
+        assert dep["at"] == f"{TRITON}:500" and "kv_indices is None" in dep["condition"]
+    assert phases["target-verify"]["exact"]
 
 
 def test_dcp_not_given_stays_an_upper_bound_with_its_condition(release):
@@ -103,11 +109,14 @@ def test_census_keeps_guards_and_finds_no_lookalike(release):
     ("self.dcp_size > 1", True, [("dcp_size", ">", 1)]),
     ("self.dcp_size > 1", False, [("dcp_size", "<=", 1)]),
     ("not self.topk > 1", True, [("speculative_eagle_topk", "<=", 1)]),
-    ("1 < self.page_size and x", True, [("page_size", ">", 1)]),
+    ("1 < self.page_size and x", True, [("page_size", ">", 1), ("data:x", "true", None)]),
     ("self.dcp_size > 1 or x", True, []),  # a disjunction decides nothing on its body
-    ("self.dcp_size > 1 or x", False, [("dcp_size", "<=", 1)]),
+    ("self.dcp_size > 1 or x", False, [("dcp_size", "<=", 1), ("data:x", "false", None)]),
     ("fb.seq_lens_cpu is None", False, [("mirror:seq_lens_cpu", "is not", None)]),
-    ("self.num_heads > 1", True, []),  # not a configuration fact
+    # not a configuration fact: a data condition, kept so that no count over it is exact
+    ("self.num_heads > 1", True, [("data:self.num_heads > 1", "true", None)]),
+    ("forward_batch.forward_mode.is_decode()", True, []),  # shapes the paths instead
+    ("in_capture", True, []),
 ])
 def test_guards_of_a_test(src, holds, want):
     got = guards_of(ast.parse(src, mode="eval").body, "f.py:1", holds)
@@ -123,6 +132,8 @@ def test_decide_guard_values():
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.23")[0] is False
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.17")[0] is None  # not read
     assert decide_guard(m, SpecConfig(), "decode", "0.5.23")[0] is None
+    d = ("data:x", "true", None, "f.py:3", "x")
+    assert decide_guard(d, SpecConfig(dcp_size=1), "decode", "0.5.23")[0] is None
 
 
 def _lane_checks():
