@@ -509,7 +509,18 @@ def _data_atom(e: ast.AST, where: str) -> Guard | None:
 
 def guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
     """The guards a branch on `e` puts on its body (`holds`) or its `else`: every atom of a
-    conjunction on the body, every negated atom of a disjunction on the `else`."""
+    conjunction on the body, every negated atom of a disjunction on the `else`. Kept on the
+    node (the fixpoint reads each test again on every pass)."""
+    memo = getattr(e, "_diag_guards", None)
+    if memo is None:
+        memo = e._diag_guards = {}  # type: ignore[attr-defined]
+    key = (where, holds)
+    if key not in memo:
+        memo[key] = _guards_of(e, where, holds)
+    return memo[key]
+
+
+def _guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         return guards_of(e.operand, where, not holds)
     if isinstance(e, ast.BoolOp):
