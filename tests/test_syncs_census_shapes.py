@@ -109,7 +109,7 @@ class StandInBackend:
 
 def test_guards_on_the_way_to_a_site():
     """A helper gets the tests around its calls (dcp_size at 6); a loop body is marked; a
-    named builder called from a builder (12) and from forward_extend (under is_npu, 18) keeps
+    named builder called from a builder (12) and from forward_extend (19, under is_npu at 18) keeps
     only what both calls share (nothing)."""
     _, sites, _ = scan_source(STANDIN_GUARDS, Path("standin_backend.py"), REL)
     g = {s.line: [x[:3] for x in s.guards] for s in sites}
