@@ -224,9 +224,8 @@ def attach(ctx: Any, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         ctx.cache["server_error"] = f"/server_info: unreadable server arguments ({e})"
         return
     cfg = ctx.config
-    fields = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
-              "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
-              "page_size", "model", "tp_size", "dp_size", "enable_dp_attention", "dcp_size")
+    # every fact the server's arguments give (the environment is not in /server_info)
+    fields = tuple(n for n in SpecConfig._FACTS if n != "environ")
     had_options = any(getattr(cfg, n) is not None for n in fields)
     took = False
     for name in fields:

@@ -57,7 +57,8 @@ _ATTENTION_PKG = "sglang." + ATTENTION_DIR.replace("/", ".") + "."
 # ForwardBatch / metadata fields that hold device tensors (their host mirrors end in `_cpu`).
 _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
                   "positions", "out_cache_loc", "extend_start_loc", "accept_length",
-                  "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table"}
+                  "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table",
+                  "encoder_lens"}
 _HOST_READ_METHODS = {"item": 1, "tolist": 1, "cpu": 1, "numpy": 1}
 _DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere", "bincount"}
 # torch factories whose positional arguments are sizes (`full`: the first only): a device
@@ -363,7 +364,13 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
     members of its body, whose walks `_inner` keeps)."""
     seen: dict[str, bool] = {}
     for item in c.body:
-        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else _walk(item)
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else \
+            list(_walk(item))
+        # `spec = get_spec()` then `self.n = spec.speculative_num_draft_tokens`: a local bound
+        # to the server arguments is read as them
+        args_locals = {t.id for n in nodes if isinstance(n, ast.Assign)
+                       and _CONFIG.search(_unparse(n.value)) for t in n.targets
+                       if isinstance(t, ast.Name)}
         for n in nodes:
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
@@ -371,7 +378,10 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
                             t.value.id == "self":
                         ok = isinstance(n.value, ast.Constant) or bool(
-                            _CONFIG.search(_unparse(n.value)))
+                            _CONFIG.search(_unparse(n.value))) or (
+                            isinstance(n.value, ast.Attribute)
+                            and isinstance(n.value.value, ast.Name)
+                            and n.value.value.id in args_locals)
                         seen[t.attr] = seen.get(t.attr, True) and ok
     return {a for a, ok in seen.items() if ok}
 
@@ -438,6 +448,154 @@ def step_paths(state: frozenset) -> tuple[str, ...]:
     return tuple(m for m in MODES if (m, "step") in state)
 
 
+# --- configuration and host-mirror guards ------------------------------------------------
+# A branch on a value the configuration fixes (`if self.dcp_size > 1:`) or on whether a host
+# mirror is present (`if forward_batch.extend_seq_lens_cpu is not None:`) is not a forward-mode
+# test: the paths take it both ways. Each site keeps the guards on the way to it, so that a
+# configuration (probes.metadata_syncs) can say which are live, unreachable or undecided.
+# Backend attributes and server arguments -> the SpecConfig field that fixes them.
+CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
+                "page_size": "page_size", "topk": "speculative_eagle_topk",
+                "speculative_eagle_topk": "speculative_eagle_topk",
+                "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+                "num_draft_tokens": "speculative_num_draft_tokens",
+                "speculative_num_steps": "speculative_num_steps"}
+# Platform flags (sglang.srt.utils `is_hip()` / `_is_hip = is_hip()` / `self.is_npu`): a test of
+# one is the platform under audit; diag audits hip and cuda, never npu or xpu.
+PLATFORM_NAMES = {"is_hip": "hip", "_is_hip": "hip", "is_cuda": "cuda", "_is_cuda": "cuda",
+                  "is_npu": "npu", "_is_npu": "npu", "is_xpu": "xpu", "_is_xpu": "xpu"}
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=",
+        ast.Is: "is", ast.IsNot: "is not"}
+_NEGATE = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "is": "is not",
+           "is not": "is", "true": "false", "false": "true"}
+_SWAP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+# A guard: (fact, op, value, where, text): `fact` a SpecConfig field or `mirror:<name>` (a
+# ForwardBatch host mirror tested against None), `where` the `file:line` of the test.
+Guard = tuple
+
+
+def _guard_atom(e: ast.AST, where: str) -> Guard | None:
+    flag = e.func if isinstance(e, ast.Call) and not e.args and not e.keywords else e
+    if isinstance(flag, (ast.Name, ast.Attribute)) and _last_name(flag) in PLATFORM_NAMES:
+        return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
+    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _OPS):
+        return None
+    left, op, right = e.left, _OPS[type(e.ops[0])], e.comparators[0]
+    if isinstance(left, ast.Constant) and op in _SWAP:
+        left, right, op = right, left, _SWAP[op]
+    name = _last_name(left) if isinstance(left, (ast.Attribute, ast.Name)) else ""
+    if not isinstance(right, ast.Constant):
+        return None
+    if name in CONFIG_NAMES and isinstance(right.value, int) and \
+            not isinstance(right.value, bool) and op in _SWAP:
+        return (CONFIG_NAMES[name], op, right.value, where, _src(e, 60))
+    if name.endswith("_cpu") and right.value is None and op in ("is", "is not") and \
+            isinstance(left, ast.Attribute):
+        return (f"mirror:{name}", op, None, where, _src(e, 60))
+    return None
+
+
+def _data_atom(e: ast.AST, where: str) -> Guard | None:
+    """Any other test that is not of the forward mode or a capture flag (those shape the
+    paths): a condition on data or the model, which no configuration input decides; kept so
+    that a count over a site behind one is never called exact."""
+    text = _unparse(e)
+    if _mode_expr(e, {}) or "forward_mode" in text or "ForwardMode" in text or any(
+            isinstance(n, (ast.Name, ast.Attribute)) and _CAPTURE_FLAG.search(_last_name(n))
+            for n in _walk(e)):
+        return None
+    return (f"data:{_src(e, 60)}", "true", None, where, _src(e, 60))
+
+
+def guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
+    """The guards a branch on `e` puts on its body (`holds`) or its `else`: every atom of a
+    conjunction on the body, every negated atom of a disjunction on the `else`. Kept on the
+    node (the fixpoint reads each test again on every pass)."""
+    memo = getattr(e, "_diag_guards", None)
+    if memo is None:
+        memo = e._diag_guards = {}  # type: ignore[attr-defined]
+    key = (where, holds)
+    if key not in memo:
+        memo[key] = _guards_of(e, where, holds)
+    return memo[key]
+
+
+def _guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return guards_of(e.operand, where, not holds)
+    if isinstance(e, ast.BoolOp):
+        if isinstance(e.op, ast.And) == holds:  # `a and b` true / `a or b` false: each part
+            return tuple(g for v in e.values for g in guards_of(v, where, holds))
+        return ()
+    g = _guard_atom(e, where) or _data_atom(e, where)
+    if g is None:
+        return ()
+    if holds:
+        return (g,)
+    return ((g[0], _NEGATE[g[1]], g[2], g[3], f"not ({g[4]})"),)
+
+
+def common_guards(sets: list[frozenset]) -> frozenset:
+    """The guards (fact, test, value) every one of `sets` holds, each kept at its first place."""
+    keyed = [{g[:3]: g for g in gs} for gs in sets]
+    keys = set.intersection(*(set(k) for k in keyed))
+    return frozenset(min((k[key] for k in keyed), key=_place) for key in keys)
+
+
+def _place(g: Guard) -> tuple[str, int]:
+    file, _, line = g[3].rpartition(":")
+    return file, int(line) if line.isdigit() else 0
+
+
+def _call_index(cls: ast.ClassDef, rel: str) -> dict[str, list[tuple[str, frozenset]]]:
+    """`self.<name>(...)` calls in the class's methods: name -> [(caller, the guards around the
+    call in the caller)], from one walk of the class (kept on the node)."""
+    out = getattr(cls, "_diag_calls", None)
+    if out is not None:
+        return out
+    out = {}
+
+    def visit(n: ast.AST, caller: str, stack: tuple) -> None:
+        if isinstance(n, (ast.If, ast.IfExp)):
+            visit(n.test, caller, stack)
+            w = f"{rel}:{n.lineno}"
+            for part, holds in ((n.body, True), (n.orelse, False)):
+                more = stack + guards_of(n.test, w, holds)
+                for x in (part if isinstance(part, list) else [part]):
+                    visit(x, caller, more)
+            return
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                isinstance(n.func.value, ast.Name) and n.func.value.id == "self":
+            out.setdefault(n.func.attr, []).append((caller, frozenset(stack)))
+        for c in _kids(n):
+            visit(c, caller, stack)
+
+    for m in cls.body:
+        if isinstance(m, ast.FunctionDef):
+            for st in m.body:
+                visit(st, m.name, ())
+    cls._diag_calls = out  # type: ignore[attr-defined]
+    return out
+
+
+def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
+                     seen: frozenset = frozenset()) -> frozenset:
+    """The guards on every in-class call of `self.<method>(...)` (a named builder called from
+    `forward_*`, which the census does not walk): the tests around each call, and those of
+    the caller's own callers, kept where every call site has them. A method no other method of
+    the class calls is an entry point: no guard."""
+    if depth > 4 or method in seen:
+        return frozenset()
+    sites = [g | call_site_guards(cls, caller, rel, depth + 1, seen | {method})
+             for caller, g in _call_index(cls, rel).get(method, []) if caller != method]
+    return common_guards(sites) if sites else frozenset()
+
+
+def _ends(stmts: list[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Raise, ast.Continue,
+                                                  ast.Break))
+
+
 @dataclass(frozen=True)
 class Site:
     file: str  # relative to the target root (sglang/...)
@@ -456,14 +614,18 @@ class Site:
     # the calls that reach its function, `file:line Caller.qualname`, for each helper up to an
     # entry point (a chain one caller wide at each level, the first reaching caller)
     callers: tuple[str, ...] = ()
+    # the configuration / host-mirror tests every path to it passes (`Guard`s), in order
+    guards: tuple[Guard, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy() | {"paths": list(self.paths), "callers": list(self.callers)}
+        return self.__dict__.copy() | {"paths": list(self.paths), "callers": list(self.callers),
+                                       "guards": [list(g) for g in self.guards]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
         return cls(**(d | {"paths": tuple(d.get("paths", ())),
-                           "callers": tuple(d.get("callers", ()))}))
+                           "callers": tuple(d.get("callers", ())),
+                           "guards": tuple(tuple(g) for g in d.get("guards", ()))}))
 
     def reach(self, modes: set[str] | frozenset[str]) -> str:
         """`reaches` | `not-on-path` | `capture-only` | `unreachable` | `cannot-tell` for a
@@ -563,6 +725,10 @@ class _Kinds:
         if isinstance(e, ast.Attribute):
             if e.attr.endswith("_cpu"):
                 return "host"
+            if isinstance(e.value, ast.Name) and e.value.id != "self":
+                prior = [(ln, v) for ln, v in self.assigned.get(_unparse(e), []) if ln <= line]
+                if prior:  # a local object's field assigned earlier in the function
+                    return self.of(prior[-1][1], prior[-1][0] - 1, depth + 1)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
                 return "scalar"  # set from the server arguments (a Python number)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
@@ -571,6 +737,8 @@ class _Kinds:
                 return "tensor"
             return "unknown"
         if isinstance(e, ast.Subscript):
+            if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
+                return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
             return self.of(e.value, line, depth + 1)
         if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
             return self.of(e.operand, line, depth + 1)
@@ -673,6 +841,7 @@ class _Edge:
     truth: dict[str, tuple[frozenset, frozenset]] = field(default_factory=dict)
     # callee parameter -> (pairs where the argument may be true, where it may be false)
     at: str = ""  # `file:line Caller.qualname` of the call
+    guards: frozenset = frozenset()  # the guards around the call (and its caller's own)
 
 
 class _FnInfo:
@@ -696,6 +865,21 @@ class _FnInfo:
                     text = _unparse(n.value)
                     if "forward_mode" in text and not text.endswith("forward_mode"):
                         mode_vars.append(n.targets[0].id)
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
+                        isinstance(n.value, ast.Tuple) and \
+                        len(n.targets[0].elts) == len(n.value.elts):
+                    # `num_token, num_seq = a.shape[0], b.shape[0]`: each name its own value
+                    for t, v in zip(n.targets[0].elts, n.value.elts):
+                        if isinstance(t, ast.Name):
+                            counts[t.id] = counts.get(t.id, 0) + 1
+                            self.assigned.setdefault(t.id, []).append((n.lineno, v))
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) and \
+                        isinstance(n.targets[0].value, ast.Name) and \
+                        n.targets[0].value.id != "self":
+                    # `metadata.encoder_lens_int32 = forward_batch.encoder_lens.to(...)`: a
+                    # local object's field, read back by its dotted name
+                    self.assigned.setdefault(_unparse(n.targets[0]), []).append(
+                        (n.lineno, n.value))
             elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
                 self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
         self.mode_vars = ",".join(mode_vars)
@@ -734,14 +918,35 @@ class _Scan:
         self.with_os: list[Site] = []
         self.edges: list[_Edge] = []
         self.chain: tuple[str, ...] = ()  # set by _analyse: the calls that reach it
+        self.stack: list[Guard] = []  # the guards around the statement being read
 
-    def run(self, state: frozenset, unknown: bool) -> None:
+    def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
+        self.stack = sorted(guards, key=lambda g: (g[3], g[0], g[1]))
         self.block(self.fn.body, state, unknown)
+
+    def _where(self, node: ast.AST) -> str:
+        return f"{self.rel}:{getattr(node, 'lineno', 0)}"
+
+    def guarded(self, guards: tuple[Guard, ...], stmts: list[ast.stmt], state: frozenset,
+                unknown: bool) -> frozenset:
+        self.stack.extend(guards)
+        try:
+            return self.block(stmts, state, unknown)
+        finally:
+            del self.stack[len(self.stack) - len(guards):]
 
     # statements -> the state that falls through
     def block(self, stmts: list[ast.stmt], state: frozenset, unknown: bool) -> frozenset:
+        pushed = 0
         for st in stmts:
             state = self.stmt(st, state, unknown)
+            if isinstance(st, ast.If) and _ends(st.body) and not st.orelse:
+                # `if self.dcp_size == 1: return`: what follows runs where it does not hold
+                more = guards_of(st.test, self._where(st), False)
+                self.stack.extend(more)
+                pushed += len(more)
+        if pushed:
+            del self.stack[len(self.stack) - pushed:]
         return state
 
     def stmt(self, st: ast.stmt, state: frozenset, unknown: bool) -> frozenset:
@@ -759,11 +964,15 @@ class _Scan:
             self.expr(st.test, state, unknown)
             c = cond(st.test, self.facts, self.env)
             unk = unknown or c.unknown
-            return self.block(st.body, state & c.true, unk) | \
-                self.block(st.orelse, state & c.false, unk)
+            w = self._where(st)
+            return self.guarded(guards_of(st.test, w, True), st.body, state & c.true, unk) | \
+                self.guarded(guards_of(st.test, w, False), st.orelse, state & c.false, unk)
         if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             self.expr(st.iter if not isinstance(st, ast.While) else st.test, state, unknown)
-            self.block(st.body, state, unknown)
+            # a loop body runs a number of times the census does not count: never exact
+            loop = (("data:loop", "true", None, self._where(st),
+                     "in a loop (runs a data-dependent number of times)"),)
+            self.guarded(loop, st.body, state, unknown)
             self.block(st.orelse, state, unknown)
             return state
         if isinstance(st, (ast.With, ast.AsyncWith)):
@@ -804,15 +1013,25 @@ class _Scan:
         if isinstance(e, ast.IfExp):
             self.expr(e.test, state, unknown)
             c = cond(e.test, self.facts, self.env)
-            self.expr(e.body, state & c.true, unknown or c.unknown)
-            self.expr(e.orelse, state & c.false, unknown or c.unknown)
+            w = self._where(e)
+            for part, holds, st in ((e.body, True, c.true), (e.orelse, False, c.false)):
+                more = guards_of(e.test, w, holds)
+                self.stack.extend(more)
+                self.expr(part, state & st, unknown or c.unknown)
+                del self.stack[len(self.stack) - len(more):]
             return
         if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
+            pushed = 0
             for v in e.values:
                 self.expr(v, state, unknown)
                 c = cond(v, self.facts, self.env)
                 state = state & (c.true if isinstance(e.op, ast.And) else c.false)
                 unknown = unknown or c.unknown
+                more = guards_of(v, self._where(e), isinstance(e.op, ast.And))
+                self.stack.extend(more)
+                pushed += len(more)
+            if pushed:
+                del self.stack[len(self.stack) - pushed:]
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
@@ -871,7 +1090,8 @@ class _Scan:
             (cqual, cfn) = target
             args, truth = self._args(cfn, call, state)
             self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth,
-                                    f"{self.rel}:{call.lineno} {self.qual}"))
+                                    f"{self.rel}:{call.lineno} {self.qual}",
+                                    frozenset(self.stack)))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
@@ -920,7 +1140,8 @@ class _Scan:
             verdict, why = "capture-only", "runs only while a graph is captured"
         self.sites.append(Site(self.rel, call.lineno, self.qual, self.backend, _src(call), kind,
                                verdict, why, syncs, call.col_offset,
-                               step_paths(state), pclass))
+                               step_paths(state), pclass,
+                               guards=tuple(dict.fromkeys(self.stack))))
 
     def check(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
         kinds, rel, qual, backend = self.kinds, self.rel, self.qual, self.backend
@@ -1077,6 +1298,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
         return None
 
     resolve.homes = homes  # type: ignore[attr-defined]
+    resolve.classes = classes  # type: ignore[attr-defined]
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
@@ -1145,6 +1367,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     facts: dict[tuple[str, str], dict[str, str]] = {}
     scans: dict[tuple[str, str], _Scan] = {}
     truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
+    # the guards every reaching call to a helper passes (an entry point: none)
+    guards: dict[tuple[str, str], frozenset] = {}
+    called_from: dict[tuple[str, str], frozenset] = {}
+    classes = getattr(resolve, "classes", {})
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
     # A scan depends only on its builder and these inputs: one whose inputs did not change
@@ -1155,20 +1381,20 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
         for qual, backend, fn in builders:
             key = (qual, backend)
             inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
-                      truths.get(key) or {})
+                      truths.get(key) or {}, guards.get(key, frozenset()))
             if key in made and made[key][0] == inputs:
                 scans[key] = made[key][1]
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
             s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)])
-            s.run(inputs[0], inputs[1])
+            s.run(inputs[0], inputs[1], inputs[4])
             scans[key] = s
             made[key] = (inputs, s)
         callers: dict[tuple[str, str], list[_Edge]] = {}
         for s in scans.values():
             for e in s.edges:
                 callers.setdefault(e.callee, []).append(e)
-        new_entry, new_unknown, new_facts, new_truths = {}, {}, {}, {}
+        new_entry, new_unknown, new_facts, new_truths, new_guards = {}, {}, {}, {}, {}
         for key in keys:
             name = key[0].rsplit(".", 1)[-1]
             edges = callers.get(key, [])
@@ -1178,6 +1404,13 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 st |= e.state
             new_entry[key] = st
             new_unknown[key] = any(e.unknown and e.state for e in edges)
+            reaching = [e.guards for e in edges if e.state]
+            if reaching and not external:
+                new_guards[key] = common_guards(reaching)
+            elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
+                # a named builder only non-builders call (`forward_*`): their guards
+                new_guards[key] = called_from.setdefault(key, call_site_guards(
+                    classes[key[1]], name, rel))
             if edges and not external:
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:
@@ -1192,9 +1425,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                                        frozenset().union(*(e.truth[p][1] for e in edges)))
                                    for p in pnames}
         if new_entry == entry and new_facts == facts and new_unknown == unknown and \
-                new_truths == truths:
+                new_truths == truths and new_guards == guards:
             break
-        entry, unknown, facts, truths = new_entry, new_unknown, new_facts, new_truths
+        entry, unknown, facts, truths, guards = (new_entry, new_unknown, new_facts, new_truths,
+                                                 new_guards)
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
     callers: dict[tuple[str, str], list[_Edge]] = {}

@@ -50,24 +50,41 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
             "draft-decode": set(info.decode_classes) | ext}
 
 
-def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None
+def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
+                 cfg: Any = None, version: str | None = None, platform: str | None = None
                  ) -> list[dict[str, Any]]:
-    """Per phase: syncs per step counted from the live per-step sites of the backend that runs
-    it (an upper bound: a condition on data or configuration is taken to go both ways), and
-    the sites the census cannot tell. `steps` None is read as the default 3 (SGLang's EAGLE)."""
+    """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
+    each decided for the configuration `cfg` (probes.census_config): a site behind a test the
+    configuration makes false is left out (listed in `unreachable` with the reason), one no
+    input decides stays in the count (listed in `depends`), so `syncs_per_step` is exact when
+    `exact` (no undecided site, none the census cannot tell) and an upper bound otherwise.
+    `steps` None is read as the default 3 (SGLang's EAGLE)."""
+    from diag.context import SpecConfig
+    from diag.probes.census_config import decide
+
+    cfg = cfg if cfg is not None else SpecConfig()
     runs_decode = max((steps if steps is not None else 3) - 1, 0)
     out = []
     for phase, mode, side in PHASES:
         classes = roles[side]
         mine = [s for s in sites if s.backend in classes and mode in s.paths]
-        live = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+        on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+        decided = [(s, decide(s, cfg, mode, version, platform)) for s in on_path]
+        live = [s for s, d in decided if d.status != "unreachable"]
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
         runs = runs_decode if phase == "draft-decode" else 1
         per_run = sum(s.syncs for s in live)
+        depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
+                   for s, d in decided if d.status == "depends"]
         out.append({"phase": phase, "syncs_per_step": per_run * runs, "syncs_per_run": per_run,
                     "runs_per_step": runs, "sites": len(live), "cannot_tell": len(unsure),
+                    "exact": not depends and not unsure,
                     "backends": sorted(classes), "source": "static",
-                    "at": [f"{s.file}:{s.line}" for s in live]})
+                    "at": [f"{s.file}:{s.line}" for s in live],
+                    "depends": depends,
+                    "unreachable": [{"at": f"{s.file}:{s.line}", "syncs": s.syncs,
+                                     "reason": d.reason}
+                                    for s, d in decided if d.status == "unreachable"]})
     return out
 
 
@@ -103,6 +120,7 @@ class MetadataSyncsProbe(Probe):
         return {_census_key(ctx.target): census(ctx.target)}
 
     def run(self, ctx: Context) -> Finding:
+        from diag.probes.census_config import decide_modes
         from diag.probes.metadata_census import (
             ATTENTION_DIR,
             DRAFT_EXTEND_BACKENDS,
@@ -142,10 +160,32 @@ class MetadataSyncsProbe(Probe):
                 out |= {p for p in paths if p != "target-verify"}
             return out
 
+        decided: dict[int, dict] = {}
+
+        def decisions(s) -> dict:
+            """The site on each audited mode it lies on (else on each of its paths), decided
+            for the configuration, the platform and the release's host-mirror facts (a
+            configuration fact not given decides nothing: the census's upper bound stands)."""
+            if id(s) not in decided:
+                modes = sorted(modes_of(s.backend) & set(s.paths)) or list(s.paths)
+                decided[id(s)] = decide_modes(s, cfg, modes, target.version, ctx.platform)
+            return decided[id(s)]
+
+        def ruled_out(s) -> bool:
+            ds = decisions(s) if s.guards and s.path_class == "per-step" else {}
+            return bool(ds) and all(d.status == "unreachable" for d in ds.values())
+
         def reach(s) -> str:
             modes = modes_of(s.backend)
-            return s.reach(modes) if modes else (
+            r = s.reach(modes) if modes else (
                 s.path_class if s.path_class != "per-step" else "not-on-path")
+            if r in ("reaches", "not-on-path") and ruled_out(s):
+                return "unreachable"  # a test the configuration makes false on every mode
+            return r
+
+        def config_reason(s) -> str:
+            ds = decisions(s) if s.guards else {}
+            return "; ".join(dict.fromkeys(d.reason for d in ds.values() if d.reason))
 
         # per-step syncs: repeat_interleave first (two syncs each, what the fix addresses)
         order = {"reaches": 0, "cannot-tell": 1, "not-on-path": 2, "capture-only": 3,
@@ -164,20 +204,33 @@ class MetadataSyncsProbe(Probe):
                      data={"source": "static", "paths": list(paths),
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (README: `phase` fields)
-            for t in phase_totals(c.sites, roles, cfg.speculative_num_steps):
+            for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
+                                  target.version, ctx.platform):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
-                ev.append(metric(f"syncs per {t['phase']} step (static)", t["syncs_per_step"],
-                                 "syncs", 0, f"{t['sites']} live sites{runs}; "
-                                 f"{t['cannot_tell']} the census cannot tell", data=t))
+                gone = "".join(f"; {u['at'].rsplit('/', 1)[-1]} unreachable ({u['reason']})"
+                               for u in t["unreachable"])
+                ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
+                              for u in t["depends"])
+                ev.append(metric(f"syncs per {t['phase']} step (static)",
+                                 t["syncs_per_step"], "syncs", 0,
+                                 f"{'exact' if t['exact'] else 'upper bound'} for the "
+                                 f"configuration: {t['sites']} live sites{runs}; "
+                                 f"{t['cannot_tell']} the census cannot tell{gone}{ifs}",
+                                 data=t))
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
         for s in listed:  # every site, on the path or not: none is dropped
             r = reach(s)
+            why_cfg = config_reason(s)
             where = {"reaches": "on the path under audit", "not-on-path": "not on it",
                      "capture-only": "only under graph capture", "unreachable": "cannot run",
                      "cannot-tell": "path cannot tell"}[r]
+            if why_cfg and r == "unreachable" and s.path_class == "per-step":
+                where = f"unreachable ({why_cfg})"
+            elif why_cfg and r == "reaches":
+                where += f"; {why_cfg}"
             paths_txt = ", ".join(s.paths) if s.paths else "no per-step path"
             ev.append(location(
                 s.file, s.line, s.function,
@@ -185,8 +238,12 @@ class MetadataSyncsProbe(Probe):
                 f" {paths_txt}; {where}) `{s.call}`",
                 data={"builder": s.function, "backend": registry_name(s.backend),
                       "call": s.kind, "syncs": s.syncs, "paths": list(s.paths), "reach": r,
-                      "status": site_status(s), "syncs_per_execution": s.syncs,
-                      "why": s.why, "callers": list(s.callers), "source": "static"}))
+                      "status": "unreachable" if r == "unreachable" else site_status(s),
+                      "syncs_per_execution": s.syncs, "why": s.why,
+                      "callers": list(s.callers), "source": "static",
+                      "guards": [{"condition": g[4], "at": g[3], "fact": g[0]}
+                                 for g in s.guards],
+                      "modes": {m: d.as_dict() for m, d in decisions(s).items()}}))
         unsure = [s for s in c.sites if s.verdict == "cannot-tell"]
         ev.append(note(f"{len(unsure)} calls the census cannot classify (device or host "
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "
@@ -206,8 +263,13 @@ class MetadataSyncsProbe(Probe):
         for err in c.errors:
             ev.append(note(f"not scanned: {err}"))
 
-        # fail only for a sync proven on the configured path; nothing configured: at most warn
-        if hot and name:
+        # fail only for a sync on the configured path that no configuration fact left out of
+        # the audit can rule out (a data condition is taken both ways, as ever); nothing
+        # configured: at most warn
+        proven = [s for s in hot if not s.guards or any(
+            d.status == "live" or (d.status == "depends" and not d.on_config)
+            for d in decisions(s).values())]
+        if proven and name:
             status = Status.FAIL
         elif hot or unsure_path or cold or disagreements:
             status = Status.WARN

@@ -24,8 +24,9 @@ from typing import Any
 def server_info(draft_extend_s: float = 1.74, graph_gb: float = 0.42,
                 attention_backend: str = "dsa", steps: int = 3,
                 algorithm: str | None = "EAGLE", version: str = "0.5.23",
-                ranks: int = 1) -> dict[str, Any]:
-    """An SGLang-shaped /server_info document."""
+                ranks: int = 1, **args: Any) -> dict[str, Any]:
+    """An SGLang-shaped /server_info document (`args`: more resolved server arguments, flat as
+    0.5.23's `ServerArgs.resolved_dict()` gives them, e.g. dcp_size=1)."""
     state = {
         "startup_time": {"load_weight": 12.0, "kv_cache_allocation": 1.5, "scheduler_e2e": 40.0,
                          "cuda_graph": {"decode": 8.1, "target_verify": 6.0,
@@ -41,7 +42,7 @@ def server_info(draft_extend_s: float = 1.74, graph_gb: float = 0.42,
         "speculative_draft_attention_backend": None, "disable_cuda_graph": False,
         "internal_states": [dict(state) for _ in range(ranks)],
         "version": version, "frontend": "python",
-    }
+    } | args
 
 
 def metrics_text(draft_extend_s: float = 1.74) -> str:

@@ -100,6 +100,14 @@ def test_syncs_per_step_per_phase_and_agreement():
     c = checks.check_syncs_agree("s", per, checks.census_per_phase(report))
     assert c.ok is False and set(c.data["differ"]) == {"target-verify"}
     assert checks.check_syncs_agree("s", per, {}).ok is None
+    # a phase whose census total is an upper bound is not judged for equality
+    assert checks.census_exact(report) == {"draft-decode": False, "target-verify": False}
+    exact = {"draft-decode": True, "target-verify": False}
+    c = checks.check_syncs_agree("s", per, checks.census_per_phase(report), exact)
+    assert c.ok is True and c.data["bounds"] == ["target-verify"] and "not judged" in c.detail
+    assert checks.check_syncs_agree("s", per, checks.census_per_phase(report),
+                                    {"target-verify": True}).ok is False
+    assert checks.check_syncs_agree("s", per, {"target-verify": 1}, {}).ok is None
     # the census's totals are upper bounds: 1 >= 4/109 holds, 0 >= 0 holds
     assert checks.check_syncs_bounded("b", per, checks.census_per_phase(report)).ok is True
     assert checks.check_syncs_bounded("b", {"draft-decode": 2.0}, {"draft-decode": 1}).ok is False

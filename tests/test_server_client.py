@@ -110,6 +110,21 @@ def test_attach_keeps_options_and_fills_the_rest(standin, release):
             ctx.config.source) == ("aiter", 4, "options+server")
 
 
+def test_attach_fills_every_configuration_fact(standin, release):
+    """`--server` gives the census what it decides branches with: dcp size, page size, topk,
+    draft tokens, parallelism (0.5.23 publishes them flat: arg_groups/fields/parallel.py:52
+    `dcp_size`, schedule.py:143 `page_size`, spec.py:62/66 topk and draft tokens)."""
+    standin.json("/server_info", server_info(attention_backend="triton", steps=2, dcp_size=1,
+                                             page_size=1, speculative_eagle_topk=1,
+                                             speculative_num_draft_tokens=3, tp_size=1))
+    ctx = _ctx(standin.url, release)
+    srv.attach(ctx)
+    c = ctx.config
+    assert (c.dcp_size, c.page_size, c.speculative_eagle_topk, c.speculative_num_draft_tokens,
+            c.tp_size, c.model, c.source) == (1, 1, 1, 3, 1, "stand-in/model", "server")
+    assert c.environ is None  # the environment is not in /server_info
+
+
 def test_attach_records_bad_answers_and_raises_on_unreachable(standin, release):
     standin.json("/server_info", {"detail": "boom"}, status=500)
     standin.json("/get_server_info", {"detail": "boom"}, status=500)

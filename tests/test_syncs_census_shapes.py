@@ -79,3 +79,48 @@ def test_graph_entry_points_reach_graph_modes_and_capture_is_not_per_step():
     by_line = {s.line: s for s in sites}
     assert by_line[4].verdict == "capture-only"
     assert set(by_line[5].paths) == {"decode", "idle", "target-verify", "draft-extend"}
+
+
+STANDIN_GUARDS = """\
+class StandInBackend:
+    def __init__(self):
+        self.dcp_size = 1
+
+    def init_forward_metadata(self, forward_batch):
+        if self.dcp_size > 1:
+            self._sharded(forward_batch.seq_lens)
+        for layer in range(3):
+            forward_batch.seq_lens.sum().item()
+        if self.is_npu:
+            pass
+        self._build_npu_meta(forward_batch.seq_lens)
+
+    def _sharded(self, lens):
+        return lens.sum().item()
+
+    def forward_extend(self, forward_batch):
+        if self.is_npu:
+            self._build_npu_meta(forward_batch.seq_lens)
+
+    def _build_npu_meta(self, lens):
+        return lens.max().item()
+"""
+
+
+def test_guards_on_the_way_to_a_site():
+    """A helper gets the tests around its calls (dcp_size at 6); a loop body is marked; a
+    named builder called from a builder (12) and from forward_extend (19, under is_npu at 18) keeps
+    only what both calls share (nothing)."""
+    _, sites, _ = scan_source(STANDIN_GUARDS, Path("standin_backend.py"), REL)
+    g = {s.line: [x[:3] for x in s.guards] for s in sites}
+    assert g[15] == [("dcp_size", ">", 1)]
+    assert g[9] == [("data:loop", "true", None)]
+    assert g[22] == []
+
+
+def test_a_named_builder_only_forward_calls_keeps_its_callers_tests():
+    src = STANDIN_GUARDS.replace("        self._build_npu_meta(forward_batch.seq_lens)\n\n",
+                                 "\n", 1)
+    _, sites, _ = scan_source(src, Path("standin_backend.py"), REL)
+    [s] = [s for s in sites if s.function.endswith("_build_npu_meta")]
+    assert [x[:3] for x in s.guards] == [("platform", "==", "npu")]

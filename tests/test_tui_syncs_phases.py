@@ -34,6 +34,24 @@ def test_phase_rows_read_evidence_fields(release):
     assert f"draft-decode {dd.syncs_per_run}×2" in line
 
 
+def test_phase_line_marks_upper_bounds_and_exact_counts(release):
+    """The triton lane configuration on 0.5.23 (tests/test_syncs_census_config.py): every
+    phase exact, 0; without the dcp size, the phases `_dcp_kv_indices` (triton_backend.py:500)
+    lies on are upper bounds (≤)."""
+    base = dict(attention_backend="triton", speculative_num_steps=2, page_size=1,
+                speculative_eagle_topk=1, speculative_num_draft_tokens=3)
+
+    def line(**more):
+        ctx = Context(target=release("0.5.23"), platform="cuda", execute=False,
+                      config=SpecConfig(**base, **more))
+        return phase_line(finding_phase_rows(run_probe(get_probe("metadata-syncs"), ctx)))
+
+    assert line(dcp_size=1) == ("syncs per step (static): target-extend 0 · draft-extend 0 · "
+                                "target-verify 0 · draft-decode 0×1")
+    assert line() == ("syncs per step (static): target-extend ≤1 · draft-extend ≤1 · "
+                      "target-verify 0 · draft-decode ≤1×1")
+
+
 def test_syncs_tab_shows_the_phase_line(release):
     real = _real_syncs(release)
     backend = standin_backend(release)

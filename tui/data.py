@@ -827,6 +827,7 @@ class PhaseRow:
     sites: Any = NA
     cannot_tell: Any = NA
     source: str = "static"
+    exact: Any = NA  # True: every site decided for the configuration; False: an upper bound
 
 
 def finding_phase_rows(findings: list[Finding]) -> list[PhaseRow]:
@@ -840,7 +841,7 @@ def finding_phase_rows(findings: list[Finding]) -> list[PhaseRow]:
                 out.append(PhaseRow(str(d["phase"]), d["syncs_per_step"],
                                     d.get("syncs_per_run", NA), d.get("runs_per_step", NA),
                                     d.get("sites", NA), d.get("cannot_tell", NA),
-                                    str(d.get("source", "static"))))
+                                    str(d.get("source", "static")), d.get("exact", NA)))
     return out
 
 
@@ -853,7 +854,8 @@ def phase_line(rows: list[PhaseRow]) -> str:
             n = f"{fmt_value(r.syncs_per_run)}×{fmt_value(r.runs_per_step)}"
         unsure = f" (+{r.cannot_tell}?)" if isinstance(r.cannot_tell, int) and r.cannot_tell \
             else ""
-        parts.append(f"{r.phase} {n}{unsure}")
+        bound = "≤" if r.exact is False else ""  # the probe's word: exact or an upper bound
+        parts.append(f"{r.phase} {bound}{n}{unsure}")
     src = rows[0].source if rows else "static"
     return f"syncs per step ({src}): " + " · ".join(parts)
 

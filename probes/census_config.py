@@ -1,0 +1,104 @@
+"""The census's guards evaluated for the configuration under audit.
+
+Why: the census (probes.metadata_census) reads the source without a configuration, so a site
+behind `if self.dcp_size > 1:` is counted as if decode-context parallelism were on; summed, that
+is an upper bound the runtime counter never meets (on the GPU lane: 0 measured where the census
+said 1 and 2). Each site keeps the configuration and host-mirror tests on every path to it
+(`Site.guards`); here each one is decided from the `SpecConfig` (and, for a host mirror, from
+what the release's callers are read to set), so a site is `live`, `unreachable` (with the
+reason, `config: dcp_size=1`) or `depends` (no input decides it: it stays in the bound, with its
+condition).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+from diag.context import SpecConfig
+
+_CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
+        "<": operator.lt, "<=": operator.le}
+
+# Host mirrors a release's callers always set for a forward mode, read by hand from that
+# release (never from running diag): (release, mirror) -> {census mode: where it is set}.
+# sglang 0.5.23: ForwardBatch.init_new fills `extend_seq_lens_cpu` from the host lists of every
+# batch that is neither decode nor target-verify (model_executor/forward_batch_info.py:1226,
+# 1230-1241); the one caller that hands device tensors in instead, the EAGLE draft extend with
+# no host seq_lens (speculative/eagle_worker_common.py:137, 182-186), sets it right after
+# (eagle_worker_common.py:222, "so backend max() reads from list without a per-iter D2H sync").
+_INIT_NEW = "sglang/srt/model_executor/forward_batch_info.py:1241"
+# sglang 0.5.19, the same: forward_batch_info.py:893 (decode / target-verify apart), 897-908
+# (host lists: `ret.extend_seq_lens_cpu = extend_seq_lens`), eagle_worker_common.py:127, 157,
+# 193 (the gpu-only draft extend).
+_INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
+MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
+    ("0.5.23", "extend_seq_lens_cpu"): {
+        "target-extend": _INIT_NEW, "other": _INIT_NEW,
+        "draft-extend": f"{_INIT_NEW}, sglang/srt/speculative/eagle_worker_common.py:222"},
+    ("0.5.19", "extend_seq_lens_cpu"): {
+        "target-extend": _INIT_NEW_19, "other": _INIT_NEW_19,
+        "draft-extend": f"{_INIT_NEW_19}, sglang/srt/speculative/eagle_worker_common.py:193"},
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str  # live | unreachable | depends
+    reason: str  # why (empty for a site no guard stands in front of)
+    # depends on a configuration fact not given (not only on what a caller passes: a data
+    # condition the census always took both ways)
+    on_config: bool = False
+
+    def as_dict(self) -> dict[str, str]:
+        return {"status": self.status, "reason": self.reason}
+
+
+def _value(cfg: SpecConfig, fact: str) -> Any:
+    """The configuration's value of a fact; None when not given."""
+    return getattr(cfg, fact, None)
+
+
+def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
+                 platform: str | None = None) -> tuple[bool | None, str]:
+    """(True | False | None (undecided), words) for one guard on one forward mode."""
+    fact, op, value, where, text = g[:5]
+    if fact.startswith("data:"):
+        return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
+    if fact == "platform":
+        if platform is None or op not in ("==", "!="):
+            return None, f"`{text}` ({where}): the platform"
+        return (platform == value) == (op == "=="), f"platform: {platform} (`{text}`, {where})"
+    if fact.startswith("mirror:"):
+        name = fact.split(":", 1)[1]
+        set_at = MIRRORS_SET.get((version or "", name), {}).get(mode)
+        if set_at is None:
+            return None, f"`{text}` ({where}): whether the caller sets {name}"
+        holds = op == "is not"  # the mirror is set: `is not None` holds, `is None` does not
+        return holds, f"release: {name} is set on every {mode} batch ({set_at})"
+    have = _value(cfg, fact)
+    if have is None or op not in _CMP:
+        return None, f"`{text}` ({where}): {fact} not given"
+    return bool(_CMP[op](have, value)), f"config: {fact}={have} (`{text}`, {where})"
+
+
+def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
+           platform: str | None = None) -> Decision:
+    """A census site on one forward mode, for the configuration: a guard decided false makes it
+    unreachable (every path passes each of its guards), all decided true live, else depends."""
+    undecided, held, on_config = [], [], False
+    for g in site.guards:
+        ok, why = decide_guard(g, cfg, mode, version, platform)
+        if ok is False:
+            return Decision("unreachable", why)
+        (held if ok else undecided).append(why)
+        on_config = on_config or (ok is None and not g[0].startswith(("mirror:", "data:")))
+    if undecided:
+        return Decision("depends", "; ".join(undecided), on_config)
+    return Decision("live", "; ".join(held))
+
+
+def decide_modes(site: Any, cfg: SpecConfig, modes: list[str] | tuple[str, ...],
+                 version: str | None, platform: str | None = None) -> dict[str, Decision]:
+    return {m: decide(site, cfg, m, version, platform) for m in modes}

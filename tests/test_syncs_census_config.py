@@ -1,0 +1,192 @@
+"""Syncs per step for the configuration under audit: the census's guards decided (issue 30).
+
+The GPU lane's configuration (SGLang 0.5.23, CUDA, `--attention-backend triton`, EAGLE,
+`--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3`, page
+size 1, no dcp, tp 1) measured 0 syncs per step in every phase. Expected values, read from the
+0.5.23 source (never from running diag), sglang/srt/layers/attention/triton_backend.py:
+- 500 `int(dcp_lens.sum().item())` is in `_dcp_kv_indices` (485); its callers are all under
+  `if self.dcp_size > 1:` (553 in `_update_decode_kv_buffers`, 893 on decode/idle, 1064 on
+  extend), and `self.dcp_size` is `get_parallel().attn_dcp_size` (263) unless a HIP DSpark
+  draft (260): with `--dcp-size 1` it never runs, with 2 it runs on draft-decode, draft-extend
+  and target-extend (target-verify takes 976's `_dcp_lens`, no host read).
+- 1126 `int(forward_batch.extend_seq_lens.max())` is the `else` of `if
+  forward_batch.extend_seq_lens_cpu is not None:` (1123); the mirror is set on every extend batch
+  (model_executor/forward_batch_info.py:1241) and on the EAGLE draft extend that hands device
+  tensors in (speculative/eagle_worker_common.py:222): it never runs.
+- 455 `seq_lens.repeat_interleave(num_group)`: `num_group = num_token // num_seq` (441) of
+  `.shape[0]` ints (437): a Python int, no sync (not a site).
+AST only: no SGLang import.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+
+import pytest
+from report_schema import check_report
+from standin_sglang_server import StandinSGLangServer, server_info
+
+from diag.context import Context, SpecConfig
+from diag.probes import get as get_probe
+from diag.probes.base import run_probe
+from diag.probes.census_config import decide_guard
+from diag.probes.metadata_census import census, guards_of
+
+pytestmark = pytest.mark.release
+TRITON = "sglang/srt/layers/attention/triton_backend.py"
+LANE = dict(attention_backend="triton", speculative_algorithm="EAGLE", speculative_num_steps=2,
+            speculative_eagle_topk=1, speculative_num_draft_tokens=3, page_size=1, tp_size=1)
+
+
+def _phases(release, **cfg):
+    ctx = Context(target=release("0.5.23"), platform="cuda", execute=False,
+                  config=SpecConfig(**cfg))
+    [f] = run_probe(get_probe("metadata-syncs"), ctx)
+    return f, {e.data["phase"]: e.data for e in f.evidence
+               if e.kind == "metric" and e.data and "phase" in e.data}
+
+
+def test_lane_configuration_gives_zero_in_every_phase(release):
+    f, phases = _phases(release, **LANE, dcp_size=1)
+    assert {p: d["syncs_per_step"] for p, d in phases.items()} == {
+        "target-extend": 0, "draft-extend": 0, "target-verify": 0, "draft-decode": 0}
+    assert all(d["exact"] and not d["depends"] for d in phases.values())
+    gone = {p: {u["at"]: u["reason"] for u in d["unreachable"]} for p, d in phases.items()}
+    for p in ("target-extend", "draft-extend", "draft-decode"):
+        why = gone[p][f"{TRITON}:500"]
+        assert why.startswith("config: dcp_size=1") and "self.dcp_size > 1" in why
+    for p in ("target-extend", "draft-extend"):
+        why = gone[p][f"{TRITON}:1126"]
+        assert why.startswith("release: extend_seq_lens_cpu is set") and \
+            "forward_batch_info.py:1241" in why
+    assert gone["target-verify"] == {}
+    # the site itself, in the evidence: unreachable for this configuration, with the reason
+    [site] = [e.data for e in f.evidence if e.kind == "location" and e.file == TRITON
+              and e.line == 500]
+    assert site["status"] == "unreachable" and site["reach"] == "unreachable"
+    assert all(d["status"] == "unreachable" and "dcp_size=1" in d["reason"]
+               for d in site["modes"].values())
+    assert any("self.dcp_size > 1" == g["condition"] for g in site["guards"])
+    assert site["callers"]  # the chain to an entry point is kept
+    assert "0 on the --attention-backend triton path" in f.summary
+
+
+def test_dcp_two_makes_the_dcp_site_live(release):
+    """With dcp 2 the site counts, but as a bound: it runs only when the caller passes no
+    `kv_indices` (triton_backend.py:498 `if kv_indices is None:`; 556 passes the graph buffer,
+    896 and 1065 do not), a condition no configuration input decides."""
+    _, phases = _phases(release, **LANE, dcp_size=2)
+    totals = {p: d["syncs_per_step"] for p, d in phases.items()}
+    assert totals == {"target-extend": 1, "draft-extend": 1, "target-verify": 0,
+                      "draft-decode": 1}
+    for p in ("target-extend", "draft-extend", "draft-decode"):
+        assert phases[p]["at"] == [f"{TRITON}:500"] and not phases[p]["exact"]
+        [dep] = phases[p]["depends"]
+        assert dep["at"] == f"{TRITON}:500" and "kv_indices is None" in dep["condition"]
+    assert phases["target-verify"]["exact"]
+
+
+def test_dcp_not_given_stays_an_upper_bound_with_its_condition(release):
+    _, phases = _phases(release, **LANE)  # dcp_size None: not given
+    de = phases["draft-extend"]
+    assert de["syncs_per_step"] == 1 and not de["exact"]
+    [dep] = de["depends"]
+    assert dep["at"] == f"{TRITON}:500" and "dcp_size not given" in dep["condition"]
+
+
+def test_census_keeps_guards_and_finds_no_lookalike(release):
+    c = census(release("0.5.23"))
+    [s500] = [s for s in c.sites if s.file == TRITON and s.line == 500]
+    assert ("dcp_size", ">", 1) in [g[:3] for g in s500.guards]
+    [s1126] = [s for s in c.sites if s.file == TRITON and s.line == 1126]
+    assert [g[:3] for g in s1126.guards] == [("mirror:extend_seq_lens_cpu", "is", None)]
+    assert not [s for s in c.sites if s.file == TRITON and s.line == 455]
+
+
+@pytest.mark.parametrize(("src", "holds", "want"), [
+    ("self.dcp_size > 1", True, [("dcp_size", ">", 1)]),
+    ("self.dcp_size > 1", False, [("dcp_size", "<=", 1)]),
+    ("not self.topk > 1", True, [("speculative_eagle_topk", "<=", 1)]),
+    ("1 < self.page_size and x", True, [("page_size", ">", 1), ("data:x", "true", None)]),
+    ("self.dcp_size > 1 or x", True, []),  # a disjunction decides nothing on its body
+    ("self.dcp_size > 1 or x", False, [("dcp_size", "<=", 1), ("data:x", "false", None)]),
+    ("fb.seq_lens_cpu is None", False, [("mirror:seq_lens_cpu", "is not", None)]),
+    # not a configuration fact: a data condition, kept so that no count over it is exact
+    ("self.num_heads > 1", True, [("data:self.num_heads > 1", "true", None)]),
+    ("forward_batch.forward_mode.is_decode()", True, []),  # shapes the paths instead
+    ("in_capture", True, []),
+])
+def test_guards_of_a_test(src, holds, want):
+    got = guards_of(ast.parse(src, mode="eval").body, "f.py:1", holds)
+    assert [g[:3] for g in got] == want
+
+
+def test_decide_guard_values():
+    g = ("dcp_size", ">", 1, "f.py:1", "self.dcp_size > 1")
+    assert decide_guard(g, SpecConfig(dcp_size=1), "decode", "0.5.23")[0] is False
+    assert decide_guard(g, SpecConfig(dcp_size=4), "decode", "0.5.23")[0] is True
+    assert decide_guard(g, SpecConfig(), "decode", "0.5.23")[0] is None
+    m = ("mirror:extend_seq_lens_cpu", "is", None, "f.py:2", "x.extend_seq_lens_cpu is None")
+    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.23")[0] is False
+    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.17")[0] is None  # not read
+    assert decide_guard(m, SpecConfig(), "decode", "0.5.23")[0] is None
+    d = ("data:x", "true", None, "f.py:3", "x")
+    assert decide_guard(d, SpecConfig(dcp_size=1), "decode", "0.5.23")[0] is None
+
+
+def _lane_checks():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_engine" / "checks.py"
+    spec = importlib.util.spec_from_file_location("lane_checks", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_server_fills_the_configuration_and_the_lane_reads_exact_totals(release):
+    """What the lane runs: `diag probe metadata-syncs --server URL --no-execute --json`."""
+    from click.testing import CliRunner
+
+    from diag.cli import main
+
+    checks = _lane_checks()
+    release("0.5.23")
+    with StandinSGLangServer() as s:
+        s.json("/server_info", server_info(
+            attention_backend="triton", steps=2, speculative_eagle_topk=1,
+            speculative_num_draft_tokens=3, page_size=1, dcp_size=1, tp_size=1))
+        r = CliRunner().invoke(main, ["probe", "metadata-syncs", "--sglang", "0.5.23",
+                                      "--platform", "cuda", "--server", s.url, "--no-execute",
+                                      "--json"])
+    doc = json.loads(r.stdout)
+    check_report(doc)
+    assert doc["config"]["dcp_size"] == 1 and doc["config"]["source"] == "server"
+    assert checks.census_per_phase(doc) == {"target-extend": 0, "draft-extend": 0,
+                                            "target-verify": 0, "draft-decode": 0}
+    assert checks.census_exact(doc) == {"target-extend": True, "draft-extend": True,
+                                        "target-verify": True, "draft-decode": True}
+
+
+def test_npu_only_builder_is_unreachable_on_hip_and_cuda(release):
+    """minimax_sparse_backend.py 0.5.23: `_build_prefill_meta` (1102) syncs at 1121-1135, but
+    its only caller is `_forward_npu_triton_prefill` (1221), called only under `if
+    self.is_npu:` (1553) in forward_extend: the guard on its call sites is kept, and on HIP
+    (and CUDA) the probe lists the sites as unreachable, with the platform as the reason."""
+    minimax = "sglang/srt/layers/attention/minimax_sparse_backend.py"
+    c = census(release("0.5.23"))
+    sites = [s for s in c.sites if s.file == minimax and 1121 <= s.line <= 1135]
+    assert sorted({s.line for s in sites}) == [1121, 1126, 1129, 1135]
+    assert all(("platform", "==", "npu") in [g[:3] for g in s.guards] for s in sites)
+    for platform in ("hip", "cuda"):
+        ctx = Context(target=release("0.5.23"), platform=platform, execute=False)
+        [f] = run_probe(get_probe("metadata-syncs"), ctx)
+        rows = [e.data for e in f.evidence if e.kind == "location" and e.file == minimax
+                and 1121 <= e.line <= 1135]
+        assert len(rows) == 4 and all(r["status"] == "unreachable" for r in rows)
+        assert all(d["reason"].startswith(f"platform: {platform}")
+                   for r in rows for d in r["modes"].values())
