@@ -56,14 +56,19 @@ class Pass:
     gpu_us: float | None = None
     reason: str | None = None
     after: str | None = None  # the phase of the pass before this one on its thread
+    runtime_seen: bool = True  # False: the trace recorded no runtime calls (CPU-only profile)
+    dur: float | None = None  # the span's duration as written in the trace
 
     @property
     def mode(self) -> str:
+        """graph, eager, or unknown where the trace recorded no runtime call at all."""
+        if not self.runtime_seen:
+            return "unknown"
         return "graph" if self.graph_launches else "eager"
 
     @property
     def host_us(self) -> float:
-        return self.end - self.ts
+        return self.dur if self.dur is not None else self.end - self.ts
 
     @property
     def launches(self) -> int:
@@ -97,21 +102,21 @@ def _thread_passes(anns: list[tuple], key: tuple) -> list[Pass]:
     """Phase roots on one thread: a spec span, or a step span outside any spec span."""
     res: list[Pass] = []
     open_spec: Pass | None = None
-    for name, ts, end, _pid, _tid in anns:  # sorted by start, outer first
+    for name, ts, end, _pid, _tid, dur in anns:  # sorted by start, outer first
         if open_spec is not None and ts >= open_spec.end:
             open_spec = None
         m = STEP.match(name)
         if name in SPEC_SPANS:
             if open_spec is not None:  # nested spec span: part of the outer one
                 continue
-            open_spec = Pass(SPEC_SPANS[name], name, ts, end, key)
+            open_spec = Pass(SPEC_SPANS[name], name, ts, end, key, dur=dur)
             res.append(open_spec)
         elif m and open_spec is not None:
             if open_spec.bs is None:
                 open_spec.bs = int(m.group("bs"))
         elif m and m.group("stage") in STEP_PHASE:
             res.append(Pass(STEP_PHASE[m.group("stage")], name, ts, end, key,
-                            bs=int(m.group("bs"))))
+                            bs=int(m.group("bs")), dur=dur))
     prev = None
     for p in res:
         p.after = prev
@@ -131,6 +136,7 @@ def _attach_runtime(tr: Trace, out: list[Pass]) -> None:
         if g[6] is not None:
             gpu_by_corr[g[6]].append(g)
     for p in out:
+        p.runtime_seen = bool(tr.runtime)
         rts = rt_by_tid.get(p.tid, [])
         lo = bisect.bisect_left(starts.get(p.tid, []), p.ts)
         hi = bisect.bisect_right(starts.get(p.tid, []), p.end)

@@ -37,7 +37,7 @@ class Trace:
 
     path: str
     meta: dict = field(default_factory=dict)
-    # (name, ts, end, pid, tid)
+    # (name, ts, end, pid, tid, dur): dur as written (ts + dur loses digits at ~1e12 us)
     annotations: list[tuple] = field(default_factory=list)
     # (name, ts, end, pid, tid, correlation)
     runtime: list[tuple] = field(default_factory=list)
@@ -147,7 +147,8 @@ def read(path: str) -> Trace:
                 cat = e.get("cat")
                 try:
                     ts = float(e["ts"])
-                    end = ts + float(e.get("dur", 0.0))
+                    dur = float(e.get("dur", 0.0))
+                    end = ts + dur
                 except (KeyError, TypeError, ValueError):
                     continue
                 name = e.get("name", "")
@@ -165,7 +166,7 @@ def read(path: str) -> Trace:
                     rt.append((name, ts, end, e.get("pid"), e.get("tid"),
                                args.get("correlation")))
                 elif cat == "user_annotation":
-                    ann.append((name, ts, end, e.get("pid"), e.get("tid")))
+                    ann.append((name, ts, end, e.get("pid"), e.get("tid"), dur))
     except (ijson.JSONError, ijson.IncompleteJSONError, EOFError, OSError, ValueError) as e:
         raise TraceReadError(f"{path}: truncated or malformed trace ({_short(e)})") from None
     if n == 0:

@@ -30,7 +30,9 @@ def phase_lines(phases: dict, indent: str = "  ") -> list[str]:
         if kpr["counts"] and not kpr["reliable"]:
             k += " (UNRELIABLE)"
         lines.append(f"{indent}{phase}: {ph['passes']} passes, {ph['graph_passes']} graph "
-                     f"({ph['graph_replays']} replays), {ph['eager_passes']} eager; "
+                     f"({ph['graph_replays']} replays), {ph['eager_passes']} eager"
+                     + (f", {ph['unknown_passes']} graph/eager unknown (no runtime calls "
+                        "recorded)" if ph["unknown_passes"] else "") + "; "
                      f"kernels/replay {k}")
         for reason, n in ph["eager_reasons"].items():
             lines.append(f"{indent}    eager x{n}: {reason}")

@@ -41,7 +41,7 @@ def phase_stats(ps: list[Pass], unreliable: dict[str, str], gpu_recorded: bool) 
         reasons = Counter(p.reason or "no reason shown in the trace"
                           for p in mine if p.mode == "eager")
         modes = {}
-        for mode in ("graph", "eager"):
+        for mode in ("graph", "eager", "unknown"):
             sub = [p for p in mine if p.mode == mode]
             if not sub:
                 continue
@@ -54,6 +54,7 @@ def phase_stats(ps: list[Pass], unreliable: dict[str, str], gpu_recorded: bool) 
                       "graph_replays": sum(p.graph_launches for p in mine),
                       "graph_passes": sum(1 for p in mine if p.mode == "graph"),
                       "eager_passes": sum(1 for p in mine if p.mode == "eager"),
+                      "unknown_passes": sum(1 for p in mine if p.mode == "unknown"),
                       "eager_reasons": dict(reasons),
                       "kernels_per_replay": {"counts": {str(k): v for k, v in sorted(kpr.items())},
                                              "reliable": why is None, "why": why},
@@ -109,7 +110,10 @@ def _med(phase: dict, mode: str, what: str) -> float | None:
 
 
 def _main_mode(phase: dict) -> str:
-    return "graph" if phase["graph_passes"] >= phase["eager_passes"] else "eager"
+    """The mode most of the phase's passes ran in."""
+    counts = {"graph": phase["graph_passes"], "eager": phase["eager_passes"],
+              "unknown": phase["unknown_passes"]}
+    return max(counts, key=lambda m: counts[m])
 
 
 def compare(base: dict, cur: dict) -> list[dict]:
