@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from diag.probes import trace_complete, trace_phases, trace_waits
 from diag.probes.trace_phases import PHASES, Pass
 from diag.probes.trace_reader import Trace, read
+from diag.probes.trace_verdict import agreement
 from diag.schemas import SCHEMA_VERSION
 
 GPU_NOT_RECORDED = "no GPU activity in the trace (CPU-only profile)"
@@ -150,7 +152,8 @@ def _delta(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def findings(files: list[dict], merged: dict, comparison: list[dict] | None) -> list[dict]:
+def findings(files: list[dict], merged: dict, comparison: list[dict] | None,
+             source_check: dict | None = None) -> list[dict]:
     """What the reader of the trace must know: incomplete records, unknown annotations,
     eager passes with no reason shown, phases that changed mode against the baseline."""
     out = []
@@ -180,6 +183,10 @@ def findings(files: list[dict], merged: dict, comparison: list[dict] | None) -> 
             out.append({"status": "warn", "title": f"{phase}: eager passes beside graph replays",
                         "file": None, "detail": f"{unexplained} of {ph['passes']} passes ran "
                         "eager with no reason the trace shows"})
+    if source_check is not None and source_check["agrees"] is False:
+        out.append({"status": "fail", "title": "draft-extend: the trace disagrees with the "
+                    f"release's source (sglang {source_check['source']['release']})",
+                    "file": None, "detail": source_check["detail"]})
     for row in comparison or []:
         if row.get("mode_change"):
             out.append({"status": "warn", "title": f"{row['phase']}: {row['mode_change']} "
@@ -189,14 +196,20 @@ def findings(files: list[dict], merged: dict, comparison: list[dict] | None) -> 
     return out
 
 
-def build(paths: list[str], baseline: list[str] | None = None) -> dict:
-    """The whole `diag trace` document."""
+def build(paths: list[str], baseline: list[str] | None = None,
+          source: Callable[[str], dict] | None = None) -> dict:
+    """The whole `diag trace` document. `source(platform)` gives the release's draft-extend
+    verdict (probes.trace_verdict.source_verdict) for the trace's platform, when asked for."""
     files, ranks, merged = analyse(paths)
     doc = {"schema_version": SCHEMA_VERSION, "kind": "trace", "files": files, "ranks": ranks,
-           "merged": merged, "baseline": None, "compare": None}
+           "merged": merged, "baseline": None, "compare": None, "source_check": None}
     if baseline:
         bfiles, _branks, bmerged = analyse(baseline)
         doc["baseline"] = {"files": bfiles, "merged": bmerged}
         doc["compare"] = compare(bmerged, merged)
-    doc["findings"] = findings(files, merged, doc["compare"])
+    if source is not None:
+        plats = {f["platform"] for f in files}
+        plat = "hip" if "rocm" in plats else "cuda"
+        doc["source_check"] = agreement(source(plat), merged["phases"])
+    doc["findings"] = findings(files, merged, doc["compare"], doc["source_check"])
     return doc

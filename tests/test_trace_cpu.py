@@ -177,3 +177,23 @@ def test_bad_paths_exit_3_with_one_line(tmp_path, traces, case):
 
 def test_no_path_is_a_usage_error():
     assert CliRunner().invoke(main, ["trace"]).exit_code == 2
+
+
+@pytest.mark.release
+def test_source_check_names_the_release_verdict_and_cannot_tell_on_cpu(traces, release):
+    """0.5.23 captures triton's draft-extend on CUDA: TritonAttnBackend is first in
+    `graph_supported_backend_types` (speculative/eagle_worker_v2.py:567-573, used on
+    `_is_cuda or _is_musa` :574). A CPU profile cannot say graph or eager: no verdict on it."""
+    tree = release("0.5.23").root
+    doc = _json(str(traces["spec"]), "--sglang", str(tree), "--attention-backend", "triton",
+                "--speculative-num-steps", "2")
+    sc = doc["source_check"]
+    assert sc["source"]["mode"] == "graph" and sc["source"]["platform"] == "cuda"
+    assert sc["source"]["gate"].startswith("sglang/srt/speculative/eagle_worker_v2.py:")
+    assert sc["agrees"] is None and "cannot be told" in sc["detail"]
+    assert not any(f["status"] == "fail" for f in doc["findings"])
+
+
+def test_source_options_need_the_backend(traces):
+    r = CliRunner().invoke(main, ["trace", str(traces["spec"]), "--kill-switch"])
+    assert r.exit_code == 2 and "--attention-backend" in r.output
