@@ -98,3 +98,38 @@ def render(doc: dict) -> str:
                + (f": {x['detail']}" if x["detail"] else "") for x in fs)
     out.append(f"{len(doc['files'])} file(s), {len(fs)} finding(s)")
     return "\n".join(out)
+
+
+PHASE_COLUMNS = ("phase", "passes", "graph", "eager", "unknown", "replays", "kernels/replay",
+                 "host/pass", "GPU/pass", "launches/pass", "eager why")
+
+
+def _main(ph: dict) -> dict | None:
+    modes = ph["by_mode"]
+    key = max(modes, key=lambda m: modes[m]["passes"]) if modes else None
+    return modes.get(key) if key else None
+
+
+def phase_rows(phases: dict) -> list[tuple[str, ...]]:
+    """One row per phase for a table (the TUI's Trace tab), from the same document: times are
+    the medians of the mode most passes ran in; an unreliable GPU figure says so."""
+    rows = []
+    for phase, ph in phases.items():
+        kpr = ph["kernels_per_replay"]
+        k = ", ".join(f"{n}x{c}" for n, c in kpr["counts"].items()) or "-"
+        if kpr["counts"] and not kpr["reliable"]:
+            k = "UNRELIABLE " + k
+        m = _main(ph)
+        gpu = "-"
+        if m is not None:
+            g = m["gpu_us"]
+            gpu = ("not recorded" if g["stats"] is None else
+                   _us(g["stats"]["median"]) if g["reliable"] else
+                   "UNRELIABLE ~" + _us(g["stats"]["median"]))
+        launches = m["launches"]["median"] if m is not None and m["launches"] else None
+        why = "; ".join(f"{n}x {r.split(':')[0]}" for r, n in ph["eager_reasons"].items())
+        rows.append((phase, str(ph["passes"]), str(ph["graph_passes"]), str(ph["eager_passes"]),
+                     str(ph["unknown_passes"]), str(ph["graph_replays"]), k,
+                     _us(m["host_us"]["median"]) if m and m["host_us"] else "-", gpu,
+                     "-" if launches is None else f"{launches:g}", why or "-"))
+    return rows

@@ -70,7 +70,7 @@ def analyse_file(tr: Trace) -> tuple[dict, list[Pass]]:
     comp = trace_complete.check(tr, ps)
     ws = trace_waits.waits(tr, ps)
     doc = {"path": tr.path, "rank": tr.rank, "stage": tr.stage, "platform": tr.platform,
-           "versions": tr.versions, "events": tr.events, "with_stacks": bool(tr.frames),
+           "versions": tr.versions, "events": tr.events, "with_stacks": len(tr.frames) > 0,
            "annotations": trace_phases.annotation_counts(tr),
            "completeness": comp,
            "phases": phase_stats(ps, comp["unreliable_phases"], comp["gpu_recorded"]),

@@ -11,10 +11,11 @@ from __future__ import annotations
 import bisect
 import re
 import statistics
+from array import array
 from collections import defaultdict
 
 from diag.probes.trace_phases import Pass
-from diag.probes.trace_reader import Trace
+from diag.probes.trace_reader import Frames, Trace
 
 SYNC = re.compile(r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize")
 COPY = re.compile(r"^(cuda|hip|cu)Memcpy")
@@ -37,7 +38,7 @@ def waits(tr: Trace, ps: list[Pass]) -> list[dict]:
         if g[0] == "gpu_memcpy" and g[6] is not None:
             copy_dir[g[6]] = g[1]
     gpu_starts = [g[2] for g in tr.gpu]
-    frames = _frames_by_tid(tr)
+    stacks: _Stacks | None = None
     pass_idx = _passes_by_tid(ps)
     out: list[dict] = []
     for key, rts in rt_by_tid.items():
@@ -59,11 +60,13 @@ def waits(tr: Trace, ps: list[Pass]) -> list[dict]:
                 kind = name.split("_v")[0]
             if kind is None:
                 continue
+            if stacks is None and len(tr.frames):
+                stacks = _Stacks(tr.frames)  # only for a trace with waits and stacks
             j = bisect.bisect_left(gpu_starts, w_end)
             idle = gpu_starts[j] - w_end if j < len(gpu_starts) else None
             out.append({"kind": kind, "call": name, "ts": ts, "wait_us": w_end - ts,
                         "gpu_idle_after_us": idle, "phase": _phase_at(pass_idx, key, ts),
-                        "site": _site(frames.get(key), ts, w_end)})
+                        "site": stacks.site(key, ts, w_end) if stacks else None})
     out.sort(key=lambda w: w["ts"])
     return out
 
@@ -83,7 +86,7 @@ def summary(tr: Trace, ws: list[dict]) -> dict:
                      "gpu_idle_after_us_median": statistics.median(idles) if idles else None,
                      "gpu_idle_after_us_total": sum(idles) if idles else None})
     notes = []
-    if not tr.frames:
+    if not len(tr.frames):
         notes.append(NO_STACKS)
     has_sync_names = any(SYNC.match(r[0]) for r in tr.runtime)
     if tr.platform == "rocm" and not has_sync_names:
@@ -92,40 +95,55 @@ def summary(tr: Trace, ws: list[dict]) -> dict:
         notes.append("the trace has no runtime calls (no GPU activity recorded): no waits can "
                      "be seen")
     return {"visible": bool(tr.runtime) and (tr.platform != "rocm" or has_sync_names),
-            "with_stacks": bool(tr.frames),
+            "with_stacks": len(tr.frames) > 0,
             "blocking": sum(1 for w in ws if w["kind"] != "async D2H copy"),
             "async_copies": sum(1 for w in ws if w["kind"] == "async D2H copy"),
             "by_site": rows, "notes": notes}
 
 
-def _frames_by_tid(tr: Trace) -> dict:
-    by: dict[tuple, list[tuple]] = defaultdict(list)
-    for f in tr.frames:
-        by[(f[2], f[3])].append(f)
-    ids = {f[4]: f for f in tr.frames if f[4] is not None}
-    return {k: ([f[0] for f in v], v, ids) for k, v in by.items()}
+class _Stacks:
+    """The frames of one trace indexed for call-site lookups: per thread, frame indexes sorted by
+    start (outer first), and Python id -> frame index (ids are small consecutive integers)."""
 
+    def __init__(self, fr: Frames) -> None:
+        self.fr = fr
+        order = sorted(range(len(fr)), key=lambda i: (fr.ts[i], -fr.end[i]))
+        per: dict[int, array] = defaultdict(lambda: array("l"))
+        for i in order:
+            per[fr.key[i]].append(i)
+        self.by_key = {fr.keys[k]: (array("d", (fr.ts[i] for i in idx)), idx)
+                       for k, idx in per.items()}
+        top = max(fr.pyid, default=-1)
+        self.by_id = array("l", [-1]) * (top + 1)
+        for i, pid in enumerate(fr.pyid):
+            if pid >= 0:
+                self.by_id[pid] = i
 
-def _site(frames: tuple | None, ts: float, end: float) -> str | None:
-    """The innermost frame outside torch that encloses [ts, end] (up the `Python parent id`
-    chain from the innermost enclosing frame), or None without stacks."""
-    if frames is None:
-        return None
-    starts, fs, ids = frames
-    i = bisect.bisect_right(starts, ts) - 1
-    inner = None
-    for k in range(i, max(i - 5000, -1), -1):  # the innermost enclosing frame starts last
-        if fs[k][0] <= ts and fs[k][1] >= end:
-            inner = fs[k]
-            break
-    first = inner[6] if inner is not None else None
-    for _ in range(200):
-        if inner is None:
-            break
-        if not TORCH_FRAME.match(inner[6]):
-            return inner[6]
-        inner = ids.get(inner[5])
-    return first
+    def site(self, key: tuple, ts: float, end: float) -> str | None:
+        """The innermost frame outside torch that encloses [ts, end] (up the `Python parent
+        id` chain from the innermost enclosing frame on the thread), or None."""
+        got = self.by_key.get(key)
+        if got is None:
+            return None
+        starts, idx = got
+        fr = self.fr
+        j = bisect.bisect_right(starts, ts) - 1
+        inner = -1
+        for k in range(j, max(j - 5000, -1), -1):  # the innermost enclosing frame starts last
+            i = idx[k]
+            if fr.ts[i] <= ts and fr.end[i] >= end:
+                inner = i
+                break
+        first = fr.names[fr.name[inner]] if inner >= 0 else None
+        for _ in range(200):
+            if inner < 0:
+                break
+            name = fr.names[fr.name[inner]]
+            if not TORCH_FRAME.match(name):
+                return name
+            parent = fr.parent[inner]
+            inner = self.by_id[parent] if 0 <= parent < len(self.by_id) else -1
+        return first
 
 
 def _passes_by_tid(ps: list[Pass]) -> dict:

@@ -27,13 +27,15 @@ from diag.errors import EXIT_USAGE, DiagError
               metavar="FILE", help="Where `e` writes the JSON export.")
 @click.option("--once", is_flag=True,
               help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
+@click.option("--trace", "trace_paths", multiple=True, metavar="PATH",
+              help="Also show these torch-profiler traces per phase (tab 5; as `diag trace`).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Width of the --once frame. Default: the terminal's (80 without one).")
 @guarded
 def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         speculative_num_steps: int | None, speculative_algorithm: str | None,
         server_url: str | None, run_dir: str | None, execute: bool, poll_interval: float,
-        export_path: str, once: bool, width: int | None) -> None:
+        export_path: str, once: bool, width: int | None, trace_paths: tuple[str, ...]) -> None:
     """Live view: findings, fixes (apply/revert), before/after timings and sync counts.
 
     With --run-dir, a/u apply/revert fixes in that engine; with --server, its /metrics (SGLang's
@@ -46,6 +48,9 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         from diag.engine.rundir import check_run_dir
 
         check_run_dir(run_dir)
+    for p in trace_paths:  # a path that is not there is exit 3 before the screen opens
+        if not os.path.isfile(p):
+            raise DiagError(f"--trace {p}: no such file")
     import importlib.util
 
     for need in ("rich", "textual"):
@@ -70,7 +75,8 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
     from diag.tui.app import make_app
 
     app = make_app(sglang, platform, run_dir, server_url, execute=execute,
-                   poll_interval=poll_interval, export_path=export_path, config=config)
+                   poll_interval=poll_interval, export_path=export_path, config=config,
+                   trace_paths=trace_paths)
     from diag.releases import cache_root
 
     loop = asyncio.new_event_loop()  # not asyncio.run: it would wait for every worker thread
