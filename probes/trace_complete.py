@@ -22,10 +22,26 @@ ROCTRACER_GRAPHS = ("torch's vendored roctracer loses kernels of HIP graph repla
 def check(tr: Trace, ps: list[Pass]) -> dict:
     """The completeness verdict of one file: per graph, per phase, and the tracer's."""
     graphs: dict[tuple, Counter] = defaultdict(Counter)
-    for p in ps:
-        for _corr, n, gid in p.replays:
-            key = ("graph", gid) if gid is not None else ("phase,bs", p.phase, p.bs)
-            graphs[key][n] += 1
+    in_pass = {r[0]: p for p in ps for r in p.replays if r[0] is not None}
+    kernels: dict[object, list] = defaultdict(list)
+    for g in tr.gpu:
+        if g[0] == "kernel" and g[6] is not None:
+            kernels[g[6]].append(g[7])
+    ungrouped = 0
+    for name, _ts, _end, _pid, _tid, corr in tr.runtime:
+        if not GRAPH_LAUNCH.match(name):
+            continue
+        ks = kernels.get(corr, []) if corr is not None else []
+        gid = next((k for k in ks if k is not None), None)
+        p = in_pass.get(corr)
+        if gid is not None:
+            key = ("graph", gid)
+        elif p is not None:
+            key = ("phase,bs", p.phase, p.bs)
+        else:  # no graph id, outside SGLang's phases: no way to tell which graph it replayed
+            ungrouped += 1
+            continue
+        graphs[key][len(ks)] += 1
     rows, bad_phases = [], {}
     for key, counts in graphs.items():
         phase = key[1] if key[0] == "phase,bs" else _phase_of(ps, key[1])
@@ -38,7 +54,7 @@ def check(tr: Trace, ps: list[Pass]) -> dict:
             why = "kernels per replay differ across replays of one graph: " + ", ".join(
                 f"{n} kernels x{c}" for n, c in sorted(counts.items()))
         if why:
-            bad_phases.setdefault(phase, why)
+            bad_phases.setdefault(phase or "outside phases", why)
         rows.append({"graph": key[1] if key[0] == "graph" else None, "phase": phase,
                      "bs": key[2] if key[0] == "phase,bs" else None,
                      "kernels_per_replay": {str(n): c for n, c in sorted(counts.items())},
@@ -57,6 +73,7 @@ def check(tr: Trace, ps: list[Pass]) -> dict:
     return {"graphs": sorted(rows, key=lambda r: (r["phase"] or "", r["bs"] or 0,
                                                   str(r["graph"]))),
             "lossy": lossy, "unreliable_phases": bad_phases, "graph_key_note": graph_key_note,
+            "ungrouped_replays": ungrouped,
             "gpu_recorded": bool(tr.gpu), "complete": not bad_phases and not lossy}
 
 

@@ -60,6 +60,9 @@ def render(doc: dict) -> str:
             if not g["complete"]:
                 out.append(f"    {g['phase']} bs={g['bs']}: {g['why']}")
         out.extend(f"    lossy: {why}" for why in c["lossy"])
+        if c["ungrouped_replays"]:
+            out.append(f"    {c['ungrouped_replays']} graph replays outside SGLang's phases "
+                       "without graph ids: not checked")
         out.extend(phase_lines(f["phases"]))
         w = f["host_waits"]
         out.append(f"  host waits: {w['blocking']} blocking, {w['async_copies']} async copies")
