@@ -84,8 +84,12 @@ def annotation_counts(tr: Trace) -> list[dict]:
             for n, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def passes(tr: Trace) -> list[Pass]:
-    """The passes of every phase, in time order per thread, with their launches and GPU time."""
+GRAPHED = ("target-verify", "draft-decode", "draft-extend", "decode")  # captured per batch size
+
+
+def passes(tr: Trace, max_bs: int | None = None) -> list[Pass]:
+    """The passes of every phase, in time order per thread, with their launches and GPU time.
+    `max_bs`: the server's largest captured batch, when the user gives it."""
     out: list[Pass] = []
     by_tid: dict[tuple, list[tuple]] = defaultdict(list)
     for a in tr.annotations:
@@ -94,7 +98,7 @@ def passes(tr: Trace) -> list[Pass]:
         out.extend(_thread_passes(anns, key))
     out.sort(key=lambda p: p.ts)
     _attach_runtime(tr, out)
-    _reasons(out)
+    _reasons(out, max_bs)
     return out
 
 
@@ -166,8 +170,9 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total + (cur_e - cur_s if cur_e is not None else 0.0)
 
 
-def _reasons(out: list[Pass]) -> None:
-    """The reason an eager pass shows in the trace itself, where it shows one."""
+def _reasons(out: list[Pass], max_bs: int | None = None) -> None:
+    """The reason an eager pass shows in the trace itself, where it shows one (and the batch
+    size against the server's largest captured batch, when given)."""
     top_graph_bs: dict[str, int] = {}
     for p in out:
         if p.mode == "graph" and p.bs is not None:
@@ -177,6 +182,8 @@ def _reasons(out: list[Pass]) -> None:
             continue
         if p.phase == "draft-extend" and p.after == "target-extend":
             p.reason = PREFILL_REASON
+        elif max_bs is not None and p.bs is not None and p.bs > max_bs and p.phase in GRAPHED:
+            p.reason = f"batch {p.bs} above the largest captured batch ({max_bs}, as given)"
         elif p.bs is not None and p.phase in top_graph_bs and p.bs > top_graph_bs[p.phase]:
             p.reason = (f"batch {p.bs} above the largest batch this phase replayed as a graph "
                         f"in the trace ({top_graph_bs[p.phase]})")

@@ -24,7 +24,10 @@ VERSION_KEYS = ("cupti_version", "cuda_runtime_version", "cuda_driver_version",
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_api", "runtime"}
 # SGLang 0.5.23 `utils/profile_utils.py` build_step_span_name: `step[{stage} bs={bs}...]`
-STAGE_FILE = re.compile(r"-(EXTEND|DECODE|TARGET_VERIFY|MIXED|IDLE)\.trace\.json")
+# stage profiling file names: `-{ForwardMode.name}` (0.5.23 profiler_manager.py:338) and, with
+# SGLANG_PROFILE_V2, `-prefill`/`-decode`
+STAGE_FILE = re.compile(r"-(EXTEND|DECODE|TARGET_VERIFY|MIXED|IDLE|prefill|decode)"
+                        r"\.trace\.json", re.I)
 TP_RANK = re.compile(r"-TP-(\d+)")
 
 

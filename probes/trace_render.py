@@ -96,6 +96,13 @@ def render(doc: dict) -> str:
             ls = "-" if row["launches_delta"] is None else f"{row['launches_delta']:+g}"
             out.append(f"  {row['phase']}: {b['mode']} -> {c['mode']}, host/pass {hs}, "
                        f"GPU/pass {gs}, launches/pass {ls}")
+    sc = doc.get("source_check")
+    if sc is not None:
+        src = sc["source"]
+        verdict = {True: "agrees", False: "DISAGREES", None: "cannot tell"}[sc["agrees"]]
+        out.append(f"source check (sglang {src['release']}, {src['platform']}, "
+                   f"{src['attention_backend']}): draft-extend {src['mode']} by the source; "
+                   f"the trace {verdict}: {sc['detail']}")
     fs = doc["findings"]
     out.extend(f"{x['status'].upper()}: {x['title']}" + (f" ({x['file']})" if x["file"] else "")
                + (f": {x['detail']}" if x["detail"] else "") for x in fs)

@@ -65,8 +65,8 @@ def phase_stats(ps: list[Pass], unreliable: dict[str, str], gpu_recorded: bool) 
     return out
 
 
-def analyse_file(tr: Trace) -> tuple[dict, list[Pass]]:
-    ps = trace_phases.passes(tr)
+def analyse_file(tr: Trace, max_bs: int | None = None) -> tuple[dict, list[Pass]]:
+    ps = trace_phases.passes(tr, max_bs)
     comp = trace_complete.check(tr, ps)
     ws = trace_waits.waits(tr, ps)
     doc = {"path": tr.path, "rank": tr.rank, "stage": tr.stage, "platform": tr.platform,
@@ -89,12 +89,12 @@ def _merge(files: list[tuple[dict, list[Pass]]]) -> dict:
             "phases": phase_stats(ps, unreliable, gpu)}
 
 
-def analyse(paths: list[str]) -> tuple[list[dict], list[dict], dict]:
+def analyse(paths: list[str], max_bs: int | None = None) -> tuple[list[dict], list[dict], dict]:
     """(per file, per rank, merged across all) for the trace files `paths`."""
     files = []
     for path in paths:
         tr = read(path)
-        files.append(analyse_file(tr))
+        files.append(analyse_file(tr, max_bs))
         del tr
     by_rank: dict[object, list] = defaultdict(list)
     for f in files:
@@ -197,14 +197,14 @@ def findings(files: list[dict], merged: dict, comparison: list[dict] | None,
 
 
 def build(paths: list[str], baseline: list[str] | None = None,
-          source: Callable[[str], dict] | None = None) -> dict:
+          source: Callable[[str], dict] | None = None, max_bs: int | None = None) -> dict:
     """The whole `diag trace` document. `source(platform)` gives the release's draft-extend
     verdict (probes.trace_verdict.source_verdict) for the trace's platform, when asked for."""
-    files, ranks, merged = analyse(paths)
+    files, ranks, merged = analyse(paths, max_bs)
     doc = {"schema_version": SCHEMA_VERSION, "kind": "trace", "files": files, "ranks": ranks,
            "merged": merged, "baseline": None, "compare": None, "source_check": None}
     if baseline:
-        bfiles, _branks, bmerged = analyse(baseline)
+        bfiles, _branks, bmerged = analyse(baseline, max_bs)
         doc["baseline"] = {"files": bfiles, "merged": bmerged}
         doc["compare"] = compare(bmerged, merged)
     if source is not None:

@@ -29,10 +29,12 @@ from diag.errors import EXIT_FINDINGS, EXIT_OK
 @click.option("--kill-switch", is_flag=True,
               help="The traced server ran with the draft-extend kill switch set "
                    "(SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1).")
+@click.option("--max-captured-bs", type=click.IntRange(1), metavar="N",
+              help="The traced server's largest captured batch: eager passes above it say so.")
 @guarded
 def trace(paths: tuple[str, ...], baseline: tuple[str, ...], as_json: bool, fail_on: str,
           sglang: str | None, attention_backend: str | None, speculative_num_steps: int | None,
-          kill_switch: bool) -> None:
+          kill_switch: bool, max_captured_bs: int | None) -> None:
     """Read torch-profiler traces (Chrome JSON, .json.gz; one per rank or stage) per
     speculative phase: graph replays, eager passes, host waits, completeness.
 
@@ -47,7 +49,7 @@ def trace(paths: tuple[str, ...], baseline: tuple[str, ...], as_json: bool, fail
     elif sglang or speculative_num_steps or kill_switch:
         raise click.UsageError("--sglang, --speculative-num-steps and --kill-switch describe "
                                "the server for the source check: give --attention-backend too")
-    doc = build(list(paths), list(baseline) or None, source)
+    doc = build(list(paths), list(baseline) or None, source, max_captured_bs)
     if as_json:
         click.echo(json.dumps(doc, indent=1))
     else:
