@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,13 +24,16 @@ from pathlib import Path
 PROGRAM = Path(__file__).resolve().parent.parent / "tests" / "trace_programs.py"
 
 
-def _child(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one child run to completion."""
+def _child(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds user+sys, peak RSS MiB) of one child run to completion. On a
+    shared machine the CPU time is the steadier figure: wall time includes waiting for a core."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, _, ru = os.wait4(p.pid, 0)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
-    return wall, ru.ru_maxrss / 1024
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({status})")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -57,21 +59,23 @@ def main() -> None:
     for name, path in (("tiny (floor)", tiny), ("plain", plain), ("gz", gz)):
         runs = [_child([*diag, str(path)]) for _ in range(a.repeats)]
         rows[name] = {"file_mb": path.stat().st_size / 2**20,
-                      "wall_s": [r[0] for r in runs], "peak_rss_mib": [r[1] for r in runs]}
+                      "wall_s": [r[0] for r in runs], "cpu_s": [r[1] for r in runs],
+                      "peak_rss_mib": [r[2] for r in runs]}
     load = [sys.executable, "-c", f"import json; json.load(open({str(plain)!r}))"]
-    rows["json.load (plain, for scale)"] = dict(zip(("wall_s", "peak_rss_mib"),
+    rows["json.load (plain, for scale)"] = dict(zip(("wall_s", "cpu_s", "peak_rss_mib"),
                                                     ([v] for v in _child(load))))
     rows["json.load (plain, for scale)"]["file_mb"] = plain.stat().st_size / 2**20
     events = len(json.load(open(plain))["traceEvents"])
     if a.json:
         print(json.dumps({"events": events, "rows": rows}, indent=1))
         return
-    print(f"trace: {events} events; children: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
+    print(f"trace: {events} events; load average {os.getloadavg()[0]:.1f}")
     for name, r in rows.items():
-        print(f"{name:<30} file {r['file_mb']:7.1f} MiB  wall median "
-              f"{statistics.median(r['wall_s']):6.2f} s (min {min(r['wall_s']):.2f}, max "
-              f"{max(r['wall_s']):.2f}, n={len(r['wall_s'])})  peak RSS median "
-              f"{statistics.median(r['peak_rss_mib']):7.1f} MiB")
+        print(f"{name:<30} file {r['file_mb']:6.1f} MiB  wall median "
+              f"{statistics.median(r['wall_s']):6.2f} s [{min(r['wall_s']):.2f}..{max(r['wall_s']):.2f}]"
+              f"  CPU median {statistics.median(r['cpu_s']):6.2f} s [{min(r['cpu_s']):.2f}.."
+              f"{max(r['cpu_s']):.2f}] n={len(r['wall_s'])}  peak RSS median "
+              f"{statistics.median(r['peak_rss_mib']):6.1f} MiB")
 
 
 if __name__ == "__main__":
