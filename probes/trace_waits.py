@@ -3,7 +3,9 @@ site (the innermost frame outside torch) and phase, with the GPU idle time that 
 
 Why a copy is blocking: `Tensor.item()`/`.cpu()`/`.tolist()` issue a `cudaMemcpyAsync` and then
 wait on the stream (`cudaStreamSynchronize`) before returning; a copy not followed by a wait on
-its thread is asynchronous (`non_blocking=True`). The plain `cudaMemcpy`/`hipMemcpy` always block.
+its thread is asynchronous (`non_blocking=True`). The plain `cudaMemcpy`/`hipMemcpy` always block,
+and so does `hipMemcpyWithStream`: torch on ROCm makes its blocking copies with it, no separate
+wait call (`c10/cuda/CUDAFunctions.h` `memcpy_and_sync`, `TORCH_HIP_VERSION >= 301`).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from diag.probes.trace_reader import Frames, Trace
 
 SYNC = re.compile(r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize")
 COPY = re.compile(r"^(cuda|hip|cu)Memcpy")
-BLOCKING_COPY = re.compile(r"^(cudaMemcpy|hipMemcpy|hipMemcpyDtoH|cuMemcpyDtoH)(_v\d+)?$")
+BLOCKING_COPY = re.compile(r"^(cudaMemcpy|hipMemcpy|hipMemcpyDtoH|hipMemcpyWithStream|"
+                           r"cuMemcpyDtoH)(_v\d+)?$")
 D2H = re.compile(r"DtoH|DeviceToHost|Device -> (Pageable|Pinned)", re.I)
 TORCH_FRAME = re.compile(r"^(<built-in|torch/|.*/torch/|nn\.Module:|<string>)")
 NO_STACKS = ("the trace has no Python stacks (recorded without with_stack=True): host waits "
              "are counted and timed but cannot be tied to a call site")
-NO_SYNC_EVENTS = ("the tracer recorded no synchronize calls (ROCm's roctracer in torch does "
-                  "not record them): waits are not visible in this trace, not absent")
+NO_SYNC_EVENTS = ("no synchronize call in this ROCm trace: torch on ROCm waits inside "
+                  "hipMemcpyWithStream (counted as blocking copies); waits of other kinds, if "
+                  "any, are not visible here")
 
 
 def waits(tr: Trace, ps: list[Pass]) -> list[dict]:
@@ -94,7 +98,7 @@ def summary(tr: Trace, ws: list[dict]) -> dict:
     if not tr.runtime:
         notes.append("the trace has no runtime calls (no GPU activity recorded): no waits can "
                      "be seen")
-    return {"visible": bool(tr.runtime) and (tr.platform != "rocm" or has_sync_names),
+    return {"visible": bool(tr.runtime),
             "with_stacks": len(tr.frames) > 0,
             "blocking": sum(1 for w in ws if w["kind"] != "async D2H copy"),
             "async_copies": sum(1 for w in ws if w["kind"] == "async D2H copy"),

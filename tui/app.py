@@ -124,7 +124,8 @@ class DiagApp(App[None]):
         Binding("2", "tab('tab-fixes')", "fixes", show=False, tooltip="Fixes tab"),
         Binding("3", "tab('tab-timings')", "timings", show=False, tooltip="Timings tab"),
         Binding("4", "tab('tab-syncs')", "syncs", show=False, tooltip="Syncs tab"),
-        Binding("5", "tab('tab-trace')", "trace", show=False, tooltip="Trace tab (--trace)"),
+        # no description: the help (and its snapshots) lists it only once --trace opens the tab
+        Binding("5", "tab('tab-trace')", "", show=False),
     ]
 
     def __init__(self, backend: Backend, poll_interval: float = 1.0,

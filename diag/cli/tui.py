@@ -28,7 +28,8 @@ from diag.errors import EXIT_USAGE, DiagError
 @click.option("--once", is_flag=True,
               help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
 @click.option("--trace", "trace_paths", multiple=True, metavar="PATH",
-              help="Also show these torch-profiler traces per phase (tab 5; as `diag trace`).")
+              help="Also show these torch-profiler traces per phase (tab 5, key 5; as "
+                   "`diag trace`).")
 @click.option("--width", type=click.IntRange(min=40), default=None,
               help="Width of the --once frame. Default: the terminal's (80 without one).")
 @guarded
