@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -210,3 +212,15 @@ def test_source_verdict_against_the_trace(release, scenario, kill, agrees, code)
     assert sc["agrees"] is agrees
     text = CliRunner().invoke(main, args).stdout
     assert ("DISAGREES" in text) == (not agrees)
+
+
+def test_reads_traces_where_torch_is_not_installed(notorch_python):
+    """A trace is often read on a laptop, not on the GPU host: no torch, no SGLang needed."""
+    path = _file("tr-captured-bs16")
+    r = subprocess.run([str(notorch_python), "-m", "diag", "trace", str(path), "--json"],
+                       capture_output=True, text=True, timeout=240,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["files"][0]["phases"]["draft-extend"]["passes"] == \
+        _count(path, "draft_extend")["passes"] == 3
