@@ -119,8 +119,6 @@ class Trace:
 def _open(path: str):
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed by the caller's with)
-    except IsADirectoryError:
-        raise TraceReadError(f"{path}: is a directory, not a trace file") from None
     except OSError as e:
         raise TraceReadError(f"{path}: cannot read: {e.strerror or e}") from None
     if f.read(2) == b"\x1f\x8b":

@@ -89,10 +89,31 @@ def _merge(files: list[tuple[dict, list[Pass]]]) -> dict:
             "phases": phase_stats(ps, unreliable, gpu)}
 
 
+def expand(paths: list[str]) -> list[str]:
+    """Paths as given, a directory replaced by the traces in it (`*.json`, `*.json.gz`, sorted):
+    what `/start_profile` or stage profiling wrote, one file per rank or stage."""
+    import os
+
+    from diag.probes.trace_reader import TraceReadError
+
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(os.path.join(p, n) for n in os.listdir(p)
+                           if n.endswith((".json", ".json.gz"))
+                           and os.path.isfile(os.path.join(p, n)))
+            if not found:
+                raise TraceReadError(f"{p}: a directory with no .json or .json.gz trace in it")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
+
+
 def analyse(paths: list[str], max_bs: int | None = None) -> tuple[list[dict], list[dict], dict]:
     """(per file, per rank, merged across all) for the trace files `paths`."""
     files = []
-    for path in paths:
+    for path in expand(paths):
         tr = read(path)
         files.append(analyse_file(tr, max_bs))
         del tr

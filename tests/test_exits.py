@@ -111,7 +111,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["trace", missing], 3, "no such file"),
         (["trace", str(tmp), "--max-captured-bs", "0"], 2, "not in the range x>=1"),
         (["trace", str(tmp), "--kill-switch"], 2, "give --attention-backend too"),
-        (["trace", str(tmp)], 3, "is a directory"),
+        (["trace", str(tmp / "no-such-dir" / "x.json.gz")], 3, "no such file"),
         (["trace", "--tui"], 2, "No such option '--tui'"),
         # run, env
         (["run", "--fix", "nope", "--", "true"], 2, "unknown fix 'nope'"),

@@ -151,12 +151,14 @@ def test_fail_on_warn_exits_1_with_findings(traces):
     assert r.exit_code == 1
 
 
-@pytest.mark.parametrize("case", ["missing", "directory", "not-json", "no-events-key",
+@pytest.mark.parametrize("case", ["missing", "empty-directory", "not-json", "no-events-key",
                                   "bare-list", "truncated-gz", "empty"])
 def test_bad_paths_exit_3_with_one_line(tmp_path, traces, case):
     p = tmp_path / "t.json"
-    if case == "directory":
-        p = tmp_path
+    if case == "empty-directory":
+        p = tmp_path / "d"
+        p.mkdir()
+        (p / "notes.txt").write_text("not a trace")
     elif case == "not-json":
         p.write_text("hello")
     elif case == "no-events-key":

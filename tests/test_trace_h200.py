@@ -224,3 +224,25 @@ def test_reads_traces_where_torch_is_not_installed(notorch_python):
     doc = json.loads(r.stdout)
     assert doc["files"][0]["phases"]["draft-extend"]["passes"] == \
         _count(path, "draft_extend")["passes"] == 3
+
+
+def test_a_directory_stands_for_its_traces():
+    d = FIX / "tr-stage"
+    doc = _json(str(d))
+    assert [Path(f["path"]).name for f in doc["files"]] == sorted(
+        p.name for p in d.glob("*.trace.json.gz"))
+    assert len(doc["files"]) == 2
+
+
+def test_text_tells_the_json_figures():
+    path = _file("tr-captured-bs1")
+    doc = _json(str(path))
+    text = CliRunner().invoke(main, ["trace", str(path)]).stdout
+    for phase, ph in doc["files"][0]["phases"].items():
+        k = ", ".join(f"{n} x{c}" for n, c in ph["kernels_per_replay"]["counts"].items()) or "-"
+        assert (f"{phase}: {ph['passes']} passes, {ph['graph_passes']} graph "
+                f"({ph['graph_replays']} replays), {ph['eager_passes']} eager; "
+                f"kernels/replay {k}") in text
+    for r in doc["files"][0]["host_waits"]["by_site"]:
+        assert f"{r['count']:>5} x {r['kind']} in {r['phase'] or 'no phase'} at " \
+               f"{r['site'] or '(no stack)'}" in text

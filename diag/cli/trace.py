@@ -35,8 +35,9 @@ from diag.errors import EXIT_FINDINGS, EXIT_OK
 def trace(paths: tuple[str, ...], baseline: tuple[str, ...], as_json: bool, fail_on: str,
           sglang: str | None, attention_backend: str | None, speculative_num_steps: int | None,
           kill_switch: bool, max_captured_bs: int | None) -> None:
-    """Read torch-profiler traces (Chrome JSON, .json.gz; one per rank or stage) per
-    speculative phase: graph replays, eager passes, host waits, completeness.
+    """Read torch-profiler traces (Chrome JSON, .json.gz; one per rank or stage; a directory
+    stands for the traces in it) per speculative phase: graph replays, eager passes, host
+    waits, completeness.
 
     Exit codes: 0 read, 1 findings at/above --fail-on, 2 usage, 3 a path that is not a
     readable trace (or a release that cannot be found).
