@@ -7,7 +7,8 @@ a fresh child (`python -m diag trace PATH --json`), wall time and the child's pe
 (`ru_maxrss`); the noise floor is the same child reading a tiny trace (import and start cost).
 For scale, the peak RSS of `json.load` on the same file is measured once in another child.
 
-    python benchmarks/trace_read.py [--rounds 6000] [--repeats 3] [--dir /tmp/diag-trace-bench]
+    python benchmarks/trace_read.py [--rounds 4200] [--repeats 3] [--dir /tmp/diag-trace-bench]
+    python benchmarks/trace_read.py --trace BIG.trace.json.gz   # a trace recorded elsewhere
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _child(cmd: list[str]) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=6000)
+    ap.add_argument("--rounds", type=int, default=4200)  # ~200 MB of JSON
+    ap.add_argument("--trace", default=None, help="time this trace instead of recording one")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/diag-trace-bench")
     ap.add_argument("--json", action="store_true")
@@ -48,7 +50,12 @@ def main() -> None:
     plain = d / f"big-{a.rounds}.trace.json"
     gz = d / f"big-{a.rounds}.trace.json.gz"
     tiny = d / "tiny.trace.json"
-    for path, rounds in ((plain, a.rounds), (gz, a.rounds), (tiny, 2)):
+    todo = ((plain, a.rounds), (gz, a.rounds), (tiny, 2))
+    if a.trace:
+        given = Path(a.trace)
+        plain, gz = (given, None) if given.suffix != ".gz" else (None, given)
+        todo = ((tiny, 2),)
+    for path, rounds in todo:
         if not path.exists():
             t0 = time.perf_counter()
             subprocess.run([sys.executable, str(PROGRAM), str(path), "--rounds", str(rounds)],
@@ -57,15 +64,21 @@ def main() -> None:
     diag = [sys.executable, "-m", "diag", "trace", "--json"]
     rows = {}
     for name, path in (("tiny (floor)", tiny), ("plain", plain), ("gz", gz)):
+        if path is None:
+            continue
         runs = [_child([*diag, str(path)]) for _ in range(a.repeats)]
         rows[name] = {"file_mb": path.stat().st_size / 2**20,
                       "wall_s": [r[0] for r in runs], "cpu_s": [r[1] for r in runs],
                       "peak_rss_mib": [r[2] for r in runs]}
-    load = [sys.executable, "-c", f"import json; json.load(open({str(plain)!r}))"]
-    rows["json.load (plain, for scale)"] = dict(zip(("wall_s", "cpu_s", "peak_rss_mib"),
-                                                    ([v] for v in _child(load))))
-    rows["json.load (plain, for scale)"]["file_mb"] = plain.stat().st_size / 2**20
-    events = len(json.load(open(plain))["traceEvents"])
+    src = plain or gz
+    opener = "gzip.open" if src.suffix == ".gz" else "open"
+    load = [sys.executable, "-c", f"import gzip, json; json.load({opener}({str(src)!r}))"]
+    rows["json.load (for scale)"] = dict(zip(("wall_s", "cpu_s", "peak_rss_mib"),
+                                             ([v] for v in _child(load))))
+    rows["json.load (for scale)"]["file_mb"] = src.stat().st_size / 2**20
+    import gzip
+
+    events = len(json.load(gzip.open(src) if src.suffix == ".gz" else open(src))["traceEvents"])
     if a.json:
         print(json.dumps({"events": events, "rows": rows}, indent=1))
         return
