@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from diag.cli import main
@@ -56,3 +57,15 @@ def test_trace_tab_shows_the_json_figures(tmp_path):
 def test_tui_trace_path_missing_is_exit_3(tmp_path):
     r = CliRunner().invoke(main, ["tui", "--trace", str(tmp_path / "nope.json")])
     assert r.exit_code == 3 and "no such file" in r.output
+
+
+@pytest.mark.release
+def test_once_frame_adds_the_trace(tmp_path):
+    """`diag tui --once --trace P` prints the frame, then what `diag trace P` prints."""
+    fixture = next((Path(__file__).parent / "fixtures" / "traces" / "tr-captured-bs16")
+                   .glob("*.gz"))
+    want = CliRunner().invoke(main, ["trace", str(fixture)]).stdout
+    r = CliRunner().invoke(main, ["tui", "--once", "--no-execute", "--sglang", "0.5.23",
+                                  "--width", "100", "--trace", str(fixture)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.endswith(want)

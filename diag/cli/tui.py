@@ -69,6 +69,11 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         click.echo(render_once(sglang=sglang, platform=platform, run_dir=run_dir,
                                server_url=server_url, execute=execute, width=width,
                                config=config), nl=False)
+        if trace_paths:  # tab 5's content, as `diag trace` prints it
+            from diag.probes.trace_render import render
+            from diag.probes.trace_report import build
+
+            click.echo(render(build(list(trace_paths))))
         return
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         raise DiagError("`diag tui` needs a terminal (use --once for a text frame)",
