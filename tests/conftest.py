@@ -55,7 +55,7 @@ def release():
 
 
 # diag's runtime dependencies that the CLI paths under test import (textual only for the TUI).
-_RUNTIME_DEPS = ("click", "psutil", "packaging", "prometheus_client", "wrapt")
+_RUNTIME_DEPS = ("click", "psutil", "packaging", "prometheus_client", "wrapt", "ijson")
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,12 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["fleet", "--prometheus", "http://127.0.0.1:9", "--window", "abc"], 2,
          "is not a duration"),
         (["fleet", "--prometheus", "http://127.0.0.1:9", "--timeout", "0"], 2, "not in the range"),
+        # trace
+        (["trace", missing], 3, "no such file"),
+        (["trace", str(tmp), "--max-captured-bs", "0"], 2, "not in the range x>=1"),
+        (["trace", str(tmp), "--kill-switch"], 2, "give --attention-backend too"),
+        (["trace", str(tmp / "no-such-dir" / "x.json.gz")], 3, "no such file"),
+        (["trace", "--tui"], 2, "No such option '--tui'"),
         # run, env
         (["run", "--fix", "nope", "--", "true"], 2, "unknown fix 'nope'"),
         (["run", "--probe", "nope", "--", "true"], 2, "unknown runtime counter 'nope'"),

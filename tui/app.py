@@ -36,7 +36,7 @@ from diag.tui.timings import TimingsView
 RENDER_HZ = 4
 MIN_POLL_S = 0.25
 TABLES = {"tab-overview": "#findings", "tab-fixes": "#fixes", "tab-timings": "#timings",
-          "tab-syncs": "#syncs"}
+          "tab-syncs": "#syncs", "tab-trace": "#trace-phases"}
 
 ABOUT = ("Selected fix: the Fixes row; on Overview the finding's fix; on Timings the row's; on "
          "Syncs the one the counts are about. Values: median (IQR p25–p75, n); change: "
@@ -124,12 +124,16 @@ class DiagApp(App[None]):
         Binding("2", "tab('tab-fixes')", "fixes", show=False, tooltip="Fixes tab"),
         Binding("3", "tab('tab-timings')", "timings", show=False, tooltip="Timings tab"),
         Binding("4", "tab('tab-syncs')", "syncs", show=False, tooltip="Syncs tab"),
+        # no description: the help (and its snapshots) lists it only once --trace opens the tab
+        Binding("5", "tab('tab-trace')", "", show=False),
     ]
 
     def __init__(self, backend: Backend, poll_interval: float = 1.0,
-                 export_path: str = "diag-tui.json", autostart: bool = True) -> None:
+                 export_path: str = "diag-tui.json", autostart: bool = True,
+                 trace_paths: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.backend = backend
+        self.trace_paths = trace_paths
         self.poll_interval = max(MIN_POLL_S, poll_interval)
         self.model = Model(poll_interval=self.poll_interval)
         self.export_path = export_path
@@ -155,6 +159,11 @@ class DiagApp(App[None]):
                 yield TimingsView()
             with TabPane("4 Syncs", id="tab-syncs"):
                 yield SyncsView()
+            if self.trace_paths:
+                from diag.tui.trace_view import TraceView
+
+                with TabPane("5 Trace", id="tab-trace"):
+                    yield TraceView(self.trace_paths)
         yield Static(id="message")
         yield Footer()
 
@@ -223,6 +232,8 @@ class DiagApp(App[None]):
             else "in this process"
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.quitting or not event.data_table.is_attached:
+            return  # a highlight that arrives while the app is torn down
         tid = event.data_table.id
         if tid == "findings":
             self.w_overview.show_detail(self.model)
@@ -528,6 +539,8 @@ class DiagApp(App[None]):
             self.say(f"export failed: {e.strerror or e}")
 
     def action_tab(self, tab: str) -> None:
+        if tab == "tab-trace" and not self.trace_paths:
+            return  # the tab is there only with --trace
         self.w_tabs.active = tab
         self.w_tabs.query_one(TABLES[tab]).focus()
 
@@ -549,10 +562,10 @@ def make_app(sglang: str | None = None, platform: str | None = None,
              run_dir: str | None = None, server_url: str | None = None, *,
              backend: Backend | None = None, execute: bool = True, poll_interval: float = 1.0,
              export_path: str = "diag-tui.json", autostart: bool = True,
-             config: dict[str, Any] | None = None) -> DiagApp:
+             config: dict[str, Any] | None = None, trace_paths: tuple[str, ...] = ()) -> DiagApp:
     """The app for the CLI and for tests (tests pass their own `backend`)."""
     backend = backend or Backend(sglang=sglang, platform=platform, run_dir=run_dir,
                                  server_url=server_url, execute=execute, discover=True,
                                  config=config)
     return DiagApp(backend, poll_interval=poll_interval, export_path=export_path,
-                   autostart=autostart)
+                   autostart=autostart, trace_paths=trace_paths)

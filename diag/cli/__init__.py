@@ -81,6 +81,7 @@ LAZY = {
     "bench": "diag.cli.bench:bench",
     "tui": "diag.cli.tui:tui",
     "fleet": "diag.cli.fleet:fleet",
+    "trace": "diag.cli.trace:trace",
 }
 
 

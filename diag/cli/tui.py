@@ -28,13 +28,16 @@ from diag.errors import EXIT_USAGE, DiagError
               metavar="FILE", help="Where `e` writes the JSON export.")
 @click.option("--once", is_flag=True,
               help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
+@click.option("--trace", "trace_paths", multiple=True, metavar="PATH",
+              help="Also show these torch-profiler traces per phase (tab 5, key 5; as "
+                   "`diag trace`).")
 @click.option("--width", type=click.IntRange(min=40, max=10000), default=None,
               help="Width of the --once frame. Default: the terminal's (80 without one).")
 @guarded
 def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         speculative_num_steps: int | None, speculative_algorithm: str | None,
         server_url: str | None, run_dir: str | None, execute: bool, poll_interval: float,
-        export_path: str, once: bool, width: int | None) -> None:
+        export_path: str, once: bool, width: int | None, trace_paths: tuple[str, ...]) -> None:
     """Live view: findings, fixes (apply/revert), before/after timings and sync counts.
 
     With --run-dir, a/u apply/revert fixes in that engine; with --server, its /metrics (SGLang's
@@ -47,6 +50,9 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         from diag.engine.rundir import check_run_dir
 
         check_run_dir(run_dir)
+    for p in trace_paths:  # a path that is not there is exit 3 before the screen opens
+        if not os.path.isfile(p):
+            raise DiagError(f"--trace {p}: no such file")
     import importlib.util
 
     for need in ("rich", "textual"):
@@ -64,6 +70,11 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         click.echo(render_once(sglang=sglang, platform=platform, run_dir=run_dir,
                                server_url=server_url, execute=execute, width=width,
                                config=config), nl=False)
+        if trace_paths:  # tab 5's content, as `diag trace` prints it
+            from diag.probes.trace_render import render
+            from diag.probes.trace_report import build
+
+            click.echo(render(build(list(trace_paths))))
         return
     if not sys.stdout.isatty() or not sys.stdin.isatty():
         raise DiagError("`diag tui` needs a terminal (use --once for a text frame)",
@@ -71,7 +82,8 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
     from diag.tui.app import make_app
 
     app = make_app(sglang, platform, run_dir, server_url, execute=execute,
-                   poll_interval=poll_interval, export_path=export_path, config=config)
+                   poll_interval=poll_interval, export_path=export_path, config=config,
+                   trace_paths=trace_paths)
     from diag.releases import cache_root
 
     loop = asyncio.new_event_loop()  # not asyncio.run: it would wait for every worker thread
