@@ -37,7 +37,8 @@ from diag.probes.base import Counter, Probe
 from diag.probes.source import parse_text
 from diag.target import Target
 
-# Where the profiler stop lives, per release (SGLANG.md); the method is found by shape.
+# Where the profiler stop lives, per release (the files and lines: profiler_runtime.py's
+# table); the method is found by shape.
 CLASSIC_FILES = (
     ("srt/managers/scheduler_components/profiler_manager.py",
      "sglang.srt.managers.scheduler_components.profiler_manager"),  # from 0.5.13.post1

@@ -574,7 +574,9 @@ def server_fix_states(states: dict[str, dict[str, float]]) -> dict[str, str]:
             for fid, st in states.items() if st}
 
 
-# SGLang's /metrics names (SGLANG.md) → the TUI's labels; histograms read as sum/count.
+# SGLang's /metrics names → the TUI's labels; histograms read as sum/count. In sglang 0.5.23
+# srt/observability/metrics_collector.py: :2051, :2058 (from 0.5.22), :512, :1849 (from 0.5.17);
+# `sglang:time_per_output_token_seconds` is in none of 0.5.9 - 0.5.23.
 SERVER_SERIES = {
     "sglang:inter_token_latency_seconds": ("inter-token latency", "s"),
     "sglang:request_time_per_output_token_seconds": ("time per output token", "s"),
