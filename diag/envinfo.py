@@ -50,7 +50,7 @@ def env_vars(environ: dict[str, str] | None = None) -> dict[str, str | None]:
 
 
 def torch_part() -> dict[str, Any]:
-    from diag.platform import default_platform, torch_info
+    from diag.gpu_platform import default_platform, torch_info
 
     info = torch_info()
     return {"present": info.present, "version": info.version, "hip": info.hip,

@@ -239,7 +239,7 @@ class MetadataSyncsProbe(Probe):
 
     def _measured(self, ctx: Context, c, ev: list) -> list[str]:
         """Run the real DSV4 HIP builder alone; append its counts; return disagreements."""
-        from diag.platform import gpu_possible
+        from diag.gpu_platform import gpu_possible
         from diag.probes import builder_harness as h
         from diag.probes.sync_counter import gpu_available
 

@@ -479,7 +479,7 @@ def start_cycle_child() -> subprocess.Popen | None:
         return None
     from diag.home import home
 
-    root = str(home())  # never diag/ itself (its platform.py would shadow the stdlib's)
+    root = str(home())  # never diag/ itself (its modules would shadow top-level names)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.Popen([sys.executable, "-m", "diag.probes.profiler_teardown", "--cycle-json"],

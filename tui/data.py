@@ -82,7 +82,7 @@ class Header:
 
 def gpu_text() -> str:
     """The local GPU(s) as torch sees them (imports torch: call from a worker)."""
-    from diag.platform import torch_info
+    from diag.gpu_platform import torch_info
 
     info = torch_info()
     if not info.present:
@@ -104,7 +104,7 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
 
     tgt = resolve(sglang, log=log)
     if platform is None:
-        from diag.platform import default_platform
+        from diag.gpu_platform import default_platform
 
         platform = default_platform()
     cfg = SpecConfig(**{k: v for k, v in (config or {}).items() if v is not None})
