@@ -17,7 +17,12 @@ from typing import Any
 from diag import __version__
 from diag.schemas import SCHEMA_VERSION
 
-# Variables that change the code paths diag looks at (SGLANG.md), shown set or not.
+# Variables that change the code paths diag looks at, shown set or not. Where SGLang reads them
+# (sglang 0.5.23 unless said): SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH srt/speculative/
+# eagle_worker_v2.py:627; SGLANG_ENABLE_SPEC_V2 srt/environ.py:459 (0.5.11; the last release
+# that has it is 0.5.13.post1, :620); SGLANG_PROFILE_V2 srt/managers/scheduler_components/
+# profiler_manager.py:62; SGLANG_PLUGINS srt/plugins/__init__.py:53; SGLANG_ENABLE_SINGLE_CG_DRAFT
+# srt/speculative/multi_layer_eagle_worker_v2.py:438. The others are the ROCm/CUDA runtime's.
 RELEVANT_VARS = (
     "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH",
     "SGLANG_ENABLE_SPEC_V2",
@@ -45,7 +50,7 @@ def env_vars(environ: dict[str, str] | None = None) -> dict[str, str | None]:
 
 
 def torch_part() -> dict[str, Any]:
-    from diag.platform import default_platform, torch_info
+    from diag.gpu_platform import default_platform, torch_info
 
     info = torch_info()
     return {"present": info.present, "version": info.version, "hip": info.hip,

@@ -264,9 +264,10 @@ class ProbeState(Event):
 
 @kind
 @dataclass
-class FixState(Event):
+class FixEvent(Event):
     """A fix's state in this process (applied | pending | reverted | refused | upstream |
-    not-needed | not-applicable | failed)."""
+    not-needed | not-applicable | failed), as an event; the state itself is
+    `diag.fixes.base.FixState`."""
 
     kind: ClassVar[str] = "fix"
     fix: str | None = None

@@ -1,7 +1,7 @@
 """Where `import diag` works: what a child interpreter needs on PYTHONPATH to import diag.
 
-Never `diag/` itself: that folder holds `platform.py`, which would shadow the standard library's
-`platform` in the child (and break torch's import there).
+Never `diag/` itself: its modules would become top-level names in the child, where one named like
+a standard library module would shadow it (a `diag/platform.py` once broke torch's import there).
 """
 
 from __future__ import annotations

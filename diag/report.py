@@ -112,7 +112,7 @@ def _more(hidden: list) -> str:
     c = Counter(((e.data or {}).get("reach"), e.kind) for e in hidden)
 
     def label(reach: str | None, kind: str, n: int) -> str:
-        if reach:  # a census site: where it runs (`data.reach`, README)
+        if reach:  # a census site: where it runs (`data.reach`, docs/probes/metadata-syncs.md)
             return f"{n} {REACH_WORDS.get(reach, reach)} site{'s' if n != 1 else ''}"
         return f"{n} {kind}{'s' if n != 1 else ''}"
 

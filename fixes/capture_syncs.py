@@ -2,7 +2,10 @@
 
 A device->host sync inside a CUDA/HIP graph capture is illegal (the capture fails, or on ROCm
 the server faults). `torch.repeat_interleave` with tensor `repeats` and no `output_size` syncs
-twice (SGLANG.md). This walks, in a backend's source file, the methods reachable through
+twice: PyTorch's `repeat_interleave_common` (aten/src/ATen/native/Repeat.h) reads
+`cumsum[-1].item()` and checks `(repeats >= 0).all().item()` when no `output_size` is given
+(diag's sync counter counts the two; the GPU tests check it against torch's sync debug mode).
+This walks, in a backend's source file, the methods reachable through
 `self.<method>(...)` calls from the entry points a graph runner calls while capturing
 (`init_forward_metadata_capture_cuda_graph`, `init_forward_metadata_out_graph`) and lists the
 `repeat_interleave` calls that would sync there.

@@ -382,7 +382,7 @@ class DraftExtendAllowlistFix(Fix):
 
     def _record(self, rec: CaptureRecord) -> CaptureRecord:
         self.records.append(rec)
-        events.emit(events.FixState(fix=FIX_ID, state=rec.state, reason=rec.reason, extra={
+        events.emit(events.FixEvent(fix=FIX_ID, state=rec.state, reason=rec.reason, extra={
             "backend": rec.backend, "seconds": rec.seconds, "memory_gb": rec.memory_gb}))
         return rec
 

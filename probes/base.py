@@ -40,6 +40,18 @@ class Probe:
         `ctx.cache` entries handed to the worker (optional)."""
         return {}
 
+    def measured_already(self) -> bool | None:
+        """Whether the torch measurement this probe makes is in diag's disk cache already, told
+        without importing torch and before the target is known; None: it cannot tell then.
+        `diag diagnose` starts no torch worker when every probe that can tell says True."""
+        return None
+
+    def measure_early(self) -> dict[str, Any]:
+        """In `diag diagnose`'s torch worker, before its job arrives (torch imported, the parent
+        still computing): torch work that needs no context, as `ctx.cache` entries for `run`.
+        Default: none."""
+        return {}
+
     def prepare(self, ctx: Context) -> None:
         """Called for every probe before any runs: start slow work in the background here
         (e.g. a child process) so that it overlaps the other probes. Optional."""

@@ -3,7 +3,9 @@
 Why: whether speculative decoding's draft-extend phase is captured as a CUDA/HIP graph or runs
 eager is decided by a few lines in the EAGLE draft worker (`supports_hip*draft_extend_graph`,
 an `isinstance` allow-list). The gate moved between methods and was renamed across releases
-(SGLANG.md), so everything here is found by name and shape, never by line, and SGLang is never
+(sglang 0.5.13.post1: `EagleDraftWorker.init_cuda_graphs`, srt/speculative/eagle_worker_v2.py:368;
+0.5.15.post1: `_capture_cuda_graphs`, :441; `supports_hip_aiter_draft_extend_graph` became
+`supports_hip_draft_extend_graph` in 0.5.18, :403), so everything here is found by name and shape, never by line, and SGLang is never
 imported. Parts:
 
 - `select_worker(target, environ, server_args)`: which EAGLE worker runs (v1 or v2, where a

@@ -76,8 +76,10 @@ _SAME_KIND = {"to", "long", "int", "clamp", "clamp_min", "clamp_max", "cumsum", 
               "masked_select", "bincount", "diff", "abs", "ne", "eq", "gt", "lt", "ge", "le",
               "logical_not", "bool", "float", "sort", "argsort", "cummax", "index_select"}
 
-# Backends on each platform's draft-extend path (SGLANG.md: the HIP gate's allow-list over the
-# releases, plus the backends it tests; CUDA's graph_supported_backend_types).
+# Backends on each platform's draft-extend path: the HIP gate's allow-list over the releases,
+# plus the backends it tests (sglang 0.5.23 srt/speculative/eagle_worker_v2.py:560-564; `nsa`
+# built NativeSparseAttnBackend up to 0.5.12.post1, srt/layers/attention/attention_registry.py:99);
+# CUDA's graph_supported_backend_types (0.5.23 eagle_worker_v2.py:567).
 DRAFT_EXTEND_BACKENDS = {
     "hip": {"DeepseekV4HipRadixBackend", "DeepseekSparseAttnBackend", "QwenSparseAttnBackend",
             "AiterAttnBackend", "AiterMultiStepDraftBackend", "NativeSparseAttnBackend",

@@ -203,7 +203,7 @@ class MetadataSyncsProbe(Probe):
               metric(f"sync sites on the {scope}", len(hot), "sites", 0,
                      data={"source": "static", "paths": list(paths),
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
-        if name:  # per phase, for the configuration under audit (README: `phase` fields)
+        if name:  # per phase, for the configuration under audit (docs/probes/metadata-syncs.md)
             for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
                                   target.version, ctx.platform):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
@@ -296,12 +296,12 @@ class MetadataSyncsProbe(Probe):
         hint = None
         if syncing:
             hint = ("run `diag fix list` for `repeat-interleave-output-size`; other sites need "
-                    "a host-side count in SGLang (see README 'Fixes')")
+                    "a host-side count in SGLang (docs/fixes/repeat-interleave-output-size.md)")
         return self.finding(status, summary, evidence=ev, hint=hint)
 
     def _measured(self, ctx: Context, c, ev: list) -> list[str]:
         """Run the real DSV4 HIP builder alone; append its counts; return disagreements."""
-        from diag.platform import gpu_possible
+        from diag.gpu_platform import gpu_possible
         from diag.probes import builder_harness as h
         from diag.probes.sync_counter import gpu_available
 

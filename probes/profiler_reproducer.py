@@ -9,7 +9,7 @@ A try whose child never got to run the scenario (torch does not import there, di
 import, an exception before the end) did not test anything: it is *not run*, with the reason,
 and never counts as "no crash".
 
-Run it alone (the GPU command the README gives):
+Run it alone (the GPU command of docs/probes/profiler-teardown.md):
     python -m diag.probes.profiler_reproducer --tries 10 [--scenario NAME]... [--json]
 """
 

@@ -26,8 +26,11 @@ from diag.target import Target
 
 RECORD_ID = "profiler-stop-record"
 
-# For `record_patch` given only a version (no tree to read): the stops per release (SGLANG.md,
-# checked against the 0.5.9 - 0.5.23 wheels). (module, qualname, attribute, path)
+# For `record_patch` given only a version (no tree to read): the stops per release, checked
+# against the 0.5.9 - 0.5.23 wheels (module, qualname, attribute, path). `stop_profile` in
+# srt/managers/scheduler_profiler_mixin.py up to 0.5.12.post1 (there :251, stop at :273);
+# `_stop_profile` in srt/managers/scheduler_components/profiler_manager.py from 0.5.13 (0.5.23
+# :318, stop at :341); V2 `ProfileManager._do_stop` in srt/utils/profile_utils.py (0.5.23 :162).
 _MIXIN = ("sglang.srt.managers.scheduler_profiler_mixin", "SchedulerProfilerMixin.stop_profile",
           "torch_profiler", "classic")
 _MANAGER = ("sglang.srt.managers.scheduler_components.profiler_manager",

@@ -37,7 +37,8 @@ from diag.probes.base import Counter, Probe
 from diag.probes.source import parse_text
 from diag.target import Target
 
-# Where the profiler stop lives, per release (SGLANG.md); the method is found by shape.
+# Where the profiler stop lives, per release (the files and lines: profiler_runtime.py's
+# table); the method is found by shape.
 CLASSIC_FILES = (
     ("srt/managers/scheduler_components/profiler_manager.py",
      "sglang.srt.managers.scheduler_components.profiler_manager"),  # from 0.5.13.post1
@@ -483,7 +484,7 @@ def start_cycle_child() -> subprocess.Popen | None:
         return None
     from diag.home import home
 
-    root = str(home())  # never diag/ itself (its platform.py would shadow the stdlib's)
+    root = str(home())  # never diag/ itself (its modules would shadow top-level names)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.Popen([sys.executable, "-m", "diag.probes.profiler_teardown", "--cycle-json"],
@@ -539,6 +540,22 @@ def store_cycle(rep: CycleReport) -> None:
         cache.store("profiler_cycle", digest, asdict(rep))
 
 
+def _runtime_cycle_quietly() -> CycleReport:
+    """`runtime_cycle(lean=True)` with fd 2 on /dev/null: torch's profiler (kineto) prints a
+    line per start and stop there, as in the cycle child (whose stderr is /dev/null too). Lean:
+    for a process that uses nothing of torch's compiler stack (diag's torch worker)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        return runtime_cycle(lean=True)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def cached_runtime_cycle() -> tuple[CycleReport, str | None]:
     """`runtime_cycle()`, reused from the disk cache (diag.cache) when one was measured with
     the same torch (version and location), Python and this module's source; the answer depends
@@ -582,6 +599,17 @@ class ProfilerTeardownProbe(Probe):
     fixes = ("profiler-controlled-teardown",)
     counter = Counter("diag.probes.profiler_runtime:runtime_patch", ("profiler_stop",))
     needs_torch = True
+
+    def measured_already(self) -> bool:
+        return _cached_cycle() is not None
+
+    def measure_early(self) -> dict[str, Any]:
+        """The cycle check needs only torch: measured before the job (and stored)."""
+        if _cached_cycle() is not None:
+            return {}
+        rep = _runtime_cycle_quietly()
+        store_cycle(rep)
+        return {CYCLE_REPORT: rep}
 
     def prepare(self, ctx: Context) -> None:
         if ctx.execute and CYCLE_REPORT not in ctx.cache \

@@ -506,8 +506,11 @@ def builder_patch(builders: Iterable[tuple[str, str]] | dict[str, Iterable[str]]
     return patch
 
 
-# The metadata builders the runtime counter wraps (SGLANG.md); only those present in the running
-# release's source are wrapped (checked by AST, so a missing one is not an error).
+# The metadata builders the runtime counter wraps; only those present in the running release's
+# source are wrapped (checked by AST, so a missing one is not an error). Their definitions in
+# sglang 0.5.23, srt/layers/attention/: deepseek_v4_backend_hip_radix.py:2700,
+# dsa_backend.py:1095, qwen_sparse_attn_backend.py:596, minimax_sparse_backend.py:1102,
+# deepseek_v4_backend.py:1818, each with a `repeat_interleave` of tensor repeats.
 BUILDERS: tuple[tuple[str, str], ...] = (
     ("sglang.srt.layers.attention.deepseek_v4_backend_hip_radix",
      "DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta"),

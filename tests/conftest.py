@@ -9,8 +9,11 @@ import pytest
 
 from diag.target import Target
 
-# The releases the suite runs against (SGLANG.md): one before #29202, the first with it, the one
-# that added DSA to the gate, and the newest. Others are fetched by tests that need them.
+# The releases the suite runs against: one before #29202 (0.5.17: `_stop_profile` of
+# srt/managers/scheduler_components/profiler_manager.py has no gc.collect()), the first with it
+# (0.5.18: gc.collect() at :385, `supports_hip_draft_extend_graph` in
+# srt/speculative/eagle_worker_v2.py:403), the one that added DSA to the gate (0.5.19,
+# eagle_worker_v2.py:429), and the newest. Others are fetched by tests that need them.
 RELEASES = ("0.5.9", "0.5.12.post1", "0.5.17", "0.5.18", "0.5.19", "0.5.23")
 NEWEST = "0.5.23"
 

@@ -3,7 +3,7 @@ fix list` calls it `applicable` for the same target, platform and configuration,
 points at a fix that does not apply. Both commands run through click's CliRunner on the real
 releases of tests/conftest.py.
 
-Expected verdicts (from the releases' sources, see README "draft-extend-graph" table):
+Expected verdicts (from the releases' sources, see the table in docs/probes/draft-extend-graph.md):
 - 0.5.17 `speculative/eagle_worker_v2.py` `_capture_cuda_graphs`:
   `supports_hip_aiter_draft_extend_graph` checks only aiter's classes, so DSV4's draft-extend
   (`DeepseekV4HipRadixBackend`) runs eager and the allow-list fix applies;
@@ -124,7 +124,7 @@ def test_fix_list_answers_for_the_configuration_given_or_read_from_a_server():
     release_target("0.5.18")
     base = ["fix", "list", "--json", "--sglang", "0.5.18", "--platform", "hip"]
     rows = lambda r: {f["id"]: f for f in json.loads(r.stdout)["fixes"]}  # noqa: E731
-    # 0.5.18's gate admits DeepseekV4HipRadixBackend, not DeepseekSparseAttnBackend (README table)
+    # 0.5.18's gate admits DeepseekV4HipRadixBackend, not DeepseekSparseAttnBackend (docs/probes/draft-extend-graph.md table)
     assert rows(invoke(*base, "--attention-backend", "dsv4"))["draft-extend-allowlist"][
         "status"] == "upstream"
     dsa = rows(invoke(*base, "--attention-backend", "dsa"))["draft-extend-allowlist"]

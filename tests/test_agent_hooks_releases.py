@@ -65,7 +65,8 @@ def test_plugin_loader_filters_by_sglang_plugins(release, version):
 
 @pytest.mark.parametrize("version", ("0.5.17", "0.5.18", "0.5.23"))
 def test_sync_builders_present(release, version):
-    """At least the builders SGLANG.md names are found; the agent skips any that are absent."""
+    """At least the builders `sync_counter.BUILDERS` names (with their 0.5.23 lines) are found;
+    the agent skips any that are absent."""
     t = release(version)
     found = []
     for module, qualname in SYNC_BUILDERS:

@@ -1,4 +1,4 @@
-"""contrib/ (Prometheus rules, Grafana dashboard) and the README's metrics table name only the
+"""contrib/ (Prometheus rules, Grafana dashboard) and the docs' metrics table name only the
 `diag_*` series that diag declares (`diag.engine.metrics.series()`: each counter event kind's and
 the agent's own), with the suffixes prometheus_client gives each type."""
 
@@ -29,8 +29,8 @@ def test_contrib_names_only_declared_series():
         assert names <= declared, f"{path.name}: {sorted(names - declared)}"
 
 
-def test_readme_table_lists_every_series():
-    text = (ROOT / "README.md").read_text()
+def test_docs_table_lists_every_series():
+    text = (ROOT / "docs" / "metrics.md").read_text()
     rows = set(re.findall(r"^\| `(diag_[a-z_]+)` \| (\w+)", text, re.M))
     want = {(metrics.PREFIX + s.name + SUFFIXES[s.type][0], s.type) for s in metrics.series()}
     assert {name for name, _ in rows} == {name for name, _ in want}

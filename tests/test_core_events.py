@@ -58,7 +58,7 @@ def test_a_field_of_the_wrong_type_is_a_named_problem_never_a_value(field, value
     doc = {"ts": 1.0, "kind": "fix", "pid": 2, "n": 0, "fix": "f", "state": "applied",
            "reason": "", field: value}
     e = events.parse(doc)
-    default = {f.name: f.default for f in dataclasses.fields(events.FixState)}[field]
+    default = {f.name: f.default for f in dataclasses.fields(events.FixEvent)}[field]
     assert getattr(e, field) == (0.0 if field == "ts" else default)
     assert len(e.problems) == 1 and e.problems[0].startswith(f"fix.{field} is not ")
     assert e.to_dict()[field] is value or e.to_dict()[field] == value  # written back as read
@@ -70,7 +70,7 @@ def test_writers_emit_typed_events_through_the_sinks():
     try:
         events.emit(events.ControlAck(request="r1", fix="f", action="revert", ok=True,
                                       state="reverted"))
-        events.emit(events.FixState(fix="f", state="applied", extra={"backend": "b"}))
+        events.emit(events.FixEvent(fix="f", state="applied", extra={"backend": "b"}))
     finally:
         telemetry.remove_sink(got.append)
     assert [g["kind"] for g in got] == ["control_ack", "fix"]

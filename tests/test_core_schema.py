@@ -1,4 +1,4 @@
-"""The shipped JSON schemas accept what diag prints and reject what the README rules out."""
+"""The shipped JSON schemas accept what diag prints and reject what docs/json.md rules out."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_a_real_report_validates():
     lambda d: d["summary"].pop("error"),
 ])
 def test_the_schema_rejects(mutate):
-    """(Added keys are allowed: the README's versioning rule.)"""
+    """(Added keys are allowed: docs/json.md's versioning rule.)"""
     d = copy.deepcopy(_doc())
     mutate(d)
     with pytest.raises(jsonschema.ValidationError):

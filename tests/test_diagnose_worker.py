@@ -83,3 +83,35 @@ def test_a_worker_its_parent_gave_up_on_says_nothing():
             time.sleep(delay)
         probe_worker.stop(proc)
         assert proc.stderr.read() == b""
+
+
+# Which probes `diag diagnose` would hand to a torch worker, asked of the registry in a fresh
+# interpreter (this one has torch imported already, which makes the answer "none").
+_WANTED = """
+from diag.cli import _worker_probes
+from diag.probes import specs
+print(sorted(_worker_probes(True, [s.id for s in specs() if s.needs_torch])))
+"""
+_WARM = """
+from diag.probes import profiler_teardown as pt
+pt.store_cycle(pt.runtime_cycle(lean=True))
+"""
+
+
+def test_a_warm_run_starts_no_worker_as_the_probes_declare(tmp_path):
+    """The worker is skipped when every probe that can tell (`Probe.measured_already`) says its
+    measurement is cached: here the profiler cycle check, once stored in an empty cache."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k not in ("DIAG_NO_CACHE", "DIAG_PROBE_WORKER")}
+    env.update(DIAG_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+
+    def run(code: str) -> str:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip()
+
+    assert run(_WANTED) == "['metadata-syncs', 'profiler-teardown']"  # cold: both, in the worker
+    run(_WARM)
+    assert run(_WANTED) == "[]"

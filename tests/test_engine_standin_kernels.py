@@ -28,8 +28,9 @@ import engine_models  # noqa: E402
 import engine_server  # noqa: E402
 import sgl_kernel as standin  # noqa: E402
 
-# Every operator the 0.5.23 engine calls on the lane's paths (SGLANG.md, "A real server on CPU",
-# plus copy_all_layer_kv_cache_cpu, which the KV pool's warm-up calls), with where it is called.
+# Every operator the 0.5.23 engine calls on the lane's paths (with SGLANG_USE_CPU_ENGINE=1, read
+# at srt/utils/common.py:222, modules load `*_cpu` operators from sgl_kernel; plus
+# copy_all_layer_kv_cache_cpu, which the KV pool's warm-up calls), with where 0.5.23 calls it.
 CALLED = {
     "convert_weight_packed": "srt/layers/amx_utils.py (packing at load)",
     "weight_packed_linear": "srt/layers/quantization/unquant.py (every linear layer)",

@@ -32,8 +32,9 @@ def _env(**extra: str | None) -> dict[str, str]:
 
 
 # (argv, exit code, text the one error message holds). Expected texts are what the options
-# promise (README "Commands" / "Exit codes"), release facts from SGLANG.md: qsa exists from
-# 0.5.22 only, 0.5.23 knows dsv4 and qsa.
+# promise (docs/commands.md, docs/exit-codes.md); release facts from the sources: 0.5.17 registers
+# no `qsa` (first in 0.5.20, srt/layers/attention/attention_registry.py:146), 0.5.23 registers
+# dsv4 and qsa (:177, :157).
 def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
     missing = str(tmp / "no-such-dir")
     return [
@@ -302,7 +303,8 @@ def test_quick_start_first_screen(notorch_python, release, columns):
     lines = p.stdout.splitlines()
     assert max(len(ln) for ln in lines) <= width, [ln for ln in lines if len(ln) > width]
     text = " ".join(p.stdout.split())
-    # 0.5.23's default profiler stop already collects (SGLANG.md, PR #29202 in 0.5.18)
+    # 0.5.23's default profiler stop already collects (srt/managers/scheduler_components/
+    # profiler_manager.py:404-405; PR #29202, in since 0.5.18)
     assert "upgrade to >= 0.5.18" not in text
     assert "pip install torch" in text and "measured checks skipped" in text
     m = re.search(r"… (\d+) more: (.*?) \(-v or --json\)", text)

@@ -4,7 +4,7 @@ per release for all fixes: tests/fix_contract_child.py). Where the fix is `appli
 apply -> applied -> apply again changes nothing -> revert -> the original objects (identity);
 elsewhere apply patches nothing. A fix added to the registry is covered without a new test.
 
-Which fixes apply where comes from the releases' sources (README "Fixes"; per-fix tests cite
+Which fixes apply where comes from the releases' sources (docs/fixes/; per-fix tests cite
 the lines): profiler-controlled-teardown on all six (the V2 stop `ProfileManager._do_stop`
 never calls gc.collect()), draft-extend-allowlist on 0.5.17 and 0.5.18 (their HIP gates miss
 DSV4 / DSA), repeat-interleave-output-size on 0.5.17 (`deepseek_v4_backend_hip_radix.py:1116`).

@@ -235,7 +235,7 @@ diag_fix_state{fix="f1",state="reverted"} 0
 
 
 def test_server_reader_reads_diags_own_series_per_interval():
-    """diag_* beside SGLang's (README "Fleet view and Prometheus metrics"), parsed with
+    """diag_* beside SGLang's (docs/metrics.md), parsed with
     prometheus_client's text parser; counters as their increase over each poll."""
     r = data.ServerReader("http://unused")
     got = r.values(DIAG_METRICS)

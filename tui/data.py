@@ -81,7 +81,7 @@ class Header:
 
 def gpu_text() -> str:
     """The local GPU(s) as torch sees them (imports torch: call from a worker)."""
-    from diag.platform import torch_info
+    from diag.gpu_platform import torch_info
 
     info = torch_info()
     if not info.present:
@@ -103,7 +103,7 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
 
     tgt = resolve(sglang, log=log)
     if platform is None:
-        from diag.platform import default_platform
+        from diag.gpu_platform import default_platform
 
         platform = default_platform()
     cfg = SpecConfig(**{k: v for k, v in (config or {}).items() if v is not None})
@@ -548,7 +548,9 @@ def server_fix_states(states: dict[str, dict[str, float]]) -> dict[str, str]:
             for fid, st in states.items() if st}
 
 
-# SGLang's /metrics names (SGLANG.md) → the TUI's labels; histograms read as sum/count.
+# SGLang's /metrics names → the TUI's labels; histograms read as sum/count. In sglang 0.5.23
+# srt/observability/metrics_collector.py: :2051, :2058 (from 0.5.22), :512, :1849 (from 0.5.17);
+# `sglang:time_per_output_token_seconds` is in none of 0.5.9 - 0.5.23.
 SERVER_SERIES = {
     "sglang:inter_token_latency_seconds": ("inter-token latency", "s"),
     "sglang:request_time_per_output_token_seconds": ("time per output token", "s"),

@@ -292,7 +292,7 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     `facts`: the configuration options (`config_options`), SpecConfig field names."""
     from diag import target as target_mod
     from diag.context import Context, SpecConfig
-    from diag.platform import default_platform
+    from diag.gpu_platform import default_platform
 
     if run_dir:  # named, so it must be there (and safe): exit 3, as in `fix status` and `tui`
         from diag.engine.rundir import check_run_dir

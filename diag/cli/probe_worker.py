@@ -115,35 +115,15 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _cycle_quietly(pt: Any) -> Any:
-    """`runtime_cycle(lean=True)` with fd 2 on /dev/null: torch's profiler (kineto) prints a
-    line per start and stop there, as in the cycle child (whose stderr is /dev/null too)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 2)
-        os.close(null)
-        return pt.runtime_cycle(lean=True)
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+def _measure_early(probes: list[str]) -> dict[str, Any]:
+    """Each probe's torch work that needs no context (`Probe.measure_early`), done before the
+    job arrives: the parent is computing the census meanwhile."""
+    from diag.probes import get
 
-
-def _cycle_first(probes: list[str]) -> Any:
-    """The profiler cycle check, measured before the job arrives (it needs only torch): the
-    parent is computing the census meanwhile. None when not wanted or already cached."""
-    if "profiler-teardown" not in probes:
-        return None
-    from diag.probes import profiler_teardown as pt
-
-    if pt._cached_cycle() is not None:
-        return None
-    # measured here, inline: torch is imported already, and this process uses nothing of
-    # torch's compiler stack, so the check may leave it out (`lean`)
-    rep = _cycle_quietly(pt)
-    pt.store_cycle(rep)
-    return rep
+    early: dict[str, Any] = {}
+    for pid in probes:
+        early.update(get(pid).measure_early())
+    return early
 
 
 def _main(argv: list[str]) -> int:
@@ -152,7 +132,7 @@ def _main(argv: list[str]) -> int:
         import torch  # noqa: F401  (first: this is what overlaps the parent's parsing)
     except Exception as e:
         why = f"{type(e).__name__}: {e}"
-    early = _cycle_first(argv) if why is None else None
+    early = _measure_early(argv) if why is None else {}
     data = sys.stdin.buffer.read()
     if not data:  # the parent gave up (bad input, an error of its own): nothing to run
         return 0
@@ -168,16 +148,9 @@ def _main(argv: list[str]) -> int:
     ctx = Context(target=job.target, platform=job.platform, config=job.config,
                   server_url=job.server_url, run_dir=job.run_dir, execute=job.execute,
                   full=job.full, log=log, cache=dict(job.cache))
-    if job.execute and "profiler-teardown" in job.probes:
-        from diag.probes import profiler_teardown as pt
-
-        if pt.CYCLE_REPORT not in ctx.cache:
-            if early is not None:
-                ctx.cache[pt.CYCLE_REPORT] = early
-            elif pt._cached_cycle() is None:
-                rep = _cycle_quietly(pt)
-                pt.store_cycle(rep)
-                ctx.cache[pt.CYCLE_REPORT] = rep
+    if job.execute:
+        for k, v in early.items():
+            ctx.cache.setdefault(k, v)
     findings = []
     for pid in job.probes:
         findings.extend(run_probe(get(pid), ctx, verbose=job.verbose))

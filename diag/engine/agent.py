@@ -49,12 +49,15 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diag import events as ev
 from diag import telemetry
 from diag.engine import control, rundir
 from diag.engine.events import AgentTime
+
+if TYPE_CHECKING:
+    from diag.fixes.base import FixState
 
 log = logging.getLogger("diag.agent")
 
@@ -131,6 +134,14 @@ def _platform() -> str:
     return process_platform()
 
 
+def _fix_state(state: str, reason: str) -> FixState:
+    """The fixes' own state type (`diag.fixes.base.FixState`), imported when first used: the
+    agent's module stays light until an agent starts."""
+    from diag.fixes.base import FixState
+
+    return FixState(state, reason)
+
+
 class Agent:
     """One per process (re-created in a forked child)."""
 
@@ -150,7 +161,7 @@ class Agent:
         self.manual = os.environ.get(ENV_CONTROL) == "manual"
         self.pid = os.getpid()
         self.writer: rundir.EventWriter | None = None
-        self.fixes: dict[str, dict[str, Any]] = {}  # id -> {state, reason}
+        self.fixes: dict[str, FixState] = {}
         self.probes: dict[str, dict[str, Any]] = {}
         self.probe_patches: dict[str, Any] = {}
         self.sglang: str | None = None
@@ -197,7 +208,7 @@ class Agent:
             last_words.install(self.writer.run_dir)
         self._install_metrics()
         for fid in self.fix_ids:
-            self.fixes[fid] = {"state": "pending", "reason": "applied when sglang is imported"}
+            self.fixes[fid] = _fix_state("pending", "applied when sglang is imported")
         for pid in self.probe_ids:
             self.probes[pid] = {"state": "pending", "reason": "switched on when sglang is imported"}
         if "sglang" in sys.modules:
@@ -308,7 +319,8 @@ class Agent:
         ev.emit(ev.Start(ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
                          executable=sys.executable, started=time.time(), source=self.source,
                          sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
-                         fixes=dict(self.fixes), probes_state=dict(self.probes),
+                         fixes={f: st.to_dict() for f, st in self.fixes.items()},
+                         probes_state=dict(self.probes),
                          control=self.control_mode))
 
     def _on_sglang(self, module: Any, emit: bool) -> None:
@@ -344,9 +356,9 @@ class Agent:
 
     def _set_fix(self, fid: str, state: str, reason: str, emit: bool = True) -> None:
         old = self.fixes.get(fid)
-        self.fixes[fid] = {"state": state, "reason": reason}
+        self.fixes[fid] = _fix_state(state, reason)
         if emit and old != self.fixes[fid]:
-            ev.emit(ev.FixState(fix=fid, state=state, reason=reason))
+            ev.emit(ev.FixEvent(fix=fid, state=state, reason=reason))
 
     def _apply(self, fid: str, target: Any = None, check: bool = True,
                emit: bool = True) -> tuple[str, str]:
@@ -419,7 +431,7 @@ class Agent:
 
     def _refresh(self) -> None:
         for fid, st in list(self.fixes.items()):
-            if st.get("state") == "pending" and self.sglang_seen:
+            if st.state == "pending" and self.sglang_seen:
                 with contextlib.suppress(Exception):
                     self._set_fix(fid, *self._fix_state(fid))
         for pid, patch in list(self.probe_patches.items()):
@@ -695,7 +707,7 @@ class Agent:
                 reason = reason or "waiting for the import of the code it patches"
         else:  # revert: requests are validated before they are queued (`_checked`)
             ok, state, reason = self._revert(fid)
-        self.fixes[fid] = {"state": state, "reason": reason}
+        self.fixes[fid] = _fix_state(state, reason)
         ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=fid, action=_text(action), ok=ok,
                               state=state, reason=reason))
 

@@ -30,7 +30,7 @@ from diag.events import (  # noqa: F401  (the core's names, where readers look)
     ControlAck,
     Error,
     Event,
-    FixState,
+    FixEvent,
     Gap,
     ProbeState,
     Sglang,
