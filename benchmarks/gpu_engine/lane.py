@@ -25,6 +25,7 @@ import concurrent.futures as cf
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -548,7 +549,18 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
+class LaneTimeout(Exception):
+    """The time limit's SIGTERM (device.sh runs the lane under `timeout`): raised where the lane
+    is, so what ran is still written (the servers stopped, the check "lane ran to the end"
+    failed)."""
+
+
+def _on_term(_sig: int, _frame: object) -> None:
+    raise LaneTimeout("SIGTERM: the lane ran past its time limit")
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _on_term)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-lane"))
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")

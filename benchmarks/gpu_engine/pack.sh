@@ -32,6 +32,9 @@ if [ ! -f "$C/whl/.done-2" ]; then
     opentelemetry-api
   touch "$C/whl/.done-2"
 fi
+# diag's own readers beyond the image (ijson: `diag trace` on the GPU machine)
+ls "$C"/whl/ijson-*.whl >/dev/null 2>&1 \
+  || python3 -m pip download -q --disable-pip-version-check "${PLAT[@]}" --no-deps -d "$C/whl" ijson
 if [ ! -f "$C/xgrammar-stripped.tgz" ]; then
   rm -rf "$C/tmp/xg" && mkdir -p "$C/tmp/xg"
   python3 -m pip download -q --disable-pip-version-check "${PLAT[@]}" --no-deps -d "$C/tmp" xgrammar==0.2.1
