@@ -42,7 +42,8 @@ import engine_server as es  # noqa: E402
 
 FIX = "profiler-controlled-teardown"
 KILL = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
-MAX_BS = 8  # --cuda-graph-max-bs-decode: the largest batch every runner captures
+MAX_BS = 16  # --cuda-graph-max-bs-decode: the largest batch every runner captures (the
+# overhead is measured at batch 1 and batch 16, both captured)
 PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [64, 65]]
 
 
@@ -190,6 +191,25 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
         # greedy tokens, with and without diag (and with the kill switch)
         toks = {n: greedy(s) for n, s in servers.items()}
         add(checks.check_equal_tokens("greedy tokens identical with and without diag", toks))
+        # the timings first, while every server has the same history (warm-up and the greedy
+        # tokens above): the checks below profile and load some servers and not others
+        res["timings"] = t = timings(servers, rounds, tokens)
+        add(checks.check_within_floor("two identical diag servers within the noise floor of two "
+                                      "plain ones", t["paired"].get("diag2_vs_diag"),
+                                      t["paired"].get("plain2_vs_plain")))
+        # the counters' cost inside the diag server: switched off/on between batches, paired
+        # windows, each probe's share, next to the method's noise floor
+        res["in_server"] = {}
+        for label, conc, reqs, wins in (("batch 1", 1, 8, windows),
+                                         ("batch 16", 16, 32, windows)):
+            r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
+                         "--windows", str(wins), "--requests-per-window", str(reqs),
+                         "--tokens", str(tokens), "--concurrency", str(conc), "--json",
+                         timeout=360)
+            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+            res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
+            add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
+                                          f"(upper bound), in-server paired windows, {label}", doc))
         meta = d.generate(PROMPTS[0], 32)["meta_info"]
         res["accept_length"] = meta.get("spec_accept_length")
         # draft-extend counter: graph when captured, eager with the kill switch, eager above the
@@ -282,23 +302,6 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
         res["tui_once"] = tui.stdout[-4000:]
         add(checks.check_tui_share("diag tui --once --run-dir shows the live graph/eager share",
                                    tui.returncode, tui.stdout))
-        res["timings"] = t = timings(servers, rounds, tokens)
-        add(checks.check_within_floor("two identical diag servers within the noise floor of two "
-                                      "plain ones", t["paired"].get("diag2_vs_diag"),
-                                      t["paired"].get("plain2_vs_plain")))
-        # the counters' cost inside the diag server: switched off/on between batches, paired
-        # windows, each probe's share, next to the method's noise floor
-        res["in_server"] = {}
-        for label, conc, reqs, wins in (("batch 1", 1, 4, windows),
-                                         ("batch 16", 16, 16, max(2, windows - 2))):
-            r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
-                         "--windows", str(wins), "--requests-per-window", str(reqs),
-                         "--tokens", str(tokens), "--concurrency", str(conc), "--json",
-                         timeout=360)
-            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
-            res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
-            add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
-                                          f"(upper bound), in-server paired windows, {label}", doc))
         # last: without flashinfer's JIT sampling kernel building, a sampled request ends the
         # scheduler (SGLang's own failure, not diag's), and nothing may come after it
         sampled = {}
@@ -566,8 +569,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--windows", type=int, default=8,
-                    help="diag bench overhead's pairs of windows at batch 1 (batch 16: 2 fewer)")
+    ap.add_argument("--windows", type=int, default=10,
+                    help="diag bench overhead's pairs of windows per condition, at batch 1 and 16")
     ap.add_argument("--only", choices=("crash",), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
