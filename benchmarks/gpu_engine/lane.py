@@ -352,7 +352,8 @@ def _dead(s: es.Server) -> bool:
 
 
 def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
-              per_profile_s: float = 60.0, body: dict | None = None) -> checks.CrashTry:
+              per_profile_s: float = 60.0, body: dict | None = None,
+              serve_after: int = 3) -> checks.CrashTry:
     """Give one server the profile up to `profiles` times, each while serving requests until its
     stage traces are written, then serve a little more (a stopped profiler is freed later, by
     the cyclic GC); stop at the first sign of death."""
@@ -389,7 +390,7 @@ def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
                              f"{per_profile_s:g} s"
             break
         with contextlib.suppress(OSError, RuntimeError, ValueError):
-            for _ in range(3):
+            for _ in range(serve_after):  # allocations, so that a full cyclic GC comes
                 _serve(s)
     time.sleep(2.0)  # a scheduler that just died: let its log and the launcher catch up
     alive = not _dead(s)
@@ -416,10 +417,11 @@ def device_info() -> dict:
     return out
 
 
-def crash_run(work: Path, per_side: int, profiles: int) -> dict:
+def crash_run(work: Path, per_side: int, profiles: int, serve_after: int = 3) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"mode": "crash", "checks": [], "servers": {}, "profile": CRASH_PROFILE,
                  "servers_per_side": per_side, "profiles_per_server": profiles,
+                 "serve_after": serve_after,
                  "device": device_info()}
     add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
     t0 = time.monotonic()
@@ -447,7 +449,7 @@ def crash_run(work: Path, per_side: int, profiles: int) -> dict:
                          bool(states) and all(v == "applied" for v in states.values()),
                          json.dumps(states), {"states": states}))
         with cf.ThreadPoolExecutor(len(started) or 1) as ex:
-            futs = {n: ex.submit(crash_try, n, side, s, work, profiles)
+            futs = {n: ex.submit(crash_try, n, side, s, work, profiles, serve_after=serve_after)
                     for n, (side, s) in started.items()}
             tries = [f.result() for f in futs.values()]
         tries += [checks.CrashTry(n, side, 0, 0, False, s.log.read_text(errors="replace"),
@@ -575,9 +577,11 @@ def main() -> int:
                     help="crash: only the profiler-crash check (plain vs under the fix)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
     ap.add_argument("--profiles", type=int, default=3, help="profiles per server (--only crash)")
+    ap.add_argument("--serve-after", type=int, default=3,
+                    help="rounds of 2 requests served after each profile's stop (--only crash)")
     a = ap.parse_args()
     if a.only == "crash":
-        res = crash_run(a.work, a.servers, a.profiles)
+        res = crash_run(a.work, a.servers, a.profiles, a.serve_after)
         text = crash_summary(res)
     else:
         res = run(a.work, a.rounds, a.tokens, a.windows)
