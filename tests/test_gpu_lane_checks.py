@@ -212,3 +212,33 @@ def test_live_eager_reasons_must_be_named_statically():
     c = checks.check_fallbacks_named("x", static, other)
     assert c.ok is False and "kill-switch" in c.detail
     assert checks.check_fallbacks_named("x", static, _counters()).ok is None
+
+
+# ---------------------------------------------------- the recorded H200 run (lane-h200-run2)
+RUN2 = DATA / "lane-h200-run2" / "lane.json"
+
+
+def _recorded(name_start: str) -> dict:
+    import json
+
+    doc = json.loads(RUN2.read_text())
+    return next(c for c in doc["checks"] if c["name"].startswith(name_start)), doc
+
+
+@pytest.mark.parametrize("label", ["batch 1", "batch 16"])
+def test_recorded_overhead_verdicts_follow_from_the_recorded_windows(label):
+    """The recorded in-server verdicts (docs/overhead.md's table) are what `checks` and
+    `diag.paired` make of the recorded per-window times: the ratio and interval recomputed from
+    the windows, then the bar."""
+    from diag import paired
+
+    check, doc = _recorded(f"--probe all per token <= 1.03 (upper bound), in-server paired "
+                           f"windows, {label}")
+    bench = doc["in_server"][label]
+    row = next(r for r in bench["results"] if r["condition"] == "all")
+    again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
+    assert again.ratio == pytest.approx(row["ratio"])
+    assert (again.lo, again.hi) == pytest.approx((row["lo"], row["hi"]), abs=0.02)
+    assert checks.check_overhead_bar("again", bench).ok is check["ok"]
+    # batch 1 met the bar in that run, batch 16 did not (its noise floor is wider than the bar)
+    assert check["ok"] is (label == "batch 1")
