@@ -70,3 +70,27 @@ def test_a_damaged_record_is_not_shown(tmp_path):
         p.write_text(bad)
         assert profiler_crash_record.load(p) is None
     assert profiler_crash_record.load(tmp_path / "missing.json") is None
+
+
+RUN2 = ROOT / "tests" / "gpu_lane" / "crash-h200-run2"
+
+
+def test_the_second_run_reproduced_it_without_the_fix_only():
+    """The GPU lane's crash mode (H200, SGLang 0.5.23, torch 2.11, 2026-12-03T00:06:58Z; 3 plain
+    servers and 3 under the fix, 4 profiles each, 40 rounds of requests after each stop).
+    Read by eye: server-plain-2.log logs "Stop profiling..." twice (prefill, decode stages), then
+    `free(): invalid next size (fast)`, "Fatal Python error: Aborted" and, in the current thread,
+    "Garbage-collecting" above SGLang's forward frames; lane.json: plain-0/1 and fix-0/1/2 sent
+    4 profiles each and were alive at the end, plain-2 sent 1 (it died after it)."""
+    tries = {t.name: t for t in record_crash.tries_from_lane(RUN2 / "lane.json")}
+    assert sorted(tries) == ["fix-0", "fix-1", "fix-2", "plain-0", "plain-1", "plain-2"]
+    dead = tries["plain-2"]
+    assert not dead.alive and dead.profiles_sent == 1
+    c = dead.crash()
+    assert c is not None and c.teardown and c.garbage_collecting and c.after_profile_stop
+    assert c.signal == "Aborted"
+    assert all(t.alive and t.crash() is None for n, t in tries.items() if n != "plain-2")
+    got = record_crash.record(list(tries.values()), {}, None)
+    assert got["verdict"] == "prevented" and got["passed"] is True
+    assert (got["plain"]["crashed"], got["plain"]["profiles_sent"]) == (1, 9)
+    assert (got["fix"]["crashed"], got["fix"]["profiles_sent"]) == (0, 12)

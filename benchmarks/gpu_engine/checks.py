@@ -333,9 +333,15 @@ class CrashTry:
         return next((c for c in found if c.teardown), found[0] if found else None)
 
     def dump(self, lines: int = 150) -> str:
-        """The log from its first fatal-error dump on (what the verdict rests on), or ''."""
+        """What the verdict rests on, or '': the log's profiler stop lines before its first
+        fatal-error dump (the teardown signature needs a stop before the crash), then the dump."""
         m = FATAL.search(self.log)
-        return "\n".join(self.log[m.start():].splitlines()[:lines]) if m else ""
+        if not m:
+            return ""
+        from diag.engine.last_words import PROFILE_STOP
+
+        stops = [ln for ln in self.log[:m.start()].splitlines() if PROFILE_STOP.search(ln)]
+        return "\n".join(stops + self.log[m.start():].splitlines()[:lines])
 
     def as_dict(self) -> dict[str, Any]:
         c = self.crash()

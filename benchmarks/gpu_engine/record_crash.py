@@ -40,11 +40,17 @@ def tries_from_prototype(d: Path) -> list[checks.CrashTry]:
 
 
 def tries_from_lane(path: Path) -> list[checks.CrashTry]:
-    """`lane.py --only crash`'s lane.json: each server's counts and its log's dump."""
+    """`lane.py --only crash`'s lane.json: each server's counts and its log's dump; a
+    `server-<name>.log` kept beside it is read instead of the dump (a dump from a lane older
+    than `CrashTry.dump`'s profiler lines lacks the stop that the teardown signature needs)."""
     crash = json.loads(path.read_text()).get("crash") or {}
-    return [checks.CrashTry(t["name"], t["side"], t["profiles_sent"], t["profiles_done"],
-                            t["alive"], t.get("dump", ""), t.get("error", ""))
-            for t in crash.get("servers", [])]
+    out = []
+    for t in crash.get("servers", []):
+        log = path.parent / f"server-{t['name']}.log"
+        text = log.read_text(errors="replace") if log.exists() else t.get("dump", "")
+        out.append(checks.CrashTry(t["name"], t["side"], t["profiles_sent"], t["profiles_done"],
+                                   t["alive"], text, t.get("error", "")))
+    return out
 
 
 def tries_from(evidence: Path) -> list[checks.CrashTry]:
