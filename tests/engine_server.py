@@ -164,3 +164,23 @@ def wait_ready(s: Server, timeout: float) -> None:
                 return
         time.sleep(0.5)
     raise RuntimeError(f"server not ready within {timeout:g} s:\n{s.log_tail()}")
+
+
+def diag_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`python -m diag ARGS` as a user's shell runs it: none of the agent's DIAG_* variables of
+    this test process (the cache directory kept)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_") or k == "DIAG_CACHE_DIR"}
+    return subprocess.run([sys.executable, "-m", "diag", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def wait_for(what: str, check, timeout: float = 60.0, interval: float = 0.2):
+    """`check()`'s first truthy value within `timeout`; an AssertionError naming `what` else."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")

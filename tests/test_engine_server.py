@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -49,20 +48,8 @@ FAULT = "standin-engine-fault"
 PROMPT = [5, 6, 7]
 
 
-def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_") or k == "DIAG_CACHE_DIR"}
-    return subprocess.run([*DIAG, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def _wait(what: str, check, timeout: float = 60.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
+_cli = engine_server.diag_cli
+_wait = engine_server.wait_for
 
 
 @pytest.fixture(scope="module")
