@@ -42,7 +42,6 @@ from diag.engine import rundir  # noqa: E402
 pytestmark = [pytest.mark.engine, pytest.mark.release, pytest.mark.slow,
               pytest.mark.timeout(900)]
 
-DIAG = [sys.executable, "-m", "diag"]
 FIX = "profiler-controlled-teardown"
 FAULT = "standin-engine-fault"
 PROMPT = [5, 6, 7]

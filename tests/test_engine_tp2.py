@@ -41,7 +41,6 @@ from diag.engine import rundir  # noqa: E402
 pytestmark = [pytest.mark.engine, pytest.mark.release, pytest.mark.slow,
               pytest.mark.timeout(1200)]
 
-DIAG = [sys.executable, "-m", "diag"]
 FIX = "profiler-controlled-teardown"
 PROMPT = [5, 6, 7]
 RANKS = {"TP0", "TP1"}
