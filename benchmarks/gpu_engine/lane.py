@@ -330,6 +330,45 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
     return res
 
 
+def overhead_run(work: Path, windows: int, requests: int, tokens: int, concurrency: int) -> dict:
+    """Only the in-server overhead (`diag bench overhead`) on one diag server alone on the card:
+    more pairs and longer windows than the full lane has time for (its batch-16 interval)."""
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"mode": "overhead", "checks": [], "servers": {}, "device": device_info()}
+    add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
+    t0 = time.monotonic()
+    d = None
+    try:
+        models = engine_models.make_models(work / "models", 0, "gpu")
+        d = ready(start("diag", work, models, under_diag=True, diag_args=("--fix", FIX)), 300)
+        res["servers"]["diag"] = {"ready_s": round(d.ready_s or 0, 1)}
+        label = f"batch {concurrency}"
+        r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
+                     "--windows", str(windows), "--requests-per-window", str(requests),
+                     "--tokens", str(tokens), "--concurrency", str(concurrency), "--json",
+                     timeout=900)
+        doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+        res["in_server"] = {label: doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}}
+        add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
+                                      f"(upper bound), in-server paired windows, {label}", doc))
+    except Exception as e:  # keep what ran: the partial result is the evidence
+        res["error"] = f"{type(e).__name__}: {e}"[:2000]
+        add(checks.Check("lane ran to the end", False, res["error"][:300]))
+    finally:
+        if d is not None:
+            d.stop()
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+def overhead_summary(res: dict) -> str:
+    lines = [f"{'PASS' if c['ok'] else 'FAIL' if c['ok'] is False else 'SKIP'}    {c['name']}: "
+             f"{c['detail']}" for c in res["checks"]]
+    for label, doc in (res.get("in_server") or {}).items():
+        lines += [f"{label}: {x}" for x in checks.share_lines(doc)]
+    return "\n".join(lines + [f"wall {res['wall_s']} s"])
+
+
 # ------------------------------------------------------------------------------ the profiler crash
 # Issue 29, side by side in one run: `--servers` plain servers and as many under `diag run --fix
 # profiler-controlled-teardown` (no counters: the fix alone), all with SGLANG_PROFILE_V2=1, each
@@ -573,14 +612,21 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--windows", type=int, default=10,
                     help="diag bench overhead's pairs of windows per condition, at batch 1 and 16")
-    ap.add_argument("--only", choices=("crash",), default=None,
-                    help="crash: only the profiler-crash check (plain vs under the fix)")
+    ap.add_argument("--only", choices=("crash", "overhead"), default=None,
+                    help="crash: only the profiler-crash check (plain vs under the fix); "
+                         "overhead: only `diag bench overhead` on one diag server")
+    ap.add_argument("--concurrency", type=int, default=16, help="batch (--only overhead)")
+    ap.add_argument("--requests", type=int, default=96,
+                    help="requests per window (--only overhead)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
     ap.add_argument("--profiles", type=int, default=3, help="profiles per server (--only crash)")
     ap.add_argument("--serve-after", type=int, default=3,
                     help="rounds of 2 requests served after each profile's stop (--only crash)")
     a = ap.parse_args()
-    if a.only == "crash":
+    if a.only == "overhead":
+        res = overhead_run(a.work, a.windows, a.requests, a.tokens, a.concurrency)
+        text = overhead_summary(res)
+    elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)
         text = crash_summary(res)
     else:
