@@ -145,3 +145,15 @@ def test_fix_status_names_each_schedulers_rank(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env).stdout
     for rank, pid in pids.items():
         assert f"pid {pid} (parent 1) exited  engine process {rank} " in text, text
+    # the TUI's engine pane reads the same state: the same rank beside each pid
+    from diag.tui import data as tui_data
+    from diag.tui.fixes_view import engine_text
+    from diag.tui.model import Model
+
+    views = tui_data.engine_processes(rundir.read_state(d))
+    assert {v.pid: v.rank for v in views} == got
+    model = Model()
+    model.engine_procs = views
+    pane = engine_text(model).plain
+    for rank, pid in pids.items():
+        assert f"pid {pid} {rank} " in pane, pane

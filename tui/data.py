@@ -398,6 +398,7 @@ class ProcessView:
     error: str  # the newest agent error, "where: message"
     lost: str = ""  # "events lost since 12:03:04: 17 (ENOSPC ...)", "" when none
     died: str = ""  # how it died, from its last words (diag.engine.last_words), "" when unknown
+    rank: str | None = None  # a scheduler's ranks as SGLang names them ("TP1"; "" single-rank)
 
 
 def engine_processes(state: Any, events: list[Any] | None = None) -> list[ProcessView]:
@@ -431,8 +432,9 @@ def engine_processes(state: Any, events: list[Any] | None = None) -> list[Proces
                                str(last.get("kind", "-")), last.get("ts"),
                                int((p.counters or {}).get("errors", 0)), err,
                                lost_text(p.counters or {}),
-                               died[p.pid].summary if p.pid in died else ""))
-    out.sort(key=lambda v: (not v.alive, v.pid))
+                               died[p.pid].summary if p.pid in died else "",
+                               getattr(p, "rank", None)))
+    out.sort(key=lambda v: (not v.alive, v.rank or "", v.pid))
     return out
 
 

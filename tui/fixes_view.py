@@ -43,7 +43,7 @@ def engine_text(model: Model) -> Text:
     for i, p in enumerate(model.engine_procs):
         if i:
             t.append("\n")
-        t.append(f"pid {p.pid} ", style="bold")
+        t.append(f"pid {p.pid}{f' {p.rank}' if p.rank else ''} ", style="bold")
         t.append("live" if p.alive else f"died: {p.died}" if p.died else "exited",
                  style="green" if p.alive else "bold red" if p.died else "dim")
         t.append(f"  sglang {p.sglang}  fixes: {p.fixes}  last: {p.last}")
