@@ -22,7 +22,9 @@ from diag.schemas import SCHEMA_VERSION
 DIAG = [sys.executable, "-m", "diag"]
 OUTPUTS = {"report-v1.json", "fix-list-v1.json", "fix-status-v1.json", "fix-action-v1.json",
            "fix-check-v1.json", "bench-v1.json", "env-v1.json", "fleet-v1.json",
-           "probe-list-v1.json", "tui-export-v1.json", "event-v1.json", "trace-v1.json"}
+           "probe-list-v1.json", "tui-export-v1.json", "event-v1.json", "trace-v1.json",
+           # validated on a real server: tests/test_engine_server.py (bench overhead)
+           "overhead-v1.json"}
 
 
 def _json(*args: str) -> tuple[int, dict]:
