@@ -242,3 +242,22 @@ def test_recorded_overhead_verdicts_follow_from_the_recorded_windows(label):
     assert checks.check_overhead_bar("again", bench).ok is check["ok"]
     # batch 1 met the bar in that run, batch 16 did not (its noise floor is wider than the bar)
     assert check["ok"] is (label == "batch 1")
+
+
+def test_recorded_batch16_overhead_run_follows_from_its_windows():
+    """`lane.py --only overhead` (one diag server alone on the card, 12 pairs of 96 requests at
+    batch 16; tests/gpu_lane/overhead-h200-bs16): every condition's ratio and interval recomputed
+    from its recorded windows; the bar not met (upper bound 1.153), as docs/overhead.md says."""
+    import json
+
+    from diag import paired
+
+    doc = json.loads((DATA / "overhead-h200-bs16" / "lane.json").read_text())
+    bench = doc["in_server"]["batch 16"]
+    assert bench["concurrency"] == 16 and bench["windows"] == 12
+    for row in bench["results"]:
+        again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
+        assert again.ratio == pytest.approx(row["ratio"]), row["condition"]
+        assert (again.lo, again.hi) == pytest.approx((row["lo"], row["hi"]), abs=0.02)
+    assert checks.check_overhead_bar("again", bench).ok is False
+    assert doc["checks"][0]["ok"] is False
