@@ -15,7 +15,7 @@ from diag.tui.data import FixView, fmt_value
 from diag.tui.model import Model
 from diag.tui.tables import Col, FittedTable, fill
 
-COLUMNS = (Col("fix"), Col("applicability"), Col("state", shrink=True, min=14),
+COLUMNS = (Col("fix"), Col("applicability"), Col("state", shrink=True, min=14, prose=True),
            Col("acknowledgement", drop=10))
 
 APPLIC_STYLE = {"applicable": "bold yellow", "upstream": "green", "not-needed": "green",

@@ -11,7 +11,7 @@ from diag.tui.data import FindingView
 from diag.tui.model import Model
 from diag.tui.tables import Col, FittedTable, fill
 
-COLUMNS = (Col("status"), Col("probe"), Col("summary", shrink=True, min=20))
+COLUMNS = (Col("status"), Col("probe"), Col("summary", shrink=True, min=20, prose=True))
 
 STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "fail": "bold red",
                 "error": "bold magenta", "skip": "dim", "pending": "dim", "running": "cyan"}

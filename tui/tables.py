@@ -27,6 +27,7 @@ class Col:
     drop: int = 0  # 0: always shown; otherwise dropped before the columns with lower numbers
     shrink: bool = False  # the column shortened to fit (one per table)
     min: int = 12  # the shrink column is cut down to this before columns with drop < FIRST go
+    prose: bool = False  # a sentence: cut at its end even when its first word is a dotted name
 
 
 FIRST = 10  # columns with drop >= FIRST go before the shrink column is cut at all
@@ -80,7 +81,8 @@ def fit_rows(cols: Sequence[Col], rows: Sequence[Sequence[Any]],
         for i in shown:
             c = r[i]
             if cut and cols[i].shrink and c.cell_len > cut:
-                short = Text(shorten(c.plain, cut), style=c.style)
+                text = c.plain[:cut - 1] + "…" if cols[i].prose else shorten(c.plain, cut)
+                short = Text(text, style=c.style)
                 c = short
             row.append(c)
         out.append(row)
