@@ -58,6 +58,19 @@ def test_trace_tab_shows_the_json_figures(tmp_path):
 def test_tui_trace_path_missing_is_exit_3(tmp_path):
     r = CliRunner().invoke(main, ["tui", "--trace", str(tmp_path / "nope.json")])
     assert r.exit_code == 3 and "no such file" in r.output
+    r = CliRunner().invoke(main, ["tui", "--trace", str(tmp_path)])  # a folder with no trace
+    assert r.exit_code == 3 and "no .json or .json.gz trace" in r.output
+
+
+@pytest.mark.release
+def test_once_takes_a_directory_as_diag_trace_does(tmp_path):
+    """`--trace DIR` stands for the traces in it, as for `diag trace DIR`."""
+    folder = Path(__file__).parent / "fixtures" / "traces" / "tr-killswitch-bs16"
+    want = CliRunner().invoke(main, ["trace", str(folder)]).stdout
+    r = CliRunner().invoke(main, ["tui", "--once", "--no-execute", "--sglang", "0.5.23",
+                                  "--width", "100", "--trace", str(folder)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.endswith(want) and "draft-extend" in want
 
 
 @pytest.mark.release

@@ -29,8 +29,8 @@ from diag.errors import EXIT_USAGE, DiagError
 @click.option("--once", is_flag=True,
               help="Render one frame (every tab) as text to stdout and exit (logs, CI).")
 @click.option("--trace", "trace_paths", multiple=True, metavar="PATH",
-              help="Also show these torch-profiler traces per phase (tab 5, key 5; as "
-                   "`diag trace`).")
+              help="Also show these torch-profiler traces (a file, or a directory of them) per phase "
+                   "(tab 5, key 5; as `diag trace`).")
 @click.option("--width", type=click.IntRange(min=40, max=10000), default=None,
               help="Width of the --once frame. Default: the terminal's (80 without one).")
 @guarded
@@ -50,9 +50,17 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         from diag.engine.rundir import check_run_dir
 
         check_run_dir(run_dir)
-    for p in trace_paths:  # a path that is not there is exit 3 before the screen opens
-        if not os.path.isfile(p):
-            raise DiagError(f"--trace {p}: no such file")
+    for p in trace_paths:  # what `diag trace` reads (a directory too); else exit 3 up front
+        if not os.path.exists(p):
+            raise DiagError(f"--trace {p}: no such file or directory")
+    if trace_paths:
+        from diag.probes.trace_reader import TraceReadError
+        from diag.probes.trace_report import expand
+
+        try:
+            expand(list(trace_paths))
+        except TraceReadError as e:
+            raise DiagError(f"--trace {e}") from None
     import importlib.util
 
     for need in ("rich", "textual"):
