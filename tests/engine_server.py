@@ -82,6 +82,21 @@ class Server:
             raise RuntimeError(f"/generate: HTTP {code}: {body[:300]}")
         return json.loads(body)
 
+    def metrics(self) -> dict[str, float]:
+        """/metrics as {'name{label="v",...}': value}, labels sorted, read with
+        prometheus_client's text parser (the one diag's own readers use)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        code, body = self.get("/metrics")
+        if code != 200:
+            raise RuntimeError(f"/metrics: HTTP {code}: {body[:300]}")
+        out = {}
+        for fam in text_string_to_metric_families(body):
+            for s in fam.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
+        return out
+
     def log_tail(self, n: int = 40) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])

@@ -130,20 +130,9 @@ def test_fix_status_lists_processes_and_roles(server):
     assert f"pid {sched.pid} " in text.stdout and "engine process" in text.stdout
 
 
-def _metrics(server) -> dict[str, float]:
-    code, body = server.get("/metrics")
-    assert code == 200
-    out = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
-
-
 def test_server_metrics_carry_diag_beside_sglang(server):
     server.generate(PROMPT, 16)
-    m = _metrics(server)
+    m = server.metrics()
     assert any(k.startswith("sglang:") for k in m)
     assert m['diag_draft_extend_passes_total{mode="eager"}'] > 0
     assert any(k.startswith("diag_fix_state") for k in m), sorted(k for k in m if "diag" in k)

@@ -117,21 +117,10 @@ def test_counters_are_per_rank_in_fix_status(server):
         assert f"pid {p.pid} " in text and f"engine process {rank} " in text
 
 
-def _metrics(server) -> dict[str, float]:
-    code, body = server.get("/metrics")
-    assert code == 200
-    out = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
-
-
 def test_metrics_show_each_rank(server):
     ranks = _ranks(server.run_dir)
     server.generate(PROMPT, 16)
-    m = _metrics(server)
+    m = server.metrics()
     for rank, p in ranks.items():
         passes = m[f'diag_draft_extend_passes_total{{mode="eager",rank="{rank}"}}']
         # the rank's own count, the one its events folded to (read after /metrics: never fewer)

@@ -96,14 +96,21 @@ def _copy_tree(t: Target, dest: Path, rels: list[str]) -> Target:
     return Target(dest, "99.0", "path")
 
 
+def _collect_after_v2_drop(t: Target) -> None:
+    """Edit the copied V2 file: gc.collect() right after `_do_stop` drops the profiler."""
+    p = t.file(V2)
+    head, tail = p.read_text().split("def _do_stop(", 1)
+    edited = tail.replace("        self.profiler = None\n",
+                          "        self.profiler = None\n        gc.collect()\n", 1)
+    assert edited != tail, "the V2 drop line moved: the edit found nothing to change"
+    tail = edited
+    p.write_text("import gc\n" + head + "def _do_stop(" + tail)
+
+
 def test_all_paths_controlled_is_ok(release, tmp_path):
     """0.5.23 with gc.collect() added after the V2 drop (an edited copy of the real files)."""
     t = _copy_tree(release("0.5.23"), tmp_path, [MANAGER, V2])
-    p = t.file(V2)
-    head, tail = p.read_text().split("def _do_stop(", 1)
-    tail = tail.replace("        self.profiler = None\n",
-                        "        self.profiler = None\n        gc.collect()\n", 1)
-    p.write_text("import gc\n" + head + "def _do_stop(" + tail)
+    _collect_after_v2_drop(t)
     assert all(s.controlled for s in locate_stops(t))
     assert _static(t)[0].status == Status.OK
 
@@ -186,10 +193,6 @@ def test_v2_requests_on_an_older_release(release, monkeypatch):
 
 def test_stage_profile_row_without_risk_when_the_v2_stop_collects(release, tmp_path):
     t = _copy_tree(release("0.5.23"), tmp_path, [MANAGER, V2])
-    p = t.file(V2)
-    head, tail = p.read_text().split("def _do_stop(", 1)
-    tail = tail.replace("        self.profiler = None\n",
-                        "        self.profiler = None\n        gc.collect()\n", 1)
-    p.write_text("import gc\n" + head + "def _do_stop(" + tail)
+    _collect_after_v2_drop(t)
     stage = _rows(_static(t)[0])["stage profile (profile_by_stage=true)"]
     assert stage.data["risk"] == "none" and "prevented_by" not in stage.data
