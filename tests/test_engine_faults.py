@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_models  # noqa: E402
 import engine_server  # noqa: E402
 import report_schema  # noqa: E402
-from test_engine_server import FIX, PROMPT, _cli, _metrics, _scheduler, _valid, _wait  # noqa: E402, I001
+from test_engine_server import FIX, PROMPT, _cli, _scheduler, _valid, _wait  # noqa: E402, I001
 
 from diag.engine import eventlog, rundir  # noqa: E402
 
@@ -97,7 +97,7 @@ def test_full_disk_events_lost_are_reported_and_status_stays_true(server):
         text = _cli("fix", "status", "--run-dir", str(server.run_dir)).stdout
         assert "events lost since" in text
         _same_tokens(server)
-        m = _metrics(server)
+        m = server.metrics()
         assert m.get("diag_events_lost_total", 0) > 0, sorted(k for k in m if "diag" in k)
     finally:
         path.unlink()
@@ -174,7 +174,7 @@ def test_after_the_full_disk_every_surface_counts_the_same_loss(server):
     files = [eventlog.read_state_file(server.run_dir, pid) for pid in procs]
     lost = sum(st["lost"]["events"] for st in files if st)
     assert lost > 0 and lost == sum(p["counters"]["lost"]["events"] for p in procs.values())
-    assert _metrics(server).get("diag_events_lost_total") == lost
+    assert server.metrics().get("diag_events_lost_total") == lost
 
 
 def test_a_half_line_does_not_hide_a_revert(server):
