@@ -43,6 +43,7 @@ from diag.probes.source import (
     ModuleIndex,
     Modules,
     children,
+    gc_paused,
     index,
     inner,
     parse_text,
@@ -1508,7 +1509,8 @@ def census(target: Target, use_cache: bool = True) -> Census:
                 return Census.from_dict(hit["value"])
             except (KeyError, TypeError, ValueError):
                 pass
-    out = _scan_all(target, paths)
+    with gc_paused():
+        out = _scan_all(target, paths)
     if digest is not None:
         cache.store("census", digest, out.to_dict())
     return out

@@ -15,6 +15,8 @@ change the tree (take `parse_fresh` for that).
 from __future__ import annotations
 
 import ast
+import contextlib
+import gc
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -80,6 +82,21 @@ def parse_problem(path: Path) -> tuple[str, int | None] | None:
     except ValueError as e:
         return f"does not parse ({e})", None
     return ("empty", None) if not tree.body else None
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No automatic cyclic GC while a whole tree is read. Why: parsing and indexing a release
+    allocates millions of AST nodes and lists that stay alive in the caches above; each full
+    collection walks all of them again, a third of the census's time on 0.5.23 (2.5 s -> 1.7 s
+    without). Nothing read here is cyclic garbage; the previous state is restored."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 # --------------------------------------------------------------------------- walking

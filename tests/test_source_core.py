@@ -49,3 +49,24 @@ def test_callers_and_shapes(release):
     items = list(source.find(fn, lambda n: isinstance(n, ast.Call) and isinstance(
         n.func, ast.Attribute) and n.func.attr == "item"))
     assert [n.lineno for n in items] == [371]
+
+
+def test_gc_paused_restores_the_collector_as_it_found_it():
+    """The census pauses the cyclic GC for its scan; the caller's setting comes back, also when
+    the scan raises, and a caller that had it off keeps it off."""
+    import gc
+
+    from diag.probes.source import gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("scan failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
