@@ -66,6 +66,21 @@ def test_rank_of_reads_sglangs_scheduler_titles():
     assert rank_of("sglang::scheduler") == ""
 
 
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
+def test_the_title_is_read_as_ps_reads_it():
+    """The agent reads a process's title from /proc/self/cmdline, never through setproctitle
+    (whose first call, from the agent's thread, replaces `environ` under the engine): a process
+    whose argv[0] is a scheduler title (set here by `exec -a`, as ps then shows it) is read
+    with its rank."""
+    code = ("from diag.engine.agent import process_title, rank_of; "
+            "t = process_title(); print(t + '|' + rank_of(t))")
+    p = subprocess.run(["bash", "-c", f'exec -a sglang::scheduler_DP0_TP1 "{sys.executable}" '
+                        f'-c "{code}"'], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "sglang::scheduler_DP0_TP1|DP0 TP1"
+
+
 def test_series_carry_each_processs_rank(tmp_path):
     prog = tmp_path / "ranks_program.py"
     prog.write_text(PROGRAM)
@@ -94,15 +109,19 @@ def test_series_carry_each_processs_rank(tmp_path):
 
 @pytest.mark.parametrize("title", ["sglang::scheduler_TP0", "sglang::scheduler"])
 def test_agent_reports_the_rank_in_its_control_event(title, monkeypatch):
-    """The agent reads the title (as setproctitle returns it) once and says the rank once."""
+    """The agent reads the title (as /proc shows it) once and says the rank once; it never
+    calls setproctitle itself (test_the_title_is_read_as_ps_reads_it says why)."""
     import types
 
     from diag import telemetry
     from diag.engine import agent as agent_mod
 
+    def never() -> str:
+        raise AssertionError("the agent called setproctitle.getproctitle()")
+
     seen: list[dict] = []
-    monkeypatch.setitem(sys.modules, "setproctitle",
-                        types.SimpleNamespace(getproctitle=lambda: title))
+    monkeypatch.setitem(sys.modules, "setproctitle", types.SimpleNamespace(getproctitle=never))
+    monkeypatch.setattr(agent_mod, "process_title", lambda: title)
     monkeypatch.setattr(telemetry, "emit", lambda kind, **kw: seen.append({"kind": kind, **kw}))
     monkeypatch.setattr(telemetry, "active", lambda: True)  # typed events go out only then
     a = agent_mod.Agent()

@@ -538,10 +538,9 @@ class Agent:
         have marked this an engine process before)."""
         if self.rank is not None or "setproctitle" not in sys.modules:
             return
-        with contextlib.suppress(Exception):
-            title = sys.modules["setproctitle"].getproctitle()
-            if title.startswith(ENGINE_TITLES):
-                self._mark_engine(f"process title {title.split()[0]!r}", rank_of(title))
+        title = process_title()
+        if title.startswith(ENGINE_TITLES):
+            self._mark_engine(f"process title {title.split()[0]!r}", rank_of(title))
 
     def _make_batch_wrapper(self, original: Any) -> Any:
         owner = self
@@ -739,6 +738,24 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def process_title() -> str:
+    """The title `ps` shows, read from /proc/self/cmdline (setproctitle writes it over argv);
+    "" where there is no /proc. Not `setproctitle.getproctitle()`: its first call in a process
+    sets the module up, replacing `environ` with a copy (setproctitle's spt_setup ->
+    save_ps_display_args), and its README asks for that early, before code writes the
+    environment. SGLang's launcher never calls setproctitle, so this thread's call was the
+    first, made while the launcher's main thread sets variables and starts its processes. The
+    suspected cause of a launcher that stopped at start in the CPU engine lane (2026-12-03: no
+    event from the agent thread after setproctitle's import, no "Engine startup timings");
+    not reproduced in isolation."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        return ""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
 
 
 def rank_of(title: str) -> str:
