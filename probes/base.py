@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -65,8 +66,14 @@ class Probe:
 
 
 def run_probe(probe: Probe, ctx: Context, verbose: bool = False) -> list[Finding]:
+    """The probe's findings; a crash is a finding too. A probe that only reads source runs with
+    the cyclic GC paused (probes.source.gc_paused: it would walk the cached parse trees again
+    and again); one that runs torch keeps the collector as it is."""
+    from diag.probes.source import gc_paused
+
     try:
-        out = probe.run(ctx)
+        with contextlib.nullcontext() if probe.needs_torch else gc_paused():
+            out = probe.run(ctx)
         return out if isinstance(out, list) else [out]
     except KeyboardInterrupt:
         raise

@@ -980,14 +980,15 @@ def short_path(loc: str) -> str:
     return loc.removeprefix("sglang/srt/layers/attention/").removeprefix("sglang/srt/")
 
 
-def shorten(name: str, width: int) -> str:
+def shorten(name: str, width: int, prose: bool = False) -> str:
     """A name cut to `width` cells, keeping its end for dotted names (`…Backend._attach_meta`)
-    and its start otherwise; the whole name is in the detail pane and the export."""
+    and its start otherwise (always for `prose`, a sentence that may start with a dotted
+    name); the whole name is in the detail pane and the export."""
     if len(name) <= width:
         return name
     if width <= 1:
         return "…"[:width]
-    if "." in name.split(" ")[0]:
+    if not prose and "." in name.split(" ")[0]:
         return "…" + name[-(width - 1):]
     return name[:width - 1] + "…"
 

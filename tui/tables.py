@@ -81,9 +81,7 @@ def fit_rows(cols: Sequence[Col], rows: Sequence[Sequence[Any]],
         for i in shown:
             c = r[i]
             if cut and cols[i].shrink and c.cell_len > cut:
-                text = c.plain[:cut - 1] + "…" if cols[i].prose else shorten(c.plain, cut)
-                short = Text(text, style=c.style)
-                c = short
+                c = Text(shorten(c.plain, cut, cols[i].prose), style=c.style)
             row.append(c)
         out.append(row)
     return [cols[i] for i in shown], out

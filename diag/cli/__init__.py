@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -150,13 +149,8 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
             probe.prepare(ctx)
         except Exception as e:  # run() then does the work itself
             log(f"{probe.id}: background start failed ({type(e).__name__}: {e})")
-    # with the worker running the torch probes, the ones here only read source: no cyclic GC
-    # walking their parse trees again and again (diag.probes.source.gc_paused)
-    from diag.probes.source import gc_paused
-
-    with gc_paused() if proc is not None else contextlib.nullcontext():
-        for probe in local:
-            results[probe.id].extend(run_probe(probe, ctx, verbose=verbose))
+    for probe in local:
+        results[probe.id].extend(run_probe(probe, ctx, verbose=verbose))
     if proc is not None:
         from diag.cli import probe_worker
 
