@@ -17,6 +17,7 @@ The kinds of runtime counters (`CounterEvent` and its subclasses) are defined in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -117,6 +118,14 @@ def _coerce(value: Any, default: Any, typ: str) -> tuple[Any, bool]:
     return value, True
 
 
+@functools.cache
+def _fields(cls: type[Event]) -> tuple[tuple[str, Any, Any, str], ...]:
+    """(name, default, default factory, type) of an event class's key fields, read once per
+    class: parsing runs for every event an engine process writes (its writer folds them)."""
+    return tuple((f.name, f.default, f.default_factory, str(f.type))
+                 for f in dataclasses.fields(cls) if f.name not in _META)
+
+
 def parse(doc: dict[str, Any]) -> Event:
     """The typed event for one decoded JSON object. Never raises."""
     if not isinstance(doc, dict):
@@ -124,15 +133,15 @@ def parse(doc: dict[str, Any]) -> Event:
     cls = _KINDS.get(str(doc.get("kind")), Event)
     kw: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in _META or f.name not in doc:
+    for name, dflt, factory, typ in _fields(cls):
+        if name not in doc:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else \
-            (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        value, ok = _coerce(doc[f.name], default, str(f.type))
-        kw[f.name] = 0.0 if value is None and f.name == "ts" else value
+        default = dflt if dflt is not dataclasses.MISSING else \
+            (factory() if factory is not dataclasses.MISSING else None)
+        value, ok = _coerce(doc[name], default, typ)
+        kw[name] = 0.0 if value is None and name == "ts" else value
         if not ok:
-            extra[f.name] = doc[f.name]
+            extra[name] = doc[name]
     for k, v in doc.items():
         if k not in kw and (k not in _META or (k == "kind" and cls is Event)):
             extra[k] = v

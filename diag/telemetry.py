@@ -91,11 +91,16 @@ class Tally:
     flush that reads `n` before a pass and `s` after it emits that pass's seconds one flush
     early: the totals stay exact.
 
+    `scale=(field, per_field)` adds `field` = passes x the slot's `per_field` to each event
+    (e.g. syncs = calls x the stable count per call).
+
     `slot(key, **fields)`: the slot of a key (made once, on its first pass); keep the slot of a
     key known in advance (e.g. the graph mode) in a module variable and skip even the lookup."""
 
-    def __init__(self, kind: str, count_field: str, sum_field: str = "seconds") -> None:
+    def __init__(self, kind: str, count_field: str, sum_field: str = "seconds",
+                 scale: tuple[str, str] | None = None) -> None:
         self.kind, self.count_field, self.sum_field = kind, count_field, sum_field
+        self.scale = scale  # (field, per-pass field): emit field = passes x fields[per-pass]
         self.slots: dict[Any, Slot] = {}
         add_flusher(self.flush)
 
@@ -116,7 +121,11 @@ class Tally:
                 continue
             dn, ds = n - s.seen_n, sec - s.seen_s
             s.seen_n, s.seen_s = n, sec
-            emit(self.kind, **s.fields, **{self.count_field: dn, self.sum_field: ds})
+            sums = {self.count_field: dn, self.sum_field: ds}
+            if self.scale is not None:
+                out, per = self.scale
+                sums[out] = dn * s.fields[per]
+            emit(self.kind, **s.fields, **sums)
 
 
 class Folder:

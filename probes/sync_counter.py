@@ -51,7 +51,10 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
+
+from diag import telemetry
 
 _HERE = os.path.abspath(__file__)
 _gpu_lock = threading.RLock()
@@ -373,22 +376,66 @@ PHASE_OF_MODE = {"EXTEND": "target-extend", "TARGET_VERIFY": "target-verify",
                  "DECODE": "draft-decode", "IDLE": "idle"}
 
 
+def _mode_name(a: Any) -> str | None:
+    mode = getattr(a, "forward_mode", None)
+    if mode is None and hasattr(a, "is_target_verify"):
+        mode = a
+    name = getattr(mode, "name", None)
+    return name if isinstance(name, str) else None
+
+
 def call_phase(args: tuple, kwargs: dict) -> str | None:
     """The phase of a metadata-builder call, from its ForwardBatch's (or a ForwardMode
     argument's) mode; None when the call carries neither."""
     for a in (*args, *kwargs.values()):
-        mode = getattr(a, "forward_mode", None)
-        if mode is None and hasattr(a, "is_target_verify"):
-            mode = a
-        name = getattr(mode, "name", None)
-        if isinstance(name, str):
+        name = _mode_name(a)
+        if name is not None:
             return PHASE_OF_MODE.get(name, name.lower())
     return None
+
+
+def _call_batch(args: tuple, kwargs: dict) -> int | None:
+    for a in (*args, *kwargs.values()):
+        v = getattr(a, "batch_size", None)
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def call_key(args: tuple, kwargs: dict) -> tuple[str | None, int | None]:
+    """(phase, batch size) of a builder call: `call_phase` and `_call_batch` in one look, fast
+    on the common shape (`self, forward_batch`: the batch's own attributes, read from its
+    `__dict__`, no attribute miss raised on `self`); any other shape takes the general scan."""
+    if len(args) == 2 and not kwargs:
+        d = getattr(args[1], "__dict__", None)
+        if d is not None:
+            mode, bs = d.get("forward_mode"), d.get("batch_size")
+            name = getattr(mode, "name", None)
+            if isinstance(name, str) and (bs is None or isinstance(bs, int)):
+                return PHASE_OF_MODE.get(name, name.lower()), bs
+    return call_phase(args, kwargs), _call_batch(args, kwargs)
 
 
 ENV_SAMPLE = "DIAG_SYNC_SAMPLE"  # "1": count every call (exact); N: once stable, one call in N
 SAMPLE_EVERY = 64
 STABLE_RUN = 5
+
+# the sampled calls of each stable key, held in place (`telemetry.Tally`: no allocation, no lock,
+# no dict built per call) and emitted by the agent's periodic work as `syncs` events, `sampled`,
+# with count = calls x the stable count per call
+SAMPLED = telemetry.Tally("syncs", "calls", scale=("count", "per_call"))
+
+
+class KeyState:
+    """A (builder, phase, batch size) key's sampling state: the last count and how many times in
+    a row it was seen, calls since the last counted one, its sites, and once stable the slot its
+    sampled calls are tallied in."""
+
+    __slots__ = ("count", "run", "since", "sites", "slot")
+
+    def __init__(self, count: int, sites: list[str]) -> None:
+        self.count, self.run, self.since, self.sites = count, 1, 0, sites
+        self.slot: telemetry.Slot | None = None
 
 
 class Sampler:
@@ -399,30 +446,37 @@ class Sampler:
     in between take the stable count and are emitted as `sampled` (scaled, and labelled so on
     every surface). `every` <= 1: every call is counted (exact)."""
 
-    def __init__(self, every: int = SAMPLE_EVERY, stable: int = STABLE_RUN) -> None:
+    def __init__(self, every: int = SAMPLE_EVERY, stable: int = STABLE_RUN,
+                 tally: telemetry.Tally | None = None) -> None:
         self.every, self.stable = every, stable
-        self.keys: dict[Any, list] = {}  # key -> [count, times in a row, calls since, sites]
+        self.tally = tally if tally is not None else SAMPLED
+        self.keys: dict[Any, KeyState] = {}
 
     def should_count(self, key: Any) -> bool:
         st = self.keys.get(key)
-        if st is None or self.every <= 1 or st[1] < self.stable:
+        if st is None or st.slot is None:
             return True
-        st[2] += 1
-        if st[2] >= self.every:
-            st[2] = 0
+        st.since += 1
+        if st.since >= self.every:
+            st.since = 0
             return True
         return False
 
     def counted(self, key: Any, n: int, sites: list[str]) -> None:
         st = self.keys.get(key)
-        if st is not None and st[0] == n:
-            st[1] += 1
+        if st is not None and st.count == n:
+            st.run += 1
         else:  # a first count, or a change: count every call again until stable
-            self.keys[key] = [n, 1, 0, sites]
+            st = self.keys[key] = KeyState(n, sites)
+        if st.slot is None and st.run >= self.stable and self.every > 1:
+            builder, phase = (key[0], key[1]) if isinstance(key, tuple) and len(key) > 1 \
+                else (str(key), None)
+            st.slot = self.tally.slot((builder, phase, n, tuple(sites)), builder=builder,
+                                      phase=phase, per_call=n, sites=sites, sampled=True)
 
     def stable_count(self, key: Any) -> tuple[int, list[str]]:
         st = self.keys[key]
-        return st[0], st[3]
+        return st.count, st.sites
 
 
 def sample_every(env: Any = None) -> int:
@@ -437,37 +491,31 @@ def sample_every(env: Any = None) -> int:
 _SAMPLER: Sampler | None = None
 
 
-def _call_batch(args: tuple, kwargs: dict) -> int | None:
-    for a in (*args, *kwargs.values()):
-        v = getattr(a, "batch_size", None)
-        if isinstance(v, int):
-            return v
-    return None
-
-
 def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
-    from diag import telemetry
-
     global _FOLD, _SAMPLER
     if _FOLD is None:
         _FOLD = telemetry.Folder("syncs", "calls")
     if _SAMPLER is None:
         _SAMPLER = Sampler(sample_every())
-    sampler = _SAMPLER
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not telemetry._sinks or not gpu_available():
             return fn(*args, **kwargs)  # the cheap path: no sink, or nothing to count
-        phase = call_phase(args, kwargs)
-        key = (builder, phase, _call_batch(args, kwargs))
-        t0 = time.perf_counter()
-        if not sampler.should_count(key):  # stable: the count of this key, scaled
-            out = fn(*args, **kwargs)
-            n, sites = sampler.stable_count(key)
-            _FOLD.add({"builder": builder, "phase": phase, "per_call": n, "sites": sites,
-                       "sampled": True}, seconds=time.perf_counter() - t0, count=n)
-            return out
+        sampler = _SAMPLER
+        key = (builder, *call_key(args, kwargs))
+        st = sampler.keys.get(key)
+        if st is not None and st.slot is not None:  # stable: one in `every` calls is counted
+            st.since += 1
+            if st.since < sampler.every:  # tallied in place with the stable count
+                t0 = perf_counter()
+                out = fn(*args, **kwargs)
+                slot = st.slot
+                slot.n += 1
+                slot.s += perf_counter() - t0
+                return out
+            st.since = 0
+        t0 = perf_counter()
         report = SyncReport("gpu")
         with _gpu_scope(report, blocking=False) as counting:
             out = fn(*args, **kwargs)
@@ -475,8 +523,8 @@ def _telemetry_wrapper(fn: Callable, builder: str) -> Callable:
             n = report.count
             sites = [f"{os.path.basename(e.file)}:{e.line}" for e in report.events]
             sampler.counted(key, n, sites)
-            _FOLD.add({"builder": builder, "phase": phase, "per_call": n, "sites": sites},
-                      seconds=time.perf_counter() - t0, count=n)
+            _FOLD.add({"builder": builder, "phase": key[1], "per_call": n, "sites": sites},
+                      seconds=perf_counter() - t0, count=n)
         return out
 
     wrapper.__diag_builder__ = builder  # type: ignore[attr-defined]

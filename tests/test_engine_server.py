@@ -284,6 +284,12 @@ def test_bench_overhead_switches_the_counters_inside_the_server(server):
         assert x["pairs"] == 2 and len(x["off_s_per_token"]) == len(x["on_s_per_token"]) == 2
         assert x["lo"] <= x["ratio"] <= x["hi"]
     assert doc["noise_floor"]["pairs"] == 2
+    # what no switch toggles, beside the ratios: the agent's own time over the windows (every
+    # window's 1 request x 4 tokens, ignore_eos: the tokens are known)
+    own = doc["agent_own"]
+    assert own["tokens"] == (len(conditions) + 1) * 2 * 2 * 4
+    assert own["seconds"] >= 0 and own["wall_s"] > 0 and own["share"] == \
+        pytest.approx(own["seconds"] / own["wall_s"])
     after = rundir.read_process(server.run_dir, sched.pid)
     assert {p: after.probes[p]["state"] for p in on} == dict.fromkeys(on, "on")
     assert sum(1 for a in after.acks.values() if a.get("fix") is None and a.get("ok")) >= \

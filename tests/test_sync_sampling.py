@@ -146,3 +146,52 @@ def test_the_tui_says_which_builder_counts_are_sampled():
     _rows, syncs, _series = data.engine_view(ev)
     assert [(s.builder, s.before, s.source) for s in syncs] == [
         ("b", 2, "run dir, 64 calls sampled"), ("c", 0, "run dir")]
+
+
+class _ClassAttrBatch:
+    """A batch whose mode and size are class attributes (not in the instance's __dict__)."""
+
+    forward_mode = SimpleNamespace(name="DRAFT_EXTEND")
+    batch_size = 3
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    ((object(), SimpleNamespace(forward_mode=SimpleNamespace(name="TARGET_VERIFY"),
+                                batch_size=16)), {}),
+    ((object(), SimpleNamespace(forward_mode=SimpleNamespace(name="DECODE"))), {}),
+    ((object(), SimpleNamespace(forward_mode=SimpleNamespace(name="EXTEND"), batch_size="x")),
+     {}),
+    ((object(), _ClassAttrBatch()), {}),
+    ((object(),), {"forward_batch": SimpleNamespace(forward_mode=SimpleNamespace(name="IDLE"),
+                                                    batch_size=2)}),
+    ((object(), 4, SimpleNamespace(name="TARGET_VERIFY", is_target_verify=lambda: True)), {}),
+    ((1, 2), {}),
+    ((), {}),
+])
+def test_the_fast_key_is_the_general_one(args, kwargs):
+    """`call_key` (the wrapper's one look at a call) gives what `call_phase` and `_call_batch`
+    give, on the common shape and on every other."""
+    assert sc.call_key(args, kwargs) == (sc.call_phase(args, kwargs), sc._call_batch(args, kwargs))
+
+
+def test_sampled_calls_are_tallied_in_place(standin_gpu):
+    """Once a key is stable its sampled calls go to one preallocated slot (no event built per
+    call); the flush emits them as one `sampled` event per key with the scaled count."""
+    got: list[dict] = []
+    telemetry.add_sink(got.append)
+    try:
+        build = sc._telemetry_wrapper(lambda self, fb: fb, "StandinBackend.build_meta")
+        fb = SimpleNamespace(forward_mode=SimpleNamespace(name="DRAFT_EXTEND"), batch_size=8)
+        for _ in range(5):
+            build(None, fb)
+        st = sc._SAMPLER.keys[("StandinBackend.build_meta", "draft-extend", 8)]
+        assert st.slot is not None and st.slot.n == 0
+        for _ in range(7):  # the next 7 are sampled (the 8th would be counted)
+            build(None, fb)
+        assert st.slot.n == 7 and len(standin_gpu) == 5
+        telemetry.flush()
+    finally:
+        telemetry.remove_sink(got.append)
+    (e,) = [e for e in got if e["kind"] == "syncs" and e.get("sampled")
+            and e["builder"] == "StandinBackend.build_meta"]
+    assert (e["calls"], e["count"], e["per_call"], e["phase"]) == (7, 14, 2, "draft-extend")

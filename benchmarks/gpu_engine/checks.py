@@ -303,6 +303,10 @@ def share_lines(doc: dict[str, Any] | None) -> list[str]:
     f = doc.get("noise_floor") or {}
     if f:
         out.append(f"noise floor: {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})")
+    own = doc.get("agent_own") or {}
+    if own.get("share") is not None:
+        out.append(f"agent's own work (on in every window): {own['share'] * 100:.2f} % of the "
+                   f"wall time ({own['seconds'] * 1e3:.1f} ms in {own['wall_s']:.0f} s)")
     return out
 
 

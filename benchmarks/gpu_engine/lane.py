@@ -330,9 +330,11 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
     return res
 
 
-def overhead_run(work: Path, windows: int, requests: int, tokens: int, concurrency: int) -> dict:
-    """Only the in-server overhead (`diag bench overhead`) on one diag server alone on the card:
-    more pairs and longer windows than the full lane has time for (its batch-16 interval)."""
+def overhead_run(work: Path, windows: int, requests: int, tokens: int,
+                 batches: list[int]) -> dict:
+    """Only the in-server overhead (`diag bench overhead`) on one diag server alone on the card,
+    at each batch in turn: more pairs and longer windows than the full lane has time for (its
+    batch-16 interval). A window is `requests` waves of the batch."""
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"mode": "overhead", "checks": [], "servers": {}, "device": device_info()}
     add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
@@ -342,15 +344,18 @@ def overhead_run(work: Path, windows: int, requests: int, tokens: int, concurren
         models = engine_models.make_models(work / "models", 0, "gpu")
         d = ready(start("diag", work, models, under_diag=True, diag_args=("--fix", FIX)), 300)
         res["servers"]["diag"] = {"ready_s": round(d.ready_s or 0, 1)}
-        label = f"batch {concurrency}"
-        r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
-                     "--windows", str(windows), "--requests-per-window", str(requests),
-                     "--tokens", str(tokens), "--concurrency", str(concurrency), "--json",
-                     timeout=900)
-        doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
-        res["in_server"] = {label: doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}}
-        add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
-                                      f"(upper bound), in-server paired windows, {label}", doc))
+        res["in_server"] = {}
+        for conc in batches:
+            label = f"batch {conc}"
+            r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
+                         "--windows", str(windows), "--requests-per-window",
+                         str(requests * conc), "--tokens", str(tokens), "--concurrency",
+                         str(conc), "--json", timeout=900)
+            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+            res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
+            add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
+                                          f"(upper bound), in-server paired windows, {label}",
+                                          doc))
     except Exception as e:  # keep what ran: the partial result is the evidence
         res["error"] = f"{type(e).__name__}: {e}"[:2000]
         add(checks.Check("lane ran to the end", False, res["error"][:300]))
@@ -615,16 +620,18 @@ def main() -> int:
     ap.add_argument("--only", choices=("crash", "overhead"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "
                          "overhead: only `diag bench overhead` on one diag server")
-    ap.add_argument("--concurrency", type=int, default=16, help="batch (--only overhead)")
-    ap.add_argument("--requests", type=int, default=96,
-                    help="requests per window (--only overhead)")
+    ap.add_argument("--batches", default="16",
+                    help="batches, comma-separated, measured in turn (--only overhead)")
+    ap.add_argument("--waves", type=int, default=2,
+                    help="waves of the batch per window (--only overhead)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
     ap.add_argument("--profiles", type=int, default=3, help="profiles per server (--only crash)")
     ap.add_argument("--serve-after", type=int, default=3,
                     help="rounds of 2 requests served after each profile's stop (--only crash)")
     a = ap.parse_args()
     if a.only == "overhead":
-        res = overhead_run(a.work, a.windows, a.requests, a.tokens, a.concurrency)
+        res = overhead_run(a.work, a.windows, a.waves, a.tokens,
+                           [int(b) for b in a.batches.split(",")])
         text = overhead_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)

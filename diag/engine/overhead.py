@@ -10,9 +10,16 @@ the counters off (A), one with the condition's counters on (B), in alternating o
 interval (`diag.paired`), per condition (all counters, each alone), next to the noise floor of
 the same method with nothing switched (A against A, the requests sent all the same).
 
-A window is `requests` greedy requests of `tokens` new tokens (`ignore_eos`), `concurrency` at
-a time; its per-token time is its wall time over the tokens the server says it generated
-(`meta_info.completion_tokens`). The counters are left on at the end.
+A window is `requests` greedy requests of `tokens` new tokens (`ignore_eos`), sent in waves of
+`concurrency` (a wave's requests go together and the next wave waits for all of them: the batch
+stays at `concurrency` for the whole wave, never a mix of stragglers and new prefills, which
+made the batch-16 windows vary by 50 %); its per-token time is its wall time over the tokens
+the server says it generated (`meta_info.completion_tokens`). The counters are left on at the
+end.
+
+What no switch toggles is reported beside the ratios: the agent's own time (its poll, flush and
+control work, `agent_time` events, `diag_agent_seconds_total`) over the measurement, as a share
+of its wall time, from the engine processes' folded counters before and after.
 """
 
 from __future__ import annotations
@@ -86,15 +93,30 @@ def _generate(url: str, tokens: int, timeout: float) -> int:
     return int(got) if isinstance(got, int) and got > 0 else tokens
 
 
-def window(url: str, requests: int, tokens: int, concurrency: int, timeout: float) -> float:
-    """Seconds per generated token over one window of requests."""
+def window(url: str, requests: int, tokens: int, concurrency: int, timeout: float,
+           pool: ThreadPoolExecutor | None = None) -> tuple[float, int]:
+    """(seconds per generated token, tokens generated) over one window of requests, sent in
+    waves of `concurrency` (module docstring)."""
+    made = 0
     t0 = time.perf_counter()
-    if concurrency <= 1:
+    if concurrency <= 1 or pool is None:
         made = sum(_generate(url, tokens, timeout) for _ in range(requests))
     else:
-        with ThreadPoolExecutor(concurrency) as pool:
-            made = sum(pool.map(lambda _i: _generate(url, tokens, timeout), range(requests)))
-    return (time.perf_counter() - t0) / max(1, made)
+        left = requests
+        while left > 0:
+            wave = min(concurrency, left)
+            made += sum(pool.map(lambda _i: _generate(url, tokens, timeout), range(wave)))
+            left -= wave
+    return (time.perf_counter() - t0) / max(1, made), made
+
+
+def agent_seconds(run_dir: Path, pids: list[int]) -> float:
+    """The agent's own time so far (every `where`), summed over the processes `pids`."""
+    total = 0.0
+    for pid in pids:
+        sec = (rundir.read_process(run_dir, pid).counters or {}).get("agent") or {}
+        total += sum(float((v or {}).get("seconds") or 0.0) for v in sec.values())
+    return total
 
 
 def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
@@ -116,21 +138,28 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
     if len(chosen) > 1:
         conditions += [(p, {p}) for p in chosen]
     conditions.append(("noise-floor", set()))
-    samples = {c: ([], []) for c, _ in conditions}
-    acks = 0
+    samples: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c, _ in conditions}
+    acks = made = 0
     timeout = max(60.0, 4.0 * tokens)
-    window(url, 1, tokens, 1, timeout)  # warm-up
+    pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
     try:
+        window(url, concurrency, tokens, concurrency, timeout, pool)  # warm-up (one wave)
+        agent0, wall0 = agent_seconds(d, pids), time.perf_counter()
         for i, (first, _second) in enumerate(paired.order(windows)):
             for name, on in conditions:
                 a, b = samples[name]
                 for side in (first, "B" if first == "A" else "A"):
                     acks += switch(d, chosen, on if side == "B" else set(), ack_timeout)
-                    (b if side == "B" else a).append(
-                        window(url, requests, tokens, concurrency, timeout))
+                    spt, n = window(url, requests, tokens, concurrency, timeout, pool)
+                    (b if side == "B" else a).append(spt)
+                    made += n
             progress(f"pair {i + 1}/{windows} done")
+        wall = time.perf_counter() - wall0
     finally:
         acks += switch(d, chosen, set(chosen), ack_timeout)  # leave the counters on
+        if pool is not None:
+            pool.shutdown()
+    agent = max(0.0, agent_seconds(d, pids) - agent0)
     floor_a, floor_b = samples["noise-floor"]
     floor = paired.paired_ratio(floor_a, floor_b)
     results = []
@@ -144,6 +173,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
             "run_dir": str(d), "windows": windows, "requests_per_window": requests,
             "tokens": tokens, "concurrency": concurrency, "probes": chosen,
             "engine_processes": pids, "acks": acks, "results": results,
+            "agent_own": {"seconds": agent, "wall_s": wall, "share": agent / wall if wall else None,
+                          "tokens": made, "s_per_token": agent / made if made else None},
             "noise_floor": {**floor.to_dict(), "a_s_per_token": floor_a,
                             "b_s_per_token": floor_b}}
 
@@ -158,6 +189,11 @@ def render(doc: dict[str, Any]) -> str:
         note = "  within the noise floor" if r["within_noise"] else ""
         lines.append(f"  {what:<24} {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}){note}")
     lines.append(f"  {'noise floor (off/off)':<24} {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})")
+    own = doc.get("agent_own") or {}
+    if own.get("share") is not None:
+        lines.append(f"  the agent's own work (poll, flush, control; on in every window): "
+                     f"{own['seconds'] * 1e3:.1f} ms in {own['wall_s']:.0f} s, "
+                     f"{own['share'] * 100:.2f} % of the wall time")
     lines.append(f"  {doc['acks']} switches acknowledged by {len(doc['engine_processes'])} "
                  "engine process(es)")
     return "\n".join(lines)
