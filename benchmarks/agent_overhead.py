@@ -12,7 +12,11 @@ ones:
 - `sync counter, sink, no GPU`: the same with the agent's event file installed as a sink, on a
   machine without a GPU (it calls straight through after checking for one);
 - `draft-extend counter, counting`: `probes.draft_extend_runtime`'s pass wrapper, timing every
-  call and writing one event per call to the agent's event file (JSON line, flushed).
+  call and writing one event per call to the agent's event file (JSON line, flushed);
+- on a machine with a GPU, the sync counter as it runs there (a batch with a mode and a size):
+  `sync counter, GPU, exact` (every call in torch's sync-debug scope, `DIAG_SYNC_SAMPLE=1`) and
+  `sync counter, GPU, sampled` (a stable key: the calls between two counted ones, tallied in
+  place).
 
     python benchmarks/agent_overhead.py [--calls 200000] [--repeats 7] [--json]
 """
@@ -27,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -38,6 +43,14 @@ class StandinWorker:
 
     def step(self, x):
         return x
+
+
+class StandinBatch:
+    """STAND-IN for SGLang's ForwardBatch: what the sync counter reads of a call."""
+
+    def __init__(self) -> None:
+        self.forward_mode = type("Mode", (), {"name": "TARGET_VERIFY"})()
+        self.batch_size = 16
 
 
 def _loop(fn: Callable, obj: object, calls: int) -> float:
@@ -74,6 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             "sync counter, sink, no GPU": sync_counter._telemetry_wrapper(plain, "Standin.step"),
             "draft-extend counter, counting": draft_extend_runtime._wrap_pass(plain),
         }
+        samplers: dict[str, Any] = {}
+        if sync_counter.gpu_available():
+            fb = StandinBatch()
+            for name, every in (("sync counter, GPU, exact", 1),
+                                ("sync counter, GPU, sampled", 10**9)):
+                w = sync_counter._telemetry_wrapper(plain, f"Standin.{every}")
+                cases_sink[name] = lambda _o, _i, w=w: w(_o, fb)
+                samplers[name] = sync_counter.Sampler(every=every)
         results: dict[str, list[float]] = {k: [] for k in [*cases_idle, *cases_sink]}
         base: list[float] = []
         obj = StandinWorker()
@@ -88,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for name, fn in cases_sink.items():
                     n = args.calls if "no GPU" in name else max(1000, args.calls // 20)
+                    if name in samplers:  # its own sampling rule (exact, or a stable key)
+                        sync_counter._SAMPLER = samplers[name]
+                        _loop(fn, obj, 10)  # the key's first counted calls (stable after 5)
                     results[name].append(_loop(fn, obj, n) - b)
                 telemetry.flush()  # the agent's periodic work: counters fold in-process
             finally:
