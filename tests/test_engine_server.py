@@ -292,6 +292,14 @@ def test_bench_overhead_switches_the_counters_inside_the_server(server):
         pytest.approx(own["seconds"] / own["wall_s"])
     after = rundir.read_process(server.run_dir, sched.pid)
     assert {p: after.probes[p]["state"] for p in on} == dict.fromkeys(on, "on")
+    # --no-shares: every counter together and the floor only
+    r = _cli("bench", "overhead", "--run-dir", str(server.run_dir), "--server", server.url,
+             "--windows", "2", "--requests-per-window", "1", "--tokens", "2", "--no-shares",
+             "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc2 = _valid(json.loads(r.stdout), "overhead")
+    assert [x["condition"] for x in doc2["results"]] == ["all"]
+    assert doc2["acks"] == (2 * 2 * 2 + 1) * len(on) * len(engines)
     assert sum(1 for a in after.acks.values() if a.get("fix") is None and a.get("ok")) >= \
         switches * len(on)
 

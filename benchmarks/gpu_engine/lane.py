@@ -331,7 +331,7 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
 
 
 def overhead_run(work: Path, windows: int, requests: int, tokens: int,
-                 batches: list[int]) -> dict:
+                 batches: list[int], shares: bool = True) -> dict:
     """Only the in-server overhead (`diag bench overhead`) on one diag server alone on the card,
     at each batch in turn: more pairs and longer windows than the full lane has time for (its
     batch-16 interval). A window is `requests` waves of the batch."""
@@ -350,7 +350,8 @@ def overhead_run(work: Path, windows: int, requests: int, tokens: int,
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
                          "--windows", str(windows), "--requests-per-window",
                          str(requests * conc), "--tokens", str(tokens), "--concurrency",
-                         str(conc), "--json", timeout=900)
+                         str(conc), "--json", *(() if shares else ("--no-shares",)),
+                         timeout=900)
             doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
             res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
             add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
@@ -622,6 +623,8 @@ def main() -> int:
                          "overhead: only `diag bench overhead` on one diag server")
     ap.add_argument("--batches", default="16",
                     help="batches, comma-separated, measured in turn (--only overhead)")
+    ap.add_argument("--no-shares", action="store_true",
+                    help="every counter together and the floor only (--only overhead)")
     ap.add_argument("--waves", type=int, default=2,
                     help="waves of the batch per window (--only overhead)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
@@ -631,7 +634,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.only == "overhead":
         res = overhead_run(a.work, a.windows, a.waves, a.tokens,
-                           [int(b) for b in a.batches.split(",")])
+                           [int(b) for b in a.batches.split(",")], shares=not a.no_shares)
         text = overhead_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)

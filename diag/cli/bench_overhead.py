@@ -25,15 +25,19 @@ from diag.cli.common import _server_url, guarded, log
               help="Requests in flight at once (the batch size the server sees).")
 @click.option("--probe", "probes", multiple=True, metavar="ID",
               help="Only these probes' counters (default: every one on in the engine).")
+@click.option("--shares/--no-shares", default=True, show_default=True,
+              help="Also each counter alone (its share); --no-shares: every counter together "
+                   "and the noise floor only, twice the pairs in the same time.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON "
               "(diag/schemas/overhead-v1.json).")
 @guarded
 def overhead(run_dir: str, server: str, windows: int, requests: int, tokens: int,
-             concurrency: int, probes: tuple[str, ...], as_json: bool) -> None:
+             concurrency: int, probes: tuple[str, ...], shares: bool, as_json: bool) -> None:
     """What the runtime counters cost per token, switched off and on inside one live server
     between batches, in paired windows, next to the noise floor of the same method."""
     from diag.engine import overhead as ov
 
     doc = ov.measure(run_dir, server, windows=windows, requests=requests, tokens=tokens,
-                     concurrency=concurrency, probes=list(probes) or None, progress=log)
+                     concurrency=concurrency, probes=list(probes) or None, shares=shares,
+                     progress=log)
     click.echo(json.dumps(doc, indent=2) if as_json else ov.render(doc))

@@ -57,25 +57,58 @@ def engine_probes(run_dir: Path) -> tuple[list[str], list[int]]:
     return sorted(common), [p.pid for p in engines]
 
 
-def switch(run_dir: Path, probes: list[str], on: set[str], timeout: float) -> int:
-    """Ask every process to set each probe's counter on (in `on`) or off; wait for every engine
-    process's acknowledgement. How many acknowledgements; a DiagError (exit 3) when one is
-    missing or not ok."""
-    rids = {p: rundir.request(run_dir, PROBE_PREFIX + p, "apply" if p in on else "revert")
-            for p in probes}
-    n = 0
-    for p, rid in rids.items():
-        acks = rundir.wait_ack(run_dir, rid, timeout=timeout, engines_only=True)
-        procs = {pid: rundir.read_process(run_dir, pid) for pid in acks}
-        for pid in rundir.waited_for(procs, acks):
-            a = acks[pid]
-            if a is None:
-                raise DiagError(f"probe {p}: process {pid} did not acknowledge the switch "
-                                f"within {timeout:g} s")
-            if not a.get("ok"):
-                raise DiagError(f"probe {p}: process {pid} refused the switch: {a.get('reason')}")
-            n += 1
-    return n
+class Switcher:
+    """Switches the counters of the engine processes `pids` and waits for their answers, reading
+    each process's events incrementally (`rundir.ProcessReader`: the new bytes only). Why: a
+    switch before every window, and an engine's events file grows the whole run; read whole for
+    every request, the switches took a second each and more as the run went on."""
+
+    def __init__(self, run_dir: Path, pids: list[int], interval: float = 0.02) -> None:
+        self.run_dir, self.pids, self.interval = run_dir, pids, interval
+        self.readers = {pid: rundir.ProcessReader(run_dir, pid) for pid in pids}
+        self._poll()
+
+    def _poll(self) -> None:
+        for r in self.readers.values():
+            r.poll()
+
+    def _ack(self, pid: int, rid: str) -> dict[str, Any] | None:
+        return self.readers[pid].fold.acks.get(rid)
+
+    def acked(self, rid: str) -> bool:
+        return any(self._ack(pid, rid) is not None for pid in self.pids)
+
+    def switch(self, probes: list[str], on: set[str], timeout: float) -> int:
+        """Ask every engine process to set each probe's counter on (in `on`) or off; wait for
+        each one's acknowledgement. How many; a DiagError (exit 3) when one is missing (in its
+        events and in its state file) or not ok."""
+        rids = {p: rundir.request(self.run_dir, PROBE_PREFIX + p,
+                                  "apply" if p in on else "revert", acked=self.acked)
+                for p in probes}
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                self._poll()
+                missing = [(p, pid) for p, rid in rids.items() for pid in self.pids
+                           if self._ack(pid, rid) is None]
+                if not missing or time.monotonic() > deadline:
+                    break
+                time.sleep(self.interval)
+            n = 0
+            for p, rid in rids.items():
+                for pid in self.pids:
+                    a = self._ack(pid, rid) or self.readers[pid].state().acks.get(rid)
+                    if a is None:
+                        raise DiagError(f"probe {p}: process {pid} did not acknowledge the "
+                                        f"switch within {timeout:g} s")
+                    if not a.get("ok"):
+                        raise DiagError(f"probe {p}: process {pid} refused the switch: "
+                                        f"{a.get('reason')}")
+                    n += 1
+            return n
+        finally:
+            for rid in rids.values():
+                rundir.done_waiting(self.run_dir, rid)
 
 
 def _generate(url: str, tokens: int, timeout: float) -> int:
@@ -121,7 +154,7 @@ def agent_seconds(run_dir: Path, pids: list[int]) -> float:
 
 def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
             tokens: int = 32, concurrency: int = 1, probes: list[str] | None = None,
-            ack_timeout: float = 30.0,
+            ack_timeout: float = 30.0, shares: bool = True,
             progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """The paired-windows measurement (module docstring) as a document (overhead-v1.json)."""
     d = rundir.check_run_dir(run_dir)
@@ -135,10 +168,11 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
         raise DiagError(f"{d}: no runtime counter is on in the engine (start it with "
                         "`diag run --probe all`)")
     conditions: list[tuple[str, set[str]]] = [("all", set(chosen))]
-    if len(chosen) > 1:
+    if shares and len(chosen) > 1:
         conditions += [(p, {p}) for p in chosen]
     conditions.append(("noise-floor", set()))
     samples: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c, _ in conditions}
+    sw = Switcher(d, pids)
     acks = made = 0
     timeout = max(60.0, 4.0 * tokens)
     pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
@@ -149,14 +183,14 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
             for name, on in conditions:
                 a, b = samples[name]
                 for side in (first, "B" if first == "A" else "A"):
-                    acks += switch(d, chosen, on if side == "B" else set(), ack_timeout)
+                    acks += sw.switch(chosen, on if side == "B" else set(), ack_timeout)
                     spt, n = window(url, requests, tokens, concurrency, timeout, pool)
                     (b if side == "B" else a).append(spt)
                     made += n
             progress(f"pair {i + 1}/{windows} done")
         wall = time.perf_counter() - wall0
     finally:
-        acks += switch(d, chosen, set(chosen), ack_timeout)  # leave the counters on
+        acks += sw.switch(chosen, set(chosen), ack_timeout)  # leave the counters on
         if pool is not None:
             pool.shutdown()
     agent = max(0.0, agent_seconds(d, pids) - agent0)

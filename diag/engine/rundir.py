@@ -44,7 +44,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -601,13 +601,14 @@ _req_counter = itertools.count()
 
 
 def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | None = None,
-            wait: bool = True) -> str:
+            wait: bool = True, acked: Callable[[str], bool] | None = None) -> str:
     """Ask the agents of a run (or the one process `pid`) to apply/revert a fix; the request id.
 
     With `wait` this process waits for the answers (`wait_ack`, which ends the wait): until
     then no other command prunes the request. A write that fails (a full disk, a read-only
     folder) is a DiagError (exit 3) naming the cause, and leaves no temporary file; requests
-    that no longer matter are pruned (`control.prune`)."""
+    that no longer matter are pruned (`control.prune`; `acked(id)` says which requests were
+    answered, from the caller's own readers, else the run's state is read whole)."""
     if action not in control.ACTIONS:
         raise DiagError(f"unknown control action {action!r} (apply or revert)")
     d = check_run_dir(run_dir)
@@ -630,8 +631,9 @@ def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | Non
         raise DiagError(f"cannot write the control request into {ctl}: {e.strerror or e}"
                         + (f" ({code})" if code else "")) from None
     with contextlib.suppress(Exception):
-        acked = {r for ps in read_state(d).processes.values() for r in ps.acks}
-        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p), acked=acked.__contains__)
+        if acked is None:  # the caller keeps no readers of its own: read the run's state
+            acked = {r for ps in read_state(d).processes.values() for r in ps.acks}.__contains__
+        control.prune(ctl, rid, alive=lambda p: _alive_in(d, p), acked=acked)
     return rid
 
 
