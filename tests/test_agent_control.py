@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from report_schema import check, check_events
 
 from diag.engine import rundir
@@ -190,3 +191,30 @@ def test_batch_hook_serves_the_current_agent_after_fork(monkeypatch):
     monkeypatch.setattr(agent_mod, "_agent", child)
     child.pending = True
     assert wrapped(1) == 2 and served == ["child"]
+
+
+def test_a_probe_switch_is_skipped_quietly_where_no_counter_runs(tmp_path, caplog):
+    """`probe:<id>` requests (diag bench overhead, before every window) are for the processes
+    that run that counter: a process that is no engine and has none skips them without an
+    answer or a warning (the server log was full of rejections); an engine process without the
+    counter still refuses, so the bench hears why."""
+    import logging
+
+    from diag.engine import agent as agent_mod
+    from diag.engine import control
+
+    d = rundir.create_run_dir(tmp_path / "run")
+    doc = {"schema_version": control.VERSION, "id": "1-2-3", "run": rundir.read_meta(d).get(
+        "run_id"), "fix": "probe:metadata-syncs", "action": "apply", "pid": None, "ts": 1.0}
+    a = agent_mod.Agent("api")
+    a.run_id = doc["run"]
+    emitted: list = []
+    caplog.set_level(logging.DEBUG, logger="diag.engine.agent")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(agent_mod.ev, "emit", emitted.append)
+        assert a._checked("1-2-3", doc, None, False) is None
+        assert emitted == [] and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        a.engine = True
+        assert a._checked("1-2-3", doc, None, False) is None
+    (ack,) = emitted
+    assert ack.ok is False and "unknown fix 'probe:metadata-syncs'" in ack.reason

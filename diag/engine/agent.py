@@ -648,7 +648,10 @@ class Agent:
 
     def _checked(self, name: str, doc: Any, why: str | None, quiet: bool) -> dict | None:
         """A valid request, or None: an unreadable or invalid one is rejected with the reason
-        (a `control_ack`, ok false, state `rejected`); a non-regular file is skipped."""
+        (a `control_ack`, ok false, state `rejected`); a non-regular file is skipped. A switch
+        of a probe's counter is for the processes that run one: another that is no engine
+        process skips it quietly (`diag bench overhead` switches before every window; each
+        answered with a warning, the server's log filled with them)."""
         from diag import fixes
 
         if why is None:
@@ -656,6 +659,11 @@ class Agent:
             why = control.problem(doc, name, known, self.run_id)
             if why is None:
                 return doc
+            fid = doc.get("fix") if isinstance(doc, dict) else None
+            if isinstance(fid, str) and fid.startswith(PROBE_PREFIX) and not self.engine \
+                    and fid not in known and doc.get("pid") in (None, self.pid):
+                log.debug("diag agent: %s: no counter of %s in this process", name, fid)
+                return None
         elif quiet:
             log.info("diag agent: control entry %s skipped: %s", name, why)
             return None
