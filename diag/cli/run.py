@@ -50,7 +50,7 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
                    "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
 @click.option("--exact-syncs", is_flag=True,
               help="The metadata-syncs counter counts every builder call (default: every call "
-                   "until a count is stable, then one in 64, the others scaled and labelled "
+                   "until a count is stable, then one in 256, the others scaled and labelled "
                    "sampled). Sets DIAG_SYNC_SAMPLE=1.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
 @guarded
