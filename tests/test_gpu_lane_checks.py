@@ -267,12 +267,13 @@ def test_recorded_batch16_overhead_run_follows_from_its_windows():
     ("overhead-h200-bs16-run2", 20, ["all", "draft-extend-graph", "metadata-syncs",
                                      "profiler-teardown"], False),
     ("overhead-h200-bs16-run3", 70, ["all"], False),
+    ("overhead-h200-bs16-run4", 80, ["all"], False),
 ])
 def test_recorded_batch16_runs_of_the_waves_method_follow_from_their_windows(
         folder, pairs, conditions, bar_met):
-    """The batch-16 runs after windows became waves of the batch (2026-12-03 08:3x/08:4x UTC,
-    tests/gpu_lane/README.md): each ratio and interval recomputed from the recorded windows, the
-    bar's verdict from them, and the agent's own time consistent with its parts."""
+    """The batch-16 runs after windows became waves of the batch (2026-12-03 08:31, 08:47 and
+    09:06 UTC, tests/gpu_lane/README.md): each ratio and interval recomputed from the recorded
+    windows, the bar's verdict from them, and the agent's own time consistent with its parts."""
     import json
 
     from diag import paired
@@ -295,6 +296,22 @@ def test_recorded_batch16_runs_of_the_waves_method_follow_from_their_windows(
     assert own["share"] == pytest.approx(own["seconds"] / own["wall_s"])
     assert own["tokens"] == (len(conditions) + 1) * 2 * pairs * bench["requests_per_window"] \
         * bench["tokens"]
+
+
+def test_the_last_batch16_run_sees_a_cost_its_floor_does_not():
+    """Run 4 (80 pairs, switches read incrementally, probe switches skipped where no counter
+    runs): the floor's interval holds 1 and is narrow; every counter together is above it
+    (the lower bound of `all` over the floor's upper bound): a cost of 1.6-3.4 % per token at
+    batch 16 that the method can now see, and the bar (upper bound <= 1.03) not met."""
+    import json
+
+    bench = json.loads((DATA / "overhead-h200-bs16-run4" / "lane.json").read_text())[
+        "in_server"]["batch 16"]
+    (row,) = bench["results"]
+    floor = bench["noise_floor"]
+    assert floor["lo"] <= 1.0 <= floor["hi"] and floor["hi"] - floor["lo"] < 0.015
+    assert row["lo"] > floor["hi"] and not row["within_noise"]
+    assert row["hi"] > checks.OVERHEAD_BAR
 
 
 def test_a_counted_builder_call_costs_hundreds_of_microseconds_more_on_the_h200():
