@@ -12,10 +12,9 @@ the same method with nothing switched (A against A, the requests sent all the sa
 
 A window is `requests` greedy requests of `tokens` new tokens (`ignore_eos`), sent in waves of
 `concurrency` (a wave's requests go together and the next wave waits for all of them: the batch
-stays at `concurrency` for the whole wave, never a mix of stragglers and new prefills, which
-made the batch-16 windows vary by 50 %); its per-token time is its wall time over the tokens
-the server says it generated (`meta_info.completion_tokens`). The counters are left on at the
-end.
+stays at `concurrency` for the whole wave, never a mix of stragglers and new prefills); its
+per-token time is its wall time over the tokens the server says it generated
+(`meta_info.completion_tokens`). The counters are left on at the end.
 
 What no switch toggles is reported beside the ratios: the agent's own time (its poll, flush and
 control work, `agent_time` events, `diag_agent_seconds_total`) over the measurement, as a share
