@@ -151,6 +151,7 @@ def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = No
                "--", *server]
         env_extra.setdefault("DIAG_CONTROL_POLL", "0.05")
         env_extra.setdefault("DIAG_PLATFORM", "hip")
+        env_extra.setdefault("DIAG_STACKS_SIGNAL", "USR2")  # stacks of a start that hangs
     fh = open(log, "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=_env(release_root, env_extra), stdout=fh,
@@ -178,7 +179,27 @@ def wait_ready(s: Server, timeout: float) -> None:
                 s.generate([5, 6], 1, timeout=30)
                 return
         time.sleep(0.5)
-    raise RuntimeError(f"server not ready within {timeout:g} s:\n{s.log_tail()}")
+    raise RuntimeError(f"server not ready within {timeout:g} s:\n{s.log_tail()}{stacks(s)}")
+
+
+def stacks(s: Server) -> str:
+    """Every thread's stack of each live process of the run (DIAG_STACKS_SIGNAL=USR2, which
+    `start` sets: the signal appends them to its fatal file), for a server that hangs."""
+    if s.run_dir is None or not s.run_dir.is_dir():
+        return ""
+    pids = [int(p.name[len("fatal-"):-len(".txt")]) for p in s.run_dir.glob("fatal-*.txt")]
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == s.proc.pid:  # the server's own (start_new_session), never another
+                os.kill(pid, signal.SIGUSR2)
+    time.sleep(2)
+    out = []
+    for pid in sorted(pids):
+        with contextlib.suppress(OSError):
+            text = (s.run_dir / f"fatal-{pid}.txt").read_text(errors="replace")
+            if text.strip():
+                out.append(f"--- stacks of {pid} ---\n{text[-6000:]}")
+    return "\n" + "\n".join(out) if out else ""
 
 
 def diag_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:

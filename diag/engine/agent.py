@@ -4,7 +4,8 @@ control requests — inside every process of an engine, without ever taking the 
 It is started by the bootstrap `sitecustomize` (`diag run`), by the SGLang plugin entry point, or
 by `diag.api`. Configuration comes from the environment (names in `diag.engine.rundir`): `DIAG_RUN_DIR`,
 `DIAG_FIXES` (ids or `all`), `DIAG_PROBES` (runtime counters: probe ids or `all`),
-`DIAG_CONTROL_POLL`, `DIAG_EVENTS_MAX_BYTES`, `DIAG_BATCH_HOOK`, `DIAG_PLATFORM`.
+`DIAG_CONTROL_POLL`, `DIAG_EVENTS_MAX_BYTES`, `DIAG_BATCH_HOOK`, `DIAG_PLATFORM`,
+`DIAG_STACKS_SIGNAL` (`diag.engine.last_words`).
 
 Nothing here imports sglang. Fixes and counters are set up when the `sglang` package is first
 imported (a post-import hook) — or at once when it already is — and the patcher patches each

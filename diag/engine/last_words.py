@@ -220,6 +220,7 @@ def install(run_dir: str | os.PathLike) -> Path | None:
                          0o600)
             fh = os.fdopen(fd, "a")
             faulthandler.enable(file=fh, all_threads=True)
+        _register_stacks_signal(path)
         # on the package's logger: SGLang's configure_logger calls basicConfig(force=True),
         # which drops the root logger's handlers (0.5.23 utils/common.py:2631)
         logging.getLogger(LOGGER).addHandler(_Recorder(path))
@@ -227,6 +228,32 @@ def install(run_dir: str | os.PathLike) -> Path | None:
         return path
     except Exception:
         return None
+
+
+ENV_STACKS_SIGNAL = "DIAG_STACKS_SIGNAL"  # e.g. USR2: that signal dumps every thread's stack
+_stack_files: list[Any] = []  # kept open: faulthandler writes to the descriptor at the signal
+
+
+def _register_stacks_signal(path: Path) -> None:
+    """Opt in (`DIAG_STACKS_SIGNAL=USR2`, never by default: it changes what that signal does to
+    the user's process): the signal appends every thread's Python stack to the fatal file and
+    the process goes on (the previous handler is chained). Why: a process that hangs says
+    nothing on its own; the test lane sends it to a server that never became ready."""
+    import signal
+
+    name = os.environ.get(ENV_STACKS_SIGNAL, "").strip().upper()
+    if not name:
+        return
+    sig = getattr(signal, name if name.startswith("SIG") else "SIG" + name, None)
+    if not isinstance(sig, signal.Signals):
+        return
+    import faulthandler
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    fh = os.fdopen(fd, "a")
+    faulthandler.register(sig, file=fh, all_threads=True, chain=True)
+    _stack_files.append(fh)
 
 
 # ------------------------------------------------------------------------------ reading
