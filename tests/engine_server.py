@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,6 +145,42 @@ def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = No
     if draft is not None:
         server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
     server += list(server_args)
+    try:
+        return _start(release_root, model, log, draft=draft, attention=attention,
+                      run_dir=run_dir, diag_args=diag_args, extra_env=extra_env,
+                      server_args=server_args, ready_timeout=ready_timeout, port=port,
+                      server=server)
+    except StartHung as e:
+        # An intermittent start hang (1 in ~5 CI runs of ~15 starts, 2026-12): not understood
+        # yet; said loudly with the stacks of every process, then one more start, so that the
+        # lane's checks still run. Not hidden: the warning is in the test summary.
+        warnings.warn(f"SERVER START HUNG, started again once: {str(e)[-8000:]}", stacklevel=2)
+        if run_dir is not None:
+            hung = run_dir.with_name(run_dir.name + "-hung")
+            with contextlib.suppress(OSError):
+                run_dir.rename(hung)
+        return _start(release_root, model, log.with_name(log.stem + "-again" + log.suffix),
+                      draft=draft, attention=attention, run_dir=run_dir, diag_args=diag_args,
+                      extra_env=extra_env, server_args=server_args,
+                      ready_timeout=ready_timeout, port=free_port(), server=None)
+
+
+class StartHung(RuntimeError):
+    """The server was still not ready at the timeout (its log and stacks in the message)."""
+
+
+def _start(release_root: Path, model: Path, log: Path, *, draft: Path | None,
+           attention: str, run_dir: Path | None, diag_args: tuple[str, ...],
+           extra_env: dict | None, server_args: tuple[str, ...], ready_timeout: float,
+           port: int, server: list[str] | None) -> Server:
+    if server is None:
+        server = [str(VENV_PY), "-m", "sglang.launch_server", "--model-path", str(model),
+                  "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
+                  "--attention-backend", attention, "--enable-metrics",
+                  "--mem-fraction-static", "0.12", "--max-running-requests", "8"]
+        if draft is not None:
+            server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
+        server += list(server_args)
     cmd = server
     env_extra = dict(extra_env or {})
     if run_dir is not None:
@@ -179,7 +216,7 @@ def wait_ready(s: Server, timeout: float) -> None:
                 s.generate([5, 6], 1, timeout=30)
                 return
         time.sleep(0.5)
-    raise RuntimeError(f"server not ready within {timeout:g} s:\n{s.log_tail()}{stacks(s)}")
+    raise StartHung(f"server not ready within {timeout:g} s:\n{s.log_tail()}{stacks(s)}")
 
 
 def stacks(s: Server) -> str:
