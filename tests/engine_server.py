@@ -137,19 +137,10 @@ def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = No
           diag_args: tuple[str, ...] = ("--probe", "all"), extra_env: dict | None = None,
           server_args: tuple[str, ...] = (), ready_timeout: float = 300.0) -> Server:
     """Start the server (under `diag run --run-dir run_dir` when given) and wait until it serves."""
-    port = free_port()
-    server = [str(VENV_PY), "-m", "sglang.launch_server", "--model-path", str(model),
-              "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
-              "--attention-backend", attention, "--enable-metrics",
-              "--mem-fraction-static", "0.12", "--max-running-requests", "8"]
-    if draft is not None:
-        server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
-    server += list(server_args)
     try:
         return _start(release_root, model, log, draft=draft, attention=attention,
                       run_dir=run_dir, diag_args=diag_args, extra_env=extra_env,
-                      server_args=server_args, ready_timeout=ready_timeout, port=port,
-                      server=server)
+                      server_args=server_args, ready_timeout=ready_timeout)
     except StartHung as e:
         # An intermittent start hang (1 in ~5 CI runs of ~15 starts, 2026-12): not understood
         # yet; said loudly with the stacks of every process, then one more start, so that the
@@ -162,7 +153,7 @@ def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = No
         return _start(release_root, model, log.with_name(log.stem + "-again" + log.suffix),
                       draft=draft, attention=attention, run_dir=run_dir, diag_args=diag_args,
                       extra_env=extra_env, server_args=server_args,
-                      ready_timeout=ready_timeout, port=free_port(), server=None)
+                      ready_timeout=ready_timeout)
 
 
 class StartHung(RuntimeError):
@@ -171,16 +162,15 @@ class StartHung(RuntimeError):
 
 def _start(release_root: Path, model: Path, log: Path, *, draft: Path | None,
            attention: str, run_dir: Path | None, diag_args: tuple[str, ...],
-           extra_env: dict | None, server_args: tuple[str, ...], ready_timeout: float,
-           port: int, server: list[str] | None) -> Server:
-    if server is None:
-        server = [str(VENV_PY), "-m", "sglang.launch_server", "--model-path", str(model),
-                  "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
-                  "--attention-backend", attention, "--enable-metrics",
-                  "--mem-fraction-static", "0.12", "--max-running-requests", "8"]
-        if draft is not None:
-            server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
-        server += list(server_args)
+           extra_env: dict | None, server_args: tuple[str, ...], ready_timeout: float) -> Server:
+    port = free_port()
+    server = [str(VENV_PY), "-m", "sglang.launch_server", "--model-path", str(model),
+              "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
+              "--attention-backend", attention, "--enable-metrics",
+              "--mem-fraction-static", "0.12", "--max-running-requests", "8"]
+    if draft is not None:
+        server += ["--speculative-draft-model-path", str(draft), *EAGLE_ARGS]
+    server += list(server_args)
     cmd = server
     env_extra = dict(extra_env or {})
     if run_dir is not None:
