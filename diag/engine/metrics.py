@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 from collections import deque
 from typing import Any
@@ -130,6 +131,8 @@ def poll() -> bool:
     launcher) still publishes the fix states it already has.
     """
     try:
+        if _metrics is None and not _unusable:
+            _prometheus()
         m = _ensure()
         if m is not None and _forked:
             with _lock:
@@ -180,6 +183,8 @@ def _sink(event: dict[str, Any]) -> None:
     if m is not None and not updates and not _forked:
         _record(m, event)  # the hot path (a counter per builder call): prometheus_client locks
         return
+    if m is None and not _unusable:
+        _prometheus()  # before the lock (see `_prometheus`)
     with _lock:
         _fix_state.update(updates)
         m = _ensure()
@@ -199,6 +204,8 @@ def count_lost(n: int) -> None:
     """`n` events the agent could not write (never raises; kept until recording starts)."""
     global _lost_pending
     try:
+        if _metrics is None and not _unusable:
+            _prometheus()
         with _lock:
             m = _metrics if _metrics is not None else _ensure()
             if m is None:
@@ -208,6 +215,20 @@ def count_lost(n: int) -> None:
             _lost_pending = 0
     except Exception:
         _log.debug("diag.engine.metrics count_lost failed", exc_info=True)
+
+
+def _prometheus() -> Any | None:
+    """prometheus_client once the variable is set, imported while no diag lock is held. Why:
+    the engine's main thread imports prometheus_client and, inside that import (its module lock
+    held), runs our post-import hook, which takes `_lock`; an agent thread importing it while
+    holding `_lock` waited for that module lock: each waited for the other and SGLang's
+    launcher hung at start (stacks recorded by the CPU engine lane, 2026-12-03)."""
+    if not os.environ.get(ENV):
+        return None
+    import prometheus_client
+    import prometheus_client.values  # noqa: F401
+
+    return prometheus_client
 
 
 def _ensure() -> dict[str, Any] | None:
@@ -225,9 +246,10 @@ def _ensure() -> dict[str, Any] | None:
             _unusable = f"{ENV}={directory} is not a directory"
             _log.warning("diag metrics off: %s", _unusable)
             return None
-        from prometheus_client import values
-
-        if not getattr(values.ValueClass, "_multiprocess", False):
+        prom = sys.modules.get("prometheus_client")
+        if prom is None:  # a caller that did not import it first (`_prometheus`): not here
+            return None
+        if not getattr(prom.values.ValueClass, "_multiprocess", False):
             _unusable = (f"prometheus_client was imported before {ENV} was set, so its values "
                          "stay in process memory")
             _log.warning("diag metrics off: %s", _unusable)
@@ -247,7 +269,8 @@ def _ensure() -> dict[str, Any] | None:
 
 
 def _create(rank: str = "") -> dict[str, Any]:
-    from prometheus_client import Counter, Gauge, Histogram
+    prom = sys.modules["prometheus_client"]  # imported by `_prometheus`, outside the lock
+    Counter, Gauge, Histogram = prom.Counter, prom.Gauge, prom.Histogram  # noqa: N806
 
     made: dict[str, Any] = {}
     for sr in series():
