@@ -216,9 +216,7 @@ def install(run_dir: str | os.PathLike) -> Path | None:
         # its parent, is pointed at the child's own file
         inherited = any(f is not None for p, f in _installed.items() if p != pid)
         if not faulthandler.is_enabled() or inherited:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
-                         0o600)
-            fh = os.fdopen(fd, "a")
+            fh = _open_append(path)
             faulthandler.enable(file=fh, all_threads=True)
         _register_stacks_signal(path)
         # on the package's logger: SGLang's configure_logger calls basicConfig(force=True),
@@ -249,11 +247,16 @@ def _register_stacks_signal(path: Path) -> None:
         return
     import faulthandler
 
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
-                 0o600)
-    fh = os.fdopen(fd, "a")
+    fh = _open_append(path)
     faulthandler.register(sig, file=fh, all_threads=True, chain=True)
     _stack_files.append(fh)
+
+
+def _open_append(path: Path) -> Any:
+    """The fatal file, opened for appending (never through a symlink), owner-only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    return os.fdopen(fd, "a")
 
 
 # ------------------------------------------------------------------------------ reading

@@ -131,8 +131,6 @@ def poll() -> bool:
     launcher) still publishes the fix states it already has.
     """
     try:
-        if _metrics is None and not _unusable:
-            _prometheus()
         m = _ensure()
         if m is not None and _forked:
             with _lock:
@@ -183,11 +181,11 @@ def _sink(event: dict[str, Any]) -> None:
     if m is not None and not updates and not _forked:
         _record(m, event)  # the hot path (a counter per builder call): prometheus_client locks
         return
-    if m is None and not _unusable:
-        _prometheus()  # before the lock (see `_prometheus`)
+    if m is None:
+        _ensure()  # before the lock: it may import prometheus_client (`_prometheus`)
     with _lock:
         _fix_state.update(updates)
-        m = _ensure()
+        m = _metrics
         if m is not None and _forked:
             _after_fork_replay(m)
         if m is None:
@@ -204,10 +202,9 @@ def count_lost(n: int) -> None:
     """`n` events the agent could not write (never raises; kept until recording starts)."""
     global _lost_pending
     try:
-        if _metrics is None and not _unusable:
-            _prometheus()
+        _ensure()  # before the lock (`_prometheus`)
         with _lock:
-            m = _metrics if _metrics is not None else _ensure()
+            m = _metrics
             if m is None:
                 _lost_pending += n
                 return
@@ -236,7 +233,8 @@ def _ensure() -> dict[str, Any] | None:
     global _metrics, _unusable
     if _metrics is not None or _unusable:
         return _metrics
-    if not os.environ.get(ENV):
+    prom = _prometheus()  # never under `_lock`
+    if prom is None:
         return None  # the cheap path: no import while the engine has not set it
     with _lock:
         if _metrics is not None or _unusable:
@@ -246,15 +244,12 @@ def _ensure() -> dict[str, Any] | None:
             _unusable = f"{ENV}={directory} is not a directory"
             _log.warning("diag metrics off: %s", _unusable)
             return None
-        prom = sys.modules.get("prometheus_client")
-        if prom is None:  # a caller that did not import it first (`_prometheus`): not here
-            return None
         if not getattr(prom.values.ValueClass, "_multiprocess", False):
             _unusable = (f"prometheus_client was imported before {ENV} was set, so its values "
                          "stay in process memory")
             _log.warning("diag metrics off: %s", _unusable)
             return None
-        m = _create(_rank)
+        m = _create(_rank, prom)
         for fix, state in _fix_state.items():
             _set_fix(m, fix, state)
         _metrics = m
@@ -268,8 +263,10 @@ def _ensure() -> dict[str, Any] | None:
         return m
 
 
-def _create(rank: str = "") -> dict[str, Any]:
-    prom = sys.modules["prometheus_client"]  # imported by `_prometheus`, outside the lock
+def _create(rank: str = "", prom: Any = None) -> dict[str, Any]:
+    """The series; `prom`: prometheus_client, imported by the caller outside `_lock` (a
+    re-creation, `_set_rank`, finds it imported long since)."""
+    prom = prom or sys.modules["prometheus_client"]
     Counter, Gauge, Histogram = prom.Counter, prom.Gauge, prom.Histogram  # noqa: N806
 
     made: dict[str, Any] = {}

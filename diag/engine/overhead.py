@@ -57,57 +57,39 @@ def engine_probes(run_dir: Path) -> tuple[list[str], list[int]]:
 
 
 class Switcher:
-    """Switches the counters of the engine processes `pids` and waits for their answers, reading
-    each process's events incrementally (`rundir.ProcessReader`: the new bytes only). Why: a
-    switch before every window, and an engine's events file grows the whole run; read whole for
-    every request, the switches took a second each and more as the run went on."""
+    """Switches the counters of the engine processes `pids` and waits for their answers with
+    readers kept across switches (`rundir.wait_ack(readers=...)`: each poll reads only the new
+    bytes). Why: a switch before every window, and an engine's events file grows the whole run;
+    read whole for every request, the switches took a second each and more as the run went on."""
 
-    def __init__(self, run_dir: Path, pids: list[int], interval: float = 0.02) -> None:
-        self.run_dir, self.pids, self.interval = run_dir, pids, interval
-        self.readers = {pid: rundir.ProcessReader(run_dir, pid) for pid in pids}
-        self._poll()
-
-    def _poll(self) -> None:
-        for r in self.readers.values():
-            r.poll()
-
-    def _ack(self, pid: int, rid: str) -> dict[str, Any] | None:
-        return self.readers[pid].fold.acks.get(rid)
+    def __init__(self, run_dir: Path, pids: list[int]) -> None:
+        self.run_dir, self.pids = run_dir, pids
+        self.readers: dict[int, rundir.ProcessReader] = {}
 
     def acked(self, rid: str) -> bool:
-        return any(self._ack(pid, rid) is not None for pid in self.pids)
+        return any(r.fold.acks.get(rid) is not None for r in self.readers.values())
 
     def switch(self, probes: list[str], on: set[str], timeout: float) -> int:
         """Ask every engine process to set each probe's counter on (in `on`) or off; wait for
-        each one's acknowledgement. How many; a DiagError (exit 3) when one is missing (in its
-        events and in its state file) or not ok."""
+        each one's acknowledgement. How many; a DiagError (exit 3) when one is missing or not
+        ok."""
         rids = {p: rundir.request(self.run_dir, PROBE_PREFIX + p,
                                   "apply" if p in on else "revert", acked=self.acked)
                 for p in probes}
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                self._poll()
-                missing = [(p, pid) for p, rid in rids.items() for pid in self.pids
-                           if self._ack(pid, rid) is None]
-                if not missing or time.monotonic() > deadline:
-                    break
-                time.sleep(self.interval)
-            n = 0
-            for p, rid in rids.items():
-                for pid in self.pids:
-                    a = self._ack(pid, rid) or self.readers[pid].state().acks.get(rid)
-                    if a is None:
-                        raise DiagError(f"probe {p}: process {pid} did not acknowledge the "
-                                        f"switch within {timeout:g} s")
-                    if not a.get("ok"):
-                        raise DiagError(f"probe {p}: process {pid} refused the switch: "
-                                        f"{a.get('reason')}")
-                    n += 1
-            return n
-        finally:
-            for rid in rids.values():
-                rundir.done_waiting(self.run_dir, rid)
+        n = 0
+        for p, rid in rids.items():
+            acks = rundir.wait_ack(self.run_dir, rid, timeout=timeout, interval=0.02,
+                                   engines_only=True, readers=self.readers)
+            for pid in self.pids:
+                a = acks.get(pid)
+                if a is None:
+                    raise DiagError(f"probe {p}: process {pid} did not acknowledge the switch "
+                                    f"within {timeout:g} s")
+                if not a.get("ok"):
+                    raise DiagError(f"probe {p}: process {pid} refused the switch: "
+                                    f"{a.get('reason')}")
+                n += 1
+        return n
 
 
 def _generate(url: str, tokens: int, timeout: float) -> int:

@@ -653,28 +653,31 @@ def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def wait_ack(run_dir: str | os.PathLike, request_id: str, pid: int | None = None,
-             timeout: float = 10.0, interval: float = 0.05,
-             engines_only: bool = False) -> dict[int, dict[str, Any] | None]:
+             timeout: float = 10.0, interval: float = 0.05, engines_only: bool = False,
+             readers: dict[int, ProcessReader] | None = None,
+             ) -> dict[int, dict[str, Any] | None]:
     """Wait until the addressed live processes acknowledged `request_id`.
 
     Returns {pid: control_ack event or None (not acknowledged in time)} for every live process
     addressed (all live processes of the run when `pid` is None). With `engines_only` only the
     processes `waited_for` names are waited for; the others are in the result with whatever they
-    acknowledged by then.
+    acknowledged by then. `readers`: the caller's own, kept across calls (each read costs only
+    what was written since), else new ones that read every events file from its start.
     """
     d = check_run_dir(run_dir)
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout >= 0):
         raise DiagError(f"timeout {timeout!r} is not a finite number of seconds >= 0")
     try:
-        return _wait_ack(d, request_id, pid, timeout, interval, engines_only)
+        return _wait_ack(d, request_id, pid, timeout, interval, engines_only,
+                         {} if readers is None else readers)
     finally:
         done_waiting(d, request_id)
 
 
 def _wait_ack(d: Path, request_id: str, pid: int | None, timeout: float, interval: float,
-              engines_only: bool) -> dict[int, dict[str, Any] | None]:
+              engines_only: bool, readers: dict[int, ProcessReader],
+              ) -> dict[int, dict[str, Any] | None]:
     deadline = time.monotonic() + timeout
-    readers: dict[int, ProcessReader] = {}
     while True:
         acks: dict[int, dict[str, Any] | None] = {}
         procs: dict[int, ProcessState] = {}
