@@ -235,7 +235,7 @@ _stack_files: list[Any] = []  # kept open: faulthandler writes to the descriptor
 def _register_stacks_signal(path: Path) -> None:
     """Opt in (`DIAG_STACKS_SIGNAL=USR2`, never by default: it changes what that signal does to
     the user's process): the signal appends every thread's Python stack to the fatal file and
-    the process goes on (the previous handler is chained). Why: a process that hangs says
+    the process goes on (a handler the program had is chained). Why: a process that hangs says
     nothing on its own; the test lane sends it to a server that never became ready."""
     import signal
 
@@ -247,8 +247,12 @@ def _register_stacks_signal(path: Path) -> None:
         return
     import faulthandler
 
+    # chain only to a handler of the program's own: chaining to the default action would end the
+    # process right after the dump (SIGUSR2's default is to terminate)
+    prev = signal.getsignal(sig)
+    chain = prev not in (signal.SIG_DFL, signal.SIG_IGN, None)
     fh = _open_append(path)
-    faulthandler.register(sig, file=fh, all_threads=True, chain=True)
+    faulthandler.register(sig, file=fh, all_threads=True, chain=chain)
     _stack_files.append(fh)
 
 
