@@ -25,6 +25,7 @@ import concurrent.futures as cf
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -330,8 +331,34 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
     return res
 
 
+def py_spy() -> str | None:
+    """py-spy, on the PATH or in a folder of the python path's `bin` (a `pip --target` install)."""
+    found = shutil.which("py-spy")
+    for p in ([] if found else sys.path):
+        cand = Path(p) / "bin" / "py-spy"
+        if cand.is_file():
+            return str(cand)
+    return found
+
+
+def overhead_profile(d: es.Server, out: Path, rounds: int, conc: int, tokens: int) -> dict:
+    """benchmarks/overhead_profile.py on the live server: where the counters' cost goes."""
+    spy = py_spy()
+    if spy is None:
+        return {"error": "py-spy not found"}
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "overhead_profile.py"),
+                        "--run-dir", str(d.run_dir), "--server", d.url, "--rounds", str(rounds),
+                        "--concurrency", str(conc), "--tokens", str(tokens), "--py-spy", spy,
+                        "--out", str(out)], capture_output=True, text=True, timeout=900)
+    print(r.stdout[-6000:], r.stderr[-2000:], flush=True)
+    f = out / "profile.json"
+    return json.loads(f.read_text()) if r.returncode == 0 and f.is_file() else \
+        {"rc": r.returncode, "stderr": r.stderr[-1000:], "stdout": r.stdout[-1000:]}
+
+
 def overhead_run(work: Path, windows: int, requests: int, tokens: int,
-                 batches: list[int], shares: bool = True) -> dict:
+                 batches: list[int], shares: bool = True, profile_rounds: int = 0,
+                 out: Path | None = None) -> dict:
     """Only the in-server overhead (`diag bench overhead`) on one diag server alone on the card,
     at each batch in turn: more pairs and longer windows than the full lane has time for (its
     batch-16 interval). A window is `requests` waves of the batch."""
@@ -345,6 +372,9 @@ def overhead_run(work: Path, windows: int, requests: int, tokens: int,
         d = ready(start("diag", work, models, under_diag=True, diag_args=("--fix", FIX)), 300)
         res["servers"]["diag"] = {"ready_s": round(d.ready_s or 0, 1)}
         res["in_server"] = {}
+        if profile_rounds:
+            res["profile"] = overhead_profile(d, (out or work) / "profile", profile_rounds,
+                                              batches[0], tokens)
         for conc in batches:
             label = f"batch {conc}"
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
@@ -627,6 +657,9 @@ def main() -> int:
                     help="every counter together and the floor only (--only overhead)")
     ap.add_argument("--waves", type=int, default=2,
                     help="waves of the batch per window (--only overhead)")
+    ap.add_argument("--profile-rounds", type=int, default=0,
+                    help="before the bench, py-spy rounds of counters on/off "
+                         "(benchmarks/overhead_profile.py; --only overhead)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
     ap.add_argument("--profiles", type=int, default=3, help="profiles per server (--only crash)")
     ap.add_argument("--serve-after", type=int, default=3,
@@ -634,7 +667,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.only == "overhead":
         res = overhead_run(a.work, a.windows, a.waves, a.tokens,
-                           [int(b) for b in a.batches.split(",")], shares=not a.no_shares)
+                           [int(b) for b in a.batches.split(",")], shares=not a.no_shares,
+                           profile_rounds=a.profile_rounds, out=a.out)
         text = overhead_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)

@@ -35,6 +35,10 @@ fi
 # diag's own readers beyond the image (ijson: `diag trace` on the GPU machine)
 ls "$C"/whl/ijson-*.whl >/dev/null 2>&1 \
   || python3 -m pip download -q --disable-pip-version-check "${PLAT[@]}" --no-deps -d "$C/whl" ijson
+# py-spy: where the counters' cost goes (benchmarks/overhead_profile.py, lane --profile-rounds)
+ls "$C"/whl/py_spy-*.whl >/dev/null 2>&1 \
+  || python3 -m pip download -q --disable-pip-version-check "${PLAT[@]}" --platform manylinux_2_5_x86_64 \
+       --no-deps -d "$C/whl" py-spy
 if [ ! -f "$C/xgrammar-stripped.tgz" ]; then
   rm -rf "$C/tmp/xg" && mkdir -p "$C/tmp/xg"
   python3 -m pip download -q --disable-pip-version-check "${PLAT[@]}" --no-deps -d "$C/tmp" xgrammar==0.2.1
