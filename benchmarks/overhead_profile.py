@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def in_diag(frames: list[str], roots: list[str]) -> str | None:
     A diag wrapper around SGLang code (the batch boundary, the counters) is not, below it.
     The innermost diag frame, or None."""
     for f in reversed(frames):
-        path = f[f.rfind("(") + 1:]
+        path = f[f.rfind("(") + 1:]  # "file:line)" or "file)"
         if any(path.startswith(r) for r in roots):
             return f
         if SGLANG_MARK in path:
@@ -97,6 +98,15 @@ class Load:
         self._stop.set()
         self._thread.join()
         self.pool.shutdown()
+
+
+_LINE = re.compile(r":\d+\)$")
+
+
+def function_of(frame: str) -> str:
+    """`func (file:line)` -> `func (file)`: the tables compare functions, diag's own time is
+    kept by line."""
+    return _LINE.sub(")", frame)
 
 
 def parse_raw(text: str) -> list[tuple[str, list[str], int]]:
@@ -135,10 +145,10 @@ def tally(stacks: list[tuple[str, list[str], int]], thread: str,
         if own is not None:
             diag += n
             by[own] += n
-        for f in set(frames):
+        for f in {function_of(f) for f in frames}:
             incl[f] += n
         if frames:
-            leaf[frames[-1]] += n
+            leaf[function_of(frames[-1])] += n
     return {"total": total, "diag": diag, "incl": incl, "leaf": leaf, "diag_by": by}
 
 
@@ -183,7 +193,7 @@ def main() -> int:
                 procs = [subprocess.Popen(
                     [a.py_spy, "record", "--pid", str(p), "--duration", str(int(a.seconds)),
                      "--rate", str(a.rate), "--format", "raw", "--nonblocking", "--idle",
-                     "--threads", "--nolineno", "--full-filenames", "--output",
+                     "--threads", "--full-filenames", "--output",
                      f"/tmp/overhead-profile-{p}.txt"],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for p in pids]
                 for p, pr in zip(pids, procs, strict=True):
