@@ -334,3 +334,37 @@ def test_a_counted_builder_call_costs_hundreds_of_microseconds_more_on_the_h200(
         sampled = us[("init_forward_metadata_out_graph", phase, True)]
         assert 700 < counted < 800 and 270 < sampled < 320
         assert counted - sampled > 400
+
+
+def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_time():
+    """Run 5 (2026-12-03T12:41Z, 80 pairs at batch 16 then at batch 1, after the sync counter
+    found a stable key's state by the batch's own mode and size; tests/gpu_lane/README.md):
+    every ratio and interval recomputed from the windows, the bar met at both batches (upper
+    bound <= 1.03), each within the floor of the same method; the py-spy profile taken before
+    the bench on the same server has more samples in diag's own frames with the counters on
+    than off, and its per-line counts add up to no more than its totals."""
+    import json
+
+    from diag import paired
+
+    doc = json.loads((DATA / "overhead-h200-run5" / "lane.json").read_text())
+    assert sorted(doc["in_server"]) == ["batch 1", "batch 16"]
+    for label, bench in doc["in_server"].items():
+        assert bench["windows"] == 80 and bench["concurrency"] == int(label.split()[1])
+        (row,) = bench["results"]
+        again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
+        assert again.pairs == 80 and again.ratio == pytest.approx(row["ratio"])
+        assert (again.lo, again.hi) == pytest.approx((row["lo"], row["hi"]), abs=0.02)
+        floor = bench["noise_floor"]
+        f = paired.paired_ratio(floor["a_s_per_token"], floor["b_s_per_token"])
+        assert f.ratio == pytest.approx(floor["ratio"])
+        assert again.within(f) and row["within_noise"]
+        assert checks.check_overhead_bar("again", bench).ok is True
+    assert all(c["ok"] for c in doc["checks"])
+    prof = json.loads((DATA / "overhead-h200-run5" / "profile.json").read_text())
+    assert prof == doc["profile"]
+    on, off = prof["states"]["on"], prof["states"]["off"]
+    assert on["diag_samples"] > off["diag_samples"] > 0
+    for st in (on, off):
+        assert sum(n for _f, n in st["diag_by_function"]) <= st["diag_samples"] <= st["samples"]
+        assert st["diag_share"] == pytest.approx(st["diag_samples"] / st["samples"])

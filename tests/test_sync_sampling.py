@@ -195,3 +195,59 @@ def test_sampled_calls_are_tallied_in_place(standin_gpu):
     (e,) = [e for e in got if e["kind"] == "syncs" and e.get("sampled")
             and e["builder"] == "StandinBackend.build_meta"]
     assert (e["calls"], e["count"], e["per_call"], e["phase"]) == (7, 14, 2, "draft-extend")
+
+
+def test_a_stable_key_is_found_by_the_batchs_own_mode_and_size(monkeypatch):
+    """The common call shape (self, forward_batch): once a key is stable its calls find its state
+    by the batch's mode object and size (no key built: `call_key` is not called for them), one
+    in `every` is still counted, and a counted call that differs drops the fast entry (every
+    call counted again, through the general path, until stable again)."""
+    import enum
+
+    class Mode(enum.Enum):  # SGLang's ForwardMode is an IntEnum; `.name` is what call_key reads
+        TARGET_VERIFY = 1
+
+    per_call = [2]
+    scopes: list[int] = []
+
+    @contextlib.contextmanager
+    def standin_gpu_scope(report, blocking=True):  # STAND-IN: no GPU here (module docstring)
+        scopes.append(per_call[0])
+        yield True
+        report.events.extend(sc.SyncEvent("sync", "build", "/x/b.py", 1)
+                             for _ in range(per_call[0]))
+
+    keys: list[int] = []
+    real_key = sc.call_key
+    monkeypatch.setattr(sc, "call_key", lambda a, k: keys.append(1) or real_key(a, k))
+    monkeypatch.setattr(sc, "gpu_available", lambda: True)
+    monkeypatch.setattr(sc, "_gpu_scope", standin_gpu_scope)
+    monkeypatch.setattr(sc, "_SAMPLER", sc.Sampler(every=8, stable=5,
+                                                   tally=telemetry.Tally("syncs-test", "calls")))
+
+    class Backend:
+        def init_forward_metadata(self, fb):
+            return fb
+
+    build = sc._telemetry_wrapper(Backend.init_forward_metadata, "Backend.init_forward_metadata")
+    be, fb = Backend(), SimpleNamespace(forward_mode=Mode.TARGET_VERIFY, batch_size=16)
+    got: list[dict] = []
+    telemetry.add_sink(got.append)
+    try:
+        for _ in range(5):  # counted until stable: each builds its key
+            build(be, fb)
+        assert len(scopes) == 5 and len(keys) == 5
+        st = sc._SAMPLER.fast[Mode.TARGET_VERIFY][16]["Backend.init_forward_metadata"]
+        assert st is sc._SAMPLER.keys[("Backend.init_forward_metadata", "target-verify", 16)]
+        for _ in range(7):  # sampled: found fast, no key built, no scope
+            build(be, fb)
+        assert len(scopes) == 5 and len(keys) == 5 and st.slot.n == 7
+        per_call[0] = 3
+        build(be, fb)  # the 8th: counted (key built now), and its count differs
+        assert len(scopes) == 6 and len(keys) == 6 and st.slot is None
+        for _ in range(3):  # started over: every call counted, through the general path
+            build(be, fb)
+        assert len(scopes) == 9 and len(keys) == 9
+        assert sc._SAMPLER.keys[("Backend.init_forward_metadata", "target-verify", 16)].count == 3
+    finally:
+        telemetry.remove_sink(got.append)
