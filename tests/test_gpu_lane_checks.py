@@ -269,6 +269,7 @@ def test_recorded_batch16_overhead_run_follows_from_its_windows():
     ("overhead-h200-bs16-run3", 70, ["all"], False),
     ("overhead-h200-bs16-run4", 80, ["all"], False),
     ("overhead-h200-bs16-run-profile", 40, ["all"], False),
+    ("overhead-h200-bs16-run6", 80, ["all"], True),
 ])
 def test_recorded_batch16_runs_of_the_waves_method_follow_from_their_windows(
         folder, pairs, conditions, bar_met):
