@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -86,9 +87,9 @@ class Load:
     def _run(self) -> None:
         timeout = max(60.0, 4.0 * self.tokens)
         while not self._stop.is_set():
-            got = self.pool.map(lambda _i: overhead._generate(self.url, self.tokens, timeout),
-                                range(self.conc))
-            self.made += sum(got)
+            # one wave of the bench's own windows (`overhead.window`): tokens it generated
+            self.made += overhead.window(self.url, self.conc, self.tokens, self.conc, timeout,
+                                         self.pool)[1]
 
     def start(self) -> Load:
         self._thread.start()
@@ -183,6 +184,8 @@ def main() -> int:
     raw: dict[str, list] = {"on": [], "off": []}
     speed: dict[str, list[float]] = {"on": [], "off": []}
     load = Load(a.server, a.concurrency, a.tokens).start()
+    tmp = tempfile.TemporaryDirectory(prefix="overhead-profile-")
+    spool = Path(tmp.name)  # py-spy's raw output per window, read at once
     try:
         time.sleep(a.warmup)  # every batch size seen (a first one compiles, captures, ...)
         for r in range(a.rounds):
@@ -194,20 +197,21 @@ def main() -> int:
                     [a.py_spy, "record", "--pid", str(p), "--duration", str(int(a.seconds)),
                      "--rate", str(a.rate), "--format", "raw", "--nonblocking", "--idle",
                      "--threads", "--full-filenames", "--output",
-                     f"/tmp/overhead-profile-{p}.txt"],
+                     str(spool / f"{p}.txt")],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for p in pids]
                 for p, pr in zip(pids, procs, strict=True):
                     log = pr.communicate()[0]
                     if pr.returncode:
                         print(f"py-spy on {p} failed (rc {pr.returncode}): {log[-400:]}")
                         return 2
-                    raw[state] += parse_raw(Path(f"/tmp/overhead-profile-{p}.txt").read_text())
+                    raw[state] += parse_raw((spool / f"{p}.txt").read_text())
                 # tokens finished while sampling (waves end at their own pace: indicative)
                 speed[state].append((load.made - made0) / (time.perf_counter() - t0))
                 print(f"round {r + 1} {state}: {speed[state][-1]:.0f} tokens/s", flush=True)
     finally:
         sw.switch(probes, set(probes), 30.0)
         load.stop()
+        tmp.cleanup()
     thread = busiest(raw["on"] + raw["off"])
     roots = diag_roots()
     on, off = tally(raw["on"], thread, roots), tally(raw["off"], thread, roots)
