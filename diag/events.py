@@ -35,6 +35,9 @@ class Event:
     """An event of any kind (also one this diag does not know: all its keys are in `extra`)."""
 
     kind: ClassVar[str] = ""
+    # Number fields that are amounts (a count, seconds): a negative value read is a damaged
+    # event, kept in `extra` and named by `problems` like a value of the wrong type ("*": all).
+    nonnegative: ClassVar[tuple[str, ...]] = ()
     ts: float = 0.0
     pid: int | None = None
     n: int | None = None
@@ -65,7 +68,8 @@ class Event:
         """The fields whose value read was not of their type (`start.argv is not list[str]`):
         a bounded set of names, so readers can count them."""
         known = {f.name: str(f.type) for f in dataclasses.fields(self) if f.name not in _META}
-        return [f"{self.name}.{k} is not {known[k]}" for k in self.extra if k in known]
+        return [f"{self.name}.{k} is negative" if _negative(self.extra[k])
+                else f"{self.name}.{k} is not {known[k]}" for k in self.extra if k in known]
 
     def apply(self, fold: Any) -> None:
         """What this event changes in a process's state (default: nothing beyond counting it)."""
@@ -118,11 +122,19 @@ def _coerce(value: Any, default: Any, typ: str) -> tuple[Any, bool]:
     return value, True
 
 
+def _negative(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+
+
 @functools.cache
-def _fields(cls: type[Event]) -> tuple[tuple[str, Any, Any, str], ...]:
-    """(name, default, default factory, type) of an event class's key fields, read once per
-    class: parsing runs for every event an engine process writes (its writer folds them)."""
-    return tuple((f.name, f.default, f.default_factory, str(f.type))
+def _fields(cls: type[Event]) -> tuple[tuple[str, Any, Any, str, bool], ...]:
+    """(name, default, default factory, type, whether it is an amount: never negative) of an
+    event class's key fields, read once per class: parsing runs for every event an engine
+    process writes (its writer folds them)."""
+    amounts = set(cls.nonnegative)
+    return tuple((f.name, f.default, f.default_factory, str(f.type),
+                  (f.name in amounts or "*" in amounts) and f.name not in ("ts", "pid", "n")
+                  and str(f.type).replace(" ", "").startswith(("int", "float")))
                  for f in dataclasses.fields(cls) if f.name not in _META)
 
 
@@ -133,12 +145,14 @@ def parse(doc: dict[str, Any]) -> Event:
     cls = _KINDS.get(str(doc.get("kind")), Event)
     kw: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    for name, dflt, factory, typ in _fields(cls):
+    for name, dflt, factory, typ, amount in _fields(cls):
         if name not in doc:
             continue
         default = dflt if dflt is not dataclasses.MISSING else \
             (factory() if factory is not dataclasses.MISSING else None)
         value, ok = _coerce(doc[name], default, typ)
+        if amount and ok and value is not None and value < 0:
+            value, ok = default, False
         kw[name] = 0.0 if value is None and name == "ts" else value
         if not ok:
             extra[name] = doc[name]
@@ -337,6 +351,7 @@ class Gap(Event):
     true state back; the lost events' sequence numbers are the jump before it."""
 
     kind: ClassVar[str] = "gap"
+    nonnegative: ClassVar[tuple[str, ...]] = ("lost",)
     lost: int = 0
     since: float | None = None
     reason: str = ""

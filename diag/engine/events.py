@@ -74,6 +74,10 @@ class CounterEvent(Event):
 
     section: ClassVar[str] = ""  # its key under a process's `counters`
     series: ClassVar[tuple[Series, ...]] = ()
+    nonnegative: ClassVar[tuple[str, ...]] = ("*",)  # every number of a counter is an amount
+    # The section's shape as a snapshot carries it (`clean`): {key: shape} ("*": any key,
+    # "key?": optional), leaves "n" (a count), "s" (seconds), "n?"/"s?" (or null), "str".
+    shape: ClassVar[Any] = {}
 
     @staticmethod
     def empty() -> Any:
@@ -137,6 +141,8 @@ class Syncs(CounterEvent):
     sites: list[str] = field(default_factory=list)
     phase: str | None = None  # target-extend | target-verify | draft-extend | draft-decode
     sampled: bool = False  # not counted one by one: count = per_call (the stable count) x calls
+    shape: ClassVar[Any] = {"*": {"calls": "n", "syncs": "n", "seconds": "s", "sampled_calls?": "n",
+                                  "phases?": {"*": {"calls": "n", "syncs": "n"}}}}
     series: ClassVar[tuple[Series, ...]] = (
         Series("metadata_builds", "counter", ("builder",), "calls",
                "Calls of an attention metadata builder observed by diag."),
@@ -236,6 +242,7 @@ class DraftExtend(CounterEvent):
     batch: int | None = None
     reason: str | None = None  # eager only: kill-switch | no-runner | batch-above-captured | ...
     passes: int = 1
+    shape: ClassVar[Any] = {"*": {"passes": "n", "seconds": "s", "reasons?": {"*": "n"}}}
     series: ClassVar[tuple[Series, ...]] = (
         Series("draft_extend_passes", "counter", ("mode",), "passes",
                "Draft-extend forward passes by mode (graph replay or eager)."),
@@ -313,6 +320,7 @@ class GraphPhase(CounterEvent):
     reason: str | None = None
     passes: int = 0
     seconds: float | None = None
+    shape: ClassVar[Any] = {"*": {"*": {"passes": "n", "seconds": "s", "reasons?": {"*": "n"}}}}
     series: ClassVar[tuple[Series, ...]] = (
         Series("graph_phase_passes", "counter", ("phase", "mode"), "passes",
                "Target-verify and draft-decode passes by mode (graph replay or eager)."),
@@ -358,6 +366,7 @@ class AgentTime(CounterEvent):
     where: str = "thread"
     runs: int = 0
     seconds: float = 0.0
+    shape: ClassVar[Any] = {"*": {"runs": "n", "seconds": "s"}}
     series: ClassVar[tuple[Series, ...]] = (
         Series("agent_seconds", "counter", ("where",), "seconds",
                "Time the diag agent spent on its own work (poll, flush, control), by where it "
@@ -397,6 +406,8 @@ class ProfilerStop(CounterEvent):
     teardown_s: float | None = None
     heap_blocks: int | None = None  # with a sink: the heap then, and what a full collection
     full_gc_est_s: float | None = None  # would cost (an estimate from measured ones)
+    shape: ClassVar[Any] = {"stops": "n", "seconds": "s", "collected": "n", "teardown?": {"*": "n"},
+                            "teardown_s?": "s", "heap_blocks?": "n?", "full_gc_est_s?": "s?"}
     series: ClassVar[tuple[Series, ...]] = (
         Series("profiler_stops", "counter", (), "stops",
                "torch.profiler stops (teardowns) observed."),
@@ -498,6 +509,78 @@ def empty_counters() -> dict[str, Any]:
 
 UNKNOWN = "unknown"  # a state the events cannot tell (some were lost): never the last known one
 
+_LOST_SHAPE = {"events": "n", "since": "s?", "reason": "str"}
+
+
+def _leaf(value: Any, shape: str, where: str) -> tuple[Any, str | None]:
+    """(the value, or its default when it is not of the shape; the problem)."""
+    if shape == "str":
+        return (value, None) if isinstance(value, str) else ("", f"{where} is not a string")
+    default = None if shape.endswith("?") else (0 if shape.startswith("n") else 0.0)
+    if value is None and shape.endswith("?"):
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or (shape.startswith("n") and value != int(value)):
+        return default, f"{where} is not {'a count' if shape.startswith('n') else 'seconds'}"
+    if value < 0:
+        return default, f"{where} is negative"
+    return (int(value) if shape.startswith("n") else float(value)), None
+
+
+def clean(value: Any, shape: Any, where: str, problems: list[str]) -> Any:
+    """`value` in `shape` (see `CounterEvent.shape`): what is not of it is left out (a missing
+    key gets its default) and named in `problems`, by a bounded name (`*` for any key)."""
+    if isinstance(shape, str):
+        v, why = _leaf(value, shape, where)
+        if why:
+            problems.append(why)
+        return v
+    if not isinstance(value, dict):
+        problems.append(f"{where} is not an object")
+        return _default(shape)
+    out: dict[str, Any] = {}
+    if "*" in shape:
+        for k, v in value.items():
+            out[str(k)] = clean(v, shape["*"], f"{where}.*", problems)
+        return out
+    for key, sub in shape.items():
+        name = key.rstrip("?")
+        if name in value:
+            out[name] = clean(value[name], sub, f"{where}.{name}", problems)
+        elif not key.endswith("?"):
+            out[name] = _default(sub)
+            problems.append(f"{where}.{name} is missing")
+    return out
+
+
+def _default(shape: Any) -> Any:
+    if isinstance(shape, dict):
+        return {k: _default(v) for k, v in shape.items() if k != "*" and not k.endswith("?")}
+    return "" if shape == "str" else None if shape.endswith("?") else 0 if shape == "n" else 0.0
+
+
+def clean_counters(value: Any, where: str = "snapshot.counters") -> tuple[dict[str, Any],
+                                                                              list[str]]:
+    """A process's counters as a snapshot carries them, each section in its shape; what was
+    not (a count of the wrong type, a negative count, a number where an object belongs) is left
+    out and named (readers count these as read problems, never show them)."""
+    problems: list[str] = []
+    if not isinstance(value, dict):
+        return empty_counters(), ([f"{where} is not an object"] if value is not None else [])
+    out = empty_counters()
+    for c in counter_kinds():
+        if c.section in value:
+            out[c.section] = clean(value[c.section], c.shape, f"{where}.{c.section}", problems)
+    if "errors" in value:
+        out["errors"] = clean(value["errors"], "n", f"{where}.errors", problems)
+    if "events" in value:
+        out["events"] = clean(value["events"], {"*": "n"}, f"{where}.events", problems)
+    if "lost" in value:
+        out["lost"] = {**empty_lost(), **clean(value["lost"], {k + "?": v for k, v in
+                                                              _LOST_SHAPE.items()},
+                                               f"{where}.lost", problems)}
+    return out, problems
+
 
 class Fold:
     """Folds one process's events into its state (every reader and the writer use this one)."""
@@ -516,6 +599,7 @@ class Fold:
         self.last: deque[dict[str, Any]] = deque(maxlen=LAST_EVENTS)
         self.next_n: int | None = None  # the sequence number the next event should carry
         self.jumped = 0  # events missing from the sequence, not yet explained by a `gap`
+        self.problems: list[str] = []  # what a snapshot carried that was not of its shape
 
     def add(self, ev: Event | dict[str, Any]) -> Event:
         e = ev if isinstance(ev, Event) else parse(ev)
@@ -557,11 +641,15 @@ class Fold:
         self.next_n = e.n + 1
 
     def _restore(self, s: Snapshot) -> None:
-        counters = json.loads(json.dumps(s.counters)) if s.counters else {}
-        self.counters = {**empty_counters(), **counters}
+        self.counters, problems = clean_counters(s.counters)
+        self.problems.extend(problems)
         self.jumped = 0
         self.fixes.update(_fix_states(s.fixes))
-        self.probes.update(s.probes_state or {})
+        for pid, st in (s.probes_state or {}).items():
+            if isinstance(st, dict) and isinstance(st.get("state"), str):
+                self.probes[str(pid)] = {"state": st["state"], "reason": _text(st.get("reason"))}
+            else:
+                self.problems.append("snapshot.probes_state.* is not a counter state")
         self.control = s.control or self.control
         self.engine = bool(s.engine) if s.engine is not None else self.engine
         self.rank = s.rank if s.rank is not None else self.rank
@@ -575,6 +663,10 @@ class Fold:
                 "fixes": self.fixes, "start": self.start, "probes_state": self.probes,
                 "control": self.control, "engine": self.engine, "rank": self.rank,
                 "sglang": self.sglang}
+
+
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else ""
 
 
 def describe_counters(counters: dict[str, Any]) -> list[str]:

@@ -452,6 +452,9 @@ class ProcessReader:
                 for p in e.problems:
                     self._problem(p)
                 self.fold.add(e)
+                for p in self.fold.problems:  # what a snapshot carried that was not usable
+                    self._problem(p)
+                self.fold.problems.clear()
                 out.append(e)
         return out
 
@@ -468,6 +471,9 @@ class ProcessReader:
         engine, rank = agg.engine, agg.rank
         st = read_state_file(self.run_dir, self.pid)
         problems = dict(self.problems)
+        damaged = state_problems(st) if st else []
+        for what in damaged:
+            problems[f"state file: {what}"] = problems.get(f"state file: {what}", 0) + 1
         if st:
             for ack in st.get("acks") if isinstance(st.get("acks"), list) else ():
                 e = events.parse({**ack, "kind": events.ControlAck.kind}) \
@@ -480,8 +486,9 @@ class ProcessReader:
             engine = engine or st.get("engine") is True
             if rank is None and isinstance(st.get("rank"), str):
                 rank = st["rank"]
-            _merge_loss(counters, fixes, st, agg.next_n or 0)
-            if counters["lost"].get("events"):  # a fix the lost events named is not forgotten
+            if not damaged:  # a state file of the wrong shape tells nothing about losses
+                _merge_loss(counters, fixes, st, agg.next_n or 0)
+            if counters["lost"].get("events") and not damaged:  # a fix the lost events named is not forgotten
                 for fid, v in _known_fixes(st).items():
                     fixes.setdefault(fid, {"state": UNKNOWN,
                                            "reason": f"events lost; last known: {v['state']}"})
@@ -499,6 +506,43 @@ class ProcessReader:
 
 def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+_STATE_SHAPE = {"n": (int,), "run": (str, type(None)), "ts": (float, int), "lost": (dict,),
+                "fixes": (dict,), "engine": (bool,), "rank": (str, type(None)), "acks": (list,)}
+_LOST_SHAPE = {"events": (int,), "since": (float, int, type(None)), "reason": (str,),
+               "now": (bool,)}
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", type(None): "null",
+               dict: "an object", list: "a list", bool: "true/false"}
+
+
+def state_problems(st: dict[str, Any]) -> list[str]:
+    """What in a state file is not of the shape its writer gives it (`EventWriter.state_doc`):
+    a bounded name per field. A file with any is not trusted for losses."""
+    out = []
+
+    def bad(doc: dict[str, Any], shape: dict[str, tuple[type, ...]], where: str) -> None:
+        for k, types in shape.items():
+            v = doc.get(k)
+            if k not in doc:
+                continue
+            if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
+                names = [_TYPE_NAMES[t] for t in types if not (t is int and float in types)]
+                out.append(f"{where}{k} is not {' or '.join(names)}")
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and v < (
+                    -1 if k == "n" else 0):
+                out.append(f"{where}{k} is negative")
+
+    bad(st, _STATE_SHAPE, "")
+    if isinstance(st.get("lost"), dict):
+        bad(st["lost"], _LOST_SHAPE, "lost.")
+    if isinstance(st.get("fixes"), dict) and not all(
+            isinstance(v, dict) and isinstance(v.get("state"), str)
+            for v in st["fixes"].values()):
+        out.append("fixes.* is not a fix state")
+    return out
 
 
 def _merge_loss(counters: dict[str, Any], fixes: dict[str, dict[str, Any]],
