@@ -50,26 +50,27 @@ class SpecConfig:
     def from_server_args(cls, args: dict[str, Any]) -> SpecConfig:
         def num(name: str) -> int | None:
             v = args.get(name)
-            try:
-                return int(v) if v is not None else None
-            except (TypeError, ValueError):
-                return None
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        def text(name: str) -> str | None:  # a name of another type is not taken as one
+            v = args.get(name)
+            return v if isinstance(v, str) and v else None
 
         dpa = args.get("enable_dp_attention")
         return cls(
-            attention_backend=args.get("attention_backend"),
-            draft_attention_backend=args.get("speculative_draft_attention_backend")
-            or args.get("speculative_attention_backend"),
+            attention_backend=text("attention_backend"),
+            draft_attention_backend=text("speculative_draft_attention_backend")
+            or text("speculative_attention_backend"),
             speculative_num_steps=num("speculative_num_steps"),
-            speculative_algorithm=args.get("speculative_algorithm"),
-            disable_cuda_graph=bool(args.get("disable_cuda_graph", False)),
+            speculative_algorithm=text("speculative_algorithm"),
+            disable_cuda_graph=args.get("disable_cuda_graph") is True,
             speculative_eagle_topk=num("speculative_eagle_topk"),
             speculative_num_draft_tokens=num("speculative_num_draft_tokens"),
             page_size=num("page_size"),
-            model=args.get("model_path"),
+            model=text("model_path"),
             tp_size=num("tp_size"),
             dp_size=num("dp_size"),
-            enable_dp_attention=bool(dpa) if dpa is not None else None,
+            enable_dp_attention=dpa if isinstance(dpa, bool) else None,
             dcp_size=num("dcp_size"),
             source="server",
         )

@@ -39,6 +39,42 @@ class NotSGLang(ServerBadAnswer):
     (404 on both paths), or not a JSON object there. The user named it: exit 3."""
 
 
+class OddAnswer(NotSGLang):
+    """`/server_info` is a JSON object, but a server argument diag reads is not of the type
+    SGLang gives it (an attention backend that is a list, a step count that is a string): the
+    configuration cannot be taken from it. Exit 3 on the command line, a warning in the TUI."""
+
+
+# The server arguments diag reads, by the types SGLang's ServerArgs gives them (null: not set).
+ARG_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("attention_backend", "speculative_draft_attention_backend",
+                     "speculative_attention_backend", "speculative_algorithm", "model_path",
+                     "version"), (str,)),
+    **dict.fromkeys(("speculative_num_steps", "speculative_eagle_topk",
+                     "speculative_num_draft_tokens", "page_size", "tp_size", "dp_size",
+                     "dcp_size"), (int,)),
+    **dict.fromkeys(("disable_cuda_graph", "enable_dp_attention", "disable_overlap_schedule"),
+                    (bool,)),
+}
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false"}
+_JSON_WORDS = {list: "a list", dict: "an object", str: "a string", bool: "a boolean",
+               int: "a number", float: "a number"}
+
+
+def odd_argument(args: dict[str, Any]) -> str | None:
+    """The first server argument diag reads whose value is not of SGLang's type, said in a
+    phrase (`attention_backend is a list (['dsa', 'x']), not a string`); None when all are."""
+    for name, types in ARG_TYPES.items():
+        v = args.get(name)
+        if v is None or (isinstance(v, types) and not (isinstance(v, bool) and bool not in types)):
+            continue
+        shown = repr(v)
+        shown = shown if len(shown) <= 60 else shown[:59] + "…"
+        return (f"{name} is {_JSON_WORDS.get(type(v), type(v).__name__)} ({shown}), not "
+                f"{' or '.join(_TYPE_WORDS[t] for t in types)}")
+    return None
+
+
 def check_url(url: str) -> str:
     """The URL normalised, or ValueError saying what is wrong: a usage error, found before
     any connection (scheme http/https, a host, a port 1-65535, no spaces)."""
@@ -65,10 +101,16 @@ def check_url(url: str) -> str:
 
 
 def normalize_url(url: str) -> str:
-    """`host:port` → `http://host:port`; no trailing slash."""
+    """`host:port` → `http://host:port`, a URL with a path (`http://h:30000/v1/models`) → its
+    server (`http://h:30000`): diag reads the server's own paths (`/server_info`, `/metrics`)."""
+    import urllib.parse
+
     url = url.strip()
     if "://" not in url:
         url = "http://" + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme and parts.netloc:
+        return f"{parts.scheme}://{parts.netloc}"
     return url.rstrip("/")
 
 
@@ -119,6 +161,15 @@ def get_server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, A
         raise NotSGLang(f"{not_sglang} is not JSON ({e})") from e
     if not isinstance(doc, dict):
         raise NotSGLang(f"{not_sglang} is not a JSON object ({type(doc).__name__})")
+    nested = doc.get("server_args")
+    if nested is not None and not isinstance(nested, dict):
+        raise OddAnswer(f"{normalize_url(url)}{path}: server_args is "
+                        f"{_JSON_WORDS.get(type(nested), type(nested).__name__)}, not an object: "
+                        "not what SGLang serves")
+    odd = odd_argument(server_args(doc))
+    if odd:
+        raise OddAnswer(f"{normalize_url(url)}{path}: {odd}: not what SGLang serves (audit "
+                        "without --server, with the configuration as options)")
     return doc
 
 

@@ -28,6 +28,16 @@ def log(msg: str) -> None:
     click.echo(f"diag: {msg}", err=True)
 
 
+ECHO_CHARS = 80  # a user's input echoed in a message: at most this many characters
+
+
+def clip(text: object, limit: int = ECHO_CHARS) -> str:
+    """A user's input as a message echoes it: cut to `limit` characters with "…" (a 100,000-
+    character option is never printed back whole)."""
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
 MAX_STEPS = 64  # --speculative-num-steps: SGLang runs 1-10 in practice; more is a typo
 
 
@@ -38,9 +48,13 @@ def _server_url(_ctx: click.Context, _param: click.Parameter, value: str | None)
     from diag.server import check_url
 
     try:
-        return check_url(value)
+        url = check_url(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+    if value.strip().rstrip("/") not in (url, url.split("://", 1)[1]):
+        log(f"--server {clip(value)}: reading its server {url} (diag reads /server_info and "
+            "/metrics there)")
+    return url
 
 
 class Seconds(click.FloatRange):

@@ -75,10 +75,21 @@ class Prometheus:
         except ValueError:
             raise ServerError(f"{self.url} did not answer like a Prometheus API "
                               f"({path} returned no JSON)") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            err = doc.get("error") if isinstance(doc, dict) else None
-            raise ServerError(f"Prometheus at {self.url}: query failed: {err or 'bad answer'}")
-        return self._result(doc.get("data") or {}, path)
+        unlike = f"{self.url} did not answer like a Prometheus API ({path}"
+        if not isinstance(doc, dict):
+            raise ServerError(f"{unlike} returned {_json_kind(doc)}, not an object with "
+                              "status and data)")
+        if doc.get("status") == "error":
+            err = doc.get("error")
+            raise ServerError(f"Prometheus at {self.url}: query failed: "
+                              f"{_clip(err) if err else 'no error given'}")
+        if doc.get("status") != "success":
+            raise ServerError(f"{unlike}: status is {_clip(repr(doc.get('status')))}, not "
+                              "'success' or 'error')")
+        data = doc.get("data")
+        if data is not None and not isinstance(data, dict):
+            raise ServerError(f"{unlike}: data is {_json_kind(data)}, not an object)")
+        return self._result(data or {}, path)
 
     def _result(self, data: Any, path: str) -> list[dict]:
         """`data.result` as a list of series objects, or ServerError: an answer of another
@@ -100,6 +111,16 @@ class Prometheus:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
                   "step": f"{step:g}"}
         return self._get("/api/v1/query_range", params)
+
+
+def _json_kind(v: Any) -> str:
+    return {list: "a JSON list", str: "a JSON string", bool: "a JSON boolean", int: "a number",
+            float: "a number", dict: "an object"}.get(type(v), "null")
+
+
+def _clip(v: Any, limit: int = 80) -> str:
+    s = str(v)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def _series_shape(r: Any) -> bool:
