@@ -88,9 +88,14 @@ class Finding:
     # The target itself is broken (a worker file missing, empty or not parsing): the run
     # exits 3 like any target error; in JSON only when true.
     target_error: bool = False
+    # diag could not read what it looks for (the draft-extend gate's shape): it cannot tell.
+    # The run exits 3 naming the file unless the user accepts warnings (--allow-unrecognised).
+    unrecognised: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"target_error": True} if self.target_error else {}
+        extra: dict[str, Any] = {"target_error": True} if self.target_error else {}
+        if self.unrecognised:
+            extra["unrecognised"] = True
         return {
             "probe": self.probe,
             "status": self.status.value,
@@ -109,5 +114,6 @@ class Finding:
             summary=d["summary"], evidence=[Evidence(**e) for e in d.get("evidence", [])],
             hint=d.get("hint"), fixes=list(d.get("fixes", [])),
             target_error=bool(d.get("target_error", False)),
+            unrecognised=bool(d.get("unrecognised", False)),
         )
 

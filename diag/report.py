@@ -28,13 +28,25 @@ _STYLE = {
 }
 
 
-def exit_code(findings: list[Finding], fail_on: str) -> int:
+def exit_code(findings: list[Finding], fail_on: str, allow_unrecognised: bool = False) -> int:
     """1 for a finding at or above `fail_on`; 3 (a target error) when a finding says the target
-    itself is broken, whatever `fail_on`."""
-    if any(f.target_error for f in findings):
+    itself is broken, or that diag could not read what it looks for (unless
+    `allow_unrecognised`: then it is the warning it is), whatever `fail_on`."""
+    if any(f.target_error for f in findings) or unrecognised(findings, allow_unrecognised):
         return EXIT_OPERATIONAL
     threshold = FAIL_ON[fail_on]
     return EXIT_FINDINGS if any(SEVERITY[f.status] >= threshold for f in findings) else EXIT_OK
+
+
+def unrecognised(findings: list[Finding], allowed: bool = False) -> list[Finding]:
+    """The findings that say diag could not tell (none when the user accepts them)."""
+    return [] if allowed else [f for f in findings if f.unrecognised]
+
+
+def unrecognised_line(f: Finding) -> str:
+    """The one line on stderr for a finding diag could not tell (it names the file)."""
+    return (f"{f.probe}: {f.summary} (diag cannot tell: exit 3; --allow-unrecognised accepts it "
+            "as a warning)")
 
 
 def counts(findings: list[Finding]) -> dict[str, int]:
@@ -42,13 +54,15 @@ def counts(findings: list[Finding]) -> dict[str, int]:
     return {s.value: c.get(s.value, 0) for s in Status}
 
 
-def to_json(findings: list[Finding], header: dict[str, Any], fail_on: str) -> str:
+def to_json(findings: list[Finding], header: dict[str, Any], fail_on: str,
+            allow_unrecognised: bool = False) -> str:
     doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "diag", "version": __version__},
         **header,
         "fail_on": fail_on,
-        "exit_code": exit_code(findings, fail_on),
+        "allow_unrecognised": allow_unrecognised,
+        "exit_code": exit_code(findings, fail_on, allow_unrecognised),
         "summary": counts(findings),
         "findings": [f.to_dict() for f in findings],
     }
@@ -82,7 +96,8 @@ def _wrap(text: str, width: int, indent: int, hang: int = 2) -> list[str]:
                          break_on_hyphens=False) or [pad]
 
 
-def verdict(findings: list[Finding], configured: bool, fail_on: str = "fail") -> str:
+def verdict(findings: list[Finding], configured: bool, fail_on: str = "fail",
+            allow_unrecognised: bool = False) -> str:
     """The last line: what the run proved, and the next command when nothing was configured."""
     c = counts(findings)
     nxt = ("; next: diag diagnose --attention-backend NAME --speculative-num-steps N "
@@ -90,6 +105,9 @@ def verdict(findings: list[Finding], configured: bool, fail_on: str = "fail") ->
     if any(f.target_error for f in findings):
         return ("verdict: the SGLang tree is broken (see ERROR): reinstall it or pass "
                 "--sglang VERSION")
+    if unrecognised(findings, allow_unrecognised):
+        return ("verdict: diag cannot tell (see the `not recognised` warning and the file it "
+                "names): report it, or pass --allow-unrecognised to accept warnings only")
     bad = c["fail"] + c["error"] + (c["warn"] if fail_on == "warn" else 0)
     if bad:
         what = "for the configuration under audit" if configured else "in the release"

@@ -46,8 +46,8 @@ def kill_switch_set(gate: GateInfo, environ: dict[str, str] | None = None) -> bo
 
 def _hint(v: Verdict, platform: str, gate: GateInfo, name: str) -> str | None:
     cause = getattr(v, "cause", "")
-    if cause == "not_allowlisted" and platform == "hip":
-        return (f"{FIX_ID} adds {name}'s draft-extend backend to the HIP allow-list "
+    if cause == "not_allowlisted":
+        return (f"{FIX_ID} adds {name}'s draft-extend backend to the {platform.upper()} gate "
                 f"(`diag fix list` says whether it applies to this release)")
     if cause == "num_steps":
         return "run with --speculative-num-steps >= 2, or apply " + FIX_ID
@@ -102,7 +102,7 @@ class DraftExtendGraphProbe(Probe):
                                    "where the gate was looked for"),
                           note(f"expected: {gate.expected}")],
                 hint="this release changed the gate's shape: report it with the file above",
-                fixes=[])
+                fixes=[], unrecognised=True)
         bm = backend_map(t, plat)
         killed = kill_switch_set(gate)
         multi = bool(_server_arg(ctx, "enable_multi_layer_eagle"))
@@ -157,8 +157,8 @@ class DraftExtendGraphProbe(Probe):
             return self.finding(
                 Status.WARN, f"on {plat.upper()} draft-extend runs eager for "
                              f"{', '.join(eager)}{also} ({_ask_for_backend(ctx)})",
-                evidence=ev, hint=f"{FIX_ID} adds the missing backends to the allow-list"
-                if plat == "hip" else None)
+                evidence=ev, hint=f"{FIX_ID} adds the missing backends to the {plat.upper()} "
+                                  "gate where a release admits them")
         return self.finding(Status.OK, f"on {plat.upper()} every listed backend's draft-extend "
                                        "is captured as a graph", evidence=ev)
 

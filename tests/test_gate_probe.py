@@ -104,8 +104,9 @@ def test_broken_factory_is_a_target_error(tree_0523):
         path.write_text(original)
 
 
-def test_unrecognised_gate_stays_a_warning(tree_0523):
-    """A worker that parses but has no gate of a known shape: `warn`, not a target error."""
+def test_unrecognised_gate_is_a_warning_that_exits_3_unless_allowed(tree_0523):
+    """A worker that parses but has no gate of a known shape: `warn`, not a target error, but
+    diag cannot tell: exit 3 (issue 41), 0 with --allow-unrecognised."""
     path = tree_0523 / WORKER
     original = path.read_text()
     try:
@@ -115,7 +116,11 @@ def test_unrecognised_gate_stays_a_warning(tree_0523):
         doc = _doc(r)
         f = doc["findings"][0]
         assert f["status"] == "warn" and "not recognised" in f["summary"]
-        assert "target_error" not in f and r.exit_code == doc["exit_code"] == 0
+        assert "target_error" not in f and f["unrecognised"] is True
+        assert r.exit_code == doc["exit_code"] == 3 and doc["allow_unrecognised"] is False
+        r = probe("--sglang", str(tree_0523), "--json", "--allow-unrecognised")
+        doc = _doc(r)
+        assert r.exit_code == doc["exit_code"] == 0 and doc["allow_unrecognised"] is True
         # a name in the allow-list that binds nothing the analysis can follow: not a guess
         edited = original.replace(
             "or isinstance(self.draft_extend_attn_backend, QwenSparseAttnBackend)",

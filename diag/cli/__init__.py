@@ -241,15 +241,16 @@ def _advise(ctx, findings):
     return advise(findings, resolved if resolved is not None else resolve(ctx))
 
 
-def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
-    from diag.report import exit_code, render_human, to_json
+def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool,
+          allow_unrecognised: bool = False) -> None:
+    from diag.report import exit_code, render_human, to_json, unrecognised, unrecognised_line
 
     findings = _advise(ctx, findings)
 
     if as_json:
         header = {"target": ctx.target.to_dict(), "platform": ctx.platform,
                   "config": vars(ctx.config), "server": ctx.server_url}
-        click.echo(to_json(findings, header, fail_on))
+        click.echo(to_json(findings, header, fail_on, allow_unrecognised))
     else:
         from diag.report import verdict
 
@@ -264,11 +265,13 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool) -> None:
             notes.append("measured checks skipped: no torch here; `pip install torch` (the ROCm "
                          "build on an AMD host), or install diag where SGLang runs, measures them")
         click.echo(render_human(findings, line, verbose=verbose, notes=notes,
-                                last=verdict(findings, configured, fail_on)))
+                                last=verdict(findings, configured, fail_on, allow_unrecognised)))
+    for f in unrecognised(findings, allow_unrecognised):  # in text and JSON alike
+        log(f"error: {unrecognised_line(f)}")
     import gc
 
     gc.freeze()  # exiting: no final collection walk over the parsed sources (~0.5 s)
-    sys.exit(exit_code(findings, fail_on))
+    sys.exit(exit_code(findings, fail_on, allow_unrecognised))
 
 
 def run_options(f):
@@ -287,17 +290,17 @@ def run_options(f):
 @run_options
 @click.pass_context
 @guarded
-def diagnose(cctx: click.Context, as_json: bool, fail_on: str, execute: bool, full: bool,
-             **target_kw) -> None:
+def diagnose(cctx: click.Context, as_json: bool, fail_on: str, allow_unrecognised: bool,
+             execute: bool, full: bool, **target_kw) -> None:
     """Run every probe against the target and report."""
     from diag.probes import all_ids
 
     verbose = cctx.find_root().params["verbose"]
-    _diagnose(all_ids(), verbose, as_json, fail_on, execute, full, target_kw)
+    _diagnose(all_ids(), verbose, as_json, fail_on, execute, full, target_kw, allow_unrecognised)
 
 
 def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execute: bool,
-              full: bool, target_kw: dict) -> None:
+              full: bool, target_kw: dict, allow_unrecognised: bool = False) -> None:
     """Start the torch worker, resolve the target meanwhile, run `ids` and report."""
     worker = _start_worker(ids, execute)
     try:
@@ -305,7 +308,8 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
     except BaseException:
         _stop_worker(worker)
         raise
-    _emit(ctx, _run_probes(ctx, ids, verbose, worker), as_json, fail_on, verbose)
+    _emit(ctx, _run_probes(ctx, ids, verbose, worker), as_json, fail_on, verbose,
+          allow_unrecognised)
 
 
 @main.command()
@@ -318,7 +322,7 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
 @click.pass_context
 @guarded
 def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool, fail_on: str,
-          execute: bool, full: bool, **target_kw) -> None:
+          allow_unrecognised: bool, execute: bool, full: bool, **target_kw) -> None:
     """Run one probe (PROBE_ID), or list them with --list."""
     import json
 
@@ -347,7 +351,7 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     if probe_id not in REGISTRY:
         raise click.UsageError(f"unknown probe {probe_id!r} (known: {', '.join(REGISTRY)})")
     verbose = cctx.find_root().params["verbose"]
-    _diagnose([probe_id], verbose, as_json, fail_on, execute, full, target_kw)
+    _diagnose([probe_id], verbose, as_json, fail_on, execute, full, target_kw, allow_unrecognised)
 
 
 if __name__ == "__main__":

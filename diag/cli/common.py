@@ -166,6 +166,9 @@ def output_options(f: Callable) -> Callable:
         click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report."),
         click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail",
                      show_default=True, help="Exit 1 when a finding is at or above this."),
+        click.option("--allow-unrecognised", is_flag=True,
+                     help="A gate diag cannot read (not recognised: it cannot tell) is a warning "
+                          "only; without it the run exits 3 naming the file."),
     ]
     for opt in reversed(opts):
         f = opt(f)
