@@ -1,22 +1,27 @@
-"""Fix `draft-extend-allowlist`: capture the draft-extend graph on HIP for more backends.
+"""Fix `draft-extend-allowlist`: capture the draft-extend graph for backends a gate leaves out.
 
 SGLang's draft worker (`EagleDraftWorker` in `speculative/eagle_worker_v2.py`) builds the
-draft-extend CUDA/HIP graph runner only when its HIP gate admits the attention backend; DSV4
-(before 0.5.18), DSA (before 0.5.19) and QSA are left eager. This fix wraps the worker's
+draft-extend CUDA/HIP graph runner only when the gate of the platform admits the attention
+backend: on HIP an allow-list (`supports_hip*draft_extend_graph`; DSV4 before 0.5.18, DSA
+before 0.5.19 and QSA are left eager), on CUDA a tuple of classes
+(`graph_supported_backend_types`; `FlashAttentionBackend`, `--attention-backend fa3`, Hopper's
+default for EAGLE with topk 1, only from 0.5.23: sglang #40762). This fix wraps the worker's
 graph-capture method (`init_cuda_graphs` up to 0.5.13.post1, `_capture_cuda_graphs` from
 0.5.15.post1). After the release's own method has run, when no draft-extend runner was built,
-the process is HIP (the module's `_is_hip`), graphs are enabled (the method's own early-return
-conditions are false), the kill switch `SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH` is unset, and the
-draft-extend backend is an instance of an allow-listed class, it builds the runner the way that
-release builds it (the class its `Device2ExtendCudaGraphRunner` table names for the device,
-called with the worker) and records capture time and memory where the release records them.
+the process is HIP or CUDA (the module's `_is_hip` / `_is_cuda`), graphs are enabled (the
+method's own early-return conditions are false), the kill switch
+`SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH` is unset, and the draft-extend backend is an instance of
+a class on that platform's list, it builds the runner the way that release builds it (the class
+its `Device2ExtendCudaGraphRunner` table names for the device, called with the worker) and
+records capture time and memory where the release records them.
 
 Dependency: capturing is refused for a backend whose capture path still syncs the host
 (`fixes.capture_syncs`), unless fix `repeat-interleave-output-size` has patched those functions;
 e.g. DSV4 on 0.5.17 (`_attach_unified_kv_prefill_meta`).
 
-Allow-list: DEFAULT_ALLOWLIST, plus `extra` (constructor) and the env `DIAG_ALLOWLIST_EXTRA`
-(comma list of `ClassName` or `package.module:ClassName`).
+Lists: DEFAULT_ALLOWLIST (HIP) and CUDA_ALLOWLIST (CUDA: every class a later release admitted
+on CUDA), plus `extra` (constructor) and the env `DIAG_ALLOWLIST_EXTRA` (comma list of
+`ClassName` or `package.module:ClassName`), which extend the list of the platform at hand.
 """
 
 from __future__ import annotations
@@ -61,6 +66,28 @@ DEFAULT_ALLOWLIST: dict[str, str] = {
     "QwenSparseAttnBackend": "sglang.srt.layers.attention.qwen_sparse_attn_backend",
 }
 
+# CUDA: class -> (module, the first release whose CUDA tuple admits it), read from each release's
+# `EagleDraftWorker._capture_cuda_graphs` (srt/speculative/eagle_worker_v2.py): 0.5.12.post1
+# admits TritonAttnBackend and TRTLLMMLABackend only; 0.5.15.post1 adds FlashInfer, TRT-LLM MHA
+# and DSA; 0.5.17 DeepseekV4AttnBackend and FlashMLABackend (:557, under `if _is_cuda`); 0.5.20
+# QwenSparseAttnBackend; 0.5.23 FlashAttentionBackend (:113-119, sglang #40762).
+CUDA_ALLOWLIST: dict[str, str] = {
+    "FlashAttentionBackend": "sglang.srt.layers.attention.flashattention_backend",
+    "QwenSparseAttnBackend": "sglang.srt.layers.attention.qwen_sparse_attn_backend",
+    "DeepseekV4AttnBackend": "sglang.srt.layers.attention.deepseek_v4_backend",
+    "FlashMLABackend": "sglang.srt.layers.attention.flashmla_backend",
+    "FlashInferAttnBackend": "sglang.srt.layers.attention.flashinfer_backend",
+    "TRTLLMHAAttnBackend": "sglang.srt.layers.attention.trtllm_mha_backend",
+    "DeepseekSparseAttnBackend": "sglang.srt.layers.attention.dsa_backend",
+}
+FIRST_ADMITTED_CUDA: dict[str, str] = {
+    "FlashAttentionBackend": "0.5.23 (sglang #40762)", "QwenSparseAttnBackend": "0.5.20",
+    "DeepseekV4AttnBackend": "0.5.17", "FlashMLABackend": "0.5.17",
+    "FlashInferAttnBackend": "0.5.15.post1", "TRTLLMHAAttnBackend": "0.5.15.post1",
+    "DeepseekSparseAttnBackend": "0.5.15.post1",
+}
+CAPTURE_METHOD = "init_forward_metadata_capture_cuda_graph"
+
 _log = logging.getLogger("diag.fixes.draft_extend_allowlist")
 
 
@@ -84,6 +111,32 @@ def class_locations(target: Target, names: Iterable[str]) -> dict[str, str]:
             if re.search(rf"^class {name}\b", text, re.M):
                 out[name] = str(path.relative_to(target.package))
     return out
+
+
+def capture_branch(target: Target, rel: str, name: str) -> bool | None:
+    """Does class `name` (in sglang-relative file `rel`) prepare draft-extend metadata for a
+    graph capture? Its `init_forward_metadata_capture_cuda_graph` tests `is_draft_extend*`:
+    True; it has that method without such a test: False (capturing would record another
+    phase's metadata); no such method in the class: None (cannot tell)."""
+    return capture_branch_in(target.source(rel) or "", name, rel)
+
+
+def capture_branch_in(source: str, name: str, filename: str = "<source>") -> bool | None:
+    """`capture_branch` on a module's source text (the engine reads its loaded file)."""
+    try:
+        tree = parse_text(source, filename)
+    except (SyntaxError, ValueError):
+        return None
+    cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name),
+               None)
+    if cls is None:
+        return None
+    meth = next((n for n in cls.body if isinstance(n, ast.FunctionDef)
+                 and n.name == CAPTURE_METHOD), None)
+    if meth is None:
+        return None
+    return any(isinstance(n, ast.Attribute) and n.attr.startswith("is_draft_extend")
+               for n in ast.walk(meth))
 
 
 def parse_extra(text: str | None) -> dict[str, str | None]:
@@ -151,11 +204,12 @@ class CaptureRecord:
 class _Runtime:
     facts: dict[int, _MethodFacts] = field(default_factory=dict)
     syncs: dict[tuple[str, str], list[SyncSite] | None] = field(default_factory=dict)
+    branches: dict[tuple[str, str], bool | None] = field(default_factory=dict)
 
 
 class DraftExtendAllowlistFix(Fix):
     id = FIX_ID
-    title = "Capture the draft-extend graph on HIP for allow-listed attention backends"
+    title = "Capture the draft-extend graph for backends the release's gate leaves out"
     addresses = ("draft-extend-graph",)
     # Needed per backend and release (`dependencies(target)`): e.g. DSV4 on 0.5.17.
     depends_on = (OUTPUT_SIZE_FIX,)
@@ -168,18 +222,21 @@ class DraftExtendAllowlistFix(Fix):
         self.records: list[CaptureRecord] = []
         self._rt = _Runtime()
 
-    # -- the allow-list
-    def allowlist(self) -> dict[str, str | None]:
-        out: dict[str, str | None] = dict(DEFAULT_ALLOWLIST)
+    # -- the lists
+    def allowlist(self, platform: str = "hip") -> dict[str, str | None]:
+        """The classes the fix admits on `platform` (the HIP allow-list, or the CUDA tuple's
+        later additions), plus the user's extras."""
+        out: dict[str, str | None] = dict(CUDA_ALLOWLIST if platform == "cuda"
+                                          else DEFAULT_ALLOWLIST)
         out.update(self.extra)
         out.update(parse_extra(os.environ.get(EXTRA_ENV)))
         return out
 
     # -- static applicability
-    def dependencies(self, target: Target) -> dict[str, list[SyncSite]]:
-        """Allow-listed classes of this release whose capture path syncs (needs OUTPUT_SIZE_FIX)."""
+    def dependencies(self, target: Target, platform: str = "hip") -> dict[str, list[SyncSite]]:
+        """Listed classes of this release whose capture path syncs (needs OUTPUT_SIZE_FIX)."""
         out: dict[str, list[SyncSite]] = {}
-        for name, rel in class_locations(target, self.allowlist()).items():
+        for name, rel in class_locations(target, self.allowlist(platform)).items():
             sites = capture_sync_sites(target.source(rel) or "", name)
             if sites:
                 out[name] = sites
@@ -203,17 +260,20 @@ class DraftExtendAllowlistFix(Fix):
                 f"repeats={s.repeats}) without output_size)"
                 for s in sites if f"{cls}.{s.function}" not in covered]
 
-    def _captured_here(self, target: Target, gate) -> tuple[list[str], list[str]]:
-        """(HIP backends this release captures, HIP backends no allow-list admits)."""
+    def _captured_here(self, target: Target, gate, platform: str = "hip"
+                       ) -> tuple[list[str], list[str]]:
+        """(backends this release captures on `platform`, backends no list admits)."""
         from diag.probes.backends import backend_map
         from diag.probes.draft_extend_graph import HIP_BACKENDS
         from diag.probes.gate import GRAPH, verdict
 
-        bm = backend_map(target, "hip")
-        allow = set(self.allowlist())
+        bm = backend_map(target, platform)
+        allow = set(self.allowlist(platform))
+        names = [n for n in HIP_BACKENDS if n in bm] if platform == "hip" else \
+            sorted(n for n, b in bm.items() if b.has_draft_factory_entry)
         graph, never = [], []
-        for n in (n for n in HIP_BACKENDS if n in bm):
-            v = verdict(gate, bm[n], "hip", None, release=target.version)
+        for n in names:
+            v = verdict(gate, bm[n], platform, None, release=target.version)
             if v.mode == GRAPH:
                 graph.append(n + (" (with --speculative-num-steps >= 2)"
                                   if "speculative-num-steps" in v.reason else ""))
@@ -222,12 +282,12 @@ class DraftExtendAllowlistFix(Fix):
                 never.append(n)
         return graph, never
 
-    def _instead(self, target: Target, gate) -> str:
-        graph, never = self._captured_here(target, gate)
-        text = (f"on HIP sglang {target.version} captures draft-extend for "
+    def _instead(self, target: Target, gate, platform: str = "hip") -> str:
+        graph, never = self._captured_here(target, gate, platform)
+        text = (f"on {platform.upper()} sglang {target.version} captures draft-extend for "
                 f"{', '.join(graph) or 'no backend'}")
         if never:
-            text += (f"; {', '.join(never)}: no upstream HIP allow-list ever admitted "
+            text += (f"; {', '.join(never)}: no upstream {_gate_word(platform)} ever admitted "
                      f"{'it' if len(never) == 1 else 'them'} (nor does this fix), so "
                      f"draft-extend stays eager: use one of the captured backends "
                      f"(or try {EXTRA_ENV}=ClassName at your own risk)")
@@ -237,43 +297,56 @@ class DraftExtendAllowlistFix(Fix):
                    config: SpecConfig | None = None) -> Applicability:
         if target is None:
             return Applicability(REFUSED, NO_SGLANG)
-        if platform != "hip":
-            return Applicability(NOT_NEEDED, "the allow-list is the HIP gate; on CUDA the "
-                                 "release's own backend tuple decides")
+        if platform not in ("hip", "cuda"):
+            return Applicability(NOT_NEEDED, f"no draft-extend gate to extend on {platform}")
+        plat = platform.upper()
         default = read_gate(target)
-        if default.worker == "v1" and default.hip_policy == "any":
-            return Applicability(NOT_NEEDED, "no HIP gate: this release runs the v1 EAGLE worker "
-                                 "by default, which captures draft-extend on every non-NPU device")
+        if default.worker == "v1" and (default.hip_policy if platform == "hip"
+                                       else default.cuda_policy) == "any":
+            return Applicability(NOT_NEEDED, f"no {plat} gate: this release runs the v1 EAGLE "
+                                 "worker by default, which captures draft-extend on every "
+                                 "non-NPU device")
         gate = read_gate(target, "v2")
         if not gate.recognised:
             return Applicability(REFUSED, f"draft worker not recognised ({gate.problem}); "
                                  "nothing patched")
-        if gate.hip_policy != "allowlist":
-            return Applicability(REFUSED, f"{gate.worker_class}.{gate.method} has no HIP "
-                                 f"allow-list (HIP policy: {gate.hip_policy}); nothing to extend")
-        admitted = {c.cls for c in gate.hip_checks if c.attr == EXTEND_ATTR}
-        present = class_locations(target, self.allowlist())
+        policy = gate.hip_policy if platform == "hip" else gate.cuda_policy
+        if policy != "allowlist":
+            return Applicability(REFUSED, f"{gate.worker_class}.{gate.method} has no {plat} "
+                                 f"allow-list ({plat} policy: {policy}); nothing to extend")
+        checks = gate.hip_checks if platform == "hip" else gate.cuda_checks
+        admitted = {c.cls for c in checks if c.attr == EXTEND_ATTR}
+        allow = self.allowlist(platform)
+        present = class_locations(target, allow)
         name = config and (config.draft_attention_backend or config.attention_backend)
         if name:
             return self._for_backend(target, platform, config, gate, present, name)
+        instead = self._instead(target, gate, platform)
         if not present:
-            return Applicability(NOT_NEEDED, "the release has none of the allow-listed "
-                                 f"backends ({', '.join(self.allowlist())})",
-                                 self._instead(target, gate))
+            return Applicability(NOT_NEEDED, "the release has none of the listed "
+                                 f"{plat} backends ({', '.join(allow)})", instead)
         missing = [c for c in present if c not in admitted]
         if not missing:
             return Applicability(UPSTREAM, f"{gate.worker_class}.{gate.method} already admits "
-                                 f"{', '.join(present)} on HIP", self._instead(target, gate))
+                                 f"{', '.join(present)} on {plat}", instead)
         blocked = {c: u for c in missing
                    if (u := self._uncovered(target, platform, config, present, c))}
+        blocked.update({c: [f"sglang/{present[c]}: {c}.{CAPTURE_METHOD} prepares no "
+                            "draft-extend metadata"]
+                        for c in missing if c not in blocked and platform == "cuda"
+                        and capture_branch(target, present[c], c) is False})
         capturable = [c for c in missing if c not in blocked]
         held = "; ".join(f"capturing {c} would hold a host sync that no fix removes: {u[0]}"
+                         if "metadata" not in u[0] else f"not capturing {c}: {u[0]}"
                          for c, u in blocked.items())
         if not capturable:
-            return Applicability(REFUSED, held, self._instead(target, gate))
-        reason = (f"{gate.worker_class}.{gate.method} ({gate.variable}) does not admit "
-                  f"{', '.join(capturable)}; the fix captures their draft-extend graph")
-        deps = self.dependencies(target)
+            return Applicability(REFUSED, held, instead)
+        reason = (f"{gate.worker_class}.{gate.method} ({_gate_name(gate, platform)}) does not "
+                  f"admit {', '.join(capturable)}; the fix captures their draft-extend graph")
+        if platform == "cuda":
+            reason += " (" + "; ".join(f"{c}: on CUDA upstream from {FIRST_ADMITTED_CUDA[c]}"
+                                       for c in capturable if c in FIRST_ADMITTED_CUDA) + ")"
+        deps = self.dependencies(target, platform)
         need = [c for c in capturable if c in deps]
         if need:
             reason += "; " + "; ".join(
@@ -281,7 +354,7 @@ class DraftExtendAllowlistFix(Fix):
                 f"{deps[c][0].describe()})" for c in need)
         if held:
             reason += f"; not {', '.join(blocked)}: {held}"
-        return Applicability(APPLICABLE, reason, self._instead(target, gate), tuple(capturable))
+        return Applicability(APPLICABLE, reason, instead, tuple(capturable))
 
     def _for_backend(self, target: Target, platform: str, config: SpecConfig, gate,
                      present: dict[str, str], name: str) -> Applicability:
@@ -289,12 +362,19 @@ class DraftExtendAllowlistFix(Fix):
         from diag.probes.backends import backend_map
         from diag.probes.gate import GRAPH, verdict
 
-        info = backend_map(target, "hip").get(name)
-        v = verdict(gate, info, "hip", config.speculative_num_steps, False,
+        info = backend_map(target, platform).get(name)
+        v = verdict(gate, info, platform, config.speculative_num_steps, False,
                     config.disable_cuda_graph, False, target.version)
+        allow = self.allowlist(platform)
+        classes = (info.draft_extend_classes + info.draft_extend_ancestors) if info else []
+        hit = [c for c in allow if c in classes]
         if v.mode == GRAPH:
-            return Applicability(UPSTREAM, f"{name}: {v.reason}")
-        instead = self._instead(target, gate)
+            if hit:  # the release admits what the fix would add
+                return Applicability(UPSTREAM, f"{name}: {v.reason} (the release admits "
+                                     f"{hit[0]} itself)")
+            return Applicability(NOT_NEEDED, f"{name}: {v.reason} (on the release's own "
+                                 f"{platform.upper()} list; the fix adds nothing)")
+        instead = self._instead(target, gate, platform)
         if v.cause == "graphs_disabled":
             return Applicability(REFUSED, f"{name}: {v.reason}; the fix captures only with "
                                  "graphs enabled", "drop --disable-cuda-graph")
@@ -303,13 +383,11 @@ class DraftExtendAllowlistFix(Fix):
                                  "run with --speculative-num-steps >= 2")
         if v.cause != "not_allowlisted" or info is None:
             return Applicability(REFUSED, f"{name}: {v.reason}", instead)
-        classes = info.draft_extend_classes + info.draft_extend_ancestors
-        hit = [c for c in self.allowlist() if c in classes]
         if not hit:
             return Applicability(REFUSED, f"{name}'s draft-extend backend "
                                  f"({info.draft_extend_class or '?'}) is not on the fix's "
-                                 "allow-list: no upstream HIP allow-list ever admitted it",
-                                 instead)
+                                 f"{platform.upper()} list: no upstream {_gate_word(platform)} "
+                                 "ever admitted it", instead)
         cls = hit[0]
         if cls not in present:
             present = {**present, **class_locations(target, [cls])}
@@ -317,9 +395,16 @@ class DraftExtendAllowlistFix(Fix):
         if unc:
             return Applicability(REFUSED, f"{name}: capturing {cls} would hold a host sync that "
                                  f"no fix removes: {unc[0]}", instead)
-        reason = (f"{gate.worker_class}.{gate.method} ({gate.variable}) does not admit {cls} "
-                  f"({name}); the fix captures its draft-extend graph")
-        if cls in self.dependencies(target):
+        if platform == "cuda" and cls in present and \
+                capture_branch(target, present[cls], cls) is False:
+            return Applicability(REFUSED, f"{name}: {cls}.{CAPTURE_METHOD} (sglang/"
+                                 f"{present[cls]}) prepares no draft-extend metadata: capturing "
+                                 "it would replay another phase's", instead)
+        reason = (f"{gate.worker_class}.{gate.method} ({_gate_name(gate, platform)}) does not "
+                  f"admit {cls} ({name}); the fix captures its draft-extend graph")
+        if platform == "cuda" and cls in FIRST_ADMITTED_CUDA:
+            reason += f" (on CUDA upstream from {FIRST_ADMITTED_CUDA[cls]})"
+        if cls in self.dependencies(target, platform):
             reason += f", with fix {OUTPUT_SIZE_FIX} (applied first)"
         return Applicability(APPLICABLE, reason, instead, (cls,))
 
@@ -353,8 +438,9 @@ class DraftExtendAllowlistFix(Fix):
             raise FixError("sglang is not importable here: cannot tell which graph-capture "
                            "method to wrap")
         gate = read_gate(target, "v2")
-        if not gate.recognised or gate.hip_policy != "allowlist" or gate.method not in GATE_METHODS:
-            raise FixError(f"{target.describe()}: no HIP draft-extend gate in {WORKER_CLASS}; "
+        if not gate.recognised or "allowlist" not in (gate.hip_policy, gate.cuda_policy) \
+                or gate.method not in GATE_METHODS:
+            raise FixError(f"{target.describe()}: no draft-extend gate in {WORKER_CLASS}; "
                            "nothing to patch")
         return gate.method
 
@@ -386,10 +472,10 @@ class DraftExtendAllowlistFix(Fix):
             "backend": rec.backend, "seconds": rec.seconds, "memory_gb": rec.memory_gb}))
         return rec
 
-    def _match(self, backend: Any) -> type | None:
-        """The allow-listed class `backend` is an instance of (isinstance; no imports)."""
+    def _match(self, backend: Any, platform: str = "hip") -> type | None:
+        """The listed class `backend` is an instance of (isinstance; no imports)."""
         mro = type(backend).__mro__
-        for name, module in self.allowlist().items():
+        for name, module in self.allowlist(platform).items():
             if module is None:
                 hit = next((c for c in mro if c.__name__ == name), None)
                 if hit is not None:
@@ -419,12 +505,28 @@ class DraftExtendAllowlistFix(Fix):
                 out.append(s)
         return out
 
+    def _capture_branch(self, cls: type) -> bool | None:
+        """`capture_branch_in` on the loaded module's file (read once per class)."""
+        path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        key = (str(path), "capture-branch:" + cls.__name__)
+        if key not in self._rt.branches:
+            try:
+                text = Path(path).read_text(encoding="utf-8") if path else ""
+            except OSError:
+                text = ""
+            self._rt.branches[key] = capture_branch_in(text, cls.__name__, str(path))
+        return self._rt.branches[key]
+
     def _after_capture(self, worker: Any, original: Callable, qualname: str) -> None:
         if getattr(worker, "cuda_graph_runner_for_draft_extend", None) is not None:
             return  # the release captured it itself
         g = original.__globals__
-        if not g.get("_is_hip"):
-            return  # not HIP: the allow-list is the HIP gate only
+        if g.get("_is_hip"):
+            platform = "hip"
+        elif g.get("_is_cuda"):
+            platform = "cuda"
+        else:
+            return  # NPU, XPU, MUSA, CPU: no gate of the fix's
         code_id = id(original.__code__)
         if code_id not in self._rt.facts:
             self._rt.facts[code_id] = _method_facts(original, qualname)
@@ -441,7 +543,7 @@ class DraftExtendAllowlistFix(Fix):
         if killed:
             self._record(CaptureRecord("skipped", f"{KILL_SWITCH} is set"))
             return
-        cls = self._match(backend)
+        cls = self._match(backend, platform)
         if cls is None:
             return
         name = cls.__name__
@@ -452,6 +554,11 @@ class DraftExtendAllowlistFix(Fix):
                 f"apply fix {OUTPUT_SIZE_FIX} first", backend=name))
             _log.warning("%s: not capturing %s draft-extend: needs fix %s", FIX_ID, name,
                          OUTPUT_SIZE_FIX)
+            return
+        if platform == "cuda" and self._capture_branch(cls) is False:
+            self._record(CaptureRecord(
+                "skipped", f"{name}.{CAPTURE_METHOD} prepares no draft-extend metadata: "
+                "not captured", backend=name))
             return
         device = getattr(getattr(worker, "target_worker", None), "device", None)
         runner_name = facts.runner_table.get(device, FALLBACK_RUNNER)
@@ -464,8 +571,8 @@ class DraftExtendAllowlistFix(Fix):
         logger = g.get("logger") or _log
         tic = time.perf_counter()
         before = mem(worker.device, worker.gpu_id) if mem else None
-        logger.info("Capture draft extend CUDA graph begin (diag %s). backend=%s, "
-                    "num_tokens_per_req=%s", FIX_ID, name,
+        logger.info("Capture draft extend CUDA graph begin (diag %s, %s gate). backend=%s, "
+                    "num_tokens_per_req=%s", FIX_ID, platform.upper(), name,
                     getattr(worker, "speculative_num_draft_tokens", "?"))
         worker.cuda_graph_runner_for_draft_extend = runner_cls(worker)
         after = mem(worker.device, worker.gpu_id) if mem else None
@@ -479,5 +586,16 @@ class DraftExtendAllowlistFix(Fix):
         logger.info("Capture draft extend CUDA graph end (diag %s). elapsed=%.2f s, "
                     "mem usage=%s GB.", FIX_ID, seconds,
                     f"{used:.2f}" if used is not None else "?")
-        self._record(CaptureRecord("captured", f"{name}: built {runner_name}", backend=name,
-                                   seconds=seconds, memory_gb=used))
+        self._record(CaptureRecord("captured", f"{name}: built {runner_name} ({platform.upper()} "
+                                   "gate)", backend=name, seconds=seconds, memory_gb=used))
+
+
+def _gate_name(gate, platform: str) -> str:
+    """The gate as the release names it: the HIP variable, or the CUDA tuple."""
+    if platform == "hip":
+        return gate.variable or "HIP gate"
+    return "graph_supported_backend_types, the CUDA tuple"
+
+
+def _gate_word(platform: str) -> str:
+    return "HIP allow-list" if platform == "hip" else "CUDA tuple"

@@ -21,7 +21,7 @@ import sys
 import types
 from pathlib import Path
 
-VERSION, ORDER = sys.argv[1], sys.argv[2]
+VERSION, ORDER = (sys.argv[1:3] + ["", ""])[:2]  # imported by allowlist_cuda_child
 WORKER = "sglang.srt.speculative.eagle_worker_v2"
 
 

@@ -41,7 +41,29 @@ def test_reasons_name_what_is_missing(release):
     r18 = f.applies_to(release("0.5.18"), "hip").reason
     assert "does not admit DeepseekSparseAttnBackend;" in r18 and "output-size" not in r18
     assert "v1 EAGLE worker" in f.applies_to(release("0.5.9"), "hip").reason
-    assert f.applies_to(release("0.5.17"), "cuda").status == NOT_NEEDED
+    # CUDA: 0.5.17's tuple (srt/speculative/eagle_worker_v2.py:407-432) lacks
+    # FlashAttentionBackend (srt/layers/attention/flashattention_backend.py:120), which 0.5.23
+    # appends (eagle_worker_v2.py:112-119)
+    cuda = f.applies_to(release("0.5.17"), "cuda")
+    assert cuda.status == APPLICABLE and cuda.changes == ("FlashAttentionBackend",), cuda.reason
+    assert "0.5.23" in cuda.reason
+
+
+@pytest.mark.parametrize("version,backend,status", [
+    # fa3 -> FlashAttentionBackend: not in the CUDA tuple of 0.5.19 (eagle_worker_v2.py:
+    # graph_supported_backend_types, no FlashAttentionBackend) nor 0.5.22 (:535-559); appended in
+    # 0.5.23 (:112-119). triton: TritonAttnBackend heads the tuple in every release.
+    ("0.5.19", "fa3", APPLICABLE), ("0.5.22", "fa3", APPLICABLE), ("0.5.23", "fa3", UPSTREAM),
+    ("0.5.19", "triton", NOT_NEEDED), ("0.5.22", "triton", NOT_NEEDED),
+    ("0.5.23", "triton", NOT_NEEDED)])
+def test_cuda_gate_per_backend(release, version, backend, status):
+    from diag.context import SpecConfig
+
+    a = DraftExtendAllowlistFix().applies_to(release(version), "cuda",
+                                             SpecConfig(attention_backend=backend))
+    assert a.status == status, a.reason
+    if status == APPLICABLE:
+        assert a.changes == ("FlashAttentionBackend",)
 
 
 def test_extra_class_turns_upstream_into_applicable(release, monkeypatch):
