@@ -53,6 +53,34 @@ class Applicability:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """A fix's expected gain, computed once from live counters (every surface renders this).
+
+    `per_pass_ms`: host time saved per pass of the phase it changes; `per_token_ms`: that times
+    the phase's passes per output token, where known; `passes`: the passes it would change;
+    `basis`: how it was computed, in words."""
+
+    fix: str
+    phase: str
+    passes: int
+    per_pass_ms: float
+    basis: str
+    per_token_ms: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"fix": self.fix, "phase": self.phase, "passes": self.passes,
+                "per_pass_ms": round(self.per_pass_ms, 4),
+                "per_token_ms": None if self.per_token_ms is None else round(self.per_token_ms, 4),
+                "basis": self.basis}
+
+    def text(self) -> str:
+        tok = (f", {self.per_token_ms:.3f} ms per token" if self.per_token_ms is not None
+               else "")
+        return (f"{self.fix} should save {self.per_pass_ms:.3f} ms per {self.phase} pass{tok} "
+                f"({self.passes} passes it would change; {self.basis})")
+
+
+@dataclass(frozen=True)
 class FixState:
     """A fix's state in this process: applied | pending (its module not imported yet) |
     reverted | not-applied | refused | upstream | not-needed | failed, with the reason."""
@@ -108,6 +136,12 @@ class Fix:
         if finding.status not in (Status.WARN, Status.FAIL):
             return False, f"nothing to change ({finding.status.value})"
         return True, ""
+
+    def predict(self, counters: dict, passes_per_token: float | None = None) -> Prediction | None:
+        """What applying this fix should gain, from an engine's live counters (`fix status`
+        counters of one process) before it is applied; None where the counters show nothing
+        this fix changes. Default: no prediction."""
+        return None
 
     # ------------------------------------------------------------------ what the base owns
 

@@ -42,7 +42,16 @@ from diag import events
 from diag.context import SpecConfig
 from diag.errors import FixError
 from diag.findings import Finding
-from diag.fixes.base import APPLICABLE, NO_SGLANG, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+from diag.fixes.base import (
+    APPLICABLE,
+    NO_SGLANG,
+    NOT_NEEDED,
+    REFUSED,
+    UPSTREAM,
+    Applicability,
+    Fix,
+    Prediction,
+)
 from diag.fixes.capture_syncs import SyncSite, capture_sync_sites
 from diag.patcher import Patch, find_def, patched_by
 from diag.probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
@@ -408,6 +417,31 @@ class DraftExtendAllowlistFix(Fix):
             reason += f", with fix {OUTPUT_SIZE_FIX} (applied first)"
         return Applicability(APPLICABLE, reason, instead, (cls,))
 
+    def predict(self, counters: dict, passes_per_token: float | None = None) -> Prediction | None:
+        """From one engine's counters: draft-extend passes left eager by the gate (reason
+        `no-runner`) would replay a graph. A graph pass's host time is taken as this engine's
+        own draft-decode graph pass (the same draft model, one replay each, measured over the
+        same steps, so the same batch mix): saved per pass = eager draft-extend mean - graph
+        draft-decode mean; per token = that x draft-extend passes per output token (batch 1:
+        1 / accept length), where the caller knows it."""
+        de = _section(counters, "draft_extend")
+        eager = de.get("eager") if isinstance(de.get("eager"), dict) else {}
+        gate = _count((eager.get("reasons") or {}).get("no-runner")) \
+            if isinstance(eager.get("reasons"), dict) else 0
+        n, secs = _count(eager.get("passes")), eager.get("seconds")
+        dd = _section(_section(counters, "graph_phases"), "draft-decode").get("graph")
+        dd = dd if isinstance(dd, dict) else {}
+        m, dsecs = _count(dd.get("passes")), dd.get("seconds")
+        if not gate or not n or not m or not isinstance(secs, (int, float)) \
+                or not isinstance(dsecs, (int, float)):
+            return None
+        per_pass = max(secs / n - dsecs / m, 0.0) * 1e3
+        per_token = per_pass * passes_per_token if passes_per_token else None
+        return Prediction(FIX_ID, "draft-extend", gate, per_pass,
+                          f"eager draft-extend {1e3 * secs / n:.3f} ms a pass ({n}) minus this "
+                          f"engine's draft-decode graph pass {1e3 * dsecs / m:.3f} ms ({m})",
+                          per_token)
+
     def would_change(self, finding: Finding, applicability: Applicability) -> tuple[bool, str]:
         """Only when an eager backend of the finding is one the fix captures (its rows)."""
         ok, why = super().would_change(finding, applicability)
@@ -599,3 +633,12 @@ def _gate_name(gate, platform: str) -> str:
 
 def _gate_word(platform: str) -> str:
     return "HIP allow-list" if platform == "hip" else "CUDA tuple"
+
+
+def _section(d: object, key: str) -> dict:
+    v = d.get(key) if isinstance(d, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
+def _count(v: object) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0

@@ -18,7 +18,8 @@ from typing import Any
 #       prefill} CUDA graph end. elapsed=..."  (role is "target" or "draft")
 #   speculative/eagle_worker_v2.py:533  "Capture draft decode CUDA graph end. elapsed=..."
 #   speculative/eagle_worker_v2.py:654  "Capture draft extend CUDA graph end. elapsed=..."
-CAPTURE_END = re.compile(r"Capture (?P<name>[a-z ]+?) CUDA graph end\.[^\n]*?elapsed=(?P<s>[0-9.]+) s")
+CAPTURE_END = re.compile(r"Capture (?P<name>[a-z ]+?) CUDA graph end(?P<by> \(diag [^)\n]*\))?\.[^\n]*?"
+                         r"elapsed=(?P<s>[0-9.]+) s")
 PHASES = ("target verify", "draft decode", "draft extend")
 ERRORS = re.compile(r"Traceback \(most recent call last\)|CUDA error|operation not permitted when "
                     r"stream is capturing|cudaErrorStreamCapture|Capture .* failed|Scheduler hit an "
@@ -459,3 +460,49 @@ def check_fallbacks_named(name: str, static: dict[str, dict[str, Any]],
                      {"phases": seen})
     return Check(name, not unnamed, "live eager reasons not named statically: "
                  + (str(unnamed) if unnamed else "none"), {"phases": seen})
+
+
+def diag_captures(log: str) -> dict[str, float]:
+    """Runners a diag fix captured (its own log line, `... end (diag FIX).`): name -> seconds."""
+    out: dict[str, float] = {}
+    for m in CAPTURE_END.finditer(log):
+        if m.group("by"):
+            out[m.group("name")] = out.get(m.group("name"), 0.0) + float(m.group("s"))
+    return out
+
+
+def check_prediction(name: str, predicted: float | None, measured: float | None,
+                     tolerance: float = 0.10) -> Check:
+    """diag's predicted gain per token (before the fix) within `tolerance` of the measured one."""
+    if predicted is None or measured is None or measured <= 0:
+        return Check(name, None, f"predicted {predicted}, measured {measured}: nothing to compare")
+    err = predicted / measured - 1
+    return Check(name, abs(err) <= tolerance, f"predicted {predicted:.3f} ms/token, measured "
+                 f"{measured:.3f} ms/token ({100 * err:+.1f} %, bar +-{100 * tolerance:.0f} %)",
+                 {"predicted_ms": predicted, "measured_ms": measured, "error": err})
+
+
+def trace_modes(doc: dict | None, phase: str = "draft-extend") -> tuple[str | None, str | None]:
+    """`diag trace CUR --baseline BASE --json`: (baseline mode, current mode) of one phase."""
+    for row in (doc or {}).get("compare") or []:
+        if row.get("phase") == phase:
+            b, c = row.get("baseline") or {}, row.get("current") or {}
+            return b.get("mode"), c.get("mode")
+    return None, None
+
+
+def window_section(after: dict | None, before: dict | None, key: str) -> dict:
+    """One counters section (`draft_extend`, or a phase of `graph_phases`) over a window: per
+    mode, passes and seconds after minus before; eager reasons likewise."""
+    a, b = (after or {}).get(key) or {}, (before or {}).get(key) or {}
+    out: dict = {}
+    for mode, v in a.items():
+        if not isinstance(v, dict):
+            continue
+        w = b.get(mode) if isinstance(b.get(mode), dict) else {}
+        out[mode] = {"passes": int(v.get("passes", 0)) - int(w.get("passes", 0)),
+                     "seconds": float(v.get("seconds", 0.0)) - float(w.get("seconds", 0.0))}
+        ra, rb = v.get("reasons") or {}, w.get("reasons") or {}
+        if ra:
+            out[mode]["reasons"] = {r: n - rb.get(r, 0) for r, n in ra.items() if n - rb.get(r, 0)}
+    return out

@@ -56,10 +56,13 @@ MEM_FRACTION = dict.fromkeys(("diag", "plain", "eager", "plain2", "diag2"), 0.85
 MAX_TOTAL_TOKENS = 65536
 
 
+BACKEND = os.environ.get("LANE_ATTENTION_BACKEND", "triton")
+
+
 def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[str]:
     return [py, "-m", "sglang.launch_server", "--model-path", str(models["bigram"]),
             "--speculative-draft-model-path", str(models["draft"]), *es.EAGLE_ARGS,
-            "--device", "cuda", "--attention-backend", "triton", "--host", "127.0.0.1",
+            "--device", "cuda", "--attention-backend", BACKEND, "--host", "127.0.0.1",
             "--port", str(port), "--mem-fraction-static", str(mem),
             "--max-total-tokens", str(MAX_TOTAL_TOKENS),
             "--cuda-graph-max-bs-decode", str(MAX_BS), "--disable-prefill-cuda-graph",
@@ -405,6 +408,172 @@ def overhead_summary(res: dict) -> str:
     return "\n".join(lines + [f"wall {res['wall_s']} s"])
 
 
+# ------------------------------------------------------------------------------ the allow-list loop
+# Issue 37: a real server whose draft-extend the release's own gate refuses, eager before and
+# captured under `diag run --fix draft-extend-allowlist`, side by side on one card. The CUDA
+# gate: SGLang 0.5.22 with `--attention-backend fa3` (FlashAttentionBackend is not in its CUDA
+# tuple, srt/speculative/eagle_worker_v2.py:535-559; 0.5.23 appends it, :112-119). The kernel is
+# the FA3 stand-in (tests/engine_standins_cuda/sgl_kernel/flash_attn.py: no sglang-kernel wheel
+# fits this torch); the backend's metadata code and SGLang's capture code run unmodified.
+ALLOW_FIX = "draft-extend-allowlist"
+
+
+def allowlist_run(work: Path, rounds: int, tokens: int, out: Path | None = None) -> dict:
+    """before (diag, no fix), after (diag --fix draft-extend-allowlist), before2 (the floor)."""
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"mode": "allowlist", "backend": BACKEND, "checks": [], "servers": {},
+                 "device": device_info()}
+    add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
+    t0 = time.monotonic()
+    servers: dict[str, es.Server] = {}
+    try:
+        models = engine_models.make_models(work / "models", 0, "gpu")
+        servers["before"] = ready(start("before", work, models, under_diag=True), 420)
+        servers["after"] = start("after", work, models, under_diag=True,
+                                 diag_args=("--fix", ALLOW_FIX))
+        servers["before2"] = start("before2", work, models, under_diag=True)
+        for n in ("after", "before2"):
+            ready(servers[n], 300)
+        for n, s in servers.items():
+            res["servers"][n] = {"ready_s": round(s.ready_s or 0, 1), "url": s.url}
+        b = servers["before"]
+        logs = {n: s.log.read_text(errors="replace") for n, s in servers.items()}
+        all3 = dict.fromkeys(checks.PHASES, True)
+        add(checks.check_captures(f"capture before ({BACKEND}): draft extend not captured",
+                                  logs["before"], {**all3, "draft extend": False}))
+        add(checks.check_captures(f"capture after (--fix {ALLOW_FIX}): all three phases",
+                                  logs["after"], all3))
+        by_fix = checks.diag_captures(logs["after"])
+        add(checks.Check("after: draft extend captured by the fix (its log line)",
+                         "draft extend" in by_fix, f"captured by diag: {by_fix}",
+                         {"lines": [ln for ln in logs["after"].splitlines()
+                                    if "(diag " in ln and "draft extend" in ln][:4]}))
+        toks = {n: greedy(s) for n, s in servers.items()}
+        add(checks.check_equal_tokens("greedy tokens identical before and after the fix", toks))
+        # the static verdict for the before server's resolved configuration, its reason
+        pv = diag_cli("probe", "draft-extend-graph", "--server", b.url, "--platform", "cuda",
+                      "--no-execute", "--json", timeout=300)
+        pdoc = json.loads(pv.stdout) if pv.stdout.strip().startswith("{") else {}
+        static = checks.static_phases(pdoc)
+        res["static_phases"] = static
+        de_static = (static or {}).get("draft-extend") or {}
+        res["static_finding"] = [f for f in pdoc.get("findings", [])
+                                 if f.get("probe") == "draft-extend-graph"][:1]
+        # the timed part: interleaved rounds, before / after / before2
+        names = ["before", "after", "before2"]
+        for s in servers.values():
+            timed(s, [5, 6, 7], tokens)
+        wait_for(lambda: checks.modes(counters(b)).get("eager"), 10)
+        c0 = {n: counters(servers[n]) for n in ("before", "after")}
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for n in order:
+                times[n].append(timed(servers[n], PROMPTS[r % len(PROMPTS)], tokens))
+        time.sleep(1.5)  # the counters flush at most once a second
+        c1 = {n: counters(servers[n]) for n in ("before", "after")}
+        t: dict = {"rounds": rounds, "tokens": tokens}
+        for n in names:
+            t[n] = {"median_s": statistics.median(times[n]), "iqr_s": checks.iqr(times[n]),
+                    "ms_per_token": checks.median_ms_per_token(times[n], tokens)}
+        t["paired"] = {"after_vs_before": checks.paired_rounds(times, "before", "after"),
+                       "before2_vs_before": checks.paired_rounds(times, "before", "before2")}
+        t["measured_gain_ms_per_token"] = t["before"]["ms_per_token"] - t["after"]["ms_per_token"]
+        res["timings"] = t
+        d_before = checks.delta(checks.modes(c1["before"]), checks.modes(c0["before"]))
+        d_after = checks.delta(checks.modes(c1["after"]), checks.modes(c0["after"]))
+        res["passes"] = {"before": d_before, "after": d_after}
+        add(checks.check_modes("before: draft-extend counted eager", d_before, "eager"))
+        add(checks.check_modes("after: draft-extend counted as graph replays", d_after, "graph"))
+        why = checks.phase_reasons(c1["before"], "draft-extend")
+        add(checks.Check("before: the live eager reason is the gate's (no runner), as the static "
+                         "verdict says", set(why) == {"no-runner"} and de_static.get("mode") ==
+                         "eager", f"live reasons {why}; static {de_static}",
+                         {"reasons": why, "static": de_static}))
+        # the prediction diag makes from the before server's counters (fix status), per token
+        # with this window's draft-extend passes per output token
+        st = diag_cli("fix", "status", "--run-dir", str(b.run_dir), "--json")
+        sdoc = json.loads(st.stdout) if st.stdout.strip().startswith("{") else {}
+        eng = [p for run in sdoc.get("runs", []) for p in run.get("processes", [])
+               if p.get("engine") and p.get("alive")]
+        preds = [x for x in (eng[0].get("predictions") or [])] if eng else []
+        res["fix_status_predictions"] = preds
+        ppt = d_before.get("eager", 0) / (rounds * tokens) if d_before.get("eager") else None
+        from diag import fixes as dfixes
+
+        win = {k: v for k, v in (c1["before"] or {}).items()}
+        win["draft_extend"] = checks.window_section(c1["before"], c0["before"], "draft_extend")
+        win["graph_phases"] = {"draft-decode": checks.window_section(
+            (c1["before"] or {}).get("graph_phases"), (c0["before"] or {}).get("graph_phases"),
+            "draft-decode")}
+        pred = dfixes.get(ALLOW_FIX).predict(win, ppt)
+        res["prediction"] = pred.to_dict() if pred else None
+        add(checks.Check("fix status predicts the allow-list fix's gain on the before server",
+                         any(p.get("fix") == ALLOW_FIX for p in preds), json.dumps(preds)[:300]))
+        add(checks.check_prediction("predicted gain within 10 % of the measured gain",
+                                    pred.per_token_ms if pred else None,
+                                    t["measured_gain_ms_per_token"]))
+        # profiles of both, then diag trace after --baseline before
+        res["profiles"] = {n: _profile_files(servers[n], work / f"prof-{n}")
+                           for n in ("before", "after")}
+        files = {n: sorted(str(p) for p in (work / f"prof-{n}").glob("*.trace.json.gz"))
+                 for n in ("before", "after")}
+        tr = diag_cli("trace", *files["after"], "--baseline", *files["before"], "--json",
+                      timeout=300) if files["after"] and files["before"] else None
+        tdoc = json.loads(tr.stdout) if tr and tr.stdout.strip().startswith("{") else None
+        modes_tr = checks.trace_modes(tdoc)
+        res["trace_compare"] = (tdoc or {}).get("compare")
+        add(checks.Check("diag trace --baseline: draft-extend eager -> graph",
+                         modes_tr == ("eager", "graph"), f"baseline/current modes {modes_tr}; "
+                         f"files {[len(v) for v in files.values()]}"))
+        if out is not None and files["after"] and files["before"]:
+            out.mkdir(parents=True, exist_ok=True)
+            for n in ("before", "after"):
+                shutil.copy(files[n][0], out / f"{BACKEND}-{n}.trace.json.gz")
+        for n, s in servers.items():
+            res["servers"][n]["alive_at_end"] = s.proc.poll() is None
+            res["servers"][n]["log_errors"] = checks.log_errors(s.log.read_text(errors="replace"))
+        res["counters"] = {"before": c1["before"], "after": c1["after"]}
+    except Exception as e:  # keep what ran: the partial result is the evidence
+        import traceback
+        res["error"] = f"{type(e).__name__}: {e}"[:2000]
+        res["traceback"] = traceback.format_exc()[-4000:]
+        add(checks.Check("lane ran to the end", False, res["error"][:300]))
+    finally:
+        for s in servers.values():
+            s.stop()
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+def _profile_files(s: es.Server, d: Path) -> dict:
+    """A 3-step profile with CUDA activities while serving; the trace files it wrote."""
+    code, text = s.post("/start_profile", {"num_steps": 3, "activities": ["CPU", "GPU"],
+                                           "output_dir": str(d)}, timeout=60)
+    for i in range(4):
+        s.generate([5 + i, 6, 7], 24)
+    files = wait_for(lambda: sorted(p.name for p in d.glob("*.trace.json.gz")), 60, 0.5)
+    return {"start_code": code, "start_body": text[:200], "files": files or []}
+
+
+def allowlist_summary(res: dict) -> str:
+    lines = [f"{'PASS' if c['ok'] else 'FAIL' if c['ok'] is False else 'NOT RUN'}    "
+             f"{c['name']}: {c['detail'][:300]}" for c in res["checks"]]
+    t = res.get("timings") or {}
+    if t.get("before"):
+        lines.append("per token (median): " + ", ".join(
+            f"{n} {t[n]['ms_per_token']:.3f} ms" for n in ("before", "after", "before2")))
+        lines.append("paired per round (median ratio, 95 % interval): " + "; ".join(
+            f"{k.replace('_vs_', '/')} {v['ratio']:.3f} ({v['lo']:.3f}-{v['hi']:.3f})"
+            for k, v in (t.get("paired") or {}).items() if v))
+    if res.get("prediction"):
+        lines.append(f"prediction: {json.dumps(res['prediction'])}")
+    lines.append(f"passes: {json.dumps(res.get('passes'))}; servers: {json.dumps(res.get('servers'))}")
+    if res.get("traceback"):
+        lines.append(res["traceback"][-1500:])
+    return "\n".join(lines + [f"wall {res['wall_s']} s"])
+
+
 # ------------------------------------------------------------------------------ the profiler crash
 # Issue 29, side by side in one run: `--servers` plain servers and as many under `diag run --fix
 # profiler-controlled-teardown` (no counters: the fix alone), all with SGLANG_PROFILE_V2=1, each
@@ -648,7 +817,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--windows", type=int, default=10,
                     help="diag bench overhead's pairs of windows per condition, at batch 1 and 16")
-    ap.add_argument("--only", choices=("crash", "overhead"), default=None,
+    ap.add_argument("--only", choices=("crash", "overhead", "allowlist"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "
                          "overhead: only `diag bench overhead` on one diag server")
     ap.add_argument("--batches", default="16",
@@ -670,6 +839,9 @@ def main() -> int:
                            [int(b) for b in a.batches.split(",")], shares=not a.no_shares,
                            profile_rounds=a.profile_rounds, out=a.out)
         text = overhead_summary(res)
+    elif a.only == "allowlist":
+        res = allowlist_run(a.work, a.rounds, a.tokens, out=a.out)
+        text = allowlist_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)
         text = crash_summary(res)

@@ -228,6 +228,8 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
             for proc in doc["processes"]:
                 d = died[s.run_dir].get(proc["pid"])
                 proc["death"] = d.as_dict() if d else None
+                p = s.processes.get(proc["pid"])
+                proc["predictions"] = [x.to_dict() for x in _predictions(p)] if p else []
             runs.append(doc)
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": runs},
                               indent=2, default=str))
@@ -267,12 +269,34 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
                 click.echo(f"    counter {pid_:<26} {_state_text(st)}")
             for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
+            for pred in _predictions(p):
+                click.echo(f"    predicted: {pred.text()}")
             for what, count in sorted(_items_n(p.problems)):
                 click.echo(f"    read problem: {what} ({count}x)")
             if p.last_events:
                 kinds = ", ".join(_shown(e.get("kind") if isinstance(e, dict) else None)
                                   for e in p.last_events[-5:])
                 click.echo(f"    last events: {kinds}")
+
+
+def _predictions(p) -> list:
+    """Each fix not applied in this engine process that predicts a gain from its counters."""
+    from diag import fixes
+
+    if not p.engine or not isinstance(p.counters, dict):
+        return []
+    applied = {fid for fid, st in _items(p.fixes) if st.get("state") == "applied"}
+    out = []
+    for fid in fixes.all_ids():
+        if fid in applied:
+            continue
+        try:
+            pred = fixes.get(fid).predict(p.counters)
+        except Exception:  # a prediction never breaks the status
+            pred = None
+        if pred is not None:
+            out.append(pred)
+    return out
 
 
 def _read_log(path: str) -> str:
