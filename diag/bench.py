@@ -22,7 +22,13 @@ class Param:
     minimum: float | None = None
     choices: tuple[str, ...] = ()
     doc: str = ""
-    maximum: float = HUGE  # a number past it is a typo, not a bench (1e11 objects: every child dies)
+    # a number past it is a typo, not a bench (1e11 objects: every child dies); every number a
+    # bench takes declares its own (docs/bench.md lists them)
+    maximum: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is not str and (self.maximum is None or self.maximum > HUGE):
+            raise TypeError("a number --param declares its maximum (at most HUGE)")
 
     def parse(self, raw: str) -> Any:
         """The value, or ValueError saying what was expected."""
@@ -40,7 +46,7 @@ class Param:
             raise ValueError("expected a finite number")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"must be >= {self.minimum:g}")
-        if value > self.maximum:
+        if self.maximum is not None and value > self.maximum:
             raise ValueError(f"must be <= {self.maximum:g}")
         return value
 

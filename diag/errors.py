@@ -12,6 +12,21 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: stdout closed early (`diag ... | head`)
 EXIT_INTERNAL = 70  # a bug in diag itself (EX_SOFTWARE); the message says to re-run with -v
 
 
+ECHO_CHARS = 80  # a user's input echoed in a message: at most this many characters
+
+
+def clip(text: object, limit: int = ECHO_CHARS) -> str:
+    """A user's input as a message echoes it: cut to `limit` characters with "…" (a 100,000-
+    character option is never printed back whole)."""
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def echo(value: object) -> str:
+    """`repr(value)` for a message, cut (`clip`)."""
+    return clip(repr(value))
+
+
 class DiagError(Exception):
     """An expected failure: printed as one line on stderr, exits with `exit_code`."""
 

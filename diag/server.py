@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from diag.errors import ServerError
+from diag.errors import ServerError, clip, echo
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_BYTES = 32 * 1024 * 1024  # a /metrics page of a big server is a few MB
@@ -84,19 +84,19 @@ def check_url(url: str) -> str:
     if not text:
         raise ValueError("empty URL (expected http://HOST:PORT)")
     if any(c.isspace() for c in text):
-        raise ValueError(f"{url!r} contains a space")
+        raise ValueError(f"{echo(url)} contains a space")
     full = normalize_url(text)
     parts = urllib.parse.urlsplit(full)
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{url!r}: scheme {parts.scheme}:// is not http:// or https://")
+        raise ValueError(f"{echo(url)}: scheme {clip(parts.scheme)}:// is not http:// or https://")
     if not parts.hostname:
-        raise ValueError(f"{url!r}: no host (expected http://HOST:PORT)")
+        raise ValueError(f"{echo(url)}: no host (expected http://HOST:PORT)")
     try:
         port = parts.port
     except ValueError:
         port = -1
     if port is not None and not 1 <= port <= 65535:
-        raise ValueError(f"{url!r}: the port must be a number from 1 to 65535")
+        raise ValueError(f"{echo(url)}: the port must be a number from 1 to 65535")
     return full
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from diag import releases
-from diag.errors import EXIT_USAGE, TargetError
+from diag.errors import EXIT_USAGE, TargetError, echo
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def resolve(spec: str | None, log=None) -> Target:
         return from_path(p)
     if releases.looks_like_version(spec):
         return from_release(spec, log=log)
-    raise TargetError(f"--sglang {spec!r} is neither an existing path nor a release version "
+    raise TargetError(f"--sglang {echo(spec)} is neither an existing path nor a release version "
                       f"(e.g. {releases.DEFAULT_RELEASE})", exit_code=EXIT_USAGE)
 
 

@@ -42,11 +42,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 KERNELS_PER_DESIGN_LAYER = 6
 _INT_KEYS = ("layers", "hidden", "heads", "mlp", "batch", "tokens", "context", "vocab",
              "repeats", "inner")
+# Each one's bound (docs/bench.md): past it the step does not fit a GPU or the run a day.
+_INT_MAX = {"layers": 256, "hidden": 32768, "heads": 512, "mlp": 131072, "batch": 4096,
+            "tokens": 64, "context": 1_048_576, "vocab": 1_048_576, "repeats": 100_000,
+            "inner": 10_000}
 
 # The --param keys this bench takes (diag bench checks them before any work).
 PARAMS = {"preset": Param(str, choices=tuple(PRESETS), doc="the step's shape"),
           "dtype": Param(str, choices=("bf16", "fp16", "fp32")),
-          **{k: Param(int, 1) for k in _INT_KEYS}}
+          **{k: Param(int, 1, maximum=_INT_MAX[k]) for k in _INT_KEYS}}
 
 
 def resolve_params(params: dict[str, Any]) -> dict[str, Any]:

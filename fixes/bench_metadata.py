@@ -31,11 +31,11 @@ from diag.bench import BenchResult, Param, Row, Stats
 # The --param keys this bench takes (diag bench checks them before any work).
 PARAMS = {
     "sglang": Param(str, doc="the release whose builder runs (as --sglang)"),
-    "batch": Param(int, 1, doc="requests per metadata build"),
-    "repeats": Param(int, 1, doc="timed calls per side"),
-    "queue_ms": Param(float, 0, doc="GPU work queued in front of each call"),
-    "guard_every": Param(int, 1, doc="the fix's guard checks every N calls"),
-    "guard_rounds": Param(int, 1, doc="rounds of N guarded calls"),
+    "batch": Param(int, 1, doc="requests per metadata build", maximum=4096),
+    "repeats": Param(int, 1, doc="timed calls per side", maximum=100_000),
+    "queue_ms": Param(float, 0, doc="GPU work queued in front of each call", maximum=10_000),
+    "guard_every": Param(int, 1, doc="the fix's guard checks every N calls", maximum=1_000_000),
+    "guard_rounds": Param(int, 1, doc="rounds of N guarded calls", maximum=10_000),
 }
 
 ID = "repeat-interleave-output-size"

@@ -29,10 +29,10 @@ from diag.fixes.profiler_controlled_teardown import TEARDOWNS
 
 # The --param keys this bench takes (diag bench checks them before any work).
 PARAMS = {
-    "cycles": Param(int, 1, doc="profiler start/stop cycles per child"),
-    "children": Param(int, 1, doc="child processes per series"),
+    "cycles": Param(int, 1, doc="profiler start/stop cycles per child", maximum=10_000),
+    "children": Param(int, 1, doc="child processes per series", maximum=64),
     "gpu": Param(str, choices=("auto", "0", "1"), doc="profile GPU work"),
-    "timeout": Param(float, 1, doc="seconds per child"),
+    "timeout": Param(float, 1, doc="seconds per child", maximum=3600),
     "heap_objects": Param(int, 0, doc="live objects the cyclic GC walks (a scheduler holds "
                           "millions; each costs ~60 bytes)", maximum=5e7),
     "teardown": Param(str, choices=TEARDOWNS, doc="the fix's teardown mode"),

@@ -22,7 +22,7 @@ from diag.cli.common import (
     stdout_gone,
     target_options,
 )
-from diag.errors import EXIT_FIX_FAILED, EXIT_USAGE
+from diag.errors import EXIT_FIX_FAILED, EXIT_USAGE, echo
 
 
 class LazyGroup(click.Group):
@@ -329,7 +329,7 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
     from diag.probes import REGISTRY
 
     if list_ and probe_id:
-        raise click.UsageError(f"--list takes no PROBE_ID (got {probe_id!r})")
+        raise click.UsageError(f"--list takes no PROBE_ID (got {echo(probe_id)})")
     if list_ or not probe_id:
         from diag.probes import specs
         from diag.schemas import SCHEMA_VERSION
@@ -349,7 +349,7 @@ def probe(cctx: click.Context, probe_id: str | None, list_: bool, as_json: bool,
             sys.exit(EXIT_USAGE)
         return
     if probe_id not in REGISTRY:
-        raise click.UsageError(f"unknown probe {probe_id!r} (known: {', '.join(REGISTRY)})")
+        raise click.UsageError(f"unknown probe {echo(probe_id)} (known: {', '.join(REGISTRY)})")
     verbose = cctx.find_root().params["verbose"]
     _diagnose([probe_id], verbose, as_json, fail_on, execute, full, target_kw, allow_unrecognised)
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from diag.cli.common import given, guarded, log
-from diag.errors import EXIT_USAGE, DiagError
+from diag.errors import EXIT_USAGE, DiagError, clip, echo
 from diag.schemas import SCHEMA_VERSION
 
 
@@ -50,22 +50,22 @@ def bench_params(ids: list[str], raw: tuple[str, ...]) -> dict[str, dict[str, An
     for p in raw:
         k, sep, v = p.partition("=")
         if not sep or not k:
-            raise click.UsageError(f"--param {p!r}: expected KEY=VALUE")
+            raise click.UsageError(f"--param {echo(p)}: expected KEY=VALUE")
         if k == "quick":  # the --quick flag, for every bench
             if v.lower() not in QUICK:
-                raise click.UsageError(f"--param quick={v!r}: expected 1 or 0")
+                raise click.UsageError(f"--param quick={echo(v)}: expected 1 or 0")
             for d in out.values():
                 d["quick"] = QUICK[v.lower()]
             continue
         takers = [fid for fid, d in decl.items() if k in d]
         if not takers:
             known = "; ".join(f"{fid}: {', '.join(d)}" for fid, d in decl.items() if d)
-            raise click.UsageError(f"--param {k}: no selected bench takes it ({known})")
+            raise click.UsageError(f"--param {clip(k)}: no selected bench takes it ({known})")
         for fid in takers:
             try:
                 out[fid][k] = decl[fid][k].parse(v)
             except ValueError as e:
-                raise DiagError(f"--param {k}={v!r}: {e} (the bench of {fid})",
+                raise DiagError(f"--param {k}={echo(v)}: {e} (the bench of {fid})",
                                 exit_code=EXIT_USAGE) from None
     return out
 
@@ -105,7 +105,7 @@ def bench(fix_ids: tuple[str, ...], as_json: bool, quick: bool, sglang: str | No
     ids = list(fix_ids) or [f for f in fixes.all_ids() if getattr(fixes.get(f), "bench", None)]
     unknown = [f for f in ids if f not in fixes.REGISTRY]
     if unknown:
-        raise click.UsageError(f"unknown fix {unknown[0]!r} (known: {', '.join(fixes.REGISTRY)})")
+        raise click.UsageError(f"unknown fix {echo(unknown[0])} (known: {', '.join(fixes.REGISTRY)})")
     per_bench = bench_params(ids, params)
     if importlib.util.find_spec("torch") is None:
         raise DiagError("torch is not installed: diag bench measures with the local torch "

@@ -7,11 +7,11 @@ import json
 
 import click
 
-from diag.cli.common import _server_url, guarded, log
+from diag.cli.common import RUN_DIR, _server_url, guarded, log
 
 
 @click.command()
-@click.option("--run-dir", "run_dir", required=True, type=click.Path(file_okay=False),
+@click.option("--run-dir", "run_dir", required=True, type=RUN_DIR,
               help="The run directory of the server (`diag run --run-dir D --probe ...`).")
 @click.option("--server", "server", required=True, callback=_server_url, metavar="URL",
               help="The server's URL (its /generate is timed).")

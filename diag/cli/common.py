@@ -20,6 +20,8 @@ from diag.errors import (
     EXIT_INTERRUPTED,
     EXIT_OPERATIONAL,
     DiagError,
+    clip,
+    echo,
 )
 
 
@@ -28,15 +30,10 @@ def log(msg: str) -> None:
     click.echo(f"diag: {msg}", err=True)
 
 
-ECHO_CHARS = 80  # a user's input echoed in a message: at most this many characters
-
-
-def clip(text: object, limit: int = ECHO_CHARS) -> str:
-    """A user's input as a message echoes it: cut to `limit` characters with "…" (a 100,000-
-    character option is never printed back whole)."""
-    s = str(text)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
+# A run directory option: a path click does not judge (its readability check would make a
+# directory owned by another user a usage error, exit 2); `rundir.check_run_dir` refuses it with
+# the reason, exit 3, like every unusable run directory.
+RUN_DIR = click.Path(readable=False)
 
 MAX_STEPS = 64  # --speculative-num-steps: SGLang runs 1-10 in practice; more is a typo
 
@@ -86,7 +83,7 @@ def _name(_ctx: click.Context, param: click.Parameter, value: str | None) -> str
     if value is None:
         return None
     if not value.strip() or any(c.isspace() for c in value):
-        raise click.BadParameter(f"{value!r} is not a name")
+        raise click.BadParameter(f"{echo(value)} is not a name")
     return value
 
 
@@ -116,7 +113,7 @@ def target_options(f: Callable) -> Callable:
                      help="The server's --speculative-algorithm (EAGLE, EAGLE3, NEXTN, ...)."),
         click.option("--server", "server_url", metavar="URL", callback=_server_url,
                      help="A live SGLang server to read /server_info and /metrics from."),
-        click.option("--run-dir", "run_dir", metavar="DIR", type=click.Path(), callback=given,
+        click.option("--run-dir", "run_dir", metavar="DIR", type=RUN_DIR, callback=given,
                      help="A run directory written by the in-engine agent (diag run)."),
     ]
     for opt in reversed(opts):
@@ -131,7 +128,7 @@ def _env_pairs(_ctx: click.Context, _param: click.Parameter, value: tuple[str, .
     for item in value:
         key, sep, val = item.partition("=")
         if not sep or not key.strip() or any(c.isspace() for c in key):
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+            raise click.BadParameter(f"{echo(item)} is not KEY=VALUE")
         out[key] = val
     return out if value else None
 

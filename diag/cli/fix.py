@@ -9,9 +9,11 @@ import click
 
 from diag.cli.common import (
     PID_MAX,
+    RUN_DIR,
     Seconds,
     build_context,
     config_options,
+    echo,
     given,
     guarded,
     target_options,
@@ -163,7 +165,7 @@ def _check_id(fix_id: str) -> str:
     from diag import fixes
 
     if fix_id not in fixes.all_ids():
-        raise click.UsageError(f"unknown fix {fix_id!r} (known: {', '.join(fixes.all_ids())})")
+        raise click.UsageError(f"unknown fix {echo(fix_id)} (known: {', '.join(fixes.all_ids())})")
     return fix_id
 
 
@@ -184,10 +186,10 @@ def _control_command(action: str):
                 **target_kw) -> None:
         if pid is not None and not run_dir:
             raise click.UsageError("--pid names a process of a run: give --run-dir DIR too")
-        if run_dir:  # the engine's own registry decides (it refuses unknown ids: exit 4)
+        _check_id(fix_id)  # an unknown id is a usage error wherever it would be applied
+        if run_dir:
             _control(fix_id, action, run_dir, pid, timeout, as_json)
         else:
-            _check_id(fix_id)
             _here(fix_id, action, as_json, target_kw)
 
     return command
@@ -201,7 +203,7 @@ revert_cmd = _control_command("revert")
 
 
 @fix.command("status")
-@click.option("--run-dir", type=click.Path(), metavar="DIR", callback=given,
+@click.option("--run-dir", type=RUN_DIR, metavar="DIR", callback=given,
               help="The run directory (default: every live run found on this machine).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {schema_version, runs: [{run_dir, meta, processes}]}.")

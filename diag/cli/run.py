@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from diag.cli.common import given, guarded
-from diag.errors import EXIT_USAGE, DiagError
+from diag.cli.common import RUN_DIR, given, guarded
+from diag.errors import EXIT_USAGE, DiagError, echo
 
 
 def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
@@ -45,7 +45,7 @@ def build_env(run_dir: Path, fix_ids: list[str], probe_ids: list[str],
 @click.option("--probe", "probe_ids", multiple=True, metavar="ID|all",
               help="Switch on the runtime counter of this probe (repeatable; `all`; `diag probe "
                    "--list` shows which probes have one).")
-@click.option("--run-dir", type=click.Path(), metavar="DIR", callback=given,
+@click.option("--run-dir", type=RUN_DIR, metavar="DIR", callback=given,
               help="Where the agents write events (created mode 0700). Default: a new directory "
                    "under $XDG_RUNTIME_DIR/diag/runs or ~/.cache/diag/runs.")
 @click.option("--exact-syncs", is_flag=True,
@@ -67,7 +67,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     for opt, values in (("--fix", fix_ids), ("--probe", probe_ids)):
         for value in values:  # `--fix ''` or `--fix a,,b` would quietly ask for nothing
             if any(not part.strip() for part in value.split(",")):
-                raise DiagError(f"{opt} {value!r}: an empty id (give an id, a comma list of "
+                raise DiagError(f"{opt} {echo(value)}: an empty id (give an id, a comma list of "
                                 "ids, or all)", exit_code=EXIT_USAGE)
     if not cmd[0].strip():
         raise DiagError("the command to run is an empty string (diag run -- CMD ARGS...)",
@@ -76,13 +76,13 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     fx = agent._split(",".join(fix_ids), known_fixes)
     bad = [f for f in fx if f not in known_fixes]
     if bad:
-        raise DiagError(f"unknown fix {bad[0]!r} (known: {', '.join(known_fixes)}, all)",
+        raise DiagError(f"unknown fix {echo(bad[0])} (known: {', '.join(known_fixes)}, all)",
                         exit_code=EXIT_USAGE)
     counters = probes.with_counter()
     pr = agent._split(",".join(probe_ids), counters)
     bad = [p for p in pr if p not in counters]
     if bad:
-        raise DiagError(f"unknown runtime counter {bad[0]!r} (known: "
+        raise DiagError(f"unknown runtime counter {echo(bad[0])} (known: "
                         f"{', '.join(counters)}, all)", exit_code=EXIT_USAGE)
     existed = run_dir is not None and Path(run_dir).expanduser().exists()
     d, run_id = _make_run_dir(run_dir, existed, cmd=list(cmd), fixes=fx, probes=pr,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from diag.errors import EXIT_USAGE, DiagError
+from diag.errors import EXIT_USAGE, DiagError, echo
 from diag.target import Target
 
 SPEC_INFO = "srt/speculative/spec_info.py"
@@ -24,13 +24,13 @@ def check_config(target: Target, platform: str, attention_backend: str | None,
     if attention_backend is not None:
         known = backend_names(target, platform)
         if known and attention_backend not in known:
-            raise DiagError(f"--attention-backend {attention_backend!r}: {release} has no such "
+            raise DiagError(f"--attention-backend {echo(attention_backend)}: {release} has no such "
                             f"attention backend (known: {', '.join(sorted(known))})",
                             exit_code=EXIT_USAGE)
     if speculative_algorithm is not None:
         known = algorithm_names(target)
         if known and speculative_algorithm.upper() not in known:
-            raise DiagError(f"--speculative-algorithm {speculative_algorithm!r}: not a builtin "
+            raise DiagError(f"--speculative-algorithm {echo(speculative_algorithm)}: not a builtin "
                             f"algorithm of {release} (known: {', '.join(sorted(known))}; for "
                             "one a plugin registers, leave the option out)",
                             exit_code=EXIT_USAGE)
