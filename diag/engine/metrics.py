@@ -33,8 +33,9 @@ PREFIX = "diag_"
 
 # Label values are kept to small, known sets; anything else is folded into "other".
 # The states the agent reports (diag.engine.agent; fixes.base applicability statuses).
-FIX_STATES = ("applied", "pending", "reverted", "refused", "failed", "upstream", "not-needed",
-              "not-applicable")
+# Named exactly as `diag fix status` names them (fixes.base's states; `not-applied` too).
+FIX_STATES = ("applied", "pending", "reverted", "not-applied", "refused", "failed", "upstream",
+              "not-needed", "not-applicable")
 MAX_BUILDERS = 32
 MAX_FIXES = 16
 MAX_LABEL_CHARS = 80
