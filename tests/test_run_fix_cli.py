@@ -41,11 +41,23 @@ def test_check_release_before_and_after_upstream(release):
 
 @pytest.mark.release
 def test_check_not_needed_on_cuda_fails_the_requirement(release):
+    # triton: TritonAttnBackend heads 0.5.17's CUDA tuple (srt/speculative/eagle_worker_v2.py:
+    # 407-408): the fix adds nothing, so requiring it fails
     release("0.5.17")
     r = _run("fix", "check", "--sglang", "0.5.17", "--platform", "cuda", "--no-dry",
-             "--require", "draft-extend-allowlist")
+             "--attention-backend", "triton", "--require", "draft-extend-allowlist")
     assert r.exit_code == 4
     assert "FAIL draft-extend-allowlist" in r.stdout and "not-needed" in r.stdout
+
+
+def test_check_fa3_on_cuda_passes_the_requirement(release):
+    # fa3: FlashAttentionBackend is not in 0.5.17's CUDA tuple (eagle_worker_v2.py:407-432);
+    # the fix admits it (0.5.23 does itself, :112-119)
+    release("0.5.17")
+    r = _run("fix", "check", "--sglang", "0.5.17", "--platform", "cuda", "--no-dry",
+             "--attention-backend", "fa3", "--require", "draft-extend-allowlist")
+    assert r.exit_code == 0, r.output
+    assert "draft-extend-allowlist" in r.stdout and "applicable" in r.stdout
 
 
 def test_check_unknown_required_fix_is_usage_error():
