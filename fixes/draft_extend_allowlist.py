@@ -418,29 +418,19 @@ class DraftExtendAllowlistFix(Fix):
         return Applicability(APPLICABLE, reason, instead, (cls,))
 
     def predict(self, counters: dict, passes_per_token: float | None = None) -> Prediction | None:
-        """From one engine's counters: draft-extend passes left eager by the gate (reason
-        `no-runner`) would replay a graph. A graph pass's host time is taken as this engine's
-        own draft-decode graph pass (the same draft model, one replay each, measured over the
-        same steps, so the same batch mix): saved per pass = eager draft-extend mean - graph
-        draft-decode mean; per token = that x draft-extend passes per output token (batch 1:
-        1 / accept length), where the caller knows it."""
-        de = _section(counters, "draft_extend")
-        eager = de.get("eager") if isinstance(de.get("eager"), dict) else {}
-        gate = _count((eager.get("reasons") or {}).get("no-runner")) \
-            if isinstance(eager.get("reasons"), dict) else 0
-        n, secs = _count(eager.get("passes")), eager.get("seconds")
-        dd = _section(_section(counters, "graph_phases"), "draft-decode").get("graph")
-        dd = dd if isinstance(dd, dict) else {}
-        m, dsecs = _count(dd.get("passes")), dd.get("seconds")
-        if not gate or not n or not m or not isinstance(secs, (int, float)) \
-                or not isinstance(dsecs, (int, float)):
+        """From one engine's counters: the draft-extend passes the gate left eager (reason
+        `no-runner`) would replay a graph; what each saves is `replay_saving` (probes.
+        draft_extend_runtime: the eager forward minus this engine's own replay cost). Per token:
+        that x draft-extend passes per output token (batch 1: 1 / accept length), where the
+        caller knows it."""
+        from diag.probes.draft_extend_runtime import replay_saving
+
+        got = replay_saving(counters, ("no-runner",))
+        if got is None:
             return None
-        per_pass = max(secs / n - dsecs / m, 0.0) * 1e3
+        per_pass, passes, basis = got
         per_token = per_pass * passes_per_token if passes_per_token else None
-        return Prediction(FIX_ID, "draft-extend", gate, per_pass,
-                          f"eager draft-extend {1e3 * secs / n:.3f} ms a pass ({n}) minus this "
-                          f"engine's draft-decode graph pass {1e3 * dsecs / m:.3f} ms ({m})",
-                          per_token)
+        return Prediction(FIX_ID, "draft-extend", passes, per_pass, basis, per_token)
 
     def would_change(self, finding: Finding, applicability: Applicability) -> tuple[bool, str]:
         """Only when an eager backend of the finding is one the fix captures (its rows)."""
@@ -634,11 +624,3 @@ def _gate_name(gate, platform: str) -> str:
 def _gate_word(platform: str) -> str:
     return "HIP allow-list" if platform == "hip" else "CUDA tuple"
 
-
-def _section(d: object, key: str) -> dict:
-    v = d.get(key) if isinstance(d, dict) else None
-    return v if isinstance(v, dict) else {}
-
-
-def _count(v: object) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0

@@ -182,3 +182,50 @@ def runtime_patch(target: Target | None) -> Patch:
     """The draft-extend-graph probe's runtime counter, for the running release (`target`; None:
     the newest layout). The agent applies it in the engine process."""
     return hook_patch(target.version if target is not None else None)
+
+
+def replay_saving(counters: dict, reasons: tuple[str, ...]) -> tuple[float, int, str] | None:
+    """What a graph replay would save per eager draft-extend pass, from one engine's counters
+    (`diag fix status` counters of a process): (ms per pass, passes with one of `reasons`, how).
+
+    Capturing replaces the pass's eager model forward (the `draft-extend-forward` counter of
+    graph_phase_runtime) with a replay, whose host cost is taken from this engine's own
+    target-verify graph forwards (a replay with its metadata update, over the same steps):
+    eager forward mean - target-verify replay mean. An engine without forward timing: the whole
+    eager pass minus a draft-decode graph pass. None where no such pass was counted."""
+    de = _sec(counters, "draft_extend")
+    eager = _sec(de, "eager")
+    passes = sum(_n(_sec(eager, "reasons").get(r)) for r in reasons)
+    if not passes:
+        return None
+    phases = _sec(counters, "graph_phases")
+    fwd = _mean(_sec(_sec(phases, graph_phase_runtime.DE_FORWARD), "eager"))
+    tv = _mean(_sec(_sec(phases, "target-verify"), "graph"))
+    if fwd and tv:
+        return (max(fwd[0] - tv[0], 0.0) * 1e3, passes,
+                f"eager draft-extend forward {1e3 * fwd[0]:.3f} ms ({fwd[1]}) minus this engine's "
+                f"target-verify graph replay {1e3 * tv[0]:.3f} ms ({tv[1]})")
+    whole = _mean(eager)
+    dd = _mean(_sec(_sec(phases, "draft-decode"), "graph"))
+    if not whole or not dd:
+        return None
+    return (max(whole[0] - dd[0], 0.0) * 1e3, passes,
+            f"eager draft-extend pass {1e3 * whole[0]:.3f} ms ({whole[1]}) minus this engine's "
+            f"draft-decode graph pass {1e3 * dd[0]:.3f} ms ({dd[1]})")
+
+
+def _sec(d: object, key: str) -> dict:
+    v = d.get(key) if isinstance(d, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
+def _n(v: object) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+def _mean(sec: dict) -> tuple[float, int] | None:
+    """(mean seconds per pass, passes) of a counters mode section, or None."""
+    n, secs = _n(sec.get("passes")), sec.get("seconds")
+    if not n or not isinstance(secs, (int, float)) or isinstance(secs, bool) or secs < 0:
+        return None
+    return secs / n, n

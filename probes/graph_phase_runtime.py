@@ -55,6 +55,12 @@ TALLY = telemetry.Tally("graph_phase", "passes")
 _VERIFY_GRAPH = TALLY.slot(("target-verify", None), phase="target-verify", mode="graph",
                            reason=None)
 _DRAFT_GRAPH = TALLY.slot(("draft-decode", None), phase="draft-decode", mode="graph", reason=None)
+# The model forward inside an eager draft-extend pass (the draft model runner's `forward` in
+# DRAFT_EXTEND mode): what a graph replay would replace, so a fix can say what capturing it
+# saves (`DraftExtendAllowlistFix.predict`). Only eager forwards reach ModelRunner.forward; a
+# captured draft-extend replays through its runner instead.
+DE_FORWARD = "draft-extend-forward"
+_DE_FORWARD = TALLY.slot((DE_FORWARD, None), phase=DE_FORWARD, mode="eager", reason=None)
 
 
 def _eager(phase: str, reason: str) -> telemetry.Slot:
@@ -118,7 +124,19 @@ def _wrap_forward(original: Callable) -> Callable:
         except Exception:
             verify = False
         if not verify:
-            return original(self, forward_batch, *args, **kwargs)
+            try:
+                m = forward_batch.forward_mode
+                de = m.is_draft_extend_v2() if hasattr(m, "is_draft_extend_v2") else \
+                    m.is_draft_extend()
+            except Exception:
+                de = False
+            if not de:
+                return original(self, forward_batch, *args, **kwargs)
+            t0 = perf_counter()
+            out = original(self, forward_batch, *args, **kwargs)
+            _DE_FORWARD.n += 1
+            _DE_FORWARD.s += perf_counter() - t0
+            return out
         t0 = perf_counter()
         out = original(self, forward_batch, *args, **kwargs)
         try:

@@ -37,6 +37,9 @@ class StandinForwardMode(enum.IntEnum):  # sglang/srt/model_executor/forward_bat
     def is_target_verify(self) -> bool:
         return self is StandinForwardMode.TARGET_VERIFY
 
+    def is_draft_extend_v2(self) -> bool:
+        return self is StandinForwardMode.DRAFT_EXTEND_V2
+
 
 class StandinModelRunner:
     def __init__(self, runner=None):
@@ -97,6 +100,22 @@ def test_target_verify_by_mode_with_the_reason(events):
     assert c["eager"]["reasons"] == {"batch-above-captured": 1, "no-runner": 1}
     for e in events:
         report_schema.check("event-v1.json", {"ts": 1.0, "pid": 1, "n": 0, **e})
+
+
+def test_an_eager_draft_extend_forward_is_timed_apart(events):
+    """The draft model runner's forward in DRAFT_EXTEND_V2 mode (an eager draft-extend pass's
+    model forward) is counted as `draft-extend-forward`; other non-verify forwards are not."""
+    fwd = gpr._wrap_forward(StandinModelRunner.forward)
+    runner = StandinModelRunner(None)
+    for _ in range(3):
+        fwd(runner, _batch(2, StandinForwardMode.DRAFT_EXTEND_V2))
+    fwd(runner, _batch(2, StandinForwardMode.EXTEND))
+    fwd(runner, _batch(2, StandinForwardMode.DECODE))
+    telemetry.flush()
+    c = _fold(events)["graph_phases"]
+    assert set(c) == {gpr.DE_FORWARD}
+    assert c[gpr.DE_FORWARD]["eager"]["passes"] == 3
+    assert c[gpr.DE_FORWARD]["eager"]["seconds"] >= 0
 
 
 def test_draft_decode_graph_or_eager_seen_through_the_inner_forwards(events):

@@ -506,3 +506,10 @@ def window_section(after: dict | None, before: dict | None, key: str) -> dict:
         if ra:
             out[mode]["reasons"] = {r: n - rb.get(r, 0) for r, n in ra.items() if n - rb.get(r, 0)}
     return out
+
+
+def window_counters(after: dict | None, before: dict | None) -> dict:
+    """`draft_extend` and every phase of `graph_phases` over a window (after minus before)."""
+    ga, gb = (after or {}).get("graph_phases") or {}, (before or {}).get("graph_phases") or {}
+    return {"draft_extend": window_section(after, before, "draft_extend"),
+            "graph_phases": {ph: window_section(ga, gb, ph) for ph in ga}}

@@ -198,6 +198,10 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
         # the timings first, while every server has the same history (warm-up and the greedy
         # tokens above): the checks below profile and load some servers and not others
         res["timings"] = t = timings(servers, rounds, tokens)
+        kp = (t.get("diag_prediction_kill_switch") or {}).get("per_token_ms")
+        add(checks.check_prediction("prediction from the kill-switch server's own counters within "
+                                    "10 % of the measured eager cost", kp,
+                                    t.get("measured_eager_cost_ms_per_token")))
         add(checks.check_within_floor("two identical diag servers within the noise floor of two "
                                       "plain ones", t["paired"].get("diag2_vs_diag"),
                                       t["paired"].get("plain2_vs_plain")))
@@ -220,7 +224,8 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
         # largest captured batch (a run-time fallback)
         c0 = checks.modes(counters(d))
         d.generate(PROMPTS[1], 32)
-        c1 = checks.modes(counters(d))
+        # the counters flush at most once a second: wait for this request's passes
+        c1 = wait_for(lambda: (m := checks.modes(counters(d))) != c0 and m, 5) or c0
         add(checks.check_modes("draft-extend counted as graph replays (captured runner)",
                                checks.delta(c1, c0), "graph"))
         wait_for(lambda: checks.phase_modes(counters(d), "draft-decode"), 5)
@@ -239,13 +244,15 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
                                       static, cd))
         k0 = checks.modes(counters(k))
         k.generate(PROMPTS[1], 32)
+        k1 = wait_for(lambda: (m := checks.modes(counters(k))) != k0 and m, 5) or k0
         add(checks.check_modes("draft-extend counted eager with the kill switch",
-                               checks.delta(checks.modes(counters(k)), k0), "eager", KILL))
+                               checks.delta(k1, k0), "eager", KILL))
         why = checks.phase_reasons(counters(k), "draft-extend")
         add(checks.Check("kill switch named as the reason", set(why) == {"kill-switch"},
                          f"eager reasons {why}", {"reasons": why}))
         before = counters(d)
         concurrent_batch(d, 2 * MAX_BS, 48)
+        time.sleep(1.5)  # the counters flush at most once a second
         after = counters(d)
         big = checks.delta(checks.modes(after), checks.modes(before))
         add(checks.Check("draft-extend eager above the largest captured batch",
@@ -501,13 +508,16 @@ def allowlist_run(work: Path, rounds: int, tokens: int, out: Path | None = None)
         ppt = d_before.get("eager", 0) / (rounds * tokens) if d_before.get("eager") else None
         from diag import fixes as dfixes
 
-        win = {k: v for k, v in (c1["before"] or {}).items()}
-        win["draft_extend"] = checks.window_section(c1["before"], c0["before"], "draft_extend")
-        win["graph_phases"] = {"draft-decode": checks.window_section(
-            (c1["before"] or {}).get("graph_phases"), (c0["before"] or {}).get("graph_phases"),
-            "draft-decode")}
-        pred = dfixes.get(ALLOW_FIX).predict(win, ppt)
+        wins = {n: checks.window_counters(c1[n], c0[n]) for n in ("before", "after")}
+        res["window_counters"] = wins
+        pred = dfixes.get(ALLOW_FIX).predict(wins["before"], ppt)
         res["prediction"] = pred.to_dict() if pred else None
+        # the pass-level truth, for reading the model: what the fix really saved per pass
+        eb = checks.mean_s(wins["before"], "eager")
+        ga = checks.mean_s(wins["after"], "graph")
+        res["per_pass_truth_ms"] = {"eager_before": eb and 1e3 * eb, "graph_after": ga and 1e3 * ga,
+                                    "saved": eb and ga and 1e3 * (eb - ga),
+                                    "saved_per_token": eb and ga and ppt and 1e3 * (eb - ga) * ppt}
         add(checks.Check("fix status predicts the allow-list fix's gain on the before server",
                          any(p.get("fix") == ALLOW_FIX for p in preds), json.dumps(preds)[:300]))
         add(checks.check_prediction("predicted gain within 10 % of the measured gain",
@@ -768,6 +778,15 @@ def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
     out["counter"]["passes_per_token"] = ppt
     out["diag_estimate_eager_cost_ms_per_token"] = checks.eager_estimate(
         out["counter"]["diag_graph_mean_s"], out["counter"]["eager_eager_mean_s"], ppt)
+    # the same model diag's allow-list prediction uses, on the kill-switch server's own window
+    # (probes.draft_extend_runtime.replay_saving): what unsetting the kill switch should save
+    from diag.probes.draft_extend_runtime import replay_saving
+
+    got = replay_saving(checks.window_counters(c_after["eager"], c_before["eager"]),
+                        ("kill-switch",))
+    out["diag_prediction_kill_switch"] = None if got is None or ppt is None else {
+        "per_pass_ms": got[0], "passes": got[1], "basis": got[2],
+        "per_token_ms": got[0] * ppt}
     return out
 
 
