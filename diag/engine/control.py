@@ -15,6 +15,11 @@ each get their own answer). A command that waits for its request's answers says 
 ``control/.wait-<id>`` (its pid) from before the request exists until it has its answers. So
 the folder holds about one request per fix, and a process that starts later replays only what
 still matters.
+
+A writer puts a request in place with a temporary file and a rename (``.<id>.json.<pid>.tmp``);
+one killed between the two leaves the temporary file behind. The next command that reads or
+writes the folder removes it (`sweep_tmp`) once its writer is gone or it is older than
+`JUNK_AGE_S`, never one a live writer may still rename.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -141,6 +147,39 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return True  # exists, not ours to signal
     return True
+
+
+TMP_NAME = re.compile(r"\..+\.json\.(\d+)\.tmp")  # rundir._atomic_write's temporary file
+
+
+def sweep_tmp(folder: Path, now: float | None = None) -> int:
+    """Remove the temporary files of writers killed between writing and renaming (their pid is
+    gone, or the file is older than `JUNK_AGE_S`); how many. A file whose writer lives and that
+    is younger stays: that writer may still rename it. Quiet: nothing here raises."""
+    import time
+
+    now = time.time() if now is None else now
+    gone = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for n in names:
+        m = TMP_NAME.fullmatch(n)
+        if m is None:
+            continue
+        path = folder / n
+        try:
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if now - st.st_mtime <= JUNK_AGE_S and _pid_alive(int(m.group(1))):
+                continue  # a live writer's, maybe not renamed yet
+            os.unlink(path)
+            gone += 1
+        except (OSError, ValueError):
+            continue
+    return gone
 
 
 def prune(folder: Path, keep: str, alive: Any = None, now: float | None = None,

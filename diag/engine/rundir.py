@@ -663,6 +663,7 @@ def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | Non
     marker = ctl / f"{control.WAIT_PREFIX}{rid}"
     try:
         ctl.mkdir(mode=0o700, exist_ok=True)
+        control.sweep_tmp(ctl)  # left by writers killed before their rename
         if wait:  # before the request exists: no other command's prune can take it
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w", encoding="ascii") as fh:
@@ -688,7 +689,9 @@ def done_waiting(run_dir: str | os.PathLike, request_id: str) -> None:
 
 
 def read_requests(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The valid control requests in the order they were made (ids sort by time)."""
+    """The valid control requests in the order they were made (ids sort by time); stale
+    temporary files of killed writers are removed first (`control.sweep_tmp`)."""
+    control.sweep_tmp(Path(run_dir) / "control")
     out = []
     for name, doc, why, _quiet in control.Reader(run_dir).new():
         if why is None and control.problem(doc, name, None, None) is None:
