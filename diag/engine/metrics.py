@@ -78,14 +78,36 @@ _lost_pending = 0  # lost event writes counted before the metrics exist
 _rank = ""
 
 
+# Processes that are no engine process whatever their agent answers: multiprocessing's resource
+# tracker (`python -c 'from multiprocessing.resource_tracker import main;main(fd)'`, started by
+# SGLang's launcher) acknowledges control requests like any process and would count as one more
+# live process with every fix `pending`. Found in the interpreter's own command line.
+HELPERS = ("multiprocessing.resource_tracker",)
+
+
+def helper(argv: list[str] | None = None) -> str | None:
+    """The helper this process is (an entry of `HELPERS`), None for any other process. `argv`:
+    the interpreter's command line (default `sys.orig_argv`, where `-c CODE` is kept)."""
+    import sys
+
+    if argv is None:
+        argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    return next((h for h in HELPERS if any(h in str(a) for a in argv)), None)
+
+
 def install() -> bool:
     """Add the Prometheus sink to `diag.telemetry` (idempotent; never raises).
 
     Returns True when the sink is in place. It records nothing, and `prometheus_client` is not
-    imported, until `PROMETHEUS_MULTIPROC_DIR` is set in this process.
+    imported, until `PROMETHEUS_MULTIPROC_DIR` is set in this process. In a helper process
+    (`HELPERS`: no engine process) it is never put in place.
     """
-    global _installed
+    global _installed, _unusable
     try:
+        h = helper()
+        if h is not None:
+            _unusable = f"{h} is no engine process: not counted"
+            return False
         with _lock:
             if not _installed:
                 telemetry.add_sink(_sink)
