@@ -399,6 +399,7 @@ class ProcessView:
     lost: str = ""  # "events lost since 12:03:04: 17 (ENOSPC ...)", "" when none
     died: str = ""  # how it died, from its last words (diag.engine.last_words), "" when unknown
     rank: str | None = None  # a scheduler's ranks as SGLang names them ("TP1"; "" single-rank)
+    stopped: bool = False  # alive but stopped (SIGSTOP, a tracer): answers nothing until continued
 
 
 def engine_processes(state: Any, events: list[Any] | None = None) -> list[ProcessView]:
@@ -433,7 +434,7 @@ def engine_processes(state: Any, events: list[Any] | None = None) -> list[Proces
                                int((p.counters or {}).get("errors", 0)), err,
                                lost_text(p.counters or {}),
                                died[p.pid].summary if p.pid in died else "",
-                               getattr(p, "rank", None)))
+                               getattr(p, "rank", None), bool(getattr(p, "stopped", False))))
     out.sort(key=lambda v: (not v.alive, v.rank or "", v.pid))
     return out
 
@@ -1037,7 +1038,8 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         "syncs": [{"builder": s.builder, "location": s.location, "before": val(s.before),
                    "after": val(s.after), "source": s.source} for s in syncs],
         "sources": [{"name": s.name, "ok": s.ok, "text": s.text} for s in sources],
-        "engine_processes": [{"pid": p.pid, "alive": p.alive, "sglang": p.sglang,
+        "engine_processes": [{"pid": p.pid, "alive": p.alive, "stopped": p.stopped,
+                              "sglang": p.sglang,
                               "fixes": p.fixes, "last_event": p.last, "errors": p.errors,
                               "last_error": p.error or None,
                               "events_lost": p.lost or None, "died": p.died or None}

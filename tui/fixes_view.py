@@ -44,8 +44,10 @@ def engine_text(model: Model) -> Text:
         if i:
             t.append("\n")
         t.append(f"pid {p.pid}{f' {p.rank}' if p.rank else ''} ", style="bold")
-        t.append("live" if p.alive else f"died: {p.died}" if p.died else "exited",
-                 style="green" if p.alive else "bold red" if p.died else "dim")
+        t.append("stopped" if p.alive and p.stopped else "live" if p.alive
+                 else f"died: {p.died}" if p.died else "exited",
+                 style="bold yellow" if p.alive and p.stopped else "green" if p.alive
+                 else "bold red" if p.died else "dim")
         t.append(f"  sglang {p.sglang}  fixes: {p.fixes}  last: {p.last}")
         if p.last_ts is not None:
             t.append(f" ({data.fmt_age(time.time() - p.last_ts)})", style="dim")

@@ -257,7 +257,7 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
                 role += f" {p.rank}"
             d = died[s.run_dir].get(p.pid)
             click.echo(f"  pid {p.pid} (parent {_shown(p.ppid)}) "
-                       f"{'live' if p.alive else 'died' if d else 'exited'}  {role}  control at "
+                       f"{'died' if d and not p.alive else p.status}  {role}  control at "
                        f"{_shown(p.control)}  {argv}".rstrip())
             if d is not None:
                 who = "engine process" if p.engine else "process"

@@ -270,6 +270,12 @@ class ProcessState:
     run: str | None = None  # the run id its agent was started with
     problems: dict[str, int] = field(default_factory=dict)  # what was wrong in what was read
     rank: str | None = None  # a scheduler's ranks as SGLang names them ("TP1"; "" single-rank)
+    stopped: bool = False  # alive but stopped (SIGSTOP, a tracer): it answers nothing until continued
+
+    @property
+    def status(self) -> str:
+        """LIVE, STOPPED or EXITED (how `fix status` and the TUI name it)."""
+        return STOPPED if self.alive and self.stopped else LIVE if self.alive else EXITED
 
     @property
     def holds_fixes(self) -> bool:
@@ -282,7 +288,7 @@ class ProcessState:
                 "sglang": self.sglang, "alive": self.alive, "fixes": self.fixes,
                 "probes": self.probes, "control": self.control, "engine": self.engine,
                 "counters": self.counters, "run": self.run, "problems": self.problems, "rank": self.rank,
-                "last_events": self.last_events}
+                "status": self.status, "last_events": self.last_events}
 
 
 @dataclass
@@ -304,16 +310,28 @@ class RunState:
         return [p for p in self.processes.values() if p.alive]
 
 
-def _alive(pid: int, started: float | None) -> bool:
+LIVE, STOPPED, EXITED = "live", "stopped", "exited"  # ProcessState.status
+
+
+def _liveness(pid: int, started: float | None) -> str:
+    """LIVE, STOPPED (SIGSTOP, or a tracer's stop: it exists but runs nothing, answers nothing,
+    until continued) or EXITED (gone, a zombie, or its pid reused by a later process)."""
     try:
         import psutil
 
         proc = psutil.Process(pid)
         if started is not None and proc.create_time() > started + 2.0:
-            return False  # the pid was reused by a later process
-        return proc.status() != psutil.STATUS_ZOMBIE
+            return EXITED  # the pid was reused by a later process
+        st = proc.status()
+        if st == psutil.STATUS_ZOMBIE:
+            return EXITED
+        return STOPPED if st in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else LIVE
     except Exception:
-        return False
+        return EXITED
+
+
+def _alive(pid: int, started: float | None) -> bool:
+    return _liveness(pid, started) != EXITED
 
 
 def open_regular(path: Path):
@@ -494,11 +512,12 @@ class ProcessReader:
                                            "reason": f"events lost; last known: {v['state']}"})
         s = agg.start or {}
         started = s.get("started") if isinstance(s.get("started"), (int, float)) else None
+        liveness = _liveness(self.pid, started)
         return ProcessState(
             pid=self.pid, ppid=s.get("ppid") if isinstance(s.get("ppid"), int) else None,
             argv=[str(a) for a in s.get("argv") or []] if isinstance(s.get("argv"), list) else [],
             started=started, sglang=agg.sglang or _str(s.get("sglang")),
-            alive=_alive(self.pid, started), fixes=fixes, counters=counters,
+            alive=liveness != EXITED, stopped=liveness == STOPPED, fixes=fixes, counters=counters,
             last_events=list(agg.last), acks=acks, start=agg.start, probes=dict(agg.probes),
             control=agg.control, engine=engine, run=_str(s.get("run")),
             problems=problems, rank=rank)
