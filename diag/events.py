@@ -224,6 +224,10 @@ class Start(Event):
     fixes: dict[str, Any] = field(default_factory=dict)  # {id: {state, reason}}
     probes_state: dict[str, Any] = field(default_factory=dict)
     control: str | None = None  # "poll" at start
+    # The process's torch build as its agent read it (torch/version.py, not imported):
+    # {"cuda": "13.0" | None, "hip": ... | None}; null: no torch there (or not read).
+    torch: dict[str, Any] | None = None
+    platform: str | None = None  # hip | cuda: what the agent judged fixes for (DIAG_PLATFORM)
 
     def apply(self, fold: Any) -> None:
         fold.start = self.to_dict()

@@ -261,8 +261,8 @@ def attach(ctx: Any, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     from diag.context import SpecConfig
 
     ctx.server_url = normalize_url(ctx.server_url)
-    try:
-        info = get_server_info(ctx.server_url, timeout)
+    try:  # read once: a caller that already has it (the engine's facts) left it in the cache
+        info = ctx.cache.get("server_info") or get_server_info(ctx.server_url, timeout)
     except (ServerUnreachable, NotSGLang):
         raise
     except ServerError as e:

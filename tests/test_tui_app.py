@@ -166,7 +166,7 @@ def test_bench_started_from_the_tui_shows_progress_then_rows(release, tmp_path):
             assert not app.query_one("#bench-bar").display
             detail = str(app.query_one("#timing-detail").render())
             assert "stand-in note: CPU only" in detail  # the bench's notes are kept
-            assert "source: bench, sglang 0.5.17" in detail
+            assert "source: synthetic bench, sglang 0.5.17" in detail
             # Syncs shows the bench's own before → after, as Timings does
             await pilot.press("4")
             await until(pilot, lambda: True)

@@ -55,9 +55,12 @@ def test_once_with_a_missing_target_says_so(tmp_path):
     assert "target error:" in r.stdout and "Traceback" not in r.stdout
 
 
-def test_run_dir_and_server_together_is_a_usage_error():
-    r = CliRunner().invoke(main, ["tui", "--run-dir", "x", "--server", "http://h", "--once"])
-    assert r.exit_code == 2 and "not both" in r.output
+def test_run_dir_and_server_together_is_one_view(tmp_path):
+    """Both are allowed (issue 41: one engine seen through both); a run dir that is not there
+    is still exit 3 (tests/test_live_figures.py shows both in one frame)."""
+    r = CliRunner().invoke(main, ["tui", "--run-dir", str(tmp_path / "x"), "--server",
+                                  "http://h", "--once"])
+    assert r.exit_code == 3 and "not both" not in r.output
 
 
 def test_without_a_terminal_it_says_to_use_once():

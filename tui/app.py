@@ -438,6 +438,7 @@ class DiagApp(App[None]):
                     self._post(self._server, name, got)
                 except Exception as e:
                     self._post(self.model.set_source, name, False, f"unreachable: {_why(e)}")
+            self._post(setattr, self.model, "live", b.live())
         finally:
             self._polling = False
 

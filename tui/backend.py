@@ -150,7 +150,19 @@ class Backend:
         """(RunState, every typed event so far); raises DiagError for a missing or unsafe
         directory."""
         state, _new = self._reader.poll()
+        self._state = state
         return state, list(self._reader.events)
+
+    _state: Any = None
+
+    def live(self) -> Any:
+        """The engine's live figures from the last reads (`data.live_figures`); None: none."""
+        try:
+            fams = self._server.families if self._server else None
+            info = self.ctx.cache.get("server_info") if self.ctx is not None else None
+            return data.live_figures(self._state, self.server_url, fams, info)
+        except Exception:
+            return None
 
     def discover_engines(self) -> list[str]:
         """Live engines' run directories, to name in the header (never attached by itself)."""

@@ -77,6 +77,7 @@ class Header:
     platform: Any = NA
     gpu: Any = NA
     error: str | None = None
+    sources: dict[str, str] = field(default_factory=dict)  # release | platform | config → from
 
 
 def gpu_text() -> str:
@@ -97,29 +98,73 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
     """(Context, Header) for the target; raises DiagError when the target cannot be had.
 
     `config` holds the configuration options `diag diagnose` takes (attention_backend,
-    speculative_num_steps, speculative_algorithm)."""
+    speculative_num_steps, speculative_algorithm). With a run directory and/or a server, what
+    the options do not give is the engine's own (`diag.engine.facts`, as `diag fix list`)."""
     from diag.context import Context, SpecConfig
     from diag.target import resolve
 
-    tgt = resolve(sglang, log=log)
+    cfg = SpecConfig(**{k: v for k, v in (config or {}).items() if v is not None})
+    info, server_error = None, None
+    if server_url:
+        from diag import server
+        from diag.errors import ServerError
+
+        try:
+            info = server.get_server_info(server_url, timeout=2.0)
+        except ServerError as e:  # unreachable: the probes say so; the header shows the state
+            server_error = str(e)
+    sources: dict[str, str] = {}
+    if run_dir or info is not None:
+        from diag.engine.facts import resolve as engine_facts
+
+        res = engine_facts(sglang, platform, cfg, run_dir, info, server_url)
+        sglang, platform, sources = res.sglang, res.platform, res.sources
+    try:
+        tgt = resolve(sglang, log=log)
+    except DiagError as e:
+        if sglang is None or sources.get("release", "--sglang") == "--sglang":
+            raise
+        sources["release"] = f"{sources['release']}, not available here ({e}): the default"
+        tgt = resolve(None, log=log)
     if platform is None:
         from diag.gpu_platform import default_platform
 
         platform = default_platform()
-    cfg = SpecConfig(**{k: v for k, v in (config or {}).items() if v is not None})
+        if run_dir or server_url:
+            sources["platform"] = "this machine's torch (the engine recorded none)"
     ctx = Context(target=tgt, platform=platform, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, log=log)
-    if server_url:  # the configuration from /server_info, as `diag diagnose --server` takes it
+    ctx.cache["sources"] = sources
+    if info is not None:
+        ctx.cache["server_info"] = info
+    if server_error:
+        ctx.cache["server_error"] = server_error
+    elif server_url:  # the configuration from /server_info, as `diag diagnose --server` takes it
         from diag import server
         from diag.errors import ServerError
 
         try:
             server.attach(ctx, timeout=2.0)
-        except ServerError as e:  # unreachable: the probes say so; the header shows the state
+        except ServerError as e:
             ctx.cache["server_error"] = str(e)
     head = Header(target=f"sglang {tgt.version or '?'} [{tgt.origin}]", version=tgt.version or NA,
-                  platform=platform)
+                  platform=platform, sources=sources)
     return ctx, head
+
+
+def live_figures(state: Any, server_url: str | None, families: list | None,
+                 info: Any = None) -> Any:
+    """The engine's live figures (`diag.engine.live`, what `diag fix status` prints): a run
+    directory's engine processes pooled, with the server's accept length and per-token time
+    when there is a server too; else the server's own diag_* series; None when none counted."""
+    from diag.engine import live
+
+    speed = live.speed(server_url, info, families) if server_url else None
+    if state is not None:
+        return live.of_run(state, speed)
+    if server_url and families is not None:
+        return live.of_families(server_url, families, info)
+    return None
 
 
 # ---------------------------------------------------------------- findings
@@ -465,11 +510,13 @@ class ServerReader:
         self._last: dict[str, tuple[float, float]] = {}  # label → (sum, count) at the last read
         self.fix_states: dict[str, dict[str, float]] = {}  # fix → {state: live processes}
         self.builders: dict[str, float] = {}  # builder → syncs per build over the last interval
+        self.families: list | None = None  # the last /metrics read, parsed
 
     def read(self) -> dict[str, float]:
         from diag import server
 
-        return self.values(server.get_metrics(self.url, self.timeout))
+        self.families = server.get_metrics(self.url, self.timeout)
+        return self.values(self.families)
 
     def _increase(self, key: str, s: float, c: float) -> tuple[float, float] | None:
         ps, pc = self._last.get(key, (0.0, 0.0))
@@ -661,7 +708,7 @@ def bench_release(res: BenchResult) -> str:
 
 def bench_rows(res: BenchResult) -> list[TimingRow]:
     rel = bench_release(res)
-    src = f"bench, sglang {rel}" if rel else "bench"
+    src = f"synthetic bench, sglang {rel}" if rel else "synthetic bench"
     if res.skipped:
         return [TimingRow(res.id, f"not run: {res.skipped}", "", None, None, src,
                           notes=list(res.notes), release=rel)]
@@ -1008,7 +1055,7 @@ def sync_fix(findings: list[Finding]) -> str | None:
 def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixView],
                timings: list[TimingRow], syncs: list[SyncRow],
                sources: list[SourceState],
-               processes: list[ProcessView] | None = None) -> dict[str, Any]:
+               processes: list[ProcessView] | None = None, live: Any = None) -> dict[str, Any]:
     """Everything on screen, as a JSON document (`kind: diag-tui`; schema tui-export-v1.json)."""
     from diag.schemas import SCHEMA_VERSION
 
@@ -1038,6 +1085,8 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
         "syncs": [{"builder": s.builder, "location": s.location, "before": val(s.before),
                    "after": val(s.after), "source": s.source} for s in syncs],
         "sources": [{"name": s.name, "ok": s.ok, "text": s.text} for s in sources],
+        "resolved_from": dict(header.sources),
+        "live": live.to_dict() if live is not None else None,
         "engine_processes": [{"pid": p.pid, "alive": p.alive, "stopped": p.stopped,
                               "sglang": p.sglang,
                               "fixes": p.fixes, "last_event": p.last, "errors": p.errors,

@@ -52,6 +52,7 @@ class Model:
     source_ok_at: dict[str, float] = field(default_factory=dict)  # name → last good read
     requests: dict[str, tuple[str, str]] = field(default_factory=dict)  # id → (fix, action)
     _points: dict[str, int] = field(default_factory=dict)  # run-dir series → points so far
+    live: Any = None  # diag.engine.live.Live: the engine's own figures (what fix status prints)
     message: str = ""
     poll_interval: float = 1.0
     now: Callable[[], float] = time.monotonic
@@ -233,7 +234,11 @@ class Model:
     def export(self) -> dict[str, Any]:
         return data.export_doc(self.header, self.finding_rows(), self.fix_rows(),
                                self.timing_rows(), self.sync_rows(), list(self.sources.values()),
-                               self.engine_procs)
+                               self.engine_procs, self.live)
+
+    def live_lines(self) -> list[str]:
+        """The engine's live before/after and predictions, as `diag fix status` prints them."""
+        return self.live.lines() if self.live is not None else []
 
     def charts(self) -> dict[str, list[float]]:
         return {k: list(v) for k, v in self.series.items() if v}

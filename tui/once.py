@@ -54,6 +54,7 @@ def fill(backend: Backend, model: Model | None = None) -> Model:
             m.set_source(name, True, f"ok: {len(values)} series")
         except Exception as e:
             m.set_source(name, False, f"unreachable: {_why(e)}")
+    m.live = backend.live()
     return m
 
 
@@ -89,6 +90,8 @@ def frame(m: Model, width: int = 140) -> Group:
         parts.append(Text(f"target error: {h.error}", style="bold red"))
     for s in m.sources.values():
         parts.append(_ind(f"{s.name}: {s.text}", 0))
+    for what, where in h.sources.items():
+        parts.append(_ind(f"{what}: {where}", 2))
     if "GPU:" not in head.plain:
         parts.append(_ind(f"GPU: {data.fmt_value(h.gpu)}; diag {__version__}", 0))
     parts += _title("Overview")
@@ -107,6 +110,8 @@ def frame(m: Model, width: int = 140) -> Group:
         if f.reason:
             parts.append(_ind(f.reason, 4))
     parts += _title("Timings: median (IQR p25–p75, n samples); change = after/before")
+    for i, line in enumerate(m.live_lines()):
+        parts.append(_ind(line, 2 if i else 0))
     timings = m.timing_rows()
     if not timings:
         parts.append(_ind("no timings: run `diag bench`, or watch --run-dir / --server", 2))

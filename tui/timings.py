@@ -47,10 +47,27 @@ def timing_detail(model: Model, r: TimingRow) -> Text:
     return t
 
 
+def live_text(lines: list[str]) -> Text:
+    """The engine's own before/after (`diag.engine.live`, the lines `diag fix status` prints):
+    the label bold, each prediction in green; the synthetic bench's rows are in the table."""
+    t = Text()
+    for i, line in enumerate(lines):
+        if i:
+            t.append("\n")
+        if i == 0:
+            t.append(line, style="bold")
+        elif line.startswith("predicted"):
+            t.append(line, style="green")
+        else:
+            t.append(line)
+    return t
+
+
 class TimingsView(Vertical):
     DEFAULT_CSS = """
     TimingsView #bench-line { height: auto; max-height: 2; }
     TimingsView #bench-bar { height: 1; }
+    TimingsView #live-figures { height: auto; max-height: 8; }
     TimingsView #timings { height: 1fr; min-height: 4; }
     TimingsView #timing-detail-box { height: auto; max-height: 7; border-top: solid $panel; }
     """
@@ -59,6 +76,7 @@ class TimingsView(Vertical):
         yield Static("bench: b runs the selected fix's bench (all with none selected); "
                      "values are median (IQR p25–p75) n=samples", id="bench-line")
         yield ProgressBar(total=None, show_eta=False, id="bench-bar")
+        yield Static(id="live-figures")
         yield FittedTable(id="timings", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="timing-detail-box"):
             yield Static(id="timing-detail")
@@ -80,6 +98,11 @@ class TimingsView(Vertical):
         bar.display = bench_running
         if model.bench_progress:
             line.update(Text(f"bench: {model.bench_progress}"))
+        live = self.query_one("#live-figures", Static)
+        lines = model.live_lines()
+        live.display = bool(lines)
+        if lines:
+            live.update(live_text(lines))
         self.show_detail(model)
         self.query_one(Charts).show(model)
 

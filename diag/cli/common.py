@@ -312,22 +312,63 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
         from diag.engine.rundir import check_run_dir
 
         check_run_dir(run_dir)
-    tgt = target_mod.resolve(sglang, log=log)
-    target_mod.check_tree(tgt)
-    plat = platform or default_platform()
-    from diag.cli.validate import check_config
-
-    check_config(tgt, plat, attention_backend, speculative_algorithm)
     cfg = SpecConfig(attention_backend=attention_backend,
                      speculative_num_steps=speculative_num_steps,
                      speculative_algorithm=speculative_algorithm,
                      **{k: v for k, v in facts.items() if v is not None})
-    if cfg.model is not None:
+    info = _server_info(server_url) if server_url else None
+    res = None
+    if run_dir or info is not None:  # the engine's own release, platform and configuration
+        from diag.engine.facts import resolve as engine_facts
+
+        res = engine_facts(sglang, platform, cfg, run_dir, info, server_url)
+        sglang, platform = res.sglang, res.platform
+    tgt = _resolve_target(sglang, res)
+    target_mod.check_tree(tgt)
+    plat = platform or default_platform()
+    from diag.cli.validate import check_config
+
+    check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed
+    if cfg.model is not None and not (res and "configuration" in res.sources):
         _check_model(tgt, cfg.model)
     ctx = Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, full=full, log=log)
+    if info is not None:
+        ctx.cache["server_info"] = info
+    ctx.cache["sources"] = dict(res.sources) if res else {}
     if server_url:  # read once for every probe; unreachable → ServerError (exit 3)
         from diag import server
 
         server.attach(ctx)
     return ctx
+
+
+def _server_info(url: str) -> dict | None:
+    """`/server_info` once; nothing answering is exit 3 (as `server.attach`), a bad answer is
+    left to the probes (None)."""
+    from diag import server
+    from diag.errors import ServerError
+
+    try:
+        return server.get_server_info(url)
+    except (server.ServerUnreachable, server.NotSGLang):
+        raise
+    except ServerError:
+        return None
+
+
+def _resolve_target(sglang: str | None, res: Any):
+    """The target; an engine's release that cannot be had here (not cached, no network) is
+    said, and the default resolution audited instead."""
+    from diag import target as target_mod
+
+    src = (res.sources.get("release") if res else None) or "--sglang"
+    if sglang is None or src == "--sglang":
+        return target_mod.resolve(sglang, log=log)
+    try:
+        return target_mod.resolve(sglang, log=log)
+    except DiagError as e:
+        log(f"the engine's release {sglang} ({src}) cannot be had here: {e}; auditing the "
+            "default instead")
+        res.sources["release"] = f"{src}, not available here ({e}): the default instead"
+        return target_mod.resolve(None, log=log)

@@ -11,6 +11,7 @@ from diag.cli.common import (
     PID_MAX,
     RUN_DIR,
     Seconds,
+    _server_url,
     build_context,
     config_options,
     echo,
@@ -34,27 +35,63 @@ def list_(as_json: bool, **target_kw) -> None:
     """Every registered fix and whether it applies to the target, platform and configuration
     (--attention-backend, --speculative-num-steps, --speculative-algorithm, --server)."""
     from diag import fixes
+    from diag.engine.facts import describe
     from diag.fixes.advice import resolve
 
     ctx = build_context(**target_kw, execute=False)
     resolved = resolve(ctx)
+    live_view = _engine_live(ctx.run_dir, ctx.server_url, ctx.cache.get("server_info"))
+    preds = {p.fix: p for p in live_view.predictions} if live_view else {}
     rows = []
     for fid, a in resolved.items():
         s = fixes.spec(fid)
+        p = preds.get(fid)
         rows.append({"id": fid, "title": s.title, "status": a.status, "reason": a.reason,
                      "instead": a.instead or None, "depends_on": list(s.depends_on),
-                     "addresses": list(s.addresses)})
+                     "addresses": list(s.addresses),
+                     "prediction": None if p is None else {
+                         **p.to_dict(), "percent_of_token": live_view.to_dict()["predictions"][
+                             live_view.predictions.index(p)]["percent_of_token"],
+                         "source": live_view.label}})
+    sources = ctx.cache.get("sources") or {}
     if as_json:
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
                                "platform": ctx.platform, "config": vars(ctx.config),
+                               "sources": sources,
+                               "live": live_view.to_dict() if live_view else None,
                                "fixes": rows}, indent=2))
         return
     click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}"
                            + _config_text(ctx.config), bold=True))
+    for line in describe(sources):
+        click.echo(f"  {line}")
     for r in rows:
         click.echo(f"{r['id']:<32} {r['status']:<11} {r['reason']}")
         if r["instead"] and r["status"] != "applicable":
             click.echo(f"{'':<32} {'':<11} instead: {r['instead']}")
+        if r["id"] in preds:
+            click.echo(f"{'':<32} {'':<11} predicted from {live_view.label}: "
+                       f"{live_view.prediction_text(preds[r['id']])}")
+
+
+def _engine_live(run_dir: str | None, server_url: str | None, info: dict | None = None):
+    """The engine's live figures (`diag.engine.live`): a run directory's engine processes
+    pooled, with the server's accept length and per-token time where --server is given too;
+    else the server's own diag_* series. None when nothing was counted."""
+    from diag.engine import live
+    from diag.errors import ServerError
+
+    if run_dir:
+        from diag.engine import rundir
+
+        speed = live.server_speed(server_url, info=info)[0] if server_url else None
+        return live.of_run(rundir.read_state(run_dir), speed)
+    if server_url:
+        try:
+            return live.of_server(server_url, info=info)
+        except ServerError:
+            return None
+    return None
 
 
 def _config_text(cfg) -> str:
@@ -211,27 +248,40 @@ revert_cmd = _control_command("revert")
               help="The engine's log (its stderr): names how an engine process died when its "
                    "own fatal-error dump went there (SGLang's scheduler enables faulthandler on "
                    "stderr itself).")
+@click.option("--server", "server_url", metavar="URL", callback=_server_url,
+              help="The engine's server: its accept length (/server_info) makes the predictions "
+                   "per token, its inter-token latency (/metrics) a per cent of it.")
 @guarded
-def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
+def status(run_dir: str | None, as_json: bool, log_file: str | None,
+           server_url: str | None) -> None:
     """Per engine process: fixes, runtime counters, last events (from the run directory), and
     how a dead one died when it left last words."""
     from diag.cli.common import log
-    from diag.engine import last_words, rundir
+    from diag.engine import last_words, live, rundir
     from diag.engine.events import describe_counters
+    from diag.engine.facts import describe
 
     engine_log = _read_log(log_file) if log_file else None
     dirs = [run_dir] if run_dir else [str(p) for p in rundir.discover()]
     states = [rundir.read_state(d) for d in dirs]
     died = {s.run_dir: last_words.deaths(s, engine_log, log_file or "") for s in states}
+    speed, problems = live.server_speed(server_url) if server_url else (None, [])
+    for what in problems:
+        log(f"--server: {what}")
+    views = {(s.run_dir, p.pid): live.of_process(p, s.run_dir, speed)
+             for s in states for p in s.processes.values()}
+    engines = {s.run_dir: _engine_facts(s.run_dir, server_url) for s in states}
     if as_json:
         runs = []
         for s in states:
             doc = s.to_dict()
+            doc["engine"] = engines[s.run_dir]
             for proc in doc["processes"]:
                 d = died[s.run_dir].get(proc["pid"])
                 proc["death"] = d.as_dict() if d else None
-                p = s.processes.get(proc["pid"])
-                proc["predictions"] = [x.to_dict() for x in _predictions(p)] if p else []
+                v = views.get((s.run_dir, proc["pid"]))
+                proc["predictions"] = [x.to_dict() for x in v.predictions] if v else []
+                proc["live"] = v.to_dict() if v else None
             runs.append(doc)
         click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": runs},
                               indent=2, default=str))
@@ -243,6 +293,11 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
         meta = s.meta if isinstance(s.meta, dict) else {}
         cmd = _words(meta.get("cmd"))
         click.echo(click.style(f"{s.run_dir}", bold=True) + (f"  {cmd}" if cmd else ""))
+        eng = engines[s.run_dir]
+        click.echo(f"  engine: sglang {_shown(eng['sglang'])}, platform {_shown(eng['platform'])}"
+                   f"{_config_text_of(eng['config'])}")
+        for line in describe(eng["sources"]):
+            click.echo(f"    {line}")
         if s.other_runs:
             click.echo(f"  {s.other_runs} processes of an earlier run in this directory left out")
         for moved in s.moved_to:
@@ -271,8 +326,9 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
                 click.echo(f"    counter {pid_:<26} {_state_text(st)}")
             for line in describe_counters(p.counters):
                 click.echo(f"    {line}")
-            for pred in _predictions(p):
-                click.echo(f"    predicted: {pred.text()}")
+            v = views.get((s.run_dir, p.pid))
+            for line in v.lines() if v and (v.phases or v.predictions) else ():
+                click.echo(f"    {line}")
             for what, count in sorted(_items_n(p.problems)):
                 click.echo(f"    read problem: {what} ({count}x)")
             if p.last_events:
@@ -281,24 +337,34 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None) -> None:
                 click.echo(f"    last events: {kinds}")
 
 
-def _predictions(p) -> list:
-    """Each fix not applied in this engine process that predicts a gain from its counters."""
-    from diag import fixes
+def _engine_facts(run_dir: str, server_url: str | None) -> dict:
+    """The engine's release, platform and configuration as `fix list --run-dir` resolves them
+    (`diag.engine.facts`), with where each came from; nothing resolved or downloaded here."""
+    from diag.context import SpecConfig
+    from diag.engine import facts
 
-    if not p.engine or not isinstance(p.counters, dict):
-        return []
-    applied = {fid for fid, st in _items(p.fixes) if st.get("state") == "applied"}
-    out = []
-    for fid in fixes.all_ids():
-        if fid in applied:
-            continue
+    info = None
+    if server_url:
+        from diag import server
+        from diag.errors import ServerError
+
         try:
-            pred = fixes.get(fid).predict(p.counters)
-        except Exception:  # a prediction never breaks the status
-            pred = None
-        if pred is not None:
-            out.append(pred)
-    return out
+            info = server.get_server_info(server_url)
+        except ServerError:
+            info = None
+    cfg = SpecConfig()
+    res = facts.resolve(None, None, cfg, run_dir, info, server_url)
+    version = next((f.sglang_version for f in res.facts if f.sglang_version), None)
+    return {"sglang": version, "platform": res.platform,
+            "config": {k: v for k, v in vars(cfg).items() if v not in (None, False)},
+            "sources": res.sources}
+
+
+def _config_text_of(cfg: dict) -> str:
+    parts = [f"--{k.replace('_', '-')} {v}" for k, v in cfg.items()
+             if k in ("attention_backend", "draft_attention_backend", "speculative_num_steps",
+                      "speculative_algorithm")]
+    return f", {' '.join(parts)}" if parts else ", no configuration recorded"
 
 
 def _read_log(path: str) -> str:

@@ -44,8 +44,6 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
     and diag's own series) are polled. Keys: 1-4 tabs, r rerun, a apply, u revert, b bench,
     e export JSON, q quit, ?/F1 help, Ctrl+P commands.
     """
-    if run_dir and server_url:
-        raise click.UsageError("give --run-dir or --server, not both")
     if run_dir:  # a run directory that is not there (or unsafe) is exit 3, not a frame
         from diag.engine.rundir import check_run_dir
 

@@ -132,6 +132,21 @@ def current() -> Agent | None:
     return _agent
 
 
+def _torch_build() -> dict[str, str | None] | None:
+    """This process's torch build (cuda, hip) without importing torch; None: not found."""
+    try:
+        torch = sys.modules.get("torch")
+        if torch is not None and getattr(torch, "version", None) is not None:
+            return {"cuda": getattr(torch.version, "cuda", None),
+                    "hip": getattr(torch.version, "hip", None)}
+        from diag.gpu_platform import torch_build
+
+        b = torch_build()
+        return None if b is None else {"cuda": b[0], "hip": b[1]}
+    except Exception:
+        return None
+
+
 def _platform() -> str:
     """hip | cuda without importing torch (`diag.fixes.base.process_platform`)."""
     from diag.fixes.base import process_platform
@@ -328,7 +343,8 @@ class Agent:
                          sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
                          fixes={f: st.to_dict() for f, st in self.fixes.items()},
                          probes_state=dict(self.probes),
-                         control=self.control_mode))
+                         control=self.control_mode, torch=_torch_build(),
+                         platform=_platform()))
 
     def _on_sglang(self, module: Any, emit: bool) -> None:
         """sglang was imported: evaluate and apply the requested fixes, switch counters on."""
