@@ -13,6 +13,9 @@ the fixes and option checking all ask "what does NAME build here?"; reading the 
 - `classes_for(target, platform, name, phase, mla=None)`: the classes one phase of one
   backend builds (what the census needs instead of hard-coded tables).
 - `platform_truth(expr, platform)`: three-valued `_is_hip`/`is_cuda()`/... conditions.
+- `read_problems(target, platform)`: the source files the map skipped because they do
+  not parse ("skipped FILE: does not parse (...)"), for the findings that use the map to say.
+  Backend modules are read on first use (bases, capability methods), so ask after the verdicts.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag.probes.source import ModuleIndex, Modules, index, parse_file
+from diag.probes.source import ModuleIndex, Modules, index, parse_file, parse_problem
 from diag.target import Target
 
 REGISTRY_FILE = "srt/layers/attention/attention_registry.py"
@@ -141,13 +144,19 @@ _module_of = index
 class _Resolver:
     """Follows a factory function to the `...Backend(...)` classes it builds on a platform."""
 
-    def __init__(self, target: Target, platform: str, mla: bool | None = None) -> None:
+    def __init__(self, target: Target, platform: str, mla: bool | None = None,
+                 skipped: dict[str, str] | None = None) -> None:
         self.target, self.platform, self.mla = target, platform, mla
         self._mods = Modules(target)  # the target's sglang.* modules (probes.source)
         self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
+        # file (relative to the root) → why it was skipped: a source that exists and does not parse
+        self.skipped: dict[str, str] = {} if skipped is None else skipped
 
     def module(self, dotted: str) -> _Module | None:
-        return self._mods.module(dotted)
+        mod = self._mods.module(dotted)
+        if mod is None and dotted.split(".")[0] == "sglang":
+            _skip(self.target, self._mods.path(dotted), self.skipped)
+        return mod
 
     def classes(self, func: ast.FunctionDef, mod: _Module, cls: ast.ClassDef | None = None,
                 depth: int = 0) -> list[str]:
@@ -331,7 +340,18 @@ def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
     return None
 
 
-def _registry(target: Target) -> tuple[_Module, dict[str, ast.FunctionDef]] | None:
+def _skip(target: Target, path: Path, skipped: dict[str, str] | None) -> None:
+    """Note in `skipped` a source file that exists and does not parse (a missing one is not a
+    problem: the map looks in places some releases do not have)."""
+    if skipped is None:
+        return
+    why = parse_problem(path)
+    if why is not None and why[0] not in ("missing", "empty"):
+        skipped.setdefault(target.relpath(path), why[0])
+
+
+def _registry(target: Target, skipped: dict[str, str] | None = None
+              ) -> tuple[_Module, dict[str, ast.FunctionDef]] | None:
     """`@register_attention_backend("name")` functions (attention_registry.py, else any module
     under srt/layers/attention that uses the decorator)."""
     candidates = [target.file(REGISTRY_FILE)]
@@ -340,6 +360,7 @@ def _registry(target: Target) -> tuple[_Module, dict[str, ast.FunctionDef]] | No
     for path in candidates:
         tree = parse_file(path)
         if tree is None:
+            _skip(target, path, skipped)
             continue
         names: dict[str, ast.FunctionDef] = {}
         for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
@@ -353,13 +374,15 @@ def _registry(target: Target) -> tuple[_Module, dict[str, ast.FunctionDef]] | No
     return None
 
 
-def _draft_factory(target: Target) -> tuple[_Module, ast.ClassDef] | None:
+def _draft_factory(target: Target, skipped: dict[str, str] | None = None
+                   ) -> tuple[_Module, ast.ClassDef] | None:
     """The class with `create_draft_extend_backend` and `create_decode_backend` methods."""
     paths = [target.file(DRAFT_UTILS_FILE)]
     paths += [p for p in sorted(target.file("srt/speculative").glob("*.py")) if p != paths[0]]
     for path in paths:
         tree = parse_file(path)
         if tree is None:
+            _skip(target, path, skipped)
             continue
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             if _method(cls, "create_draft_extend_backend") and _method(cls, "create_decode_backend"):
@@ -401,15 +424,15 @@ def _decode_min_steps(method: ast.FunctionDef) -> int | None:
     return None
 
 
-def _read_backend_map(target: Target, platform: str, mla: bool | None = None
-                      ) -> dict[str, BackendInfo]:
+def _read_backend_map(target: Target, platform: str, mla: bool | None = None,
+                      skipped: dict[str, str] | None = None) -> dict[str, BackendInfo]:
     """Every attention-backend name the release knows → the draft classes it builds on `platform`,
     plus the deprecated names its argument handling rewrites (`backend_aliases`). `mla`: the
     model's attention (True MLA, False MHA) picks one class where the factory tests
     `use_mla_backend`; None keeps both."""
-    res = _Resolver(target, platform, mla)
-    reg = _registry(target)
-    fac = _draft_factory(target)
+    res = _Resolver(target, platform, mla, skipped)
+    reg = _registry(target, res.skipped)
+    fac = _draft_factory(target, res.skipped)
     out: dict[str, BackendInfo] = {}
     if reg:
         mod, funcs = reg
@@ -448,7 +471,7 @@ def _read_backend_map(target: Target, platform: str, mla: bool | None = None
                                                  dotted=_dotted(target, fpath))
             info._methods = functools.partial(res.methods, mod=fmod,
                                               dotted=_dotted(target, fpath))
-    for old, (new, where) in backend_aliases(target).items():
+    for old, (new, where) in backend_aliases(target, res.skipped).items():
         if new in out:
             out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),
                                            _cache={})
@@ -458,7 +481,8 @@ def _read_backend_map(target: Target, platform: str, mla: bool | None = None
 ALIAS_FILES = ("srt/server_args.py", "srt/arg_groups")
 
 
-def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
+def backend_aliases(target: Target, skipped: dict[str, str] | None = None
+                    ) -> dict[str, tuple[str, str]]:
     """Deprecated attention-backend names the release's argument handling rewrites before use:
     {old: (new, "file:line")}. Found by shape: a `for attr in ("attention_backend", ...)` loop
     whose body compares a value to "old" and sets "new" (0.5.12-0.5.19: `compressed` → `dsv4`),
@@ -477,6 +501,7 @@ def backend_aliases(target: Target) -> dict[str, tuple[str, str]]:
             continue
         tree = parse_file(path)
         if tree is None:
+            _skip(target, path, skipped)
             continue
         rel = target.relpath(path)
         for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
@@ -530,6 +555,7 @@ def _named_method(cls: ast.ClassDef, name: str, phase: str) -> str | None:
 
 
 _MAPS: dict[tuple, dict[str, BackendInfo]] = {}
+_SKIPPED: dict[tuple, dict[str, str]] = {}  # per map: the files it skipped so far (filled lazily)
 
 
 def _signature(target: Target) -> tuple:
@@ -557,8 +583,23 @@ def backend_map(target: Target, platform: str, mla: bool | None = None
     key = (str(target.root.resolve()), platform, mla, _signature(target))
     hit = _MAPS.get(key)
     if hit is None:
-        hit = _MAPS[key] = _read_backend_map(target, platform, mla)
+        skipped = _SKIPPED[key] = {}
+        hit = _MAPS[key] = _read_backend_map(target, platform, mla, skipped)
     return dict(hit)
+
+
+def read_problems(target: Target, platform: str) -> list[str]:
+    """What the backend maps of this tree on `platform` (any model attention) skipped so far,
+    one line per file: "skipped sglang/srt/layers/attention/x.py: does not parse (SyntaxError
+    at line N: ...)". Backend modules are parsed on first use (a verdict's bases or capability
+    methods): ask after the verdicts that use the map. [] for a tree that parses."""
+    root, sig = str(target.root.resolve()), _signature(target)
+    out: dict[str, str] = {}
+    for (r, plat, _mla, s), skipped in _SKIPPED.items():
+        if (r, plat, s) == (root, platform, sig):
+            for f, why in skipped.items():
+                out.setdefault(f, why)
+    return [f"skipped {f}: {why}" for f, why in sorted(out.items())]
 
 
 PHASE_CLASSES = {"target-extend": "attention_classes", "target-verify": "attention_classes",

@@ -13,7 +13,7 @@ from diag import server as srv
 from diag.context import Context
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
-from diag.probes.backends import BackendInfo, backend_map
+from diag.probes.backends import BackendInfo, backend_map, read_problems
 from diag.probes.base import Counter, Probe
 from diag.probes.gate import (
     DRAFT_UTILS_FILE,
@@ -79,6 +79,12 @@ class DraftExtendGraphProbe(Probe):
     # ------------------------------------------------------------------ static
 
     def _static(self, ctx: Context) -> Finding:
+        f = self._verdict(ctx)
+        # source files the backend map skipped (they do not parse): said, never silently left out
+        f.evidence += [note(x) for x in read_problems(ctx.target, ctx.platform)]
+        return f
+
+    def _verdict(self, ctx: Context) -> Finding:
         t, plat, cfg = ctx.target, ctx.platform, ctx.config
         info = ctx.cache.get("server_info")
         gate = read_gate(t, environ=dict(os.environ),
