@@ -128,6 +128,12 @@ class Fix:
         Raise FixError or PatchError for code of an unexpected shape (nothing is patched)."""
         raise NotImplementedError(f"{type(self).__name__}.build_patch")
 
+    def revert_risk(self, environ: dict[str, str]) -> str | None:
+        """What reverting this fix re-exposes in an engine started with `environ` (the variables
+        its run directory recorded), one line; None: nothing to warn about. `fix revert` prints
+        it on stderr unless `--yes`."""
+        return None
+
     def would_change(self, finding: Finding, applicability: Applicability) -> tuple[bool, str]:
         """Would applying this fix (applicable here) change `finding`? (yes/no, why not).
         Default: a warn/fail finding of a probe it addresses."""

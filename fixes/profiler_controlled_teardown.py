@@ -231,6 +231,19 @@ class ProfilerControlledTeardownFix(Fix):
         super().__init__()
         self.sites: list[StopSite] = []  # the stops the patch wraps
 
+    def revert_risk(self, environ: dict[str, str]) -> str | None:
+        """On a V2 server (SGLANG_PROFILE_V2 on, as SGLang's EnvBool reads it) the V2 stop only
+        drops the stopped profiler: without this fix a late cyclic GC frees it and can crash the
+        server (the crash this fix prevents, recorded on real 0.5.23 servers)."""
+        from diag.probes.gate import env_bool
+
+        value = environ.get("SGLANG_PROFILE_V2")
+        if not env_bool(value):
+            return None
+        return (f"the engine runs with SGLANG_PROFILE_V2={value}: reverting {self.id} "
+                "re-exposes the crash it prevents (a late cyclic GC frees a stopped V2 profiler "
+                "and can crash the server, SIGSEGV)")
+
     def applies_to(self, target: Target | None, platform: str,
                    config: SpecConfig | None = None) -> Applicability:
         if target is None:

@@ -108,7 +108,7 @@ def _config_text(cfg) -> str:
 
 
 def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: float,
-             as_json: bool) -> None:
+             as_json: bool, yes: bool = False) -> None:
     from diag.engine import rundir
     from diag.errors import EXIT_FIX_FAILED, DiagError
 
@@ -124,6 +124,8 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
                         f"{', '.join(map(str, live)) or 'none'})")
     if not live:
         raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
+    if action == "revert" and not yes:
+        _warn_revert_risk(fix_id, state.meta)
     rid = rundir.request(d, fix_id, action, pid)
     # Only the processes that can hold the fix are waited for (rundir.waited_for): the engine
     # processes once the run has one, else those that imported SGLang; the launcher, detokenizer
@@ -156,6 +158,23 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
     counted = [r for r in rows if r["waited"]]
     if not counted or not all(r["ok"] for r in counted):
         sys.exit(EXIT_FIX_FAILED)
+
+
+def _warn_revert_risk(fix_id: str, meta: object) -> None:
+    """One stderr line per fix this revert takes off (its dependants first) whose revert
+    re-exposes what it prevents in this engine (`Fix.revert_risk`, from the environment its
+    run.json recorded: `env`). `--yes` leaves it out; the exit code is the revert's own."""
+    from diag import fixes
+    from diag.fixes import orchestrator
+
+    env = meta.get("env") if isinstance(meta, dict) else None
+    if not isinstance(env, dict):
+        return
+    env = {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+    for fid in [*orchestrator.dependants(fix_id), fix_id]:
+        risk = fixes.get(fid).revert_risk(env)
+        if risk:
+            click.echo(f"diag: warning: {risk} (--yes: no warning)", err=True)
 
 
 def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
@@ -220,15 +239,20 @@ def _control_command(action: str):
     @target_options
     @guarded
     def command(fix_id: str, pid: int | None, timeout: float, as_json: bool, run_dir: str | None,
-                **target_kw) -> None:
+                yes: bool = False, **target_kw) -> None:
         if pid is not None and not run_dir:
             raise click.UsageError("--pid names a process of a run: give --run-dir DIR too")
         _check_id(fix_id)  # an unknown id is a usage error wherever it would be applied
         if run_dir:
-            _control(fix_id, action, run_dir, pid, timeout, as_json)
+            _control(fix_id, action, run_dir, pid, timeout, as_json, yes)
         else:
             _here(fix_id, action, as_json, target_kw)
 
+    if action == "revert":
+        command = click.option(
+            "--yes", is_flag=True,
+            help="No warning when the revert re-exposes what the fix prevents in this engine "
+                 "(profiler-controlled-teardown on a server with SGLANG_PROFILE_V2).")(command)
     return command
 
 

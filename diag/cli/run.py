@@ -86,7 +86,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
                         f"{', '.join(counters)}, all)", exit_code=EXIT_USAGE)
     existed = run_dir is not None and Path(run_dir).expanduser().exists()
     d, run_id = _make_run_dir(run_dir, existed, cmd=list(cmd), fixes=fx, probes=pr,
-                              launcher_pid=os.getpid())
+                              launcher_pid=os.getpid(), env=recorded_env())
     rundir.register(d)
     env = build_env(d, fx, pr, run_id=run_id)
     if exact_syncs:
@@ -100,6 +100,16 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
         rundir.discard(d, remove_dir=not existed)
         raise DiagError(f"cannot run {cmd[0]!r}: {e.strerror}",
                         exit_code=127 if isinstance(e, FileNotFoundError) else 126) from None
+
+
+def recorded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The SGLang switches the engine starts with that change what diag looks at (the SGLANG_*
+    names of `diag.envinfo.RELEVANT_VARS`, those set), for run.json's `env`: `fix revert` reads
+    it (SGLANG_PROFILE_V2). Only these names: other variables may hold secrets."""
+    from diag.envinfo import RELEVANT_VARS
+
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in RELEVANT_VARS if k.startswith("SGLANG_") and k in env}
 
 
 def _make_run_dir(run_dir: str | None, existed: bool, **meta) -> tuple[Path, str]:
