@@ -11,12 +11,13 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from test_agent_faults import PID, _agent, _end
 
 from diag.engine import control, rundir
 
-DIAG = [sys.executable, "-m", "diag"]
+DIAG = [sys.executable, str(Path(__file__).resolve().parent / "agent_standins" / "diag_with_standins.py")]  # noqa: E501
 
 
 def _ack(d, request: str) -> None:
