@@ -77,3 +77,29 @@ def test_diag_trace_reads_draft_extend_going_from_eager_to_graph():
     row = next(x for x in doc["compare"] if x["phase"] == "draft-extend")
     assert row["current"]["graph_passes"] == 2 and row["baseline"]["graph_passes"] == 0
     assert row["launches_delta"] < -100  # ~130 launches an eager pass, 13 around a replay
+
+
+def test_run_2_forward_based_prediction_recomputed_from_its_window():
+    """Run 2 (tests/gpu_lane/allowlist-h200-run2/): the before server's window counters hold the
+    eager draft-extend forward (1334 passes, 4.2816 s) and the target-verify replays (1334,
+    0.2007 s): 3.2096 - 0.1505 = 3.059 ms a pass, as the lane recorded."""
+    lane = json.loads((RUN.parent / "allowlist-h200-run2" / "lane.json").read_text())
+    win = lane["window_counters"]
+    fwd = win["before"]["graph_phases"]["draft-extend-forward"]["eager"]
+    tv = win["before"]["graph_phases"]["target-verify"]["graph"]
+    assert fwd["passes"] == tv["passes"] == 1334
+    ppt = lane["passes"]["before"]["eager"] / (lane["timings"]["rounds"] * lane["timings"]["tokens"])
+    p = fixes.get("draft-extend-allowlist").predict(win["before"], ppt)
+    assert p.per_pass_ms == pytest.approx(1e3 * (fwd["seconds"] - tv["seconds"]) / 1334)
+    assert p.per_pass_ms == pytest.approx(lane["prediction"]["per_pass_ms"], abs=1e-3)
+    assert p.per_token_ms == pytest.approx(lane["prediction"]["per_token_ms"], abs=1e-3)
+    # the after server's own graph passes: what a replay really cost (the model's +5 %)
+    after = win["after"]["draft_extend"]["graph"]
+    eager = win["before"]["draft_extend"]["eager"]
+    saved = 1e3 * (eager["seconds"] / eager["passes"] - after["seconds"] / after["passes"])
+    assert saved == pytest.approx(lane["per_pass_truth_ms"]["saved"])
+    assert p.per_pass_ms / saved - 1 == pytest.approx(0.051, abs=0.01)
+    c = checks.check_prediction("p", p.per_token_ms, lane["timings"]["measured_gain_ms_per_token"])
+    assert c.ok is False and c.data["error"] == pytest.approx(0.294, abs=0.01)
+    r = lane["timings"]["paired"]["after_vs_before"]
+    assert r["hi"] < 1 and r["ratio"] == pytest.approx(0.591, abs=1e-3)
