@@ -242,10 +242,10 @@ def _control_command(action: str):
                 yes: bool = False, **target_kw) -> None:
         if pid is not None and not run_dir:
             raise click.UsageError("--pid names a process of a run: give --run-dir DIR too")
-        _check_id(fix_id)  # an unknown id is a usage error wherever it would be applied
-        if run_dir:
+        if run_dir:  # the engine's own registry decides (plugins may add fixes): exit 4
             _control(fix_id, action, run_dir, pid, timeout, as_json, yes)
         else:
+            _check_id(fix_id)
             _here(fix_id, action, as_json, target_kw)
 
     if action == "revert":
