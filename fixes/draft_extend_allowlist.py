@@ -273,8 +273,8 @@ class DraftExtendAllowlistFix(Fix):
                        ) -> tuple[list[str], list[str]]:
         """(backends this release captures on `platform`, backends no list admits)."""
         from diag.probes.backends import backend_map
-        from diag.probes.draft_extend_graph import HIP_BACKENDS
         from diag.probes.gate import GRAPH, verdict
+        from diag.probes.phases import HIP_BACKENDS
 
         bm = backend_map(target, platform)
         allow = set(self.allowlist(platform))

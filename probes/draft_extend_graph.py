@@ -27,14 +27,15 @@ from diag.probes.gate import (
     read_gate,
     verdict,
 )
-from diag.probes.phases import DEPENDS, REFUSED, PhaseVerdict, phase_verdicts
+from diag.probes.phases import (  # noqa: F401  (HIP_BACKENDS re-exported for callers)
+    DEPENDS,
+    HIP_BACKENDS,
+    REFUSED,
+    PhaseVerdict,
+    phase_verdicts,
+)
 
 FIX_ID = "draft-extend-allowlist"
-# Attention backends that run on AMD GPUs; the HIP table lists these only. In sglang 0.5.23:
-# the HIP gate's classes (srt/speculative/eagle_worker_v2.py:560-564) come from aiter, dsv4 (HIP
-# branch at srt/layers/attention/attention_registry.py:185), dsa/nsa and qsa (registry :127,
-# :177, :150, :166, :157); wave (:134) is AMD's and triton (:206) runs on HIP too.
-HIP_BACKENDS = ("aiter", "wave", "dsv4", "dsa", "nsa", "qsa", "triton")
 METRIC = "sglang:startup_cuda_graph_time_seconds"
 
 
