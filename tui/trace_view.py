@@ -40,7 +40,7 @@ class TraceView(Vertical):
 
     def _load(self) -> None:
         from diag.errors import DiagError
-        from diag.probes.trace_report import build
+        from diag.probes.trace.report import build
 
         try:
             doc, err = build(list(self.paths), list(self.baseline) or None), None
@@ -55,7 +55,7 @@ class TraceView(Vertical):
         self.show()
 
     def show(self) -> None:
-        from diag.probes.trace_render import phase_rows, render
+        from diag.probes.trace.render import phase_rows, render
 
         head = self.query_one("#trace-head", Static)
         if self.error is not None:

@@ -42,7 +42,7 @@ def trace(paths: tuple[str, ...], baseline: tuple[str, ...], as_json: bool, fail
     Exit codes: 0 read, 1 findings at/above --fail-on, 2 usage, 3 a path that is not a
     readable trace (or a release that cannot be found).
     """
-    from diag.probes.trace_report import build
+    from diag.probes.trace.report import build
 
     source = None
     if attention_backend:
@@ -54,7 +54,7 @@ def trace(paths: tuple[str, ...], baseline: tuple[str, ...], as_json: bool, fail
     if as_json:
         click.echo(json.dumps(doc, indent=1))
     else:
-        from diag.probes.trace_render import render
+        from diag.probes.trace.render import render
 
         click.echo(render(doc))
     levels = {"warn": {"warn", "fail"}, "fail": {"fail"}, "never": set()}[fail_on]
@@ -65,7 +65,7 @@ def _source(sglang: str | None, backend: str, steps: int | None, kill_switch: bo
     """The release's draft-extend verdict, per platform, for the traced configuration."""
     from diag import target as target_mod
     from diag.cli.common import log
-    from diag.probes.trace_verdict import source_verdict
+    from diag.probes.trace.verdict import source_verdict
 
     tgt = target_mod.resolve(sglang, log=log)
     target_mod.check_tree(tgt)

@@ -52,7 +52,7 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         if not os.path.exists(p):
             raise DiagError(f"--trace {p}: no such file or directory")
     if trace_paths:  # a folder with no trace in it: the same one-line error (exit 3)
-        from diag.probes.trace_report import expand
+        from diag.probes.trace.report import expand
 
         expand(list(trace_paths))
     import importlib.util
@@ -73,8 +73,8 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
                                server_url=server_url, execute=execute, width=width,
                                config=config), nl=False)
         if trace_paths:  # tab 5's content, as `diag trace` prints it
-            from diag.probes.trace_render import render
-            from diag.probes.trace_report import build
+            from diag.probes.trace.render import render
+            from diag.probes.trace.report import build
 
             click.echo(render(build(list(trace_paths))))
         return

@@ -8,10 +8,12 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
-from diag.probes import trace_complete, trace_phases, trace_waits
-from diag.probes.trace_phases import PHASES, Pass
-from diag.probes.trace_reader import Trace, read
-from diag.probes.trace_verdict import agreement
+from diag.probes.trace import complete as trace_complete
+from diag.probes.trace import phases as trace_phases
+from diag.probes.trace import waits as trace_waits
+from diag.probes.trace.phases import PHASES, Pass
+from diag.probes.trace.reader import Trace, read
+from diag.probes.trace.verdict import agreement
 from diag.schemas import SCHEMA_VERSION
 
 GPU_NOT_RECORDED = "no GPU activity in the trace (CPU-only profile)"
@@ -94,7 +96,7 @@ def expand(paths: list[str]) -> list[str]:
     what `/start_profile` or stage profiling wrote, one file per rank or stage."""
     import os
 
-    from diag.probes.trace_reader import TraceReadError
+    from diag.probes.trace.reader import TraceReadError
 
     out = []
     for p in paths:

@@ -16,8 +16,8 @@ import statistics
 from array import array
 from collections import defaultdict
 
-from diag.probes.trace_phases import Pass
-from diag.probes.trace_reader import Frames, Trace
+from diag.probes.trace.phases import Pass
+from diag.probes.trace.reader import Frames, Trace
 
 SYNC = re.compile(r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize")
 COPY = re.compile(r"^(cuda|hip|cu)Memcpy")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from diag.probes.trace_phases import GRAPH_LAUNCH, Pass
-from diag.probes.trace_reader import Trace
+from diag.probes.trace.phases import GRAPH_LAUNCH, Pass
+from diag.probes.trace.reader import Trace
 
 ROCTRACER_GRAPHS = ("HIP graph replays recorded by roctracer (torch's Kineto without "
                     "rocprofiler-sdk) lose kernels (sglang #35390: 448 of 512 in one replay; "

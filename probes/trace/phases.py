@@ -18,7 +18,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from diag.probes.trace_reader import Trace
+from diag.probes.trace.reader import Trace
 
 PHASES = ("target-verify", "draft-decode", "draft-extend", "target-extend", "decode")
 SPEC_SPANS = {"draft": "draft-decode", "draft_extend": "draft-extend"}
