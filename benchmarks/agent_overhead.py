@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     from diag import telemetry
     from diag.engine import rundir
     from diag.engine.agent import Agent
-    from diag.probes import draft_extend_runtime, sync_counter
+    from diag.probes import sync_counter
+    from diag.probes.draft_extend_graph import runtime as draft_extend_runtime
 
     plain = StandinWorker.step
     agent = Agent.__new__(Agent)

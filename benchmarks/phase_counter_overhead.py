@@ -67,9 +67,8 @@ def _loop(fn: Callable, obj: object, arg: object, calls: int) -> float:
 
 def cases() -> dict[str, tuple[Callable, Callable, object, object]]:
     """name -> (unwrapped, wrapped, self, argument): one pass each call."""
-    from diag.probes import draft_extend_runtime as der
-    from diag.probes import graph_phase_runtime as gpr
-
+    from diag.probes.draft_extend_graph import phase_counter as gpr
+    from diag.probes.draft_extend_graph import runtime as der
     batch = SimpleNamespace(forward_mode=StandinVerifyMode(), batch_size=8)
     draft_batch = SimpleNamespace(batch_size=lambda: 8)
     can_run = der._wrap_can_run(lambda self, fb: True)

@@ -273,8 +273,8 @@ class DraftExtendAllowlistFix(Fix):
                        ) -> tuple[list[str], list[str]]:
         """(backends this release captures on `platform`, backends no list admits)."""
         from diag.probes.backends import backend_map
+        from diag.probes.draft_extend_graph.phases import HIP_BACKENDS
         from diag.probes.gate import GRAPH, verdict
-        from diag.probes.phases import HIP_BACKENDS
 
         bm = backend_map(target, platform)
         allow = set(self.allowlist(platform))
@@ -423,7 +423,7 @@ class DraftExtendAllowlistFix(Fix):
         draft_extend_runtime: the eager forward minus this engine's own replay cost). Per token:
         that x draft-extend passes per output token (batch 1: 1 / accept length), where the
         caller knows it."""
-        from diag.probes.draft_extend_runtime import replay_saving
+        from diag.probes.draft_extend_graph.runtime import replay_saving
 
         got = replay_saving(counters, ("no-runner",))
         if got is None:

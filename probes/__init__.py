@@ -12,7 +12,7 @@ import importlib
 from diag.probes.base import Probe
 
 REGISTRY: dict[str, str] = {
-    "draft-extend-graph": "diag.probes.draft_extend_graph:DraftExtendGraphProbe",
+    "draft-extend-graph": "diag.probes.draft_extend_graph.probe:DraftExtendGraphProbe",
     "metadata-syncs": "diag.probes.metadata_syncs:MetadataSyncsProbe",
     "profiler-teardown": "diag.probes.profiler_teardown:ProfilerTeardownProbe",
 }

@@ -131,7 +131,7 @@ def runtime_hooks(version: str) -> dict:
     """The run-time counters' hooks patch the real loaded classes and revert exactly."""
     import importlib
 
-    from diag.probes.draft_extend_runtime import hook_patch, hook_targets
+    from diag.probes.draft_extend_graph.runtime import hook_patch, hook_targets
 
     targets = hook_targets(version)
     originals = []

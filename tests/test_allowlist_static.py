@@ -14,8 +14,8 @@ from diag.errors import FixError
 from diag.fixes.base import APPLICABLE, NOT_NEEDED, UPSTREAM
 from diag.fixes.capture_syncs import capture_sync_sites
 from diag.fixes.draft_extend_allowlist import DraftExtendAllowlistFix, class_locations, parse_extra
-from diag.probes import draft_extend_runtime as rt
-from diag.probes import graph_phase_runtime
+from diag.probes.draft_extend_graph import phase_counter as graph_phase_runtime
+from diag.probes.draft_extend_graph import runtime as rt
 
 pytestmark = pytest.mark.release
 

@@ -168,7 +168,7 @@ def test_unknown_steps_assumes_multi_step_and_says_so(release):
 
 def test_kill_switch_is_read_as_sglangs_envbool(release):
     """EnvBool takes true/1/yes/y (any case, unstripped); anything else is the default, False."""
-    from diag.probes.draft_extend_graph import kill_switch_set
+    from diag.probes.draft_extend_graph.probe import kill_switch_set
 
     gate = read_gate(release("0.5.17"))
     name = gate.kill_switch_env

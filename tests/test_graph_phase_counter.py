@@ -23,9 +23,9 @@ import report_schema
 from diag import telemetry
 from diag.engine.events import Fold, describe_counters
 from diag.patcher import find_def
-from diag.probes import draft_extend_runtime as der
-from diag.probes import graph_phase_runtime as gpr
 from diag.probes import sync_counter
+from diag.probes.draft_extend_graph import phase_counter as gpr
+from diag.probes.draft_extend_graph import runtime as der
 
 
 class StandinForwardMode(enum.IntEnum):  # sglang/srt/model_executor/forward_batch_info.py

@@ -14,7 +14,7 @@ import pytest
 
 from diag.context import SpecConfig
 from diag.probes import gate as gate_mod
-from diag.probes import phases
+from diag.probes.draft_extend_graph import phases
 from diag.target import Target
 from tests.conftest import release_target
 

@@ -11,7 +11,7 @@ from standin_sglang_server import StandinSGLangServer, server_info
 
 from diag.cli import main
 from diag.context import SpecConfig
-from diag.probes import phases
+from diag.probes.draft_extend_graph import phases
 from tests.conftest import release_target
 from tests.report_schema import check
 

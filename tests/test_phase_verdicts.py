@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from diag.context import SpecConfig
-from diag.probes import phases
+from diag.probes.draft_extend_graph import phases
 from tests.conftest import release_target
 
 TRUTH = json.loads((Path(__file__).parent / "groundtruth" / "phase_cases.json").read_text())

@@ -284,7 +284,7 @@ def _check_model(tgt: Any, model: str) -> None:
     from pathlib import Path
 
     from diag.errors import EXIT_USAGE
-    from diag.probes.phases import read_model
+    from diag.probes.draft_extend_graph.phases import read_model
 
     if os.sep in model or Path(model).exists():
         p = Path(model)

@@ -542,7 +542,7 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
 
 def _phase_reqs(values: tuple[str, ...]) -> dict[str, str]:
     """--require-phase PHASE=MODE (repeatable) -> {phase: mode}; a bad one is a usage error."""
-    from diag.probes.phases import DEPENDS, EAGER, GRAPH, PHASES, REFUSED
+    from diag.probes.draft_extend_graph.phases import DEPENDS, EAGER, GRAPH, PHASES, REFUSED
 
     out: dict[str, str] = {}
     for v in values:

@@ -26,7 +26,7 @@ DRY_TIMEOUT_S = 300.0
 def phase_requirements(ctx: Any, backend: str, required: dict[str, str]) -> list[dict]:
     """`--require-phase`: each required phase's verdict for the configuration under audit (the
     same `probes.phases` verdicts the report shows), and whether it is in the required mode."""
-    from diag.probes.phases import phase_verdicts
+    from diag.probes.draft_extend_graph.phases import phase_verdicts
 
     out = []
     for v in phase_verdicts(ctx.target, ctx.platform, ctx.config, backend):

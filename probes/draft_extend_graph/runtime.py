@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from diag import telemetry
 from diag.patcher import Patch
-from diag.probes import graph_phase_runtime
+from diag.probes.draft_extend_graph import phase_counter as graph_phase_runtime
 from diag.probes.gate import env_bool
 from diag.target import Target
 

@@ -28,11 +28,12 @@ from diag.probes import gate as gate_mod
 from diag.probes.source import parse_file
 from diag.target import Target
 
-# Attention backends that run on AMD GPUs; the HIP tables list these only. In sglang 0.5.23:
+# Attention backends that run on AMD GPUs; the HIP table lists these only. In sglang 0.5.23:
 # the HIP gate's classes (srt/speculative/eagle_worker_v2.py:560-564) come from aiter, dsv4 (HIP
 # branch at srt/layers/attention/attention_registry.py:185), dsa/nsa and qsa (registry :127,
 # :177, :150, :166, :157); wave (:134) is AMD's and triton (:206) runs on HIP too.
 HIP_BACKENDS = ("aiter", "wave", "dsv4", "dsa", "nsa", "qsa", "triton")
+
 PHASES = ("target-verify", "draft-decode", "draft-extend")
 GRAPH, EAGER, REFUSED, DEPENDS = "graph", "eager", "refused", "depends"
 UNDER_AUDIT = "under audit"
@@ -517,6 +518,5 @@ def table_backends(target: Target, platform: str) -> list[str]:
     """The backends a per-phase table lists when no backend is under audit."""
     bm = backends.backend_map(target, platform)
     if platform == "hip":
-
         return [n for n in HIP_BACKENDS if n in bm]
     return [n for n, b in bm.items() if b.has_draft_factory_entry]

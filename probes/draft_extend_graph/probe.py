@@ -15,6 +15,13 @@ from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
 from diag.probes.backends import BackendInfo, backend_map, read_problems
 from diag.probes.base import Counter, Probe
+from diag.probes.draft_extend_graph.phases import (
+    DEPENDS,
+    HIP_BACKENDS,
+    REFUSED,
+    PhaseVerdict,
+    phase_verdicts,
+)
 from diag.probes.gate import (
     DRAFT_UTILS_FILE,
     EAGER,
@@ -26,13 +33,6 @@ from diag.probes.gate import (
     parse_problem,
     read_gate,
     verdict,
-)
-from diag.probes.phases import (  # noqa: F401  (HIP_BACKENDS re-exported for callers)
-    DEPENDS,
-    HIP_BACKENDS,
-    REFUSED,
-    PhaseVerdict,
-    phase_verdicts,
 )
 
 FIX_ID = "draft-extend-allowlist"
@@ -68,7 +68,7 @@ class DraftExtendGraphProbe(Probe):
     title = "Draft-extend graph capture"
     concern = "draft-extend falls back to eager (graph-capture gate)"
     fixes = (FIX_ID,)
-    counter = Counter("diag.probes.draft_extend_runtime:runtime_patch",
+    counter = Counter("diag.probes.draft_extend_graph.runtime:runtime_patch",
                       ("draft_extend", "graph_phase"))
 
     def run(self, ctx: Context) -> list[Finding]:
