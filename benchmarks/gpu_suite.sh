@@ -27,7 +27,7 @@ if [ "$part" = tests-bench ] || [ "$part" = all ]; then
   diag probe metadata-syncs --sglang 0.5.17 | head -20
 fi
 if [ "$part" = reproducer ] || [ "$part" = all ]; then
-  python3 -m diag.probes.profiler_reproducer --gpu 1 --tries "${TRIES:-5}" \
+  python3 -m diag.probes.profiler_teardown.reproducer --gpu 1 --tries "${TRIES:-5}" \
     --scenario late-collection --scenario late-collection-thread --scenario never-stopped \
     --scenario stop-twice --scenario controlled-teardown 2>&1 | tee "$out/reproducer.txt"
 fi

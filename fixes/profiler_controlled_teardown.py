@@ -8,7 +8,7 @@ arbitrary point, where SGLang servers crashed (double free). SGLang 0.5.18 fixed
 
 Upstream's `gc.collect()` costs in proportion to the whole live heap (a scheduler holds
 millions of objects), in the middle of serving. This fix does not collect: the patch wraps each
-stop that lacks a teardown (found by AST in the target, `probes.profiler_teardown`); after the
+stop that lacks a teardown (found by AST in the target, `probes.profiler_teardown.stops`); after the
 original stop has dropped its profiler reference, the wrapper breaks the stopped profiler's own
 reference cycles (found at run time by walking its referents, `break_cycles`), so reference
 counting frees it right there; a weak reference proves it, and only when one is still alive does
@@ -40,10 +40,10 @@ from diag.context import SpecConfig
 from diag.fixes import profiler_stage_switch as stage_switch
 from diag.fixes.base import APPLICABLE, NO_SGLANG, REFUSED, UPSTREAM, Applicability, Fix
 from diag.patcher import Patch
-from diag.probes import profiler_runtime
-from diag.probes import profiler_stage_site as stage_site
-from diag.probes.profiler_runtime import torch_profiles as _torch_profiles
-from diag.probes.profiler_teardown import StopSite, locate_stops
+from diag.probes.profiler_teardown import runtime as profiler_runtime
+from diag.probes.profiler_teardown import stage_site
+from diag.probes.profiler_teardown.runtime import torch_profiles as _torch_profiles
+from diag.probes.profiler_teardown.stops import StopSite, locate_stops
 from diag.target import Target
 
 FIX_ID = "profiler-controlled-teardown"

@@ -18,7 +18,7 @@ The patch calls the predicate from a wrapper around `run_batch` (outside its spa
 opens) and makes the in-span call a no-op for that batch. Only for stage switching (V2 on, or
 `profile_by_stage`): the classic `num_steps` path reads the forward count that `run_batch`
 increments before its call, so it stays where it is. Found in the target by AST
-(`probes.profiler_stage_site.locate`: `run_batch` carries a decorator and calls
+(`probes.profiler_teardown.stage_site.locate`: `run_batch` carries a decorator and calls
 `<x>._profile_batch_predicate(batch)`).
 """
 
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from diag.probes.gate import env_bool
-from diag.probes.profiler_stage_site import PREDICATE
-from diag.probes.profiler_teardown import V2_ENV
+from diag.probes.profiler_teardown.stage_site import PREDICATE
+from diag.probes.profiler_teardown.stops import V2_ENV
 
 _hoisted = threading.local()  # the batch whose predicate ran before the span, on this thread
 

@@ -124,10 +124,10 @@ def test_without_torch_bench_is_operational_error(notorch_python):
 def test_reproducer_child_with_a_broken_torch_is_an_error(monkeypatch, tmp_path, release):
     """A torch that is there but fails to import: the reproducer did not run, `error`."""
     pytest.importorskip("torch")
-    import diag.probes.profiler_reproducer as rp
+    import diag.probes.profiler_teardown.reproducer as rp
     from diag.context import Context
     from diag.findings import Status
-    from diag.probes.profiler_teardown import ProfilerTeardownProbe
+    from diag.probes.profiler_teardown.probe import ProfilerTeardownProbe
 
     standin = tmp_path / "broken_torch_standin" / "torch"  # why: a broken build cannot be had
     standin.mkdir(parents=True)
@@ -143,7 +143,7 @@ def test_reproducer_child_with_a_broken_torch_is_an_error(monkeypatch, tmp_path,
 
 def test_reproducer_child_that_fails_to_start_is_not_run():
     """A child that exits by itself before the end of its scenario tested nothing."""
-    import diag.probes.profiler_reproducer as rp
+    import diag.probes.profiler_teardown.reproducer as rp
 
     a = rp.Attempt(returncode=1, signal=None, timed_out=False, seconds=0.1, report=None,
                    stderr_tail="Traceback ...\nImportError: cannot import name 'child_main'")

@@ -93,7 +93,7 @@ from diag.probes import specs
 print(sorted(_worker_probes(True, [s.id for s in specs() if s.needs_torch])))
 """
 _WARM = """
-from diag.probes import profiler_teardown as pt
+from diag.probes.profiler_teardown import cycle as pt
 pt.store_cycle(pt.runtime_cycle(lean=True))
 """
 

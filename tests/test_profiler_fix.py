@@ -30,7 +30,7 @@ from diag.fixes.profiler_controlled_teardown import (
     teardown,
 )
 from diag.patcher import marked
-from diag.probes.profiler_runtime import record_patch, runtime_patch
+from diag.probes.profiler_teardown.runtime import record_patch, runtime_patch
 from diag.target import Target
 
 torch = pytest.importorskip("torch")
@@ -287,7 +287,7 @@ def test_controlled_profile_frees_at_del(events, tmp_path):
 
 
 def test_teardown_helper_reports():
-    from diag.probes.profiler_teardown import find_cycle
+    from diag.probes.profiler_teardown.cycle import find_cycle
 
     p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     p.start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import diag.probes.profiler_reproducer as rp
+import diag.probes.profiler_teardown.reproducer as rp
 from diag.fixes.bench_profiler import run
 
 pytestmark = pytest.mark.gpu

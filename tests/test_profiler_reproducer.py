@@ -7,10 +7,10 @@ import signal
 
 import pytest
 
-import diag.probes.profiler_reproducer as rp
+import diag.probes.profiler_teardown.reproducer as rp
 from diag.context import Context
 from diag.findings import Status
-from diag.probes.profiler_teardown import ProfilerTeardownProbe
+from diag.probes.profiler_teardown.probe import ProfilerTeardownProbe
 
 pytest.importorskip("torch")
 

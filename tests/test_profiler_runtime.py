@@ -9,7 +9,8 @@ import pytest
 
 from diag.context import Context
 from diag.findings import Status
-from diag.probes.profiler_teardown import ProfilerTeardownProbe, find_cycle, runtime_cycle
+from diag.probes.profiler_teardown.cycle import find_cycle, runtime_cycle
+from diag.probes.profiler_teardown.probe import ProfilerTeardownProbe
 
 torch = pytest.importorskip("torch")
 
@@ -45,7 +46,7 @@ def test_stopped_profiler_is_in_a_cycle_on_local_torch():
 def test_heap_watch_times_full_collections_it_did_not_run():
     """HeapWatch learns the cost of a full collection from one the interpreter runs (here the
     test's own gc.collect(), a generation-2 collection) and estimates from the heap size."""
-    from diag.probes.profiler_teardown import HeapWatch
+    from diag.probes.profiler_teardown.cycle import HeapWatch
 
     w = HeapWatch().install()
     try:
@@ -93,7 +94,7 @@ def test_cycle_check_in_a_child_process_matches_and_feeds_the_probe(release, mon
                                                                     tmp_path):
     """diagnose starts the runtime check in a child (prepare) so it overlaps other probes;
     its report is the same measurement, and the probe uses it instead of measuring inline."""
-    from diag.probes import profiler_teardown as pt
+    from diag.probes.profiler_teardown import cycle as pt
 
     monkeypatch.setenv("DIAG_CACHE_DIR", str(tmp_path))  # an empty cache: the child must run
     child = pt.start_cycle_child()

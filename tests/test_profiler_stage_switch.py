@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.probes import profiler_stage_site as stage_site
+from diag.probes.profiler_teardown import stage_site
 
 pytest.importorskip("torch")
 

@@ -9,7 +9,8 @@ import pytest
 
 from diag.context import Context
 from diag.findings import Status
-from diag.probes.profiler_teardown import ProfilerTeardownProbe, locate_stops
+from diag.probes.profiler_teardown.probe import ProfilerTeardownProbe
+from diag.probes.profiler_teardown.stops import locate_stops
 from diag.target import Target
 
 pytestmark = pytest.mark.release

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from diag.probes.metadata_census import census
-from diag.probes.profiler_teardown import locate_stops
+from diag.probes.profiler_teardown.stops import locate_stops
 from diag.target import from_path
 
 BUILDER = '''

@@ -10,7 +10,7 @@ import, an exception before the end) did not test anything: it is *not run*, wit
 and never counts as "no crash".
 
 Run it alone (the GPU command of docs/probes/profiler-teardown.md):
-    python -m diag.probes.profiler_reproducer --tries 10 [--scenario NAME]... [--json]
+    python -m diag.probes.profiler_teardown.reproducer --tries 10 [--scenario NAME]... [--json]
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def run_once(name: str, gpu: str = "auto", timeout: float = DEFAULT_TIMEOUT_S) -
     home = str(_diag_home())  # where `import diag` works: never diag/ itself (it would shadow
     env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)  # stdlib)
     cmd = [sys.executable, "-X", "faulthandler", "-c",
-           "import sys; from diag.probes.profiler_reproducer import child_main; "
+           "import sys; from diag.probes.profiler_teardown.reproducer import child_main; "
            "sys.exit(child_main(sys.argv[1:]))", name, gpu]
     t0 = time.perf_counter()
     try:
@@ -344,7 +344,7 @@ def child_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m diag.probes.profiler_reproducer",
+    ap = argparse.ArgumentParser(prog="python -m diag.probes.profiler_teardown.reproducer",
                                  description="Profiler teardown crash reproducer (child processes).")
     ap.add_argument("--scenario", action="append", choices=list(SCENARIOS),
                     help="run only this scenario (repeatable; default all)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from diag.probes.profiler_teardown import CLASSIC_FILES, V2_FILE, StopSite
+from diag.probes.profiler_teardown.stops import CLASSIC_FILES, V2_FILE, StopSite
 from diag.probes.source import parse_text
 from diag.target import Target
 

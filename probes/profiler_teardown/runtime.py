@@ -21,7 +21,8 @@ from typing import Any
 
 from diag import telemetry
 from diag.patcher import Patch
-from diag.probes.profiler_teardown import heap_watch, locate_stops
+from diag.probes.profiler_teardown.cycle import heap_watch
+from diag.probes.profiler_teardown.stops import locate_stops
 from diag.target import Target
 
 RECORD_ID = "profiler-stop-record"
