@@ -7,11 +7,11 @@ ones:
 
 - `batch hook, idle`: the agent's per-batch wrapper (`Agent._make_batch_wrapper`, what wraps
   `Scheduler.run_batch` / `process_input_requests`) with no control request pending;
-- `sync counter, no sink`: `probes.sync_counter`'s builder wrapper with no telemetry sink (the
+- `sync counter, no sink`: `probes.metadata_syncs.sync_counter`'s builder wrapper with no telemetry sink (the
   agent not running);
 - `sync counter, sink, no GPU`: the same with the agent's event file installed as a sink, on a
   machine without a GPU (it calls straight through after checking for one);
-- `draft-extend counter, counting`: `probes.draft_extend_runtime`'s pass wrapper, timing every
+- `draft-extend counter, counting`: `probes.draft_extend_graph.runtime`'s pass wrapper, timing every
   call and writing one event per call to the agent's event file (JSON line, flushed);
 - on a machine with a GPU, the sync counter as it runs there (a batch with a mode and a size):
   `sync counter, GPU, exact` (every call in torch's sync-debug scope, `DIAG_SYNC_SAMPLE=1`) and
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     from diag import telemetry
     from diag.engine import rundir
     from diag.engine.agent import Agent
-    from diag.probes import sync_counter
     from diag.probes.draft_extend_graph import runtime as draft_extend_runtime
+    from diag.probes.metadata_syncs import sync_counter
 
     plain = StandinWorker.step
     agent = Agent.__new__(Agent)

@@ -6,7 +6,7 @@ wrapped one (B), run back to back in alternating order (AB, BA, ...). Reported p
 time added per pass (median of B - A over the pairs, bootstrap 95 % interval) and the ratio B/A;
 and, measured the same way, the noise floor: A against A (two loops of the unwrapped method).
 
-The wrappers are the real ones (`probes.graph_phase_runtime`, `probes.draft_extend_runtime`)
+The wrappers are the real ones (`probes.draft_extend_graph.phase_counter`, `probes.draft_extend_graph.runtime`)
 with the agent's event file installed as a telemetry sink (counting, as in `diag run --probe
 all`); the agent's poll thread is stood in for by a `telemetry.flush()` after each pair (what it
 calls every 0.2 s). The wrapped methods are STAND-INS (classes named *Standin*) for SGLang's

@@ -1,7 +1,7 @@
 """Bench of `repeat-interleave-output-size`: the real 0.5.17 builder before and after the fix.
 
 What runs: `DeepseekV4HipRadixBackend._attach_unified_kv_prefill_meta` from the release's own
-source (probes.builder_harness), on the draft-extend path, batch 64 by default.
+source (probes.metadata_syncs.builder_harness), on the draft-extend path, batch 64 by default.
 
 - syncs per call: counted on the GPU (torch's sync debug mode) or, without one, by the CPU
   counter (device tensors tagged); 2 -> 0 expected.
@@ -81,8 +81,8 @@ def run(params: dict[str, Any], progress: Callable[[str], None]) -> BenchResult:
     import torch
 
     from diag.fixes import repeat_interleave_output_size as ri
-    from diag.probes import builder_harness as h
-    from diag.probes.sync_counter import DeviceTags, count_syncs, gpu_available
+    from diag.probes.metadata_syncs import builder_harness as h
+    from diag.probes.metadata_syncs.sync_counter import DeviceTags, count_syncs, gpu_available
     from diag.target import resolve
 
     version = str(params.get("sglang") or "0.5.17")

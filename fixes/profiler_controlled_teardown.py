@@ -12,7 +12,7 @@ stop that lacks a teardown (found by AST in the target, `probes.profiler_teardow
 original stop has dropped its profiler reference, the wrapper breaks the stopped profiler's own
 reference cycles (found at run time by walking its referents, `break_cycles`), so reference
 counting frees it right there; a weak reference proves it, and only when one is still alive does
-it fall back to `gc.collect()`. The probe's stop wrapper (`probes.profiler_runtime`, whose
+it fall back to `gc.collect()`. The probe's stop wrapper (`probes.profiler_teardown.runtime`, whose
 counter records the same stops with the fix on or off) times the stop and emits `profiler_stop`
 telemetry, with what the teardown did (`teardown`: "cycle-broken" or "gc-collect",
 `teardown_s`) and the heap estimate of `probes.profiler_teardown.HeapWatch`. `teardown`,

@@ -276,7 +276,7 @@ def make_patch(module: str = MODULE, paths: str = "draft", guarded: bool = False
         base = f.__wrapped__ if counter else f
         new = rewrite_function(base, qb, transform_builder(guarded, every))
         if counter:
-            from diag.probes.sync_counter import rewrap
+            from diag.probes.metadata_syncs.sync_counter import rewrap
 
             return rewrap(counter, new)
         return new
@@ -358,7 +358,7 @@ class RepeatInterleaveOutputSizeFix(Fix):
         """The probes it addresses, plus the real builder of the target measured with the
         fix applied to a harness copy (not the engine): syncs per call and output equality."""
         from diag.findings import Status, metric, note
-        from diag.probes import builder_harness as h
+        from diag.probes.metadata_syncs import builder_harness as h
 
         out = super().verify(ctx)
         paths, guarded = self.options()

@@ -13,7 +13,7 @@ from diag.probes.base import Probe
 
 REGISTRY: dict[str, str] = {
     "draft-extend-graph": "diag.probes.draft_extend_graph.probe:DraftExtendGraphProbe",
-    "metadata-syncs": "diag.probes.metadata_syncs:MetadataSyncsProbe",
+    "metadata-syncs": "diag.probes.metadata_syncs.probe:MetadataSyncsProbe",
     "profiler-teardown": "diag.probes.profiler_teardown.probe:ProfilerTeardownProbe",
 }
 

@@ -11,8 +11,8 @@ import pytest
 
 from diag.engine.agent import DEFAULT_BATCH_HOOK
 from diag.patcher import PatchError, find_def
-from diag.probes.sync_counter import BUILDERS as SYNC_BUILDERS
-from diag.probes.sync_counter import runtime_patch
+from diag.probes.metadata_syncs.sync_counter import BUILDERS as SYNC_BUILDERS
+from diag.probes.metadata_syncs.sync_counter import runtime_patch
 
 # 0.5.11 is the first release with the plugin entry point; 0.5.23 the newest.
 PLUGIN_RELEASES = ("0.5.11", "0.5.12.post1", "0.5.13.post1", "0.5.15.post1", "0.5.17", "0.5.18",

@@ -2,7 +2,7 @@
 replay or eager) and why eager, the draft-extend eager reasons, the in-process fold that keeps a
 write off every pass, and the metadata-syncs counter's phase of a call.
 
-The wrappers are the real ones (`probes.graph_phase_runtime`, `probes.draft_extend_runtime`);
+The wrappers are the real ones (`probes.draft_extend_graph.phase_counter`, `probes.draft_extend_graph.runtime`);
 what they wrap are stand-ins (classes named *Standin*), because SGLang's ModelRunner and EAGLE
 worker need a GPU and a loaded model: they carry only what the wrappers read, with the names
 SGLang 0.5.23 gives them (ForwardMode.TARGET_VERIFY, `ModelRunnerOutput.can_run_graph`,
@@ -23,9 +23,9 @@ import report_schema
 from diag import telemetry
 from diag.engine.events import Fold, describe_counters
 from diag.patcher import find_def
-from diag.probes import sync_counter
 from diag.probes.draft_extend_graph import phase_counter as gpr
 from diag.probes.draft_extend_graph import runtime as der
+from diag.probes.metadata_syncs import sync_counter
 
 
 class StandinForwardMode(enum.IntEnum):  # sglang/srt/model_executor/forward_batch_info.py

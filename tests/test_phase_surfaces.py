@@ -1,5 +1,5 @@
 """The per-phase verdicts on the command line: options in, rows in the JSON (schema'd), the
-text table, the exit code; one computation (`probes.phases`) behind every surface."""
+text table, the exit code; one computation (`probes.draft_extend_graph.phases`) behind every surface."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def test_signal_names():
 
 @pytest.mark.slow
 def test_probe_full_runs_the_reproducer(release, monkeypatch):
-    # the wiring, on two scenarios (all of them: test above and `python -m probes.profiler_reproducer`)
+    # the wiring, on two scenarios (all of them: test above and `python -m probes.profiler_teardown.reproducer`)
     subset = {k: rp.SCENARIOS[k] for k in ("stop-twice", "late-collection-thread")}
     monkeypatch.setattr(rp, "SCENARIOS", subset)
     monkeypatch.setattr(rp, "DEFAULT_TRIES", 1)

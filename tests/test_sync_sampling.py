@@ -17,7 +17,7 @@ import report_schema
 
 from diag import telemetry
 from diag.engine.events import Fold, Syncs, describe_counters
-from diag.probes import sync_counter as sc
+from diag.probes.metadata_syncs import sync_counter as sc
 
 
 def test_sampler_counts_every_call_until_stable_then_one_in_n():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from diag import telemetry
-from diag.probes.sync_counter import (
+from diag.probes.metadata_syncs.sync_counter import (
     DeviceTags,
     builder_patch,
     count_syncs,

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from diag import fixes
 from diag.errors import FixError
 from diag.fixes import repeat_interleave_output_size as ri
-from diag.probes import builder_harness as h
+from diag.probes.metadata_syncs import builder_harness as h
 from diag.target import Target
 
 pytestmark = pytest.mark.release
@@ -166,7 +166,7 @@ def test_guarded_mode_falls_back_on_a_wrong_count(release):
 def test_guard_samples_every_nth_call_and_escalates_on_a_mismatch(release, monkeypatch):
     """Guarded with N=4: of 8 calls the 1st and 5th are checked (one sync each, CPU counter);
     a wrong count met by a check is reported and from then on every call is checked."""
-    from diag.probes.sync_counter import DeviceTags, count_syncs
+    from diag.probes.metadata_syncs.sync_counter import DeviceTags, count_syncs
 
     cls = h.dsv4_class(release("0.5.17"))
     inp = h.make_inputs(cls.__dict__[h.ATTACH], "target-extend", 8, seed=2)
@@ -241,7 +241,7 @@ def test_bench_skips_a_release_the_fix_does_not_apply_to(release):
 
 def test_fix_over_the_runtime_sync_counter_keeps_counting(release):
     from diag import telemetry
-    from diag.probes.sync_counter import builder_patch
+    from diag.probes.metadata_syncs.sync_counter import builder_patch
 
     t = release("0.5.17")
     cls = h.dsv4_class(t)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from diag.probes import builder_harness as h
-from diag.probes.sync_counter import DeviceTags, count_syncs
+from diag.probes.metadata_syncs import builder_harness as h
+from diag.probes.metadata_syncs.sync_counter import DeviceTags, count_syncs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.release]
 

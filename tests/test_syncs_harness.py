@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from diag.probes import builder_harness as h
+from diag.probes.metadata_syncs import builder_harness as h
 
 pytestmark = pytest.mark.release
 

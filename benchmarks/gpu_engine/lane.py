@@ -779,7 +779,7 @@ def timings(servers: dict[str, es.Server], rounds: int, tokens: int) -> dict:
     out["diag_estimate_eager_cost_ms_per_token"] = checks.eager_estimate(
         out["counter"]["diag_graph_mean_s"], out["counter"]["eager_eager_mean_s"], ppt)
     # the same model diag's allow-list prediction uses, on the kill-switch server's own window
-    # (probes.draft_extend_runtime.replay_saving): what unsetting the kill switch should save
+    # (probes.draft_extend_graph.runtime.replay_saving): what unsetting the kill switch should save
     from diag.probes.draft_extend_graph.runtime import replay_saving
 
     got = replay_saving(checks.window_counters(c_after["eager"], c_before["eager"]),

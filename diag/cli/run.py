@@ -90,7 +90,7 @@ def run(fix_ids: tuple[str, ...], probe_ids: tuple[str, ...], run_dir: str | Non
     rundir.register(d)
     env = build_env(d, fx, pr, run_id=run_id)
     if exact_syncs:
-        env["DIAG_SYNC_SAMPLE"] = "1"  # probes.sync_counter.ENV_SAMPLE
+        env["DIAG_SYNC_SAMPLE"] = "1"  # probes.metadata_syncs.sync_counter.ENV_SAMPLE
     click.echo(f"diag: run directory {d}", err=True)
     sys.stderr.flush()
     sys.stdout.flush()

@@ -25,7 +25,7 @@ DRY_TIMEOUT_S = 300.0
 
 def phase_requirements(ctx: Any, backend: str, required: dict[str, str]) -> list[dict]:
     """`--require-phase`: each required phase's verdict for the configuration under audit (the
-    same `probes.phases` verdicts the report shows), and whether it is in the required mode."""
+    same `probes.draft_extend_graph.phases` verdicts the report shows), and whether it is in the required mode."""
     from diag.probes.draft_extend_graph.phases import phase_verdicts
 
     out = []

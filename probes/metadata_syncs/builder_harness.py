@@ -299,7 +299,7 @@ def measure(target: Target, path: str, mode: str = "cpu", batch: int = 64,
     `cls`: a class already loaded (e.g. patched by a fix); `patched_expr`: the caller's
     `_diag_output_size` expression when `cls` is patched. Never raises: errors go in `.error`.
     """
-    from diag.probes.sync_counter import DeviceTags, count_syncs
+    from diag.probes.metadata_syncs.sync_counter import DeviceTags, count_syncs
 
     m = Measurement(target.version, path, mode, patched_expr is not None)
     try:

@@ -28,7 +28,7 @@ What it cannot tell (by construction): types are guessed from names, annotations
 the same function and well-known ForwardBatch fields; bool-mask indexing and `if tensor:` are not
 detected; calls through other modules are not followed; conditions on anything but the forward
 mode and capture flags are taken to go both ways (paths are "may reach"). The executed harness
-(probes.builder_harness) measures what it can run.
+(probes.metadata_syncs.builder_harness) measures what it can run.
 """
 
 from __future__ import annotations
@@ -455,7 +455,7 @@ def step_paths(state: frozenset) -> tuple[str, ...]:
 # A branch on a value the configuration fixes (`if self.dcp_size > 1:`) or on whether a host
 # mirror is present (`if forward_batch.extend_seq_lens_cpu is not None:`) is not a forward-mode
 # test: the paths take it both ways. Each site keeps the guards on the way to it, so that a
-# configuration (probes.metadata_syncs) can say which are live, unreachable or undecided.
+# configuration (probes.metadata_syncs.probe) can say which are live, unreachable or undecided.
 # Backend attributes and server arguments -> the SpecConfig field that fixes them.
 CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
                 "page_size": "page_size", "topk": "speculative_eagle_topk",

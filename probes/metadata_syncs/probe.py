@@ -1,7 +1,7 @@
 """Probe `metadata-syncs`: where the attention metadata builders read the device from the host.
 
-Static census over `sglang/srt/layers/attention/**` (probes.metadata_census), plus, with
-`ctx.execute`, the real DSV4 HIP builder run alone (probes.builder_harness) on the draft-extend
+Static census over `sglang/srt/layers/attention/**` (probes.metadata_syncs.metadata_census), plus, with
+`ctx.execute`, the real DSV4 HIP builder run alone (probes.metadata_syncs.builder_harness) on the draft-extend
 and target-extend paths: counted on the GPU when there is one, by the CPU counter otherwise
 (both when there is a GPU; a disagreement is reported).
 """
@@ -38,7 +38,7 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
     release's registry and draft factory (probes.gate.backend_map): on HIP `dsv4` builds the
     HIP radix class only. Falls back to the census's name table when the release says nothing."""
     from diag.probes.gate import backend_map
-    from diag.probes.metadata_census import BACKEND_NAMES
+    from diag.probes.metadata_syncs.metadata_census import BACKEND_NAMES
 
     info = backend_map(target, platform).get(name or "") if name else None
     if info is None or not (info.attention_classes or info.draft_extend_classes):
@@ -54,13 +54,13 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
                  cfg: Any = None, version: str | None = None, platform: str | None = None
                  ) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
-    each decided for the configuration `cfg` (probes.census_config): a site behind a test the
+    each decided for the configuration `cfg` (probes.metadata_syncs.census_config): a site behind a test the
     configuration makes false is left out (listed in `unreachable` with the reason), one no
     input decides stays in the count (listed in `depends`), so `syncs_per_step` is exact when
     `exact` (no undecided site, none the census cannot tell) and an upper bound otherwise.
     `steps` None is read as the default 3 (SGLang's EAGLE)."""
     from diag.context import SpecConfig
-    from diag.probes.census_config import decide
+    from diag.probes.metadata_syncs.census_config import decide
 
     cfg = cfg if cfg is not None else SpecConfig()
     runs_decode = max((steps if steps is not None else 3) - 1, 0)
@@ -96,7 +96,7 @@ def site_status(s: Any) -> str:
 
 
 def registry_name(backend_class: str) -> str:
-    from diag.probes.metadata_census import BACKEND_NAMES
+    from diag.probes.metadata_syncs.metadata_census import BACKEND_NAMES
 
     names = [n for n, classes in BACKEND_NAMES.items() if backend_class in classes]
     return names[0] if names else backend_class
@@ -111,17 +111,17 @@ class MetadataSyncsProbe(Probe):
     title = "implicit device->host syncs in attention metadata builders"
     concern = "implicit device->host syncs in attention metadata builders"
     fixes = ("repeat-interleave-output-size",)
-    counter = Counter("diag.probes.sync_counter:runtime_patch", ("syncs",))
+    counter = Counter("diag.probes.metadata_syncs.sync_counter:runtime_patch", ("syncs",))
     needs_torch = True
 
     def handover(self, ctx: Context) -> dict[str, Any]:
-        from diag.probes.metadata_census import census
+        from diag.probes.metadata_syncs.metadata_census import census
 
         return {_census_key(ctx.target): census(ctx.target)}
 
     def run(self, ctx: Context) -> Finding:
-        from diag.probes.census_config import decide_modes
-        from diag.probes.metadata_census import (
+        from diag.probes.metadata_syncs.census_config import decide_modes
+        from diag.probes.metadata_syncs.metadata_census import (
             ATTENTION_DIR,
             DRAFT_EXTEND_BACKENDS,
             census,
@@ -302,8 +302,8 @@ class MetadataSyncsProbe(Probe):
     def _measured(self, ctx: Context, c, ev: list) -> list[str]:
         """Run the real DSV4 HIP builder alone; append its counts; return disagreements."""
         from diag.gpu_platform import gpu_possible
-        from diag.probes import builder_harness as h
-        from diag.probes.sync_counter import gpu_available
+        from diag.probes.metadata_syncs import builder_harness as h
+        from diag.probes.metadata_syncs.sync_counter import gpu_available
 
         if not ctx.target.file(h.DSV4_FILE).is_file():
             ev.append(note(f"not executed: {h.DSV4_FILE.rsplit('/', 1)[-1]} is not in this "
@@ -360,17 +360,17 @@ def _measure(ctx: Context, path: str, mode: str, fresh: bool) -> tuple[Any, str 
     from dataclasses import asdict
 
     from diag import cache
-    from diag.probes import builder_harness as h
+    from diag.probes.metadata_syncs import builder_harness as h
 
     target = ctx.target
     digest = None
     if mode == "cpu" and fresh:
         try:
-            import diag.probes.sync_counter  # noqa: F401  (its source is part of the key)
+            import diag.probes.metadata_syncs.sync_counter  # noqa: F401  (its source is part of the key)
 
             digest = cache.files_key([target.file(h.DSV4_FILE)], path, mode, TIMEOUT_S,
                                      cache.torch_fingerprint(), cache.code_fingerprint(
-                                         "diag.probes.builder_harness", "diag.probes.sync_counter"))
+                                         "diag.probes.metadata_syncs.builder_harness", "diag.probes.metadata_syncs.sync_counter"))
         except Exception:  # no torch, unreadable file: measure (and report) as before
             digest = None
     if digest is not None:
@@ -391,7 +391,7 @@ def _measure(ctx: Context, path: str, mode: str, fresh: bool) -> tuple[Any, str 
 def _measured_data(ctx: Context, m: Any, static: list) -> dict[str, Any]:
     """The fields of one measured count: where the first sync was seen (else the builder's
     first static site), how, on which path."""
-    from diag.probes import builder_harness as h
+    from diag.probes.metadata_syncs import builder_harness as h
 
     file, line = ctx.target.relpath(ctx.target.file(h.DSV4_FILE)), None
     if m.sites:
