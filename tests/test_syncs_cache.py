@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.probes.metadata_syncs.metadata_census import census
+from diag.probes.metadata_syncs.census.count import census
 from diag.probes.profiler_teardown.stops import locate_stops
 from diag.target import from_path
 

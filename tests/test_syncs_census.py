@@ -11,7 +11,7 @@ from diag.context import Context, SpecConfig
 from diag.findings import Status
 from diag.probes import get as get_probe
 from diag.probes.base import run_probe
-from diag.probes.metadata_syncs.metadata_census import census
+from diag.probes.metadata_syncs.census.count import census
 from diag.target import from_path
 
 pytestmark = pytest.mark.release
@@ -184,7 +184,7 @@ def test_probe_json_through_the_cli(release):
 
 def test_factories_without_a_device_are_host_tensors(tmp_path):
     """`torch.arange(n)` is made on the host; `torch.zeros_like(x)` and ops follow their input."""
-    from diag.probes.metadata_syncs.metadata_census import scan_file
+    from diag.probes.metadata_syncs.census.count import scan_file
 
     src = tmp_path / "standin_backend.py"
     src.write_text(
@@ -204,7 +204,7 @@ def test_every_call_on_a_line_getattr_fields_and_int_of_an_indexed_tensor(tmp_pa
     """issue 12 under-counts, on a stand-in builder (AST only): the inner `.cpu()` under an
     outer host read, `getattr(forward_batch, "seq_lens", None)` and `int(t[0])` of a device
     tensor are sites; `int(n)` of a Python value is not."""
-    from diag.probes.metadata_syncs.metadata_census import scan_file
+    from diag.probes.metadata_syncs.census.count import scan_file
 
     src = tmp_path / "standin_backend.py"
     src.write_text(
@@ -226,7 +226,7 @@ def test_paths_from_branches_capture_flags_and_callers(tmp_path):
     """Stand-in builder (AST only): a contradicting else is unreachable, a capture flag makes
     capture-only, a parameter every caller passes as None decides its `is None` test, and a
     helper gets the modes of its call sites."""
-    from diag.probes.metadata_syncs.metadata_census import scan_file
+    from diag.probes.metadata_syncs.census.count import scan_file
 
     src = tmp_path / "standin_backend.py"
     src.write_text(

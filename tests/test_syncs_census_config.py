@@ -31,8 +31,9 @@ from standin_sglang_server import StandinSGLangServer, server_info
 from diag.context import Context, SpecConfig
 from diag.probes import get as get_probe
 from diag.probes.base import run_probe
+from diag.probes.metadata_syncs.census.count import census
+from diag.probes.metadata_syncs.census.guards import guards_of
 from diag.probes.metadata_syncs.census_config import decide_guard
-from diag.probes.metadata_syncs.metadata_census import census, guards_of
 
 pytestmark = pytest.mark.release
 TRITON = "sglang/srt/layers/attention/triton_backend.py"

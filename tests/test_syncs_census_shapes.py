@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diag.probes.metadata_syncs.metadata_census import scan_source
+from diag.probes.metadata_syncs.census.count import scan_source
 
 REL = "sglang/srt/layers/attention/standin_backend.py"
 

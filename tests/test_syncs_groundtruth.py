@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.probes.metadata_syncs.metadata_census import census
+from diag.probes.metadata_syncs.census.count import census
 
 pytestmark = pytest.mark.release
 TRUTH = sorted((Path(__file__).parent / "groundtruth").glob("census_*.json"))

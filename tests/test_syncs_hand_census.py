@@ -15,8 +15,8 @@ import pytest
 from diag.context import Context, SpecConfig
 from diag.probes import get as get_probe
 from diag.probes.base import run_probe
+from diag.probes.metadata_syncs.census.count import census
 from diag.probes.metadata_syncs.census_config import decide
-from diag.probes.metadata_syncs.metadata_census import census
 
 pytestmark = pytest.mark.release
 TRUTH = json.loads((Path(__file__).parent / "groundtruth" / "hand_census.json").read_text())

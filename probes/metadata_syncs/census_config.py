@@ -1,6 +1,6 @@
 """The census's guards evaluated for the configuration under audit.
 
-Why: the census (probes.metadata_syncs.metadata_census) reads the source without a configuration, so a site
+Why: the census (probes.metadata_syncs.census) reads the source without a configuration, so a site
 behind `if self.dcp_size > 1:` is counted as if decode-context parallelism were on; summed, that
 is an upper bound the runtime counter never meets (on the GPU lane: 0 measured where the census
 said 1 and 2). Each site keeps the configuration and host-mirror tests on every path to it

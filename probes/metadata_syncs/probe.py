@@ -1,6 +1,6 @@
 """Probe `metadata-syncs`: where the attention metadata builders read the device from the host.
 
-Static census over `sglang/srt/layers/attention/**` (probes.metadata_syncs.metadata_census), plus, with
+Static census over `sglang/srt/layers/attention/**` (probes.metadata_syncs.census), plus, with
 `ctx.execute`, the real DSV4 HIP builder run alone (probes.metadata_syncs.builder_harness) on the draft-extend
 and target-extend paths: counted on the GPU when there is one, by the CPU counter otherwise
 (both when there is a GPU; a disagreement is reported).
@@ -38,7 +38,7 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
     release's registry and draft factory (probes.gate.backend_map): on HIP `dsv4` builds the
     HIP radix class only. Falls back to the census's name table when the release says nothing."""
     from diag.probes.gate import backend_map
-    from diag.probes.metadata_syncs.metadata_census import BACKEND_NAMES
+    from diag.probes.metadata_syncs.census.sites import BACKEND_NAMES
 
     info = backend_map(target, platform).get(name or "") if name else None
     if info is None or not (info.attention_classes or info.draft_extend_classes):
@@ -96,7 +96,7 @@ def site_status(s: Any) -> str:
 
 
 def registry_name(backend_class: str) -> str:
-    from diag.probes.metadata_syncs.metadata_census import BACKEND_NAMES
+    from diag.probes.metadata_syncs.census.sites import BACKEND_NAMES
 
     names = [n for n, classes in BACKEND_NAMES.items() if backend_class in classes]
     return names[0] if names else backend_class
@@ -115,17 +115,14 @@ class MetadataSyncsProbe(Probe):
     needs_torch = True
 
     def handover(self, ctx: Context) -> dict[str, Any]:
-        from diag.probes.metadata_syncs.metadata_census import census
+        from diag.probes.metadata_syncs.census.count import census
 
         return {_census_key(ctx.target): census(ctx.target)}
 
     def run(self, ctx: Context) -> Finding:
+        from diag.probes.metadata_syncs.census.count import census
+        from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, DRAFT_EXTEND_BACKENDS
         from diag.probes.metadata_syncs.census_config import decide_modes
-        from diag.probes.metadata_syncs.metadata_census import (
-            ATTENTION_DIR,
-            DRAFT_EXTEND_BACKENDS,
-            census,
-        )
 
         target = ctx.target
         if not target.file(ATTENTION_DIR).is_dir():

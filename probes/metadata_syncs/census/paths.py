@@ -1,0 +1,363 @@
+"""The census's paths: which (forward mode, phase) pairs reach a statement. Forward-mode
+predicates, capture flags, asserts and early returns narrow them (`cond`, `mode_guards`); a
+site's path class (`per-step`, `capture-only`, `unreachable`, `cannot-tell`) follows.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from diag.probes.metadata_syncs.census.sites import _FACTORIES
+from diag.probes.source import (
+    children,
+    inner,
+    unparse,
+    walk,
+)
+
+# --- forward-mode paths -------------------------------------------------------------------
+# A site's reach is the set of (mode, phase) pairs under which the branches around it can run.
+# Modes follow ForwardMode (forward_batch_info.py of 0.5.17-0.5.23): EXTEND/MIXED/SPLIT_PREFILL
+# are the target's extend, DRAFT_EXTEND(_V2) the draft's, DLLM_EXTEND/PREBUILT "other".
+MODES = ("target-extend", "draft-extend", "target-verify", "decode", "idle", "other")
+PHASES = ("step", "capture")  # per-step run (eager or graph replay) / graph capture
+State = frozenset
+ALL: frozenset = frozenset((m, p) for m in MODES for p in PHASES)
+NONE: frozenset = frozenset()
+PATH_CLASSES = ("per-step", "capture-only", "unreachable", "cannot-tell")
+
+_ENUM_MODES = {"EXTEND": "target-extend", "MIXED": "target-extend",
+               "SPLIT_PREFILL": "target-extend", "DRAFT_EXTEND": "draft-extend",
+               "DRAFT_EXTEND_V2": "draft-extend", "TARGET_VERIFY": "target-verify",
+               "DECODE": "decode", "IDLE": "idle", "DLLM_EXTEND": "other", "PREBUILT": "other"}
+# predicate -> (modes where it is true, modes it adds when include_draft_extend_v2 is true)
+_PREDICATES: dict[str, tuple[set[str], set[str]]] = {
+    "is_target_verify": ({"target-verify"}, set()),
+    "is_draft_extend": ({"draft-extend"}, set()),
+    "is_draft_extend_v2": ({"draft-extend"}, set()),
+    "is_decode": ({"decode"}, set()),
+    "is_idle": ({"idle"}, set()),
+    "is_decode_or_idle": ({"decode", "idle"}, set()),
+    "is_extend": ({"target-extend", "target-verify", "other"}, {"draft-extend"}),
+    "is_prefill": ({"target-extend", "target-verify", "other"}, {"draft-extend"}),
+    "is_extend_without_speculative": ({"target-extend", "other"}, set()),
+    "is_extend_or_draft_extend_or_mixed": ({"target-extend"}, {"draft-extend"}),
+    "is_context_parallel_extend": ({"target-extend"}, {"draft-extend"}),
+    "is_mixed": ({"target-extend"}, set()),
+    "is_split_prefill": ({"target-extend"}, set()),
+    "is_dllm_extend": ({"other"}, set()),
+    "is_prebuilt": ({"other"}, set()),
+    "is_cuda_graph": ({"decode", "target-verify", "idle", "other"}, set()),
+    "is_cpu_graph": ({"decode"}, set()),
+}
+# Flags that are true only while a CUDA graph is captured.
+_CAPTURE_FLAG = re.compile(r"^(get_)?(is_|in_)?(cuda_graph_)?captur(e|ing)(_mode)?$"
+                           r"|^is_current_stream_capturing$|^is_in_capture$")
+# The modes a CUDA/HIP graph runner captures and replays (cuda_graph_runner: decode, idle,
+# target-verify; the draft-extend runner): `*_out_graph` / `*_cuda_graph` entry points run
+# under these only (the target's extend and the dLLM modes run eager).
+GRAPH_MODES = {"decode", "idle", "target-verify", "draft-extend"}
+_GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
+# Entry points the model runner or graph runners call from outside the file.
+_EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
+                       r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
+
+
+# The walks and the cached unparse are the shared source-reading core's (probes.source).
+_unparse, _children, _walk, _inner = unparse, children, walk, inner
+
+
+def _kids(node: ast.AST) -> list[ast.AST]:
+    """`children(node)` kept on the node: every pass of the fixpoint walks the same
+    expressions again."""
+    out = getattr(node, "_diag_kids", None)
+    if out is None:
+        out = node._diag_kids = children(node)  # type: ignore[attr-defined]
+    return out
+
+
+def _modes(modes: set[str], phases: tuple[str, ...] = PHASES) -> frozenset:
+    return frozenset((m, p) for m in modes for p in phases)
+
+
+def seed_state(name: str) -> frozenset:
+    """What the name of an entry point says about when it runs (the rest: callers, branches)."""
+    phases = ("capture",) if "capture" in name and "replay" not in name else \
+        ("step",) if "replay" in name else PHASES
+    for hint, mode in (("verify", "target-verify"), ("draft_extend", "draft-extend"),
+                       ("decode", "decode")):
+        if hint in name:
+            return _modes({mode}, phases)
+    if _GRAPH_ENTRY.search(name):  # called by the graph runners only: their modes
+        return _modes(GRAPH_MODES, phases)
+    return _modes(set(MODES), phases)
+
+
+def _last_name(e: ast.AST) -> str:
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return e.id if isinstance(e, ast.Name) else ""
+
+
+def _enum_modes(e: ast.AST) -> set[str] | None:
+    elts = e.elts if isinstance(e, (ast.Tuple, ast.List, ast.Set)) else [e]
+    out: set[str] = set()
+    for x in elts:
+        if not (isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name)
+                and x.value.id == "ForwardMode" and x.attr in _ENUM_MODES):
+            return None
+        out.add(_ENUM_MODES[x.attr])
+    return out
+
+
+def _member_modes(e: ast.AST) -> set[str] | None:
+    """Modes named by a member of an enum derived from the forward mode (`_GraphBucket.X`)."""
+    if not isinstance(e, ast.Attribute):
+        return None
+    name, out = e.attr.upper(), set()
+    for token, modes in (("DECODE", {"decode"}), ("IDLE", {"idle"}),
+                         ("TARGET_VERIFY", {"target-verify"}), ("DRAFT_EXTEND", {"draft-extend"})):
+        if token in name:
+            out |= modes
+    if not out and name in ("EXTEND", "PREFILL"):
+        out = {"target-extend"}
+    return out or None
+
+
+@dataclass
+class Cond:
+    """Where a condition may be true and where it may be false; `unknown` when a forward-mode
+    test was seen that the census cannot read."""
+
+    true: frozenset
+    false: frozenset
+    unknown: bool = False
+
+
+def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] | None = None,
+         depth: int = 0) -> Cond:
+    """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
+    method that returns a forward-mode test of its argument), read through."""
+    env = env or {}
+    if depth > 6:
+        return Cond(ALL, ALL, True)
+    if isinstance(e, ast.Name) and e.id in env.get("locals", {}):
+        return cond(env["locals"][e.id], facts, env, depth + 1)
+    if isinstance(e, ast.Name) and e.id in env.get("params", {}):
+        true, false = env["params"][e.id]  # where the callers pass it truthy / falsy
+        return Cond(true, false)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
+            e.func.attr in env.get("helpers", {}):
+        return cond(env["helpers"][e.func.attr], facts, env, depth + 1)
+    if isinstance(e, ast.BoolOp):
+        parts = [cond(v, facts, env, depth + 1) for v in e.values]
+        unk = any(p.unknown for p in parts)
+        if isinstance(e.op, ast.And):
+            t = ALL
+            f = NONE
+            for p in parts:
+                t, f = t & p.true, f | p.false
+        else:
+            t, f = NONE, ALL
+            for p in parts:
+                t, f = t | p.true, f & p.false
+        return Cond(t, f, unk)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        c = cond(e.operand, facts, env, depth + 1)
+        return Cond(c.false, c.true, c.unknown)
+    if isinstance(e, ast.Constant) and isinstance(e.value, bool):
+        return Cond(ALL, NONE) if e.value else Cond(NONE, ALL)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            e.func.attr in _PREDICATES:
+        base, extra = _PREDICATES[e.func.attr]
+        flag = [k.value for k in e.keywords if k.arg == "include_draft_extend_v2"] or \
+            e.args[:1]
+        if not extra or not flag or (isinstance(flag[0], ast.Constant) and not flag[0].value):
+            true = set(base)
+        elif isinstance(flag[0], ast.Constant):
+            true = base | extra
+        else:  # include_draft_extend_v2=<a variable>: draft-extend may go either way
+            return Cond(_modes(base | extra), _modes(set(MODES) - base))
+        return Cond(_modes(true), _modes(set(MODES) - true))
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            e.func.attr.startswith("is_") and _unparse(e.func.value).endswith("forward_mode"):
+        return Cond(ALL, ALL, True)  # a forward-mode predicate this table does not know
+    if isinstance(e, ast.Compare) and len(e.ops) == 1:
+        left, op, right = e.left, e.ops[0], e.comparators[0]
+        if isinstance(left, ast.Name) and left.id in facts.get("@mode-vars", "").split(","):
+            # `bucket = _GraphBucket.of(forward_batch.forward_mode)`; `bucket == _GraphBucket.X`
+            modes = _member_modes(right)
+            if modes is None or not isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+                return Cond(ALL, ALL)  # a member that names no mode: not a test of the mode
+            t, f = _modes(modes), _modes(set(MODES) - modes)
+            return Cond(t, f) if isinstance(op, (ast.Eq, ast.Is)) else Cond(f, t)
+        if _unparse(left).endswith("forward_mode") or _enum_modes(left) is not None:
+            if _enum_modes(left) is not None:
+                left, right = right, left
+            modes = _enum_modes(right)
+            if modes is None or not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn,
+                                                    ast.Is, ast.IsNot)):
+                return Cond(ALL, ALL, True)
+            t, f = _modes(modes), _modes(set(MODES) - modes)
+            return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
+        fact = facts.get(left.id) if isinstance(left, ast.Name) else None
+        if fact in ("host-set", "none") and isinstance(right, ast.Constant) and \
+                right.value is None and isinstance(op, (ast.Is, ast.IsNot)):
+            # "host-set": every caller passes a host value it just made (never None); "none":
+            # every caller passes None (a host value may still be None: it decides nothing)
+            holds = (fact == "none") == isinstance(op, ast.Is)
+            return Cond(ALL, NONE) if holds else Cond(NONE, ALL)
+    if isinstance(e, ast.Name) and facts.get(e.id) == "none":
+        return Cond(NONE, ALL)
+    if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):
+        return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step",)))
+    return Cond(ALL, ALL)
+
+
+def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
+    """Whether `e` is a test of the forward mode (a predicate, or a mode helper's call)."""
+    for n in _walk(e):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                n.func.attr in _PREDICATES or (n.func.attr in helpers and isinstance(
+                    n.func.value, ast.Name) and n.func.value.id == "self")):
+            return True
+    return False
+
+
+def mode_helpers(tree: ast.Module) -> dict[str, ast.AST]:
+    """Methods whose last statement returns a forward-mode test (`_is_speculative_paged_mode`):
+    a call to one is read as that test."""
+    out: dict[str, ast.AST] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for m in c.body:
+            if isinstance(m, ast.FunctionDef) and m.body and isinstance(m.body[-1], ast.Return) \
+                    and m.body[-1].value is not None and _mode_expr(m.body[-1].value, {}):
+                out[m.name] = m.body[-1].value
+    return out
+
+
+def mode_guards(tree: ast.Module) -> dict[str, frozenset]:
+    """Methods that return only under forward-mode tests and raise otherwise
+    (`_GraphBucket.of`): the code after a call to one runs only for the modes it returns for."""
+    out: dict[str, frozenset] = {}
+    for c in tree.body:
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for m in c.body:
+            body = m.body if isinstance(m, ast.FunctionDef) else []
+            if len(body) < 2 or not isinstance(body[-1], ast.Raise):
+                continue
+            tests = [st for st in body[:-1] if isinstance(st, ast.If) and not st.orelse
+                     and len(st.body) == 1 and isinstance(st.body[0], ast.Return)]
+            if len(tests) != len(body) - 1 or not all(_mode_expr(t.test, {}) for t in tests):
+                continue
+            returns = NONE
+            for t in tests:
+                returns |= cond(t.test, {}).true
+            out[m.name] = returns
+    return out
+
+
+_CONFIG = re.compile(r"\bserver_args\b|\bget_spec\(\)|get_global_server_args\(\)")
+
+
+def config_attrs(tree: ast.Module) -> dict[str, set[str]]:
+    """Per class, the `self.X` set only from the server arguments (`get_spec().num_...`,
+    `server_args.x`) or constants: host values, never a device tensor."""
+    return {c.name: class_config_attrs(c) for c in tree.body if isinstance(c, ast.ClassDef)}
+
+
+def class_config_attrs(c: ast.ClassDef) -> set[str]:
+    """`config_attrs` of one class (assignments are statements: all of them lie under the
+    members of its body, whose walks `_inner` keeps)."""
+    seen: dict[str, bool] = {}
+    for item in c.body:
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else \
+            list(_walk(item))
+        # `spec = get_spec()` then `self.n = spec.speculative_num_draft_tokens`: a local bound
+        # to the server arguments is read as them
+        args_locals = {t.id for n in nodes if isinstance(n, ast.Assign)
+                       and _CONFIG.search(_unparse(n.value)) for t in n.targets
+                       if isinstance(t, ast.Name)}
+        for n in nodes:
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                            t.value.id == "self":
+                        ok = isinstance(n.value, ast.Constant) or bool(
+                            _CONFIG.search(_unparse(n.value))) or (
+                            isinstance(n.value, ast.Attribute)
+                            and isinstance(n.value.value, ast.Name)
+                            and n.value.value.id in args_locals)
+                        seen[t.attr] = seen.get(t.attr, True) and ok
+    return {a for a, ok in seen.items() if ok}
+
+
+def _is_device_value(v: ast.AST) -> bool | None:
+    """True for `torch.zeros(..., device=d)` (d not "cpu") / `torch.*_like(...)`, False for a
+    host value (a constant other than None, a factory without `device=`, `.cpu()`, `.tolist()`),
+    None when the assignment says nothing (a parameter, None, another call)."""
+    if isinstance(v, ast.Constant):
+        return None if v.value is None else False
+    if not isinstance(v, ast.Call) or not isinstance(v.func, ast.Attribute):
+        return None
+    f = v.func
+    if f.attr in ("cpu", "tolist", "item", "numpy"):
+        return False
+    if isinstance(f.value, ast.Name) and f.value.id == "torch":
+        dev = [k.value for k in v.keywords if k.arg == "device"]
+        if dev:
+            return not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu")
+        if f.attr.endswith("_like"):
+            return True
+        return False if f.attr in _FACTORIES else None
+    return None
+
+
+def class_device_attrs(c: ast.ClassDef) -> set[str]:
+    """The `self.X` of one class made on the device (`torch.zeros(..., device=self.device)`)
+    and never assigned a host value: `self.kv_indptr[bs].item()` reads the device."""
+    seen: dict[str, bool] = {}
+    for item in c.body:
+        nodes = [item, *_inner(item)] if isinstance(item, ast.FunctionDef) else _walk(item)
+        for n in nodes:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1:
+                t = n.targets[0]
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+                        t.value.id == "self":
+                    dev = _is_device_value(n.value)
+                    if dev is False:
+                        seen[t.attr] = False
+                    elif dev and seen.get(t.attr, True):
+                        seen[t.attr] = True
+    return {a for a, ok in seen.items() if ok}
+
+
+def _graph_memo_miss(test: ast.AST) -> bool:
+    """`key not in self.<...cuda_graph...>`: a miss of a graph-metadata cache."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+        isinstance(test.ops[0], ast.NotIn) and isinstance(test.comparators[0], ast.Attribute) \
+        and isinstance(test.comparators[0].value, ast.Name) and \
+        test.comparators[0].value.id == "self" and "cuda_graph" in test.comparators[0].attr
+
+
+def path_class(state: frozenset, unknown: bool) -> str:
+    if not state:
+        return "unreachable"
+    if unknown:
+        return "cannot-tell"
+    if not any(p == "step" for _, p in state):
+        return "capture-only"
+    return "per-step"
+
+
+def step_paths(state: frozenset) -> tuple[str, ...]:
+    return tuple(m for m in MODES if (m, "step") in state)

@@ -1,0 +1,253 @@
+"""Reachability: which builders a module has (the seeds and the helpers they call, transitively,
+`_builders`) and what each is reached with (`_analyse`: the union of its callers' paths and
+guards, the caller chain of every site).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from diag.probes.metadata_syncs.census.guards import call_site_guards, common_guards
+from diag.probes.metadata_syncs.census.paths import (
+    _EXTERNAL,
+    NONE,
+    class_config_attrs,
+    class_device_attrs,
+    mode_guards,
+    mode_helpers,
+    seed_state,
+)
+from diag.probes.metadata_syncs.census.scan import _Edge, _FnInfo, _Scan
+from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, _NAMED_BUILDER, ATTENTION_DIR
+from diag.probes.source import (
+    ModuleIndex,
+    Modules,
+    index,
+)
+from diag.probes.source import inner as _inner
+
+
+def _builders(tree: ast.Module, modules: Modules | None = None
+              ) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
+    """(qualname, backend, def) of the init_forward_metadata* family and what it calls, and the
+    resolver from (backend, call) to the (qualname, def) it calls."""
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+
+    def methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+        return {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+
+    def lookup(cls_name: str, meth: str, seen: set[str]) -> tuple[str, ast.FunctionDef] | None:
+        cls = classes.get(cls_name)
+        if cls is None or cls_name in seen:
+            return None
+        seen.add(cls_name)
+        if meth in methods(cls):
+            return cls_name, methods(cls)[meth]
+        for b in cls.bases:
+            base = b.id if isinstance(b, ast.Name) else None
+            if base:
+                found = lookup(base, meth, seen)
+                if found:
+                    return found
+        return None
+
+    here = index(tree)
+    homes: dict[int, tuple[str, ModuleIndex]] = {}  # helper def -> (its file, its module)
+    bound: dict[tuple[int, str], Any] = {}  # (module, name) -> what it binds to
+
+    def imported(mod: ModuleIndex, name: str) -> tuple[str, ast.FunctionDef] | None:
+        """A function of another attention module that `name` is bound to (followed: its
+        syncs count for the builder that calls it)."""
+        dotted = mod.imports.get(name, "")
+        if modules is None or not dotted.startswith(_ATTENTION_PKG):
+            return None  # not an attention module: not parsed at all
+        key = (id(mod), name)
+        if key not in bound:
+            bound[key] = modules.resolve(mod, name)
+        b = bound[key]
+        if b is None or not isinstance(b.node, ast.FunctionDef):
+            return None
+        rel = modules.relpath(b.path)  # type: ignore[union-attr]
+        if f"/{ATTENTION_DIR}/" not in f"/{rel}":
+            return None  # outside the scanned (and cached) tree
+        other = modules.module(b.dotted)  # type: ignore[union-attr]
+        if other is not None:
+            homes[id(b.node)] = (rel, other)
+        return f"{b.dotted.rsplit('.', 1)[-1]}.{b.node.name}", b.node
+
+    def resolve(backend: str, call: ast.Call, where: ast.AST | None = None
+                ) -> tuple[str, ast.FunctionDef] | None:
+        f = call.func
+        home = homes.get(id(where)) if where is not None else None
+        if home is not None:  # inside a helper of another module: its own names
+            if isinstance(f, ast.Name):
+                if f.id in home[1].funcs:
+                    fn = home[1].funcs[f.id]
+                    homes.setdefault(id(fn), home)
+                    return f"{Path(home[0]).stem}.{f.id}", fn
+                return imported(home[1], f.id)
+            return None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                f.value.id == "self" and backend in classes:
+            found = lookup(backend, f.attr, set())
+            if found:
+                return f"{found[0]}.{f.attr}", found[1]
+        elif isinstance(f, ast.Name) and f.id in funcs:
+            return f.id, funcs[f.id]
+        elif isinstance(f, ast.Name):
+            return imported(here, f.id)
+        return None
+
+    resolve.homes = homes  # type: ignore[attr-defined]
+    resolve.classes = classes  # type: ignore[attr-defined]
+
+    resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
+    resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
+    configs: dict[str, set[str]] = {}  # class -> config_attrs, for the classes asked about
+
+    def class_config(name: str) -> set[str]:
+        if name not in configs:
+            configs[name] = class_config_attrs(classes[name])
+        return configs[name]
+
+    def host_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
+        seen = seen if seen is not None else set()
+        cls = classes.get(backend)
+        if cls is None or backend in seen:
+            return set()
+        seen.add(backend)
+        out = set(class_config(backend))
+        for b in cls.bases:
+            if isinstance(b, ast.Name):
+                out |= host_attrs(b.id, seen)
+        return out
+
+    resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
+    devices: dict[str, set[str]] = {}
+
+    def device_attrs(backend: str) -> set[str]:
+        if backend not in devices:
+            devices[backend] = class_device_attrs(classes[backend]) \
+                if backend in classes else set()
+        return devices[backend]
+
+    resolve.device_attrs = device_attrs  # type: ignore[attr-defined]
+    out: dict[tuple[str, str], tuple[str, str, ast.FunctionDef]] = {}
+    todo: list[tuple[str, str, ast.FunctionDef]] = []
+    for cname, cls in classes.items():
+        for mname, m in methods(cls).items():
+            if mname.startswith("init_forward_metadata") or _NAMED_BUILDER.search(mname):
+                todo.append((f"{cname}.{mname}", cname, m))
+    while todo:
+        qual, backend, fn = todo.pop()
+        if (qual, backend) in out:
+            continue
+        out[(qual, backend)] = (qual, backend, fn)
+        for n in _inner(fn):
+            if isinstance(n, ast.Call):
+                found = resolve(backend, n, fn)
+                if found:
+                    todo.append((found[0], backend, found[1]))
+    return list(out.values()), resolve
+
+
+def _is_seed(qual: str) -> bool:
+    name = qual.rsplit(".", 1)[-1]
+    return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
+
+
+def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
+             ) -> tuple[list[str], list[_Scan]]:
+    """Walk every builder until what reaches each one (the union over its callers' branches,
+    and, for an entry point, what its name says) and its callers' argument facts settle."""
+    builders, resolve = _builders(tree, modules)
+    homes = getattr(resolve, "homes", {})
+    keys = [(q, b) for q, b, _ in builders]
+    entry: dict[tuple[str, str], frozenset] = {}
+    unknown: dict[tuple[str, str], bool] = {}
+    facts: dict[tuple[str, str], dict[str, str]] = {}
+    scans: dict[tuple[str, str], _Scan] = {}
+    truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
+    # the guards every reaching call to a helper passes (an entry point: none)
+    guards: dict[tuple[str, str], frozenset] = {}
+    called_from: dict[tuple[str, str], frozenset] = {}
+    classes = getattr(resolve, "classes", {})
+    helpers = getattr(resolve, "mode_helpers", {})
+    infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
+    # A scan depends only on its builder and these inputs: one whose inputs did not change
+    # since the last pass is the scan that pass made (so it is kept, not redone).
+    made: dict[tuple[str, str], tuple[tuple, _Scan]] = {}
+    for _ in range(12):
+        scans = {}
+        for qual, backend, fn in builders:
+            key = (qual, backend)
+            inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
+                      truths.get(key) or {}, guards.get(key, frozenset()))
+            if key in made and made[key][0] == inputs:
+                scans[key] = made[key][1]
+                continue
+            where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
+            s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)])
+            s.run(inputs[0], inputs[1], inputs[4])
+            scans[key] = s
+            made[key] = (inputs, s)
+        callers: dict[tuple[str, str], list[_Edge]] = {}
+        for s in scans.values():
+            for e in s.edges:
+                callers.setdefault(e.callee, []).append(e)
+        new_entry, new_unknown, new_facts, new_truths, new_guards = {}, {}, {}, {}, {}
+        for key in keys:
+            name = key[0].rsplit(".", 1)[-1]
+            edges = callers.get(key, [])
+            external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
+            st = seed_state(name) if external else NONE
+            for e in edges:
+                st |= e.state
+            new_entry[key] = st
+            new_unknown[key] = any(e.unknown and e.state for e in edges)
+            reaching = [e.guards for e in edges if e.state]
+            if reaching and not external:
+                new_guards[key] = common_guards(reaching)
+            elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
+                # a named builder only non-builders call (`forward_*`): their guards
+                new_guards[key] = called_from.setdefault(key, call_site_guards(
+                    classes[key[1]], name, rel))
+            if edges and not external:
+                agreed: dict[str, str] = {}
+                for pname in {p for e in edges for p in e.args}:
+                    vals = {e.args.get(pname, "other") for e in edges}
+                    if len(vals) == 1 and vals <= {"none", "host", "host-set"}:
+                        agreed[pname] = vals.pop()
+                    elif vals == {"host", "host-set"}:
+                        agreed[pname] = "host"
+                new_facts[key] = agreed
+                pnames = set.intersection(*(set(e.truth) for e in edges))
+                new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
+                                       frozenset().union(*(e.truth[p][1] for e in edges)))
+                                   for p in pnames}
+        if new_entry == entry and new_facts == facts and new_unknown == unknown and \
+                new_truths == truths and new_guards == guards:
+            break
+        entry, unknown, facts, truths, guards = (new_entry, new_unknown, new_facts, new_truths,
+                                                 new_guards)
+    names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
+    order = sorted(builders, key=lambda b: b[2].lineno)
+    callers: dict[tuple[str, str], list[_Edge]] = {}
+    for s in scans.values():
+        for e in s.edges:
+            if e.state:  # a call that can run
+                callers.setdefault(e.callee, []).append(e)
+    for key, s in scans.items():
+        chain, seen, at = [], {key}, key
+        while callers.get(at):
+            e = callers[at][0]
+            chain.append(e.at)
+            at = (e.at.rsplit(" ", 1)[-1], at[1])
+            if at in seen:
+                break
+            seen.add(at)
+        s.chain = tuple(chain)
+    return list(dict.fromkeys(names)), [scans[(q, b)] for q, b, _ in order]
