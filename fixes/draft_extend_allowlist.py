@@ -22,6 +22,9 @@ e.g. DSV4 on 0.5.17 (`_attach_unified_kv_prefill_meta`).
 Lists: DEFAULT_ALLOWLIST (HIP) and CUDA_ALLOWLIST (CUDA: every class a later release admitted
 on CUDA), plus `extra` (constructor) and the env `DIAG_ALLOWLIST_EXTRA` (comma list of
 `ClassName` or `package.module:ClassName`), which extend the list of the platform at hand.
+
+Size (just over ~600 lines, kept whole): one patch and the checks it needs on every release
+shape (HIP and CUDA gates, each capture method's name), with the release notes they cite.
 """
 
 from __future__ import annotations

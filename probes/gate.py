@@ -16,6 +16,11 @@ imported. Parts:
 - the backend names and the classes they build: `probes.backends` (one registry, cached;
   `backend_map`, `BackendInfo`, `backend_aliases` are re-exported here for older callers);
 - `verdict(gate, info, platform, num_steps, ...)` → `Verdict(mode, reason)`, a pure function.
+
+Size (over ~600 lines, kept whole): worker selection, the gate's name resolution (`_Scope`) and
+the verdict read and fill one `GateInfo`, and every release's shape of the gate is handled in
+one place so that the probe, the trace verdict and fix `draft-extend-allowlist` agree; the
+backend registry, the other half, is already apart (`probes.backends`).
 """
 
 from __future__ import annotations

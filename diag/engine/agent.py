@@ -38,6 +38,9 @@ run, is left alone for good. Event writes that fail are counted (`diag.engine.ev
 
 Every failure is logged (logger `diag.engine.agent`), recorded as an `error` event, and leaves that
 part of the engine unpatched.
+
+Size (over ~600 lines, kept whole): the agent is one class, `Agent`, whose parts (fixes,
+counters, control requests, periodic work) share its lock and its state.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ The fold (`Fold`) turns one process's events into its state: the start event, fi
 last of start/fix/control_ack that names a fix), counter states, acknowledgements, where control
 requests apply, the release seen, counters, the last events. A `snapshot` event (first of a file
 started after the cap) carries the totals of everything before it.
+
+Size (over ~600 lines, kept whole): one class per counter kind, each with its aggregation, text
+and series, and the one fold over them: a new counter adds one class here (docs/extending.md).
 """
 
 from __future__ import annotations

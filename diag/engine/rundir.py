@@ -30,6 +30,9 @@ Discovery: `diag run` registers its run directory in a per-user registry
 (``$XDG_RUNTIME_DIR/diag/registry`` when that exists, else ``registry`` in diag's cache
 directory, `diag.releases.cache_root()`, by default ``~/.cache/diag``), and
 engine processes carry ``DIAG_RUN_DIR`` in their environment; `discover()` uses both.
+
+Size (over ~600 lines, kept whole): the run directory's whole protocol (layout, registry,
+readers, control requests) sits in one module so that its writers and readers cannot drift apart.
 """
 
 from __future__ import annotations
