@@ -422,8 +422,8 @@ class DraftExtendAllowlistFix(Fix):
 
     def predict(self, counters: dict, passes_per_token: float | None = None) -> Prediction | None:
         """From one engine's counters: the draft-extend passes the gate left eager (reason
-        `no-runner`) would replay a graph; what each saves is `replay_saving` (probes.
-        draft_extend_runtime: the eager forward minus this engine's own replay cost). Per token:
+        `no-runner`) would replay a graph; what each saves is `replay_saving` (probes.draft_extend_graph.
+        runtime: the eager forward minus this engine's own replay cost). Per token:
         that x draft-extend passes per output token (batch 1: 1 / accept length), where the
         caller knows it."""
         from diag.probes.draft_extend_graph.runtime import replay_saving

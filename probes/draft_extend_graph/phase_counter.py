@@ -1,6 +1,6 @@
 """Run-time evidence inside an engine: target-verify and draft-decode passes by mode (graph replay
 or eager) and why a pass ran eager, timed. The draft-extend phase has its own counter
-(draft_extend_runtime); together they give one line per phase: captured or eager, and why.
+(`runtime`, beside this module); together they give one line per phase: captured or eager, and why.
 
 Why: a captured runner can still be passed over at run time (a batch above the largest captured
 size, a runner that declines), and users do not expect it. Two hooks, in every supported release:

@@ -14,7 +14,7 @@ says why (`reason`): `kill-switch`
 (SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH set, no runner), `no-runner` (none captured: the gate),
 `batch-above-captured` (a runner exists, the batch is larger than its largest captured size) or
 `runner-declined` (its check said no for another reason). The same patch carries the
-target-verify and draft-decode counters (graph_phase_runtime). The first draft-extend after a prefill (`_draft_extend_for_prefill`) is
+target-verify and draft-decode counters (`phase_counter`). The first draft-extend after a prefill (`_draft_extend_for_prefill`) is
 always eager in SGLang and is not counted. Times are host time: nothing here synchronizes the
 device (that would add the very stall being measured).
 """
@@ -189,7 +189,7 @@ def replay_saving(counters: dict, reasons: tuple[str, ...]) -> tuple[float, int,
     (`diag fix status` counters of a process): (ms per pass, passes with one of `reasons`, how).
 
     Capturing replaces the pass's eager model forward (the `draft-extend-forward` counter of
-    graph_phase_runtime) with a replay, whose host cost is taken from this engine's own
+    `phase_counter`) with a replay, whose host cost is taken from this engine's own
     target-verify graph forwards (a replay with its metadata update, over the same steps):
     eager forward mean - target-verify replay mean. An engine without forward timing: the whole
     eager pass minus a draft-decode graph pass. None where no such pass was counted."""

@@ -222,7 +222,7 @@ def findings(files: list[dict], merged: dict, comparison: list[dict] | None,
 def build(paths: list[str], baseline: list[str] | None = None,
           source: Callable[[str], dict] | None = None, max_bs: int | None = None) -> dict:
     """The whole `diag trace` document. `source(platform)` gives the release's draft-extend
-    verdict (probes.trace_verdict.source_verdict) for the trace's platform, when asked for."""
+    verdict (probes.trace.verdict.source_verdict) for the trace's platform, when asked for."""
     files, ranks, merged = analyse(paths, max_bs)
     doc = {"schema_version": SCHEMA_VERSION, "kind": "trace", "files": files, "ranks": ranks,
            "merged": merged, "baseline": None, "compare": None, "source_check": None}
