@@ -228,6 +228,9 @@ class Start(Event):
     # {"cuda": "13.0" | None, "hip": ... | None}; null: no torch there (or not read).
     torch: dict[str, Any] | None = None
     platform: str | None = None  # hip | cuda: what the agent judged fixes for (DIAG_PLATFORM)
+    # The fix ids this process's registry knows (plugins included): what `diag fix apply
+    # --run-dir` may ask of it. Null: an agent from before this field.
+    registry: list[str] | None = None
 
     def apply(self, fold: Any) -> None:
         fold.start = self.to_dict()

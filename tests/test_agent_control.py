@@ -119,9 +119,15 @@ def test_whole_run_request_and_refusal(tmp_path):
         assert acks[child]["ok"] is False and acks[child]["state"] == "failed"
         assert "injected failure in apply" in acks[child]["reason"]
         r = _fix_cli("apply", "no-such-fix", d, "--pid", str(child))
-        assert r.returncode == 4  # the engine's registry decides: an invalid request, rejected
-        row = json.loads(r.stdout)["processes"][0]
-        assert row["state"] == "rejected" and "unknown fix 'no-such-fix'" in row["reason"]
+        # the engine announced its registry (start event): an id it lacks is a usage error,
+        # and nothing is sent
+        assert r.returncode == 2 and "unknown fix 'no-such-fix'" in r.stderr, r.stderr
+        assert "known to this run's engine" in r.stderr
+        # a request that reaches the engine anyway: its own registry rejects it
+        rid = rundir.request(d, "no-such-fix", "apply", child)
+        acks = rundir.wait_ack(d, rid, pid=child, timeout=30)
+        assert acks[child]["ok"] is False and acks[child]["state"] == "rejected"
+        assert "unknown fix 'no-such-fix'" in acks[child]["reason"]
         assert "no-such-fix" not in rundir.read_process(d, child).fixes  # no made-up fix
         n = len(_batches(out))
         time.sleep(0.3)

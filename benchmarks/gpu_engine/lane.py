@@ -425,7 +425,38 @@ def overhead_summary(res: dict) -> str:
 ALLOW_FIX = "draft-extend-allowlist"
 
 
-def allowlist_run(work: Path, rounds: int, tokens: int, out: Path | None = None) -> dict:
+def spy_step(s: es.Server, seconds: int, tokens: int, out: Path) -> dict:
+    """py-spy (raw stacks, idle threads too, non-blocking) on a server's engine processes for
+    `seconds` while one request at a time runs on it, as in the timed rounds: where a step's
+    host time goes, blocked on the GPU or not. Written to `out` for reading afterwards."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import overhead_profile as op
+
+    spy = py_spy()
+    if spy is None:
+        return {"error": "py-spy not found"}
+    from diag.engine import overhead
+
+    _, pids = overhead.engine_probes(s.run_dir)
+    load = op.Load(s.url, 1, tokens).start()
+    try:
+        time.sleep(1.0)
+        made0, t0 = load.made, time.perf_counter()
+        procs = {p: subprocess.Popen(
+            [spy, "record", "--pid", str(p), "--duration", str(seconds), "--rate", "500",
+             "--format", "raw", "--nonblocking", "--idle", "--threads", "--full-filenames",
+             "--output", str(out / f"{p}.txt")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for p in pids}
+        logs = {p: pr.communicate(timeout=seconds + 60)[0][-400:] for p, pr in procs.items()}
+        made, wall = load.made - made0, time.perf_counter() - t0
+    finally:
+        load.stop()
+    return {"pids": pids, "tokens": made, "wall_s": wall, "py_spy": logs,
+            "files": sorted(str(f.name) for f in out.glob("*.txt"))}
+
+
+def allowlist_run(work: Path, rounds: int, tokens: int, out: Path | None = None,
+                  spy_seconds: int = 0) -> dict:
     """before (diag, no fix), after (diag --fix draft-extend-allowlist), before2 (the floor)."""
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"mode": "allowlist", "backend": BACKEND, "checks": [], "servers": {},
@@ -523,6 +554,11 @@ def allowlist_run(work: Path, rounds: int, tokens: int, out: Path | None = None)
         add(checks.check_prediction("predicted gain within 10 % of the measured gain",
                                     pred.per_token_ms if pred else None,
                                     t["measured_gain_ms_per_token"]))
+        if spy_seconds and out is not None:  # where the host time of a step goes, both servers
+            res["spy"] = {}
+            for n in ("before", "after"):
+                (out / f"spy-{n}").mkdir(parents=True, exist_ok=True)
+                res["spy"][n] = spy_step(servers[n], spy_seconds, tokens, out / f"spy-{n}")
         # profiles of both, then diag trace after --baseline before
         res["profiles"] = {n: _profile_files(servers[n], work / f"prof-{n}")
                            for n in ("before", "after")}
@@ -848,6 +884,9 @@ def main() -> int:
     ap.add_argument("--profile-rounds", type=int, default=0,
                     help="before the bench, py-spy rounds of counters on/off "
                          "(benchmarks/overhead_profile.py; --only overhead)")
+    ap.add_argument("--spy-seconds", type=int, default=0,
+                    help="py-spy each server's engine for this long after the timed rounds "
+                         "(--only allowlist; raw stacks under OUT/spy-NAME/)")
     ap.add_argument("--servers", type=int, default=3, help="servers per side (--only crash)")
     ap.add_argument("--profiles", type=int, default=3, help="profiles per server (--only crash)")
     ap.add_argument("--serve-after", type=int, default=3,
@@ -859,7 +898,7 @@ def main() -> int:
                            profile_rounds=a.profile_rounds, out=a.out)
         text = overhead_summary(res)
     elif a.only == "allowlist":
-        res = allowlist_run(a.work, a.rounds, a.tokens, out=a.out)
+        res = allowlist_run(a.work, a.rounds, a.tokens, out=a.out, spy_seconds=a.spy_seconds)
         text = allowlist_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)

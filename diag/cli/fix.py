@@ -107,6 +107,21 @@ def _config_text(cfg) -> str:
 # (in this process, or in a running engine through its run directory)
 
 
+def _check_engine_id(fix_id: str, procs: list) -> None:
+    """A usage error (exit 2) for an id that neither this diag nor any live process of the run
+    knows, where every process that can hold a fix announced its registry; an engine that did
+    not announce one decides itself (exit 4 when it refuses)."""
+    from diag import fixes
+
+    holders = [p for p in procs if p.holds_fixes] or procs
+    if fix_id in fixes.all_ids() or not holders or any(p.registry is None for p in holders):
+        return
+    known = sorted({f for p in holders for f in p.registry})
+    if fix_id not in known:
+        raise click.UsageError(f"unknown fix {echo(fix_id)} (known to this run's engine: "
+                               f"{', '.join(known)})")
+
+
 def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: float,
              as_json: bool, yes: bool = False) -> None:
     from diag.engine import rundir
@@ -124,6 +139,7 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
                         f"{', '.join(map(str, live)) or 'none'})")
     if not live:
         raise DiagError(f"no live engine process in {d} (is the engine running under diag run?)")
+    _check_engine_id(fix_id, [state.processes[p] for p in live if p in state.processes])
     if action == "revert" and not yes:
         _warn_revert_risk(fix_id, state.meta)
     rid = rundir.request(d, fix_id, action, pid)

@@ -341,13 +341,15 @@ class Agent:
     def _emit_start(self) -> None:
         import platform as _pf
 
+        from diag import fixes
+
         ev.emit(ev.Start(ppid=os.getppid(), argv=list(sys.argv), python=_pf.python_version(),
                          executable=sys.executable, started=time.time(), source=self.source,
                          sglang=self.sglang, fixes_requested=self.fix_ids, probes=self.probe_ids,
                          fixes={f: st.to_dict() for f, st in self.fixes.items()},
                          probes_state=dict(self.probes),
                          control=self.control_mode, torch=_torch_build(),
-                         platform=_platform()))
+                         platform=_platform(), registry=fixes.all_ids()))
 
     def _on_sglang(self, module: Any, emit: bool) -> None:
         """sglang was imported: evaluate and apply the requested fixes, switch counters on."""

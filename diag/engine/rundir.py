@@ -281,6 +281,12 @@ class ProcessState:
         return STOPPED if self.alive and self.stopped else LIVE if self.alive else EXITED
 
     @property
+    def registry(self) -> list[str] | None:
+        """The fix ids this process's registry announced at start (None: not announced)."""
+        r = (self.start or {}).get("registry")
+        return r if isinstance(r, list) and all(isinstance(x, str) for x in r) else None
+
+    @property
     def holds_fixes(self) -> bool:
         """Whether a fix can be in this process: it is an engine process or imported SGLang.
         A helper that never imports SGLang (multiprocessing's resource tracker) cannot."""
