@@ -73,6 +73,21 @@ def test_captured_phases_name_the_batch_above_captured_fallback(release):
                    for f in v.runtime_fallbacks)
 
 
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.12.post1"])
+def test_old_runner_layout_names_its_fallbacks(release):
+    """Before model_executor/runner/ (up to 0.5.13.post1) the target's runner is
+    model_executor/cuda_graph_runner.py and the replay test is `can_run`: each captured phase
+    still names `batch-above-captured` at the hand-read line."""
+    t = release_target(release)
+    cfg = SpecConfig(attention_backend="triton", model="llama", speculative_eagle_topk=1,
+                     speculative_num_steps=3, environ={"SGLANG_ENABLE_SPEC_V2": "1"})
+    got = {v.phase: v for v in phases.phase_verdicts(t, "cuda", cfg, "triton")}
+    for phase, where in TRUTH["fallbacks"][release].items():
+        hits = [f"{f.file}:{f.line}" for f in got[phase].runtime_fallbacks
+                if f.reason == "batch-above-captured"]
+        assert hits == [f"sglang/srt/{where}"], (phase, hits)
+
+
 def test_eager_and_refused_phases_carry_no_runtime_fallbacks():
     t = release_target("0.5.23")
     cfg = SpecConfig(attention_backend="aiter", model="llama", speculative_eagle_topk=1,

@@ -66,6 +66,12 @@ UNDER_AUDIT = "under audit"
 DRAFT_RUNNER = "srt/speculative/eagle_draft_cuda_graph_runner.py"
 EXTEND_RUNNER = "srt/speculative/eagle_draft_extend_cuda_graph_runner.py"
 VERIFY_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
+# the target's decode runner before model_executor/runner/ (0.5.9 - 0.5.13.post1; 0.5.9
+# model_executor/cuda_graph_runner.py:287 captures TARGET_VERIFY, `can_run` at :385)
+OLD_VERIFY_RUNNER = "srt/model_executor/cuda_graph_runner.py"
+# the runners' replay test: `can_run_graph` from 0.5.14, `can_run` before (0.5.9
+# eagle_draft_extend_cuda_graph_runner.py:190, 0.5.12.post1 :228)
+CAN_RUN = ("can_run_graph", "can_run")
 
 # Backends that serve one model family only: without --model, that family is the model (the
 # backend DeepSeek-V4 picks, arg_groups/deepseek_v4_hook.py `_default_dsv4_attention_backend`;
@@ -134,7 +140,7 @@ def _fallbacks_of(target: Target, rel: str) -> list[Fallback]:
     file = target.relpath(path)
     out: list[Fallback] = []
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-               and n.name == "can_run_graph"):
+               and n.name in CAN_RUN):
         for node in ast.walk(fn):
             if isinstance(node, ast.If) and any(
                     isinstance(s, ast.Return) and isinstance(s.value, ast.Constant)
@@ -203,11 +209,12 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     steps = cfg.speculative_num_steps
     verdicts = []
     # target-verify: the target's decode runner captures TARGET_VERIFY when speculating
-    w = find_line(target, VERIFY_RUNNER, r"capture_forward_mode = ForwardMode\.TARGET_VERIFY")
+    vr = VERIFY_RUNNER if target.file(VERIFY_RUNNER).is_file() else OLD_VERIFY_RUNNER
+    w = find_line(target, vr, r"capture_forward_mode = ForwardMode\.TARGET_VERIFY")
     verdicts.append(out("target-verify", GRAPH,
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
-                        w, fallbacks(target, VERIFY_RUNNER, cfg)))
+                        w, fallbacks(target, vr, cfg)))
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
     dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg)
