@@ -24,15 +24,22 @@ def _id(c: dict) -> str:
     return (f"{c['release']}-{c['platform']}-{c['backend']}-{c['model'] or 'nomodel'}"
             f"-topk{c['topk']}"
             f"-steps{c['steps']}" + (f"-page{c['page_size']}" if "page_size" in c else "")
-            + ("-aiter" if c.get("env", {}).get("SGLANG_USE_AITER") else ""))
+            + ("-aiter" if (c.get("env") or {}).get("SGLANG_USE_AITER") else "")
+            + ("-noenv" if "env" in c and c["env"] is None else "")
+            + ("-aot" if (c.get("env") or {}).get("AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS") else "")
+            + ("-v1" if (c.get("env") or {}).get("SGLANG_ENABLE_SPEC_V2") == "0" else ""))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
-def test_phase_verdicts_match_hand_read_table(case):
+def test_phase_verdicts_match_hand_read_table(case, monkeypatch):
+    """`env` null: the server's environment is not given (diag's own, with no SGLang switch)."""
+    for var in ("SGLANG_USE_AITER", "SGLANG_ENABLE_SPEC_V2", "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS",
+                "SGLANG_DSA_HIP_DISABLE_PRESHUFFLE", "SGLANG_NSA_HIP_DISABLE_PRESHUFFLE"):
+        monkeypatch.delenv(var, raising=False)
     t = release_target(case["release"])
     cfg = SpecConfig(attention_backend=case["backend"], model=case["model"],
                      speculative_eagle_topk=case["topk"], speculative_num_steps=case["steps"],
-                     page_size=case.get("page_size"), environ=case.get("env", {}))
+                     page_size=case.get("page_size"), environ=case.get("env", {}) if "env" in case else {})
     got = {v.phase: v for v in phases.phase_verdicts(t, case["platform"], cfg, case["backend"])}
     assert set(got) == set(phases.PHASES)
     for phase, (mode, where) in case["expect"].items():
@@ -43,8 +50,9 @@ def test_phase_verdicts_match_hand_read_table(case):
             assert v.where is not None and str(v.where) == f"sglang/srt/{where}", \
                 f"{phase}: cites {v.where}, read at {where}"
         if mode == phases.DEPENDS:
-            assert "Triton >= 3.5.0" in v.reason  # the condition is said in words
-        if case["model"] is None and mode == phases.REFUSED:
+            # the condition is said in words
+            assert case.get("condition", "Triton >= 3.5.0") in v.reason, v.reason
+        if case["model"] is None and mode == phases.REFUSED and case["backend"] in phases.IMPLIED_MODEL:
             assert "implied by --attention-backend" in v.reason
 
 
@@ -63,6 +71,21 @@ def test_captured_phases_name_the_batch_above_captured_fallback(release):
         assert [f"{f.file}:{f.line}" for f in hits] == [f"sglang/srt/{where}"]
         assert any(f.reason == "runner-declined" and "data-parallel vote" in f.condition
                    for f in v.runtime_fallbacks)
+
+
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.12.post1"])
+def test_old_runner_layout_names_its_fallbacks(release):
+    """Before model_executor/runner/ (up to 0.5.13.post1) the target's runner is
+    model_executor/cuda_graph_runner.py and the replay test is `can_run`: each captured phase
+    still names `batch-above-captured` at the hand-read line."""
+    t = release_target(release)
+    cfg = SpecConfig(attention_backend="triton", model="llama", speculative_eagle_topk=1,
+                     speculative_num_steps=3, environ={"SGLANG_ENABLE_SPEC_V2": "1"})
+    got = {v.phase: v for v in phases.phase_verdicts(t, "cuda", cfg, "triton")}
+    for phase, where in TRUTH["fallbacks"][release].items():
+        hits = [f"{f.file}:{f.line}" for f in got[phase].runtime_fallbacks
+                if f.reason == "batch-above-captured"]
+        assert hits == [f"sglang/srt/{where}"], (phase, hits)
 
 
 def test_eager_and_refused_phases_carry_no_runtime_fallbacks():

@@ -1,0 +1,275 @@
+"""What SGLang resolves at start before any backend is built: the model and the page size.
+
+Why apart from the verdicts: these are read from the release's argument handling, which moved
+three times (`srt/server_args.py` up to 0.5.14, `srt/arg_groups/overrides.py` 0.5.15 - 0.5.18,
+`srt/arg_groups/model_overrides/*.py` from 0.5.19); each rule is looked for in every place a
+release may hold it, by its text, and cited at the line it was found.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from diag.context import SpecConfig
+from diag.probes.source import parse_file
+from diag.target import Target
+
+SERVER_ARGS = "srt/server_args.py"
+OVERRIDES = "srt/arg_groups/overrides.py"
+DSV2_OVERRIDES = "srt/arg_groups/model_overrides/deepseek_v2.py"
+DSV4_OVERRIDES = "srt/arg_groups/model_overrides/deepseek_v4.py"
+DSV4_HOOK = "srt/arg_groups/deepseek_v4_hook.py"
+MODEL_CONFIG = "srt/configs/model_config.py"
+MODEL_HOOK = "srt/arg_groups/model_hook.py"
+# where the DSA page-size override lives: 0.5.19+ / 0.5.15 - 0.5.18 / 0.5.9 - 0.5.14
+DSA_PAGE_FILES = (DSV2_OVERRIDES, OVERRIDES, SERVER_ARGS)
+# `aiter_can_use_preshuffle_paged_mqa`: dsa/utils.py from 0.5.14, nsa/utils.py before
+DSA_UTILS_FILES = ("srt/layers/attention/dsa/utils.py", "srt/layers/attention/nsa/utils.py")
+DSA_UTILS = DSA_UTILS_FILES[0]
+# DeepSeek-V4's page size 256: model_overrides (0.5.19+), overrides.py (0.5.15 - 0.5.18), the
+# hook itself (0.5.12 - 0.5.14, `server_args.page_size = 256`)
+DSV4_PAGE_FILES = (DSV4_OVERRIDES, OVERRIDES, DSV4_HOOK)
+# the files that route DeepSeek-V4 to its hook: model_hook.py (0.5.19+), server_args.py before
+DSV4_ROUTE_FILES = (MODEL_HOOK, SERVER_ARGS)
+
+# Short family names accepted by --model besides a path or an HF architecture name.
+FAMILIES = {
+    "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+    "deepseek-v3": "DeepseekV3ForCausalLM", "deepseek-v32": "DeepseekV32ForCausalLM",
+    "glm5": "GlmMoeDsaForCausalLM", "deepseek-v4": "DeepseekV4ForCausalLM",
+}
+# A family name has no config.json: the parameters that matter, as the published checkpoints
+# of that family carry them (DeepSeek-V3.2 and GLM-5 config.json: index_topk 2048, no index_kpool).
+FAMILY_PARAMS = {"DeepseekV32ForCausalLM": {"index_topk": 2048},
+                 "GlmMoeDsaForCausalLM": {"index_topk": 2048}}
+
+
+@dataclass(frozen=True)
+class Where:
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+
+# --------------------------------------------------------------------------- source anchors
+
+
+def find_line(target: Target, rel: str, pattern: str, after: int = 0) -> Where | None:
+    """The first line of `rel` (under the sglang package) matching `pattern` past line `after`."""
+    path = target.file(rel)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    rx = re.compile(pattern)
+    for i, text in enumerate(lines[after:], start=after + 1):
+        if rx.search(text):
+            return Where(target.relpath(path), i)
+    return None
+
+
+def find_first(target: Target, rels: tuple[str, ...], pattern: str) -> Where | None:
+    """`find_line` in the first of `rels` (newest layout first) that has the pattern."""
+    for rel in rels:
+        w = find_line(target, rel, pattern)
+        if w is not None:
+            return w
+    return None
+
+
+def _get_bool(env: dict[str, str], name: str) -> bool:
+    """`get_bool_env_var` (srt/utils/common.py): lower-cased value in ("true", "1")."""
+    return env.get(name, "false").lower() in ("true", "1")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class Model:
+    arch: str | None
+    mla: bool | None  # None: no model given
+    dsa: bool = False
+    dsv4: bool = False
+    index_kpool: int = 1
+    params: dict = field(default_factory=dict)  # the config.json (or family) parameters
+    mla_where: Where | None = None
+    dsa_where: Where | None = None
+    source: str = ""
+
+
+def _tuple_in_func(tree: ast.Module, func: str) -> list[str]:
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Tuple) and node.elts and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+                return [e.value for e in node.elts]
+    return []
+
+
+def _mla_branch(tree: ast.Module, arch: str, target: Target) -> Where | None:
+    """The `self.attention_arch = AttentionArch.MLA` line under an `if` naming `arch`."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If) or not any(
+                isinstance(c, ast.Constant) and c.value == arch for c in ast.walk(node.test)):
+            continue
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and "AttentionArch.MLA" in ast.unparse(stmt.value) \
+                    and "attention_arch" in ast.unparse(stmt.targets[0]):
+                return Where(target.relpath(target.file(MODEL_CONFIG)), stmt.lineno)
+    return None
+
+
+def read_model(target: Target, model: str | None) -> Model:
+    """Architecture and the config parameters that matter, from a path's config.json or a name;
+    MLA and DSA as the release's model_config.py decides them for that architecture."""
+    if not model:
+        return Model(None, None)
+    params: dict = {}
+    p = Path(model)
+    if os.sep in model and not p.exists():  # a server's model path, not on this machine
+        return Model(None, None, source=f"{model} (not readable here: MLA/MHA unknown)")
+    cfg_file = p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
+    if cfg_file is not None:
+        try:
+            params = json.loads(cfg_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--model {model}: cannot read {cfg_file.name} ({e})") from None
+        archs = params.get("architectures") or []
+        if not archs or not isinstance(archs[0], str):
+            raise ValueError(f"--model {model}: config.json names no architectures")
+        arch, source = archs[0], f"{cfg_file}"
+    else:
+        arch = FAMILIES.get(model.lower(), model)
+        params = dict(FAMILY_PARAMS.get(arch, {}))
+        source = f"family {model!r} -> {arch}"
+    m = Model(arch, False, source=source)
+    m.index_kpool = int(params.get("index_kpool", 1) or 1)
+    m.params = params
+    tree = parse_file(target.file(MODEL_CONFIG))
+    m.mla_where = _mla_branch(tree, arch, target) if tree is not None else None
+    m.mla = m.mla_where is not None
+    # `is_deepseek_dsa` (0.5.14+), `is_deepseek_nsa` before (0.5.9 configs/model_config.py:54)
+    for fn in ("is_deepseek_dsa", "is_deepseek_nsa"):
+        if tree is not None and arch in _tuple_in_func(tree, fn) \
+                and params.get("index_topk") is not None:
+            m.dsa = True
+            m.dsa_where = find_line(target, MODEL_CONFIG, rf"def {fn}\b")
+            break
+    # DeepSeek-V4 gets its hook from model_hook.py (0.5.19+) or server_args.py (0.5.12 -
+    # 0.5.18: `apply_deepseek_v4_defaults`, 0.5.12 server_args.py:1778-1784)
+    m.dsv4 = arch == "DeepseekV4ForCausalLM" and find_first(
+        target, DSV4_ROUTE_FILES, r'"DeepseekV4ForCausalLM"') is not None \
+        and target.file(DSV4_HOOK).is_file()
+    return m
+
+
+# --------------------------------------------------------------------------- the page size
+
+
+@dataclass
+class PageSize:
+    value: int | None  # None: depends (see `condition`)
+    why: str
+    where: Where | None = None
+    condition: str | None = None  # for `depends`: what decides it, in words
+    if_true: int | None = None  # the page size when the condition holds
+
+
+# `_mla_backend_page_constraints` (arg_groups/overrides.py): backends that force page size 64,
+# and the sizes each keeps when given (found by the warning each logs).
+BACKEND_PAGE = {
+    "flashmla": (r"FlashMLA only supports a page_size of 64", ()),
+    "trtllm_mla": (r"TensorRT-LLM MLA only supports page_size of 32 or 64", (32, 64)),
+    "cutedsl_mla": (r"CuteDSL MLA only supports page_size of 32 or 64", (32, 64)),
+    "hpc_ops": (r"HPC-Ops attention only supports a page_size of 64", (64,)),
+}
+
+
+def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Model,
+                      env: dict[str, str], backend: str | None = None,
+                      env_given: bool = True) -> PageSize:
+    """The page size SGLang runs with: a model override, a backend's constraint, else
+    --page-size, else the default. `env_given`: the server's environment is under audit (else
+    `env` is this process's, and a variable it lacks is not taken as unset on the server)."""
+    if model.dsv4:
+        w = find_first(target, DSV4_PAGE_FILES, r"page_size = 256")
+        if w:
+            return PageSize(256, f"{model.arch} forces page_size 256 ({w})", w)
+    if model.dsa:
+        forced = 64 * model.index_kpool
+        w = find_first(target, DSA_PAGE_FILES,
+                       r"Setting page size to (\{page_size\}|64) for DeepSeek DSA\.")
+        if platform == "hip":
+            hip = _dsa_hip_page(target, env, env_given, forced)
+            if hip is not None:
+                return hip
+        if w:
+            return PageSize(forced, f"{model.arch} (DSA) forces page_size {forced} ({w})", w)
+    rule = BACKEND_PAGE.get(backend or "")
+    w = find_line(target, OVERRIDES, rule[0]) if rule else None
+    if rule and w is not None and not (rule[1] and cfg.page_size in rule[1]):
+        given = f" (--page-size {cfg.page_size} overridden)" if cfg.page_size else ""
+        return PageSize(64, f"{backend} forces page_size 64{given} ({w})", w)
+    if cfg.page_size is not None:
+        return PageSize(cfg.page_size, f"--page-size {cfg.page_size}")
+    w = find_line(target, OVERRIDES, r"def _page_size_default")
+    if platform == "hip" and env.get("SGLANG_AITER_KV_CACHE_LAYOUT", "").lower() == \
+            "vectorized_5d" and w:
+        return PageSize(64, f"SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d on HIP: default "
+                            f"page_size 64 ({w})", w)
+    return PageSize(1, f"default page_size 1 ({w})" if w else "default page_size 1", w)
+
+
+def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: int
+                  ) -> PageSize | None:
+    """The DSA page size on ROCm. 0.5.9 - 0.5.11: `if is_hip(): self.page_size = 1` (0.5.9
+    server_args.py:1251-1254). From 0.5.12: `if is_hip() and not
+    aiter_can_use_preshuffle_paged_mqa()` gives 1, else 64 x index_kpool (0.5.12
+    server_args.py:1862, 0.5.15 arg_groups/overrides.py:374, 0.5.19 / 0.5.23
+    arg_groups/model_overrides/deepseek_v2.py:90 / :151); the function (0.5.23
+    layers/attention/dsa/utils.py:34-68, 0.5.12 layers/attention/nsa/utils.py) is false without
+    SGLANG_USE_AITER or with SGLANG_DSA_HIP_DISABLE_PRESHUFFLE (SGLANG_NSA_... up to 0.5.13 and
+    as an alias after), true with AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS, else Triton >= 3.5.0."""
+    w1 = find_first(target, DSA_PAGE_FILES,
+                    r"is_hip\b.*and not aiter_can_use_preshuffle_paged_mqa\(\)")
+    if w1 is None:
+        w0 = find_first(target, DSA_PAGE_FILES, r"Setting page size to 1 for DeepSeek DSA on ROCm")
+        if w0 is None:
+            return None
+        return PageSize(1, f"DSA on HIP: page_size 1 ({w0})", w0)
+    fn = find_first(target, DSA_UTILS_FILES, r"def aiter_can_use_preshuffle_paged_mqa")
+    cite = f"{w1}, {fn}" if fn else f"{w1}"
+    use = env.get("SGLANG_USE_AITER")
+    if use is None and not env_given:
+        return PageSize(None, "DSA on HIP: the page size follows aiter's preshuffle paged-MQA "
+                              "path", w1, if_true=forced, condition=(
+                                  f"page_size {forced} if aiter's preshuffle paged-MQA path is "
+                                  "usable on the server (SGLANG_USE_AITER true, "
+                                  "SGLANG_DSA_HIP_DISABLE_PRESHUFFLE not set, and "
+                                  "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS=1 or Triton >= 3.5.0), "
+                                  f"else 1 ({cite}; pass --env SGLANG_USE_AITER=...)"))
+    if not _get_bool(env, "SGLANG_USE_AITER"):
+        return PageSize(1, f"DSA on HIP with SGLANG_USE_AITER unset/false: the legacy "
+                           f"path forces page_size 1 ({cite})", w1)
+    if _get_bool(env, "SGLANG_DSA_HIP_DISABLE_PRESHUFFLE") or \
+            _get_bool(env, "SGLANG_NSA_HIP_DISABLE_PRESHUFFLE"):
+        return PageSize(1, "DSA on HIP with SGLANG_DSA_HIP_DISABLE_PRESHUFFLE set: "
+                           f"page_size 1 ({cite})", w1)
+    if _get_bool(env, "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS"):
+        return PageSize(forced, "DSA on HIP with AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS"
+                                f" set: page_size {forced} ({cite})", w1)
+    return PageSize(None, "DSA on HIP: the page size follows the server's Triton",
+                    w1, condition=f"aiter's preshuffle paged-MQA path: the server's Triton >= "
+                                  f"3.5.0 gives page_size {forced}, older gives 1 ({cite})",
+                    if_true=forced)
+
+
