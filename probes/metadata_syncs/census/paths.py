@@ -361,3 +361,74 @@ def path_class(state: frozenset, unknown: bool) -> str:
 
 def step_paths(state: frozenset) -> tuple[str, ...]:
     return tuple(m for m in MODES if (m, "step") in state)
+
+
+# --- what the branches around a statement already decided --------------------------------
+# A test on data or the model (not the forward mode, not the configuration) goes both ways, but
+# not twice in opposite ways: under `if not a:` an inner `if a:` cannot run (sglang 0.5.17
+# dsa_backend.py:886 inside :853, 0.5.23 :1222 inside :1189, both on the forward mode; the
+# same holds for any test whose names nothing assigns in between). A fact is (key, holds):
+# the key is the test's text with its negation folded in (`x is not None` is `x is None`
+# false, `a != b` is `a == b` false).
+_STABLE_CALL = re.compile(r"^(get|is_\w+|has_\w+|use_\w+)$")
+
+
+def fact_atom(e: ast.AST) -> tuple[str, bool] | None:
+    """(key, holds when `e` is true) for a test the census may remember; None for one it may
+    not (a call that could answer differently twice, a walrus)."""
+    holds = True
+    while isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        e, holds = e.operand, not holds
+    for n in walk(e):
+        if isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and not (
+                isinstance(n.func, ast.Attribute) and _STABLE_CALL.match(n.func.attr)
+                and not n.keywords and all(isinstance(a, ast.Constant) for a in n.args))):
+            return None
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(
+            e.ops[0], (ast.IsNot, ast.NotEq, ast.NotIn)):
+        flip = {ast.IsNot: ast.Is(), ast.NotEq: ast.Eq(), ast.NotIn: ast.In()}
+        e = ast.Compare(e.left, [flip[type(e.ops[0])]], e.comparators)
+        holds = not holds
+    return unparse(e), holds
+
+
+def facts_of(e: ast.AST, holds: bool) -> list[tuple[str, bool]]:
+    """The facts a branch on `e` establishes: every conjunct of a true `and`, every disjunct
+    of a false `or`, the atom itself otherwise."""
+    while isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        e, holds = e.operand, not holds
+    if isinstance(e, ast.BoolOp):
+        if isinstance(e.op, ast.And) == holds:
+            return [f for v in e.values for f in facts_of(v, holds)]
+        return []
+    atom = fact_atom(e)
+    return [(atom[0], atom[1] == holds)] if atom else []
+
+
+def known_value(e: ast.AST, known: dict[str, bool]) -> bool | None:
+    """What the facts in force say of the test `e` (None: nothing)."""
+    if not known:
+        return None
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        v = known_value(e.operand, known)
+        return None if v is None else not v
+    if isinstance(e, ast.BoolOp):
+        vals = [known_value(v, known) for v in e.values]
+        stop = isinstance(e.op, ast.Or)  # the value that decides an `or` / an `and`
+        if stop in vals:
+            return stop
+        return (not stop) if all(v is not None for v in vals) else None
+    atom = fact_atom(e)
+    if atom is None or atom[0] not in known:
+        return None
+    return known[atom[0]] == atom[1]
+
+
+def assigned_names(st: ast.AST) -> set[str]:
+    """Names (and `self.x` / `obj.x` texts) a statement may rebind."""
+    out: set[str] = set()
+    for n in walk(st):
+        if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and \
+                isinstance(getattr(n, "ctx", None), (ast.Store, ast.Del)):
+            out.add(n.id if isinstance(n, ast.Name) else unparse(n))
+    return out
