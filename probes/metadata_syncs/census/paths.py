@@ -59,6 +59,11 @@ _CAPTURE_FLAG = re.compile(r"^(get_)?(is_|in_)?(cuda_graph_)?captur(e|ing)(_mode
 # target-verify; the draft-extend runner): `*_out_graph` / `*_cuda_graph` entry points run
 # under these only (the target's extend and the dLLM modes run eager).
 GRAPH_MODES = {"decode", "idle", "target-verify", "draft-extend"}
+# `*_for_breakable_cuda_graph_*` entry points: only the prefill graph runner
+# (model_executor/runner/prefill_cuda_graph_runner.py) calls them, and the model runner runs it
+# under `forward_mode.is_extend(include_draft_extend_v2=True)` only (model_runner.py: 0.5.17
+# :1589, 0.5.19 :1775, 0.5.21 :1919, 0.5.23 :2037): never decode or idle.
+PREFILL_GRAPH_MODES = {"target-extend", "draft-extend", "target-verify", "other"}
 _GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
 # Entry points the model runner or graph runners call from outside the file.
 _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
@@ -92,6 +97,8 @@ def seed_state(name: str) -> frozenset:
             return _modes({mode}, phases)
     if _GRAPH_ENTRY.search(name):  # called by the graph runners only: their modes
         return _modes(GRAPH_MODES, phases)
+    if "breakable_cuda_graph" in name:  # the prefill graph runner's modes only
+        return _modes(PREFILL_GRAPH_MODES, phases)
     return _modes(set(MODES), phases)
 
 
