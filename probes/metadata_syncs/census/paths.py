@@ -401,7 +401,16 @@ def fact_atom(e: ast.AST) -> tuple[str, bool] | None:
 
 def facts_of(e: ast.AST, holds: bool) -> list[tuple[str, bool]]:
     """The facts a branch on `e` establishes: every conjunct of a true `and`, every disjunct
-    of a false `or`, the atom itself otherwise."""
+    of a false `or`, the atom itself otherwise (kept on the node)."""
+    memo = getattr(e, "_diag_facts", None)
+    if memo is None:
+        memo = e._diag_facts = {}  # type: ignore[attr-defined]
+    if holds not in memo:
+        memo[holds] = _facts_of(e, holds)
+    return memo[holds]
+
+
+def _facts_of(e: ast.AST, holds: bool) -> list[tuple[str, bool]]:
     while isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         e, holds = e.operand, not holds
     if isinstance(e, ast.BoolOp):
@@ -432,10 +441,12 @@ def known_value(e: ast.AST, known: dict[str, bool]) -> bool | None:
 
 
 def assigned_names(st: ast.AST) -> set[str]:
-    """Names (and `self.x` / `obj.x` texts) a statement may rebind."""
-    out: set[str] = set()
-    for n in walk(st):
-        if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and \
-                isinstance(getattr(n, "ctx", None), (ast.Store, ast.Del)):
-            out.add(n.id if isinstance(n, ast.Name) else unparse(n))
+    """Names (and `self.x` / `obj.x` texts) a statement may rebind (kept on the node: the
+    fixpoint's passes ask again)."""
+    out = getattr(st, "_diag_assigned", None)
+    if out is None:
+        out = {n.id if isinstance(n, ast.Name) else unparse(n) for n in walk(st)
+               if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))
+               and isinstance(getattr(n, "ctx", None), (ast.Store, ast.Del))}
+        st._diag_assigned = out  # type: ignore[attr-defined]
     return out

@@ -144,9 +144,8 @@ class _Scan:
         pushed = learned = 0
         for st in stmts:
             state = self.stmt(st, state, unknown)
-            if not isinstance(st, (ast.If, ast.Expr, ast.Return, ast.Raise, ast.Assert)):
-                self.forget(assigned_names(st))
-            elif isinstance(st, ast.If):
+            if self.known and not isinstance(st, (ast.Expr, ast.Return, ast.Raise,
+                                                  ast.Assert)):
                 self.forget(assigned_names(st))
             if isinstance(st, ast.If) and _ends(st.body) and not st.orelse:
                 # `if self.dcp_size == 1: return`: what follows runs where it does not hold
@@ -185,7 +184,8 @@ class _Scan:
             # a loop body runs a number of times the census does not count: never exact
             loop = (("data:loop", "true", None, self._where(st),
                      "in a loop (runs a data-dependent number of times)"),)
-            self.forget(assigned_names(st))  # a later pass of the body sees what it rebinds
+            if self.known:  # a later pass of the body sees what it rebinds
+                self.forget(assigned_names(st))
             self.guarded(loop, st.body, state, unknown)
             self.block(st.orelse, state, unknown)
             return state
