@@ -52,9 +52,14 @@ def test_0523_names_the_builders_that_still_sync(censuses):
     assert "QwenSparseAttnBackend._metadata_from_forward_batch" in ri
     assert "MiniMaxSparseAttnBackend._build_prefill_meta" in ri
     assert "DeepseekV4AttnBackend._build_late_layer_tail_metadata" in ri
-    # the DSV4 HIP builder's output_size is conditional (exact_num_tokens): not a sure sync
-    assert not _sites(c, ATTACH, "syncs")
-    assert [s.verdict for s in _sites(c, ATTACH)] == ["cannot-tell"]
+    # the DSV4 HIP builder's output_size is conditional (`num_tokens if exact_num_tokens else
+    # None`, deepseek_v4_backend_hip_radix.py:2726), read as a branch: draft-extend always passes
+    # it exact (2218-2220, 2233; 1652 leaves the default), EAGLE target-verify never (1410,
+    # attach_decode_streams=True at 1425 so the host proof of 1221 does not hold): 2 syncs there
+    [s] = _sites(c, ATTACH)
+    assert (s.verdict, s.syncs) == ("syncs", 2)
+    assert "target-verify" in s.paths and "draft-extend" not in s.paths
+    assert any(g[0] == "data:exact_num_tokens" and g[1] == "false" for g in s.guards)
 
 
 def test_host_mirrors_and_capture_only_are_told_apart(censuses):

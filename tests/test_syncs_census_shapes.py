@@ -124,3 +124,91 @@ def test_a_named_builder_only_forward_calls_keeps_its_callers_tests():
     _, sites, _ = scan_source(src, Path("standin_backend.py"), REL)
     [s] = [s for s in sites if s.function.endswith("_build_npu_meta")]
     assert [x[:3] for x in s.guards] == [("platform", "==", "npu")]
+
+
+STANDIN_INTS = """\
+import torch
+
+
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        sl = forward_batch.seq_lens
+        cu = torch.cumsum(sl, dim=0)
+        for i in range(cu[-1]):
+            pass
+        if sl.max() > 4:
+            pass
+        x = forward_batch.positions
+        x[cu[0]:] = 0
+        y = x.new_zeros(sl.sum())
+        z = x[: sl.sum()]
+        w = torch.bincount(sl, minlength=4).tolist()
+        if forward_batch.seq_lens is None or sl.shape[0] > 2:
+            pass
+        return y, z, w
+"""
+
+
+def test_device_scalars_wherever_python_needs_an_int():
+    """Issue 38: range bounds, comparisons a branch reads, store slices, reductions as sizes
+    and slice bounds; bincount counts PyTorch's two reads (min, max), its .tolist() a third."""
+    got = _sites(STANDIN_INTS)
+    assert got[(8, "size")] == ("syncs", "per-step", 1)  # range(cu[-1])
+    assert got[(10, "bool()")] == ("syncs", "per-step", 1)  # if sl.max() > 4
+    assert got[(13, "slice-bound")] == ("syncs", "per-step", 1)  # x[cu[0]:] = 0
+    assert got[(14, "size")] == ("syncs", "per-step", 1)  # new_zeros(sl.sum())
+    assert got[(15, "slice-bound")] == ("syncs", "per-step", 1)  # x[: sl.sum()]
+    assert got[(16, "bincount")] == ("syncs", "per-step", 2)
+    assert got[(16, "tolist")] == ("syncs", "per-step", 1)
+    assert not [k for k in got if k[0] == 17]  # `is None`, a shape: nothing read
+
+
+STANDIN_CONTRADICTION = """\
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        sl = forward_batch.seq_lens
+        if not self.use_mirror:
+            if self.use_mirror:
+                a = sl.tolist()
+            b = sl.tolist()
+        if forward_batch.encoder_lens is None:
+            return
+        if forward_batch.encoder_lens is None:
+            c = sl.tolist()
+        if forward_batch.encoder_lens is not None and self.flag:
+            d = sl.tolist() if not self.flag else None
+        self.use_mirror = True
+        if self.use_mirror:
+            e = sl.tolist()
+"""
+
+
+def test_a_test_the_enclosing_branches_decided_cannot_run():
+    got = _sites(STANDIN_CONTRADICTION)
+    assert got[(6, "tolist")][0] == "unreachable"  # `if a:` under `if not a:`
+    assert got[(7, "tolist")][0] == "syncs"
+    assert got[(11, "tolist")][0] == "unreachable"  # after `if x is None: return`
+    assert got[(13, "tolist")][0] == "unreachable"  # `not flag` under `... and flag`
+    assert got[(16, "tolist")][0] == "syncs"  # rebound in between: nothing known
+
+
+STANDIN_CONDITIONAL_SIZE = """\
+import torch
+
+
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        if forward_batch.forward_mode.is_draft_extend_v2():
+            self._meta(forward_batch.extend_seq_lens, 8, exact=True)
+        elif forward_batch.forward_mode.is_target_verify():
+            self._meta(forward_batch.extend_seq_lens, 8, exact=False)
+
+    def _meta(self, lens: torch.Tensor, n, exact=True):
+        return torch.repeat_interleave(lens, lens, output_size=n if exact else None)
+"""
+
+
+def test_a_conditional_output_size_syncs_where_it_is_none():
+    _, sites, _ = scan_source(STANDIN_CONDITIONAL_SIZE, Path("s.py"), REL)
+    [s] = [s for s in sites if s.kind == "repeat_interleave"]
+    assert (s.verdict, s.syncs, s.paths) == ("syncs", 2, ("target-verify",))

@@ -55,6 +55,18 @@ def test_host_reads_masks_and_dynamic_shapes():
     assert rep.count == 7
 
 
+def test_bincount_reads_min_and_max_minlength_or_not():
+    """CUDA/HIP bincount reads min() (not for uint8) and max() back (SummaryOps.cu
+    `_bincount_cuda_template`); its .tolist() is one more."""
+    x = torch.tensor([0, 2, 2])
+    with count_syncs("cpu", _dev(x)) as rep:
+        torch.bincount(x, minlength=4).tolist()  # 2 + 1
+        torch.bincount(x.to(torch.uint8))  # max only: 1
+        torch.bincount(x[:0])  # empty: 0
+    assert rep.count == 4
+    assert [e.op for e in rep.events].count("bincount") == 3
+
+
 def test_mask_assignment_of_one_host_element_is_masked_fill_not_a_sync():
     """`x[mask] = 0` goes to masked_fill_ in PyTorch's index_put (one mask, one host element,
     no accumulate): no nonzero, no sync. A tensor of values, or a device value, syncs."""

@@ -33,7 +33,8 @@ host reads of a device tensor (`item`, `__bool__/__int__/__float__/__index__` vi
 torch's copy waits for the stream when not non-blocking); ops tagged `data_dependent_output`
 or `dynamic_output_shape` on device inputs (`nonzero`, `masked_select`, `unique`, ...);
 `repeat_interleave` with tensor repeats and no `output_size`: TWO (PyTorch reads `cumsum[-1]`
-and checks `repeats >= 0`), as the GPU reports; indexing (`index`, `index_put_`) with a bool or
+and checks `repeats >= 0`), as the GPU reports; `bincount`: TWO (`min()` and `max()`, one for
+uint8); indexing (`index`, `index_put_`) with a bool or
 uint8 mask on the device, except an assignment of one host element through one mask
 (`x[mask] = 0`: PyTorch runs it as `masked_fill_`); integer-tensor indexing is not a sync.
 
@@ -267,6 +268,12 @@ def _cpu_modes(report: SyncReport, tags: DeviceTags):
                 if idx and (on_dev or any(tags.on_device(t) for t in idx)) \
                         and not _masked_fill_path(name, args, kwargs, tags):
                     hit(f"{func._opname} with a bool mask")
+            elif name == "bincount.default" and on_dev:
+                # CUDA/HIP bincount reads min() (skipped for uint8) and max() back before it
+                # launches, minlength or not; nothing for an empty input (SummaryOps.cu
+                # `_bincount_cuda_template`), as the GPU reports
+                if args[0].numel():
+                    hit("bincount", 1 if args[0].dtype == torch.uint8 else 2)
             elif on_dev and (torch.Tag.data_dependent_output in func.tags
                              or torch.Tag.dynamic_output_shape in func.tags):
                 hit(func._opname)

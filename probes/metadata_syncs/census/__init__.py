@@ -1,8 +1,9 @@
 """Static census of sync-prone calls in SGLang's attention metadata builders (AST only).
 
 Stages, one module each: `sites` (what a site, its verdict and a census are), `paths` (which
-forward modes reach a statement), `guards` (the configuration tests on the way), `scan`
-(finding the sites in one builder), `reach` (which builders a module has and what reaches
+forward modes reach a statement, and what enclosing branches already decided), `guards` (the
+configuration tests on the way), `kinds` (device or host), `scan` (finding the sites in one
+builder), `reach` (which builders a module has and what reaches
 each), `count` (the census of a release, cached, and of one file: its entry points).
 
 Builders: the methods named `init_forward_metadata*` (and `_build_*meta*`, `_make_*meta*`,
@@ -12,7 +13,7 @@ same class or a base class in the same module, and module-level functions of the
 
 Each sync-prone call in a builder gets one verdict:
 - `syncs`: a device tensor is read from the host on some per-step path (2 syncs for
-  `repeat_interleave` without `output_size`, 1 otherwise);
+  `repeat_interleave` without `output_size` and for `bincount`, 1 otherwise);
 - `host-mirror`: the value read is a host mirror (`*_cpu` names, or a host value at every
   caller in the file) - no sync;
 - `capture-only`: reached only while a CUDA graph is captured (capture flags such as

@@ -59,6 +59,11 @@ _CAPTURE_FLAG = re.compile(r"^(get_)?(is_|in_)?(cuda_graph_)?captur(e|ing)(_mode
 # target-verify; the draft-extend runner): `*_out_graph` / `*_cuda_graph` entry points run
 # under these only (the target's extend and the dLLM modes run eager).
 GRAPH_MODES = {"decode", "idle", "target-verify", "draft-extend"}
+# `*_for_breakable_cuda_graph_*` entry points: only the prefill graph runner
+# (model_executor/runner/prefill_cuda_graph_runner.py) calls them, and the model runner runs it
+# under `forward_mode.is_extend(include_draft_extend_v2=True)` only (model_runner.py: 0.5.17
+# :1589, 0.5.19 :1775, 0.5.21 :1919, 0.5.23 :2037): never decode or idle.
+PREFILL_GRAPH_MODES = {"target-extend", "draft-extend", "target-verify", "other"}
 _GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
 # Entry points the model runner or graph runners call from outside the file.
 _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
@@ -92,6 +97,8 @@ def seed_state(name: str) -> frozenset:
             return _modes({mode}, phases)
     if _GRAPH_ENTRY.search(name):  # called by the graph runners only: their modes
         return _modes(GRAPH_MODES, phases)
+    if "breakable_cuda_graph" in name:  # the prefill graph runner's modes only
+        return _modes(PREFILL_GRAPH_MODES, phases)
     return _modes(set(MODES), phases)
 
 
@@ -361,3 +368,85 @@ def path_class(state: frozenset, unknown: bool) -> str:
 
 def step_paths(state: frozenset) -> tuple[str, ...]:
     return tuple(m for m in MODES if (m, "step") in state)
+
+
+# --- what the branches around a statement already decided --------------------------------
+# A test on data or the model (not the forward mode, not the configuration) goes both ways, but
+# not twice in opposite ways: under `if not a:` an inner `if a:` cannot run (sglang 0.5.17
+# dsa_backend.py:886 inside :853, 0.5.23 :1222 inside :1189, both on the forward mode; the
+# same holds for any test whose names nothing assigns in between). A fact is (key, holds):
+# the key is the test's text with its negation folded in (`x is not None` is `x is None`
+# false, `a != b` is `a == b` false).
+_STABLE_CALL = re.compile(r"^(get|is_\w+|has_\w+|use_\w+)$")
+
+
+def fact_atom(e: ast.AST) -> tuple[str, bool] | None:
+    """(key, holds when `e` is true) for a test the census may remember; None for one it may
+    not (a call that could answer differently twice, a walrus)."""
+    holds = True
+    while isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        e, holds = e.operand, not holds
+    for n in walk(e):
+        if isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and not (
+                isinstance(n.func, ast.Attribute) and _STABLE_CALL.match(n.func.attr)
+                and not n.keywords and all(isinstance(a, ast.Constant) for a in n.args))):
+            return None
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(
+            e.ops[0], (ast.IsNot, ast.NotEq, ast.NotIn)):
+        flip = {ast.IsNot: ast.Is(), ast.NotEq: ast.Eq(), ast.NotIn: ast.In()}
+        e = ast.Compare(e.left, [flip[type(e.ops[0])]], e.comparators)
+        holds = not holds
+    return unparse(e), holds
+
+
+def facts_of(e: ast.AST, holds: bool) -> list[tuple[str, bool]]:
+    """The facts a branch on `e` establishes: every conjunct of a true `and`, every disjunct
+    of a false `or`, the atom itself otherwise (kept on the node)."""
+    memo = getattr(e, "_diag_facts", None)
+    if memo is None:
+        memo = e._diag_facts = {}  # type: ignore[attr-defined]
+    if holds not in memo:
+        memo[holds] = _facts_of(e, holds)
+    return memo[holds]
+
+
+def _facts_of(e: ast.AST, holds: bool) -> list[tuple[str, bool]]:
+    while isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        e, holds = e.operand, not holds
+    if isinstance(e, ast.BoolOp):
+        if isinstance(e.op, ast.And) == holds:
+            return [f for v in e.values for f in facts_of(v, holds)]
+        return []
+    atom = fact_atom(e)
+    return [(atom[0], atom[1] == holds)] if atom else []
+
+
+def known_value(e: ast.AST, known: dict[str, bool]) -> bool | None:
+    """What the facts in force say of the test `e` (None: nothing)."""
+    if not known:
+        return None
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        v = known_value(e.operand, known)
+        return None if v is None else not v
+    if isinstance(e, ast.BoolOp):
+        vals = [known_value(v, known) for v in e.values]
+        stop = isinstance(e.op, ast.Or)  # the value that decides an `or` / an `and`
+        if stop in vals:
+            return stop
+        return (not stop) if all(v is not None for v in vals) else None
+    atom = fact_atom(e)
+    if atom is None or atom[0] not in known:
+        return None
+    return known[atom[0]] == atom[1]
+
+
+def assigned_names(st: ast.AST) -> set[str]:
+    """Names (and `self.x` / `obj.x` texts) a statement may rebind (kept on the node: the
+    fixpoint's passes ask again)."""
+    out = getattr(st, "_diag_assigned", None)
+    if out is None:
+        out = {n.id if isinstance(n, ast.Name) else unparse(n) for n in walk(st)
+               if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))
+               and isinstance(getattr(n, "ctx", None), (ast.Store, ast.Del))}
+        st._diag_assigned = out  # type: ignore[attr-defined]
+    return out

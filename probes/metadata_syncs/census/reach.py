@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.metadata_syncs.census.guards import call_site_guards, common_guards
+from diag.probes.metadata_syncs.census.kinds import _FnInfo
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
     NONE,
@@ -19,7 +20,7 @@ from diag.probes.metadata_syncs.census.paths import (
     mode_helpers,
     seed_state,
 )
-from diag.probes.metadata_syncs.census.scan import _Edge, _FnInfo, _Scan
+from diag.probes.metadata_syncs.census.scan import _Edge, _Scan
 from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, _NAMED_BUILDER, ATTENTION_DIR
 from diag.probes.source import (
     ModuleIndex,

@@ -9,178 +9,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.probes.metadata_syncs.census.guards import _ends, guards_of
+from diag.probes.metadata_syncs.census.kinds import _classify, _FnInfo, _Kinds
 from diag.probes.metadata_syncs.census.paths import (
+    ALL,
     NONE,
+    Cond,
     _graph_memo_miss,
     _kids,
-    _mode_expr,
+    assigned_names,
     cond,
+    facts_of,
+    known_value,
     path_class,
     step_paths,
 )
 from diag.probes.metadata_syncs.census.sites import (
-    _DEVICE_FIELDS,
     _DYNAMIC,
-    _FACTORIES,
     _HOST_READ_METHODS,
     _REDUCTIONS,
-    _SAME_KIND,
-    _SCALAR_CALLS,
     _SIZED,
     Guard,
     Site,
     _src,
 )
-from diag.probes.source import inner as _inner
 from diag.probes.source import unparse as _unparse
 
-
-class _Kinds:
-    """Guesses whether an expression is a device tensor, a host value, a scalar, or unknown."""
-
-    def __init__(self, fn: ast.FunctionDef, facts: dict[str, str] | None = None,
-                 assigned: dict[str, list[tuple[int, ast.AST]]] | None = None) -> None:
-        self.params: dict[str, str] = {}
-        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
-        for a in args:
-            ann = _unparse(a.annotation) if a.annotation is not None else ""
-            fact = (facts or {}).get(a.arg)
-            if fact in ("host", "host-set"):  # every caller in the file passes a host value
-                self.params[a.arg] = "host"
-            elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
-                self.params[a.arg] = "host"
-            elif "Tensor" in ann:
-                self.params[a.arg] = "tensor"
-            elif ann in ("int", "bool", "float"):
-                self.params[a.arg] = "scalar"
-        self.config: set[str] = set()
-        self.device: set[str] = set()
-        # (backend, call) -> the helper's def, when the call is to a same-class method or a
-        # same-module function (set by _Scan): its return value is read through
-        self.helper: Any = None
-        self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
-
-    def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
-        if depth > 16:  # a chain of assignments and ops, read back to where it starts
-            return "unknown"
-        if isinstance(e, ast.Constant):
-            return "scalar"
-        if isinstance(e, ast.Name):
-            if e.id.endswith("_cpu"):
-                return "host"
-            prior = [(ln, v) for ln, v in self.assigned.get(e.id, []) if ln <= line]
-            if prior:
-                ln, value = prior[-1]
-                return self.of(value, ln - 1, depth + 1)
-            if e.id in self.params:
-                return self.params[e.id]
-            return "tensor" if e.id in _DEVICE_FIELDS else "unknown"  # a well-known name
-        if isinstance(e, ast.Attribute):
-            if e.attr.endswith("_cpu"):
-                return "host"
-            if isinstance(e.value, ast.Name) and e.value.id != "self":
-                prior = [(ln, v) for ln, v in self.assigned.get(_unparse(e), []) if ln <= line]
-                if prior:  # a local object's field assigned earlier in the function
-                    return self.of(prior[-1][1], prior[-1][0] - 1, depth + 1)
-            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
-                return "scalar"  # set from the server arguments (a Python number)
-            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
-                return "tensor"  # made on the device in the class (a buffer)
-            if e.attr in _DEVICE_FIELDS:
-                return "tensor"
-            return "unknown"
-        if isinstance(e, ast.Subscript):
-            if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
-                return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
-            return self.of(e.value, line, depth + 1)
-        if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
-            return self.of(e.operand, line, depth + 1)
-        if isinstance(e, ast.Compare) and len(e.comparators) == 1:
-            e = ast.BinOp(e.left, ast.Add(), e.comparators[0])  # `a == b`: the kinds of a, b
-        if isinstance(e, ast.BinOp):
-            kinds = {self.of(e.left, line, depth + 1), self.of(e.right, line, depth + 1)}
-            for k in ("tensor", "host", "unknown"):
-                if k in kinds:
-                    return k
-            return "scalar"
-        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" \
-                and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and \
-                isinstance(e.args[1].value, str):  # getattr(forward_batch, "name", None)
-            return self.of(ast.Attribute(e.args[0], e.args[1].value, ast.Load()), line, depth + 1)
-        if isinstance(e, ast.Call):
-            f = e.func
-            fname = _unparse(f)
-            if fname in _SCALAR_CALLS:
-                return "scalar"
-            if self.helper is not None:
-                k = self._helper_kind(e, line, depth)
-                if k is not None:
-                    return k
-            dev = [k.value for k in e.keywords if k.arg == "device"]
-            if dev and not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu"):
-                return "tensor"  # made on (or copied to) the device
-            if isinstance(f, ast.Attribute):
-                if f.attr == "to" and any(isinstance(a, ast.Constant) and a.value == "cpu"
-                                          for a in [*e.args, *(k.value for k in e.keywords)]):
-                    return "host"
-                if f.attr in ("tolist", "item"):
-                    return "host"
-                if f.attr == "cpu":
-                    return "host"
-                if isinstance(f.value, ast.Name) and f.value.id == "F" and e.args:
-                    return self.of(e.args[0], line, depth + 1)  # torch.nn.functional op
-                if isinstance(f.value, ast.Name) and f.value.id == "torch":
-                    dev = [k for k in e.keywords if k.arg == "device"]
-                    if dev and isinstance(dev[0].value, ast.Constant) and dev[0].value.value == "cpu":
-                        return "host"
-                    if dev:
-                        return "tensor"
-                    if f.attr.endswith("_like") and e.args:
-                        return self.of(e.args[0], line, depth + 1)
-                    # a factory without device= makes a host tensor; an op follows its
-                    # inputs (`torch.count_nonzero(seq_lens_cpu == v)` is a host tensor)
-                    if f.attr in _FACTORIES:
-                        return "host"
-                    kinds = {self.of(a, line, depth + 1) for a in e.args
-                             if not isinstance(a, ast.Constant)}
-                    # a torch op runs where its tensors live: host only when a host input
-                    # is seen and no device one (else the device, as before)
-                    return "host" if "host" in kinds and "tensor" not in kinds else "tensor"
-                if f.attr in _SAME_KIND:
-                    return self.of(f.value, line, depth + 1)
-            return "unknown"
-        return "unknown"
-
-
-    def _helper_kind(self, call: ast.Call, line: int, depth: int) -> str | None:
-        """A same-class/same-module helper's result: `Tensor` annotated, or what it returns
-        when every return is a call fed one of this call's device tensors (`get_dcp_lens(lens,
-        ...)`); None when the helper says nothing."""
-        found = self.helper(call)
-        if found is None:
-            return None
-        fn = found[1]
-        ann = _unparse(fn.returns) if fn.returns is not None else ""
-        if ann.startswith(("int", "bool", "float", "List", "list", "Optional[int")):
-            return "scalar" if not ann.startswith(("List", "list")) else "host"
-        if ann in ("torch.Tensor", "Tensor"):
-            return "tensor"
-        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return) and n.value is not None]
-        if rets and all(isinstance(r, ast.Call) and _unparse(r.func) not in _SCALAR_CALLS
-                        for r in rets) and any(
-                self.of(a, line, depth + 1) == "tensor" for a in call.args):
-            return "tensor"
-        return None
-
-
-def _classify(kind: str, what: str) -> tuple[str, str]:
-    if kind == "host":
-        return "host-mirror", f"{what} is a host value (a *_cpu mirror or a host copy)"
-    if kind == "tensor":
-        return "syncs", f"{what} is a device tensor"
-    if kind == "scalar":
-        return "", ""
-    return "cannot-tell", f"cannot tell whether {what} lives on the device"
+# Syncs of a data-dependent op on a CUDA/HIP tensor, read from PyTorch's kernels: `bincount`
+# reads the input twice before it launches (aten/src/ATen/native/cuda/SummaryOps.cu
+# `_bincount_cuda_template`: `self.min().cpu()` to refuse negative inputs, then
+# `self.max().item()` for the number of bins; `minlength` only raises that number, it does not
+# spare either read); `nonzero`, `unique`, `masked_select`, `argwhere` read their output size
+# once. (A `.tolist()` on the result is a sync of its own, another site.)
+_DYNAMIC_SYNCS = {"bincount": 2}
+_DYNAMIC_WHY = {"bincount": " (bincount on the device reads min() and max() back: 2 syncs, "
+                            "with or without minlength)"}
 
 
 @dataclass
@@ -195,51 +57,6 @@ class _Edge:
     # callee parameter -> (pairs where the argument may be true, where it may be false)
     at: str = ""  # `file:line Caller.qualname` of the call
     guards: frozenset = frozenset()  # the guards around the call (and its caller's own)
-
-
-class _FnInfo:
-    """What a builder's body says by itself (its assignments), whatever its callers pass: read
-    once per builder, not on every pass of the fixpoint in `_analyse`."""
-
-    def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
-        mode_vars: list[str] = []
-        counts: dict[str, int] = {}
-        single: list[ast.Assign] = []  # `name = value`, in walk order
-        # name -> [(line, value)] of `name = value` / `name: T = value` (for _Kinds)
-        self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
-        for n in _inner(fn):
-            if isinstance(n, ast.Assign):
-                for t in n.targets:
-                    if isinstance(t, ast.Name):
-                        counts[t.id] = counts.get(t.id, 0) + 1
-                if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-                    single.append(n)
-                    self.assigned.setdefault(n.targets[0].id, []).append((n.lineno, n.value))
-                    text = _unparse(n.value)
-                    if "forward_mode" in text and not text.endswith("forward_mode"):
-                        mode_vars.append(n.targets[0].id)
-                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
-                        isinstance(n.value, ast.Tuple) and \
-                        len(n.targets[0].elts) == len(n.value.elts):
-                    # `num_token, num_seq = a.shape[0], b.shape[0]`: each name its own value
-                    for t, v in zip(n.targets[0].elts, n.value.elts):
-                        if isinstance(t, ast.Name):
-                            counts[t.id] = counts.get(t.id, 0) + 1
-                            self.assigned.setdefault(t.id, []).append((n.lineno, v))
-                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) and \
-                        isinstance(n.targets[0].value, ast.Name) and \
-                        n.targets[0].value.id != "self":
-                    # `metadata.encoder_lens_int32 = forward_batch.encoder_lens.to(...)`: a
-                    # local object's field, read back by its dotted name
-                    self.assigned.setdefault(_unparse(n.targets[0]), []).append(
-                        (n.lineno, n.value))
-            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
-                self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
-        self.mode_vars = ",".join(mode_vars)
-        self.names = set(counts)  # every name assigned in the body
-        # names assigned once from a forward-mode test (read through by `cond`)
-        self.locals = {n.targets[0].id: n.value for n in single
-                       if counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}
 
 
 class _Scan:
@@ -275,7 +92,41 @@ class _Scan:
 
     def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
         self.stack = sorted(guards, key=lambda g: (g[3], g[0], g[1]))
+        self.known: list[tuple[str | None, bool, str]] = []  # facts in force (paths.facts_of)
         self.block(self.fn.body, state, unknown)
+
+    def cond(self, test: ast.AST) -> Cond:
+        """`paths.cond`, and a test the branches around it already decided: an `if a:` nested
+        in `if not a:` (or after `if a: return`) cannot run."""
+        c = cond(test, self.facts, self.env)
+        if self.known and c.true == ALL and c.false == ALL:
+            v = known_value(test, {k: h for k, h, _ in self.known if k is not None})
+            if v is not None:
+                return Cond(ALL, NONE, c.unknown) if v else Cond(NONE, ALL, c.unknown)
+        return c
+
+    def learn(self, test: ast.AST, holds: bool) -> int:
+        """Put the facts a branch on `test` establishes in force; how many were pushed."""
+        more = facts_of(test, holds)
+        self.known.extend((k, h, k) for k, h in more)
+        return len(more)
+
+    def forget(self, names: set[str]) -> None:
+        """A statement rebinds `names`: the facts that mention one are no longer known (kept
+        as tombstones so that the stack keeps its length)."""
+        if not names or not self.known:
+            return
+        for i, (k, h, text) in enumerate(self.known):
+            if k is not None and any(n in text for n in names):
+                self.known[i] = (None, h, text)
+
+    def branch(self, test: ast.AST, holds: bool, guards: tuple[Guard, ...],
+               stmts: list[ast.stmt], state: frozenset, unknown: bool) -> frozenset:
+        n = self.learn(test, holds)
+        try:
+            return self.guarded(guards, stmts, state, unknown)
+        finally:
+            del self.known[len(self.known) - n:]
 
     def _where(self, node: ast.AST) -> str:
         return f"{self.rel}:{getattr(node, 'lineno', 0)}"
@@ -290,16 +141,22 @@ class _Scan:
 
     # statements -> the state that falls through
     def block(self, stmts: list[ast.stmt], state: frozenset, unknown: bool) -> frozenset:
-        pushed = 0
+        pushed = learned = 0
         for st in stmts:
             state = self.stmt(st, state, unknown)
+            if self.known and not isinstance(st, (ast.Expr, ast.Return, ast.Raise,
+                                                  ast.Assert)):
+                self.forget(assigned_names(st))
             if isinstance(st, ast.If) and _ends(st.body) and not st.orelse:
                 # `if self.dcp_size == 1: return`: what follows runs where it does not hold
                 more = guards_of(st.test, self._where(st), False)
                 self.stack.extend(more)
                 pushed += len(more)
+                learned += self.learn(st.test, False)
         if pushed:
             del self.stack[len(self.stack) - pushed:]
+        if learned:
+            del self.known[len(self.known) - learned:]
         return state
 
     def stmt(self, st: ast.stmt, state: frozenset, unknown: bool) -> frozenset:
@@ -315,16 +172,20 @@ class _Scan:
             return self.block(st.body, capture, unknown) | self.block(st.orelse, state, unknown)
         if isinstance(st, ast.If):
             self.expr(st.test, state, unknown)
-            c = cond(st.test, self.facts, self.env)
+            c = self.cond(st.test)
             unk = unknown or c.unknown
             w = self._where(st)
-            return self.guarded(guards_of(st.test, w, True), st.body, state & c.true, unk) | \
-                self.guarded(guards_of(st.test, w, False), st.orelse, state & c.false, unk)
+            return self.branch(st.test, True, guards_of(st.test, w, True), st.body,
+                               state & c.true, unk) | \
+                self.branch(st.test, False, guards_of(st.test, w, False), st.orelse,
+                            state & c.false, unk)
         if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             self.expr(st.iter if not isinstance(st, ast.While) else st.test, state, unknown)
             # a loop body runs a number of times the census does not count: never exact
             loop = (("data:loop", "true", None, self._where(st),
                      "in a loop (runs a data-dependent number of times)"),)
+            if self.known:  # a later pass of the body sees what it rebinds
+                self.forget(assigned_names(st))
             self.guarded(loop, st.body, state, unknown)
             self.block(st.orelse, state, unknown)
             return state
@@ -364,14 +225,17 @@ class _Scan:
         if isinstance(e, ast.Lambda):
             return
         if isinstance(e, ast.IfExp):
+            self.truth_test(e.test, state, unknown)
             self.expr(e.test, state, unknown)
-            c = cond(e.test, self.facts, self.env)
+            c = self.cond(e.test)
             w = self._where(e)
             for part, holds, st in ((e.body, True, c.true), (e.orelse, False, c.false)):
                 more = guards_of(e.test, w, holds)
                 self.stack.extend(more)
+                n = self.learn(e.test, holds)
                 self.expr(part, state & st, unknown or c.unknown)
                 del self.stack[len(self.stack) - len(more):]
+                del self.known[len(self.known) - n:]
             return
         if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
             pushed = 0
@@ -394,9 +258,13 @@ class _Scan:
             self.expr(child, state, unknown)
 
     def _device_scalar(self, b: ast.AST | None, line: int) -> bool:
-        """A device tensor element (or a name bound to one) used where Python needs an int."""
-        return isinstance(b, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp)) and \
-            self.kinds.of(b, line) == "tensor"
+        """A device tensor element, a reduction of one (`t.sum()`, `t.max()`) or a name bound to
+        one, used where Python needs an int (`__index__` / `__int__` read it back)."""
+        if isinstance(b, ast.Call) and not (isinstance(b.func, ast.Attribute)
+                                            and b.func.attr in _REDUCTIONS):
+            return False
+        return isinstance(b, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp, ast.Call)) \
+            and self.kinds.of(b, line) == "tensor"
 
     def subscript(self, e: ast.Subscript, state: frozenset, unknown: bool) -> None:
         """`x[n:]` / `x[:t[-1]]` with a device bound (`__index__` reads it back), and
@@ -419,10 +287,35 @@ class _Scan:
                      f"indexing with the device bool mask `{_src(mask, 40)}` (data-dependent "
                      f"size)", 1)
 
+    def compare_test(self, test: ast.Compare, state: frozenset, unknown: bool) -> None:
+        """`if t.max() > n:` / `if cu[-1] == total:` with a device scalar on one side: the
+        comparison is a device tensor, and the branch calls `bool()` on it (sglang 0.5.23
+        kda_backend.py / xpu_backend.py compare host values only: no site). Identity and
+        membership tests, and comparisons with None, read nothing."""
+        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops):
+            return
+        sides = [test.left, *test.comparators]
+        if any(isinstance(x, ast.Constant) and x.value is None for x in sides):
+            return
+        for x in sides:
+            if self._device_scalar(x, test.lineno):
+                self.add(test, state, unknown, "bool()", "syncs",
+                         f"`{_src(x, 40)}` is a device scalar; a branch on `{_src(test, 50)}` "
+                         f"reads the comparison back", 1)
+                return
+
     def truth_test(self, test: ast.AST, state: frozenset, unknown: bool) -> None:
-        """`if torch.all(t == n):` / `if t.any():` of a device tensor: `bool()` reads it back."""
+        """`if torch.all(t == n):` / `if t.any():` / `if t.max() > n:` of a device tensor:
+        `bool()` reads it back (one sync per test that runs)."""
         while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             test = test.operand
+        if isinstance(test, ast.BoolOp):  # `a and b`: each operand is a test of its own
+            for v in test.values:
+                self.truth_test(v, state, unknown)
+            return
+        if isinstance(test, ast.Compare):
+            self.compare_test(test, state, unknown)
+            return
         if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Attribute) or \
                 test.func.attr not in ("all", "any"):
             return
@@ -496,6 +389,26 @@ class _Scan:
                                step_paths(state), pclass,
                                guards=tuple(dict.fromkeys(self.stack))))
 
+    def conditional_output_size(self, call: ast.Call, reps: ast.AST, out_size: ast.IfExp,
+                                state: frozenset, unknown: bool) -> None:
+        """`output_size=n if exact else None` (sglang 0.5.20 deepseek_v4_backend_hip_radix.py:
+        1348, 0.5.23 :2726): no sync where the test holds; where it does not, the 2 syncs of a
+        repeat_interleave without output_size. The test is read like a branch (a parameter's
+        callers, the configuration, a data test kept as a guard); which arm is None decides."""
+        c = self.cond(out_size.test)
+        none_body = isinstance(out_size.body, ast.Constant) and out_size.body.value is None
+        bare = state & (c.true if none_body else c.false)
+        if not bare:
+            return  # every path that reaches it passes the size
+        verdict, why = _classify(self.kinds.of(reps, call.lineno), f"repeats `{_src(reps, 40)}`")
+        if verdict == "syncs":
+            why += f"; output_size is None where `{_src(out_size.test, 40)}` is " \
+                f"{'true' if none_body else 'false'}: PyTorch reads the total back (2 syncs)"
+        more = guards_of(out_size.test, self._where(out_size), none_body)
+        self.stack.extend(more)
+        self.add(call, bare, unknown or c.unknown, "repeat_interleave", verdict, why, 2)
+        del self.stack[len(self.stack) - len(more):]
+
     def check(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
         kinds, rel, qual, backend = self.kinds, self.rel, self.qual, self.backend
         f = call.func
@@ -525,7 +438,7 @@ class _Scan:
                                          step_paths(state), path_class(state, unknown)))
                 if not isinstance(out_size, ast.IfExp):
                     return
-                add(name, "cannot-tell", "output_size is conditional (None on some calls)", 2)
+                self.conditional_output_size(call, reps, out_size, state, unknown)
                 return
             verdict, why = _classify(kinds.of(reps, line), f"repeats `{_src(reps, 40)}`")
             if verdict == "syncs":
@@ -549,7 +462,7 @@ class _Scan:
             verdict, why = _classify(kinds.of(arg, line), f"`{_src(arg, 40)}`")
             if verdict == "syncs":
                 why += f"; {name} has a data-dependent output size"
-            add(name, verdict, why, 1)
+            add(name, verdict, why + _DYNAMIC_WHY.get(name, ""), _DYNAMIC_SYNCS.get(name, 1))
         elif name in _SIZED and ((is_torch and not name.startswith("new_")) or (
                 name.startswith("new_") and isinstance(f, ast.Attribute))):
             args = list(call.args[:_SIZED[name]] if _SIZED[name] else call.args)
@@ -560,6 +473,12 @@ class _Scan:
                 if self._device_scalar(a, line):
                     self.add(a, state, unknown, "size", "syncs",
                              f"size `{_src(a, 40)}` of {name} is a device scalar", 1)
+        elif isinstance(f, ast.Name) and name == "range":
+            # `range(t)` / `range(t[i], n)`: range calls __index__ on each bound
+            for a in call.args:
+                if self._device_scalar(a, line):
+                    self.add(a, state, unknown, "size", "syncs",
+                             f"range bound `{_src(a, 40)}` is a device scalar", 1)
         elif isinstance(f, ast.Name) and name in ("int", "float", "bool") and len(call.args) == 1:
             arg = call.args[0]
             if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \

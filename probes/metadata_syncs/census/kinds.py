@@ -1,0 +1,213 @@
+"""Device or host: `_Kinds` guesses whether an expression is a device tensor, a host value, a
+Python scalar or unknown (from names, annotations, assignments in the same function, `device=`,
+the class's buffers and server-argument attributes, helpers' returns); `_FnInfo` is what a
+builder's body says by itself (its assignments, its forward-mode locals), read once per builder.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from diag.probes.metadata_syncs.census.paths import _mode_expr
+from diag.probes.metadata_syncs.census.sites import (
+    _DEVICE_FIELDS,
+    _FACTORIES,
+    _SAME_KIND,
+    _SCALAR_CALLS,
+)
+from diag.probes.source import inner as _inner
+from diag.probes.source import unparse as _unparse
+
+
+class _Kinds:
+    """Guesses whether an expression is a device tensor, a host value, a scalar, or unknown."""
+
+    def __init__(self, fn: ast.FunctionDef, facts: dict[str, str] | None = None,
+                 assigned: dict[str, list[tuple[int, ast.AST]]] | None = None) -> None:
+        self.params: dict[str, str] = {}
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        for a in args:
+            ann = _unparse(a.annotation) if a.annotation is not None else ""
+            fact = (facts or {}).get(a.arg)
+            if fact in ("host", "host-set"):  # every caller in the file passes a host value
+                self.params[a.arg] = "host"
+            elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
+                self.params[a.arg] = "host"
+            elif "Tensor" in ann:
+                self.params[a.arg] = "tensor"
+            elif ann in ("int", "bool", "float"):
+                self.params[a.arg] = "scalar"
+        self.config: set[str] = set()
+        self.device: set[str] = set()
+        # (backend, call) -> the helper's def, when the call is to a same-class method or a
+        # same-module function (set by _Scan): its return value is read through
+        self.helper: Any = None
+        self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
+
+    def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
+        if depth > 16:  # a chain of assignments and ops, read back to where it starts
+            return "unknown"
+        if isinstance(e, ast.Constant):
+            return "scalar"
+        if isinstance(e, ast.Name):
+            if e.id.endswith("_cpu"):
+                return "host"
+            prior = [(ln, v) for ln, v in self.assigned.get(e.id, []) if ln <= line]
+            if prior:
+                ln, value = prior[-1]
+                return self.of(value, ln - 1, depth + 1)
+            if e.id in self.params:
+                return self.params[e.id]
+            return "tensor" if e.id in _DEVICE_FIELDS else "unknown"  # a well-known name
+        if isinstance(e, ast.Attribute):
+            if e.attr.endswith("_cpu"):
+                return "host"
+            if isinstance(e.value, ast.Name) and e.value.id != "self":
+                prior = [(ln, v) for ln, v in self.assigned.get(_unparse(e), []) if ln <= line]
+                if prior:  # a local object's field assigned earlier in the function
+                    return self.of(prior[-1][1], prior[-1][0] - 1, depth + 1)
+            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
+                return "scalar"  # set from the server arguments (a Python number)
+            if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
+                return "tensor"  # made on the device in the class (a buffer)
+            if e.attr in _DEVICE_FIELDS:
+                return "tensor"
+            return "unknown"
+        if isinstance(e, ast.Subscript):
+            if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
+                return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
+            return self.of(e.value, line, depth + 1)
+        if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
+            return self.of(e.operand, line, depth + 1)
+        if isinstance(e, ast.Compare) and len(e.comparators) == 1:
+            e = ast.BinOp(e.left, ast.Add(), e.comparators[0])  # `a == b`: the kinds of a, b
+        if isinstance(e, ast.BinOp):
+            kinds = {self.of(e.left, line, depth + 1), self.of(e.right, line, depth + 1)}
+            for k in ("tensor", "host", "unknown"):
+                if k in kinds:
+                    return k
+            return "scalar"
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" \
+                and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and \
+                isinstance(e.args[1].value, str):  # getattr(forward_batch, "name", None)
+            return self.of(ast.Attribute(e.args[0], e.args[1].value, ast.Load()), line, depth + 1)
+        if isinstance(e, ast.Call):
+            f = e.func
+            fname = _unparse(f)
+            if fname in _SCALAR_CALLS:
+                return "scalar"
+            if self.helper is not None:
+                k = self._helper_kind(e, line, depth)
+                if k is not None:
+                    return k
+            dev = [k.value for k in e.keywords if k.arg == "device"]
+            if dev and not (isinstance(dev[0], ast.Constant) and dev[0].value == "cpu"):
+                return "tensor"  # made on (or copied to) the device
+            if isinstance(f, ast.Attribute):
+                if f.attr == "to" and any(isinstance(a, ast.Constant) and a.value == "cpu"
+                                          for a in [*e.args, *(k.value for k in e.keywords)]):
+                    return "host"
+                if f.attr in ("tolist", "item"):
+                    return "host"
+                if f.attr == "cpu":
+                    return "host"
+                if isinstance(f.value, ast.Name) and f.value.id == "F" and e.args:
+                    return self.of(e.args[0], line, depth + 1)  # torch.nn.functional op
+                if isinstance(f.value, ast.Name) and f.value.id == "torch":
+                    dev = [k for k in e.keywords if k.arg == "device"]
+                    if dev and isinstance(dev[0].value, ast.Constant) and dev[0].value.value == "cpu":
+                        return "host"
+                    if dev:
+                        return "tensor"
+                    if f.attr.endswith("_like") and e.args:
+                        return self.of(e.args[0], line, depth + 1)
+                    # a factory without device= makes a host tensor; an op follows its
+                    # inputs (`torch.count_nonzero(seq_lens_cpu == v)` is a host tensor)
+                    if f.attr in _FACTORIES:
+                        return "host"
+                    kinds = {self.of(a, line, depth + 1) for a in e.args
+                             if not isinstance(a, ast.Constant)}
+                    # a torch op runs where its tensors live: host only when a host input
+                    # is seen and no device one (else the device, as before)
+                    return "host" if "host" in kinds and "tensor" not in kinds else "tensor"
+                if f.attr in _SAME_KIND:
+                    return self.of(f.value, line, depth + 1)
+            return "unknown"
+        return "unknown"
+
+
+    def _helper_kind(self, call: ast.Call, line: int, depth: int) -> str | None:
+        """A same-class/same-module helper's result: `Tensor` annotated, or what it returns
+        when every return is a call fed one of this call's device tensors (`get_dcp_lens(lens,
+        ...)`); None when the helper says nothing."""
+        found = self.helper(call)
+        if found is None:
+            return None
+        fn = found[1]
+        ann = _unparse(fn.returns) if fn.returns is not None else ""
+        if ann.startswith(("int", "bool", "float", "List", "list", "Optional[int")):
+            return "scalar" if not ann.startswith(("List", "list")) else "host"
+        if ann in ("torch.Tensor", "Tensor"):
+            return "tensor"
+        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return) and n.value is not None]
+        if rets and all(isinstance(r, ast.Call) and _unparse(r.func) not in _SCALAR_CALLS
+                        for r in rets) and any(
+                self.of(a, line, depth + 1) == "tensor" for a in call.args):
+            return "tensor"
+        return None
+
+
+def _classify(kind: str, what: str) -> tuple[str, str]:
+    if kind == "host":
+        return "host-mirror", f"{what} is a host value (a *_cpu mirror or a host copy)"
+    if kind == "tensor":
+        return "syncs", f"{what} is a device tensor"
+    if kind == "scalar":
+        return "", ""
+    return "cannot-tell", f"cannot tell whether {what} lives on the device"
+
+
+class _FnInfo:
+    """What a builder's body says by itself (its assignments), whatever its callers pass: read
+    once per builder, not on every pass of the fixpoint in `_analyse`."""
+
+    def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
+        mode_vars: list[str] = []
+        counts: dict[str, int] = {}
+        single: list[ast.Assign] = []  # `name = value`, in walk order
+        # name -> [(line, value)] of `name = value` / `name: T = value` (for _Kinds)
+        self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
+        for n in _inner(fn):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+                if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                    single.append(n)
+                    self.assigned.setdefault(n.targets[0].id, []).append((n.lineno, n.value))
+                    text = _unparse(n.value)
+                    if "forward_mode" in text and not text.endswith("forward_mode"):
+                        mode_vars.append(n.targets[0].id)
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
+                        isinstance(n.value, ast.Tuple) and \
+                        len(n.targets[0].elts) == len(n.value.elts):
+                    # `num_token, num_seq = a.shape[0], b.shape[0]`: each name its own value
+                    for t, v in zip(n.targets[0].elts, n.value.elts):
+                        if isinstance(t, ast.Name):
+                            counts[t.id] = counts.get(t.id, 0) + 1
+                            self.assigned.setdefault(t.id, []).append((n.lineno, v))
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) and \
+                        isinstance(n.targets[0].value, ast.Name) and \
+                        n.targets[0].value.id != "self":
+                    # `metadata.encoder_lens_int32 = forward_batch.encoder_lens.to(...)`: a
+                    # local object's field, read back by its dotted name
+                    self.assigned.setdefault(_unparse(n.targets[0]), []).append(
+                        (n.lineno, n.value))
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
+                self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
+        self.mode_vars = ",".join(mode_vars)
+        self.names = set(counts)  # every name assigned in the body
+        # names assigned once from a forward-mode test (read through by `cond`)
+        self.locals = {n.targets[0].id: n.value for n in single
+                       if counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}
