@@ -588,73 +588,7 @@ def allowlist_summary(res: dict) -> str:
 # Issue 29, side by side in one run: `--servers` plain servers and as many under `diag run --fix
 # profiler-controlled-teardown` (no counters: the fix alone), all with SGLANG_PROFILE_V2=1, each
 # given this profile up to `--profiles` times while serving; the check is checks.check_crash.
-CRASH_PROFILE = {"activities": ["CPU", "GPU"], "profile_by_stage": True, "num_steps": 3,
-                 "with_stack": True}
-STAGE_TRACES = 2  # V2 stage profiling writes one trace per stage: prefill, decode
-# (utils/profile_utils.py in 0.5.23: `_StageBasedTrigger`, interesting stages ["prefill",
-# "decode"], file name ...-TP-0-<stage>.trace.json.gz)
-
-
-def _serve(s: es.Server, width: int = 2, n: int = 12) -> None:
-    with cf.ThreadPoolExecutor(width) as ex:
-        for f in [ex.submit(s.generate, [7 + i, 8, 9], n, 30) for i in range(width)]:
-            f.result()
-
-
-def _dead(s: es.Server) -> bool:
-    return s.proc.poll() is not None or bool(checks.crashes(s.log.read_text(errors="replace")))
-
-
-def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
-              per_profile_s: float = 60.0, body: dict | None = None,
-              serve_after: int = 3) -> checks.CrashTry:
-    """Give one server the profile up to `profiles` times, each while serving requests until its
-    stage traces are written, then serve a little more (a stopped profiler is freed later, by
-    the cyclic GC); stop at the first sign of death."""
-    sent = done = 0
-    error = ""
-    for i in range(profiles):
-        if _dead(s):
-            break
-        out = work / f"cprof-{name}-{i}"
-        try:
-            code, text = s.post("/start_profile", {**(body or CRASH_PROFILE),
-                                                   "output_dir": str(out)}, 60)
-        except OSError as e:
-            error = f"/start_profile: {type(e).__name__}: {e}"
-            break
-        sent += 1
-        if code != 200:
-            error = f"/start_profile: HTTP {code}: {text[:200]}"
-            break
-        deadline = time.monotonic() + per_profile_s
-        traces = 0
-        while time.monotonic() < deadline and not _dead(s):
-            try:
-                _serve(s)
-            except (OSError, RuntimeError, ValueError) as e:
-                error = f"request: {type(e).__name__}: {e}"[:300]
-                break
-            traces = len(list(out.glob("*.trace.json.gz"))) if out.exists() else 0
-            if traces >= STAGE_TRACES:
-                break
-        done += traces >= STAGE_TRACES
-        if error or traces < STAGE_TRACES:
-            error = error or f"profile {i}: {traces} of {STAGE_TRACES} stage traces in " \
-                             f"{per_profile_s:g} s"
-            break
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            for _ in range(serve_after):  # allocations, so that a full cyclic GC comes
-                _serve(s)
-    time.sleep(2.0)  # a scheduler that just died: let its log and the launcher catch up
-    alive = not _dead(s)
-    if alive:
-        try:
-            s.generate([5, 6], 4, timeout=30)
-        except (OSError, RuntimeError, ValueError) as e:
-            alive = False
-            error = error or f"final request: {type(e).__name__}: {e}"[:300]
-    return checks.CrashTry(name, side, sent, done, alive, s.log.read_text(errors="replace"), error)
+from diag.kit.steps.crash import CRASH_PROFILE, STAGE_TRACES, crash_try  # noqa: E402,F401
 
 
 def device_info() -> dict:
