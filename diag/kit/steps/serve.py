@@ -17,7 +17,8 @@ class ServeStep(Step):
 
     def run(self, kit: Kit) -> None:
         s = start_server(kit, "kit")
-        kit.doc["server"] = {"url": s.url, "command": s.extra["cmd"], "run_dir": str(s.run_dir),
+        kit.doc["server"] = {"url": s.url, "pid": s.proc.pid, "command": s.extra["cmd"],
+                             "run_dir": str(s.run_dir),
                              "log": str(s.log), "ready_s": None, "describe": "did not start"}
         kit.say(f"starting (log {s.log})")
         try:

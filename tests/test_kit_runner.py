@@ -1,0 +1,115 @@
+"""The kit's runner with throw-away steps (no server): the time limit, a broken step, a step that
+needs the server when none started, checks a step never judged. None of these may end as
+`pass`; each `not-run` carries its reason; the exit code follows the documented rule."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from report_schema import check
+
+from diag.kit import report, runner
+
+
+def _opts(out: Path, timeout: float = 5.0) -> runner.Options:
+    return runner.Options(python="python", model=None, draft_model=None, attention_backend=None,
+                          device="cpu", speculative=(), server_args=(), out=out,
+                          step_timeout=timeout)
+
+
+def _step(sid: str, checks: dict[str, str], body, needs_server: bool = False) -> runner.Step:
+    cls = type(f"S_{sid}", (runner.Step,), {"id": sid, "title": sid, "checks": checks,
+                                            "needs_server": needs_server,
+                                            "run": lambda self, kit: body(kit)})
+    return cls()
+
+
+def _run(tmp_path: Path, steps: list[runner.Step], timeout: float = 5.0) -> dict:
+    lines: list[str] = []
+    doc = runner.run(_opts(tmp_path / "out", timeout), steps, lines.append)
+    check("kit-v1.json", doc)
+    assert json.loads((tmp_path / "out" / "kit.json").read_text()) == doc
+    assert (tmp_path / "out" / "summary.md").read_text().strip() == report.render(doc)
+    doc["_lines"] = lines
+    return doc
+
+
+def test_passing_and_failing_checks_set_the_exit_code(tmp_path):
+    def good(kit):
+        kit.record("a", "pass", "fine", {"n": 1})
+
+    def bad(kit):
+        kit.judge("b", False, "measured 2 vs 1", {"n": 2})
+
+    doc = _run(tmp_path, [_step("one", {"a": "A"}, good)])
+    assert doc["exit_code"] == 0 and doc["counts"] == {"pass": 1, "fail": 0, "not-run": 0}
+    doc = _run(tmp_path, [_step("one", {"a": "A"}, good), _step("two", {"b": "B"}, bad)])
+    assert doc["exit_code"] == 1 and [c["status"] for c in doc["checks"]] == ["pass", "fail"]
+    assert any("] one: a pass: fine" in ln for ln in doc["_lines"])
+
+
+def test_a_step_past_its_limit_is_stopped_and_its_checks_not_run(tmp_path):
+    def slow(kit):
+        kit.record("early", "pass", "before the wait")
+        time.sleep(30)
+
+    t0 = time.monotonic()
+    doc = _run(tmp_path, [_step("slow", {"early": "E", "late": "L"}, slow),
+                          _step("after", {"c": "C"}, lambda kit: kit.record("c", "pass", "ran"))],
+               timeout=1.0)
+    assert time.monotonic() - t0 < 10
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert checks["early"]["status"] == "pass"  # what was measured is kept
+    assert checks["late"]["status"] == "not-run" and "limit of 1 s" in checks["late"]["reason"]
+    assert checks["c"]["status"] == "pass"  # the next step still runs
+    assert doc["steps"][0]["status"] == "timed-out" and doc["exit_code"] == 3
+
+
+def test_a_broken_step_and_a_step_without_its_server(tmp_path):
+    def boom(kit):
+        raise ZeroDivisionError("x")
+
+    doc = _run(tmp_path, [_step("boom", {"a": "A"}, boom),
+                          _step("needs", {"b": "B"}, lambda kit: None, needs_server=True)])
+    a, b = doc["checks"]
+    assert a["status"] == "not-run" and "ZeroDivisionError" in a["reason"]
+    assert b["status"] == "not-run" and b["reason"] == "the server did not start"
+    assert doc["steps"][1]["status"] == "skipped" and doc["exit_code"] == 3
+
+
+def test_an_unjudged_check_is_never_a_pass_and_not_run_needs_a_reason(tmp_path):
+    def lazy(kit):
+        kit.record("a", "pass", "ok")
+
+    doc = _run(tmp_path, [_step("lazy", {"a": "A", "b": "B"}, lazy)])
+    b = doc["checks"][1]
+    assert b["status"] == "not-run" and "did not judge" in b["reason"]
+
+    def no_reason(kit):
+        kit.record("c", "not-run", "", reason="  ")
+
+    doc = _run(tmp_path, [_step("nr", {"c": "C"}, no_reason)])
+    assert doc["checks"][0]["status"] == "not-run" and "without a reason" in \
+        doc["checks"][0]["reason"]
+
+
+def test_a_step_may_not_judge_another_steps_check(tmp_path):
+    def other(kit):
+        kit.record("theirs", "pass", "sneaky")
+
+    doc = _run(tmp_path, [_step("mine", {"mine": "M"}, other),
+                          _step("theirs", {"theirs": "T"}, lambda kit: None)])
+    assert [c["status"] for c in doc["checks"]] == ["not-run", "not-run"]
+
+
+@pytest.mark.parametrize("status", ["pass", "fail", "not-run"])
+def test_render_says_every_status_as_in_the_json(tmp_path, status):
+    def one(kit):
+        kit.record("a", status, "d", reason="why" if status == "not-run" else None)
+
+    doc = _run(tmp_path, [_step("s", {"a": "A"}, one)])
+    row = [ln for ln in report.render(doc).splitlines() if ln.startswith("| a |")]
+    assert row == [f"| a | {status} | {'not run: why' if status == 'not-run' else 'd'} |"]
