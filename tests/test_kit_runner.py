@@ -113,3 +113,28 @@ def test_render_says_every_status_as_in_the_json(tmp_path, status):
     doc = _run(tmp_path, [_step("s", {"a": "A"}, one)])
     row = [ln for ln in report.render(doc).splitlines() if ln.startswith("| a |")]
     assert row == [f"| a | {status} | {'not run: why' if status == 'not-run' else 'd'} |"]
+
+
+def test_the_gpu_lanes_judgement_of_a_kit_json(tmp_path):
+    """checks.check_kit_* (lane.py --only kit) on documents the runner really wrote."""
+    from diag.kit import checks
+
+    def measured(kit):
+        kit.record("a", "pass", "ok", {"ready_s": 1.5})
+        kit.record("b", "not-run", "", reason="needs a GPU")
+
+    def bare(kit):
+        kit.record("a", "pass", "ok", {"note": "no number"})
+        kit.record("b", "fail", "bad", {"flag": True})
+
+    good = _run(tmp_path, [_step("s", {"a": "A", "b": "B"}, measured)])
+    assert checks.check_kit_entries("", good).ok is True
+    bad = _run(tmp_path, [_step("s", {"a": "A", "b": "B"}, bare)])
+    c = checks.check_kit_entries("", bad)
+    assert c.ok is False and c.data["bad"] == ["a", "b"]
+    assert checks.check_kit_entries("", None).ok is None
+    g = checks.check_kit_gpu_judged("", good, ("a", "b"))
+    assert g.ok is False and g.data["not_judged"] == {"b": "needs a GPU"}
+    assert checks.check_kit_left("", good, []).ok is True
+    assert checks.check_kit_left("", good, [123]).ok is False
+    assert checks.check_kit_left("", {**good, "processes_left": None}, []).ok is False

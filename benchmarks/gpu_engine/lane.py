@@ -751,6 +751,84 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ the field kit
+# Issue 39: `diag kit run` as an AMD owner runs it, here on the lane's card with the lane's tiny
+# models, backend and flags; its kit.json judged by checks.check_kit_* (schema-valid, every check
+# run with numbers or not run with its reason, nothing it started left alive).
+KIT_SERVER_ARGS = (f"--mem-fraction-static 0.85 --max-total-tokens {MAX_TOTAL_TOKENS} "
+                   f"--cuda-graph-max-bs-decode {MAX_BS} --disable-prefill-cuda-graph "
+                   "--max-running-requests 32")
+
+
+def _kit_alive(doc: dict | None, out: Path) -> list[int]:
+    import psutil
+
+    pgid = ((doc or {}).get("server") or {}).get("pid")
+    me = psutil.Process()
+    mine = {me.pid, *(a.pid for a in me.parents())}  # the lane and its shell name OUT too
+    alive = set()
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid in mine:
+                continue
+            if (pgid and os.getpgid(p.pid) == pgid) or str(out) in " ".join(p.info["cmdline"] or []):
+                alive.add(p.pid)
+    return sorted(alive)
+
+
+def kit_run(work: Path, rounds: int, tokens: int, out: Path | None = None,
+            crash: bool = False) -> dict:
+    """`diag kit run` on the lane's tiny models (subprocess, as a user runs it), then its JSON
+    judged."""
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"mode": "kit", "backend": BACKEND, "checks": [], "device": device_info()}
+    add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
+    t0 = time.monotonic()
+    kout = (out or work) / "kit"
+    models = engine_models.make_models(work / "models", 0, "gpu")
+    cmd = [sys.executable, "-m", "diag", "kit", "run", "--model", str(models["bigram"]),
+           "--draft-model", str(models["draft"]), "--attention-backend", BACKEND,
+           "--server-args", KIT_SERVER_ARGS, "--out", str(kout), "--json",
+           "--step-timeout", "300", "--rounds", str(rounds), "--tokens", str(tokens),
+           *(("--crash", "--crash-servers", "1") if crash else ())]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    res["kit_rc"], res["kit_stderr"] = r.returncode, r.stderr[-3000:]
+    f = kout / "kit.json"
+    doc = json.loads(f.read_text()) if f.is_file() else None
+    res["kit"] = doc
+    try:
+        import report_schema
+
+        report_schema.check("kit-v1.json", doc)
+        add(checks.Check("kit.json valid against diag/schemas/kit-v1.json", True,
+                         f"{f}; exit {r.returncode}"))
+    except Exception as e:  # jsonschema's ValidationError, or no document
+        add(checks.Check("kit.json valid against diag/schemas/kit-v1.json", False,
+                         f"{type(e).__name__}: {str(e)[:300]}"))
+    add(checks.Check("kit exit code is the one its JSON documents",
+                     doc is not None and r.returncode == doc.get("exit_code"),
+                     f"process {r.returncode}, JSON {(doc or {}).get('exit_code')}"))
+    add(checks.check_kit_entries("every kit check ran with numbers or says why not", doc))
+    add(checks.check_kit_gpu_judged("the checks a CPU leaves not run are judged on the GPU",
+                                    doc))
+    add(checks.check_kit_left("no process the kit started is left", doc, _kit_alive(doc, kout)))
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+def kit_summary(res: dict) -> str:
+    lines = [f"{'PASS' if c['ok'] else 'FAIL' if c['ok'] is False else 'NOT RUN'}    "
+             f"{c['name']}: {c['detail'][:300]}" for c in res["checks"]]
+    jp = (res.get("kit") or {}).get("json_path")
+    f = Path(jp).with_name("summary.md") if jp else None
+    if f is not None and f.is_file():
+        lines += ["", f.read_text()]
+    elif res.get("kit_stderr"):
+        lines.append(res["kit_stderr"][-1500:])
+    return "\n".join(lines + [f"wall {res['wall_s']} s"])
+
+
 class LaneTimeout(Exception):
     """The time limit's SIGTERM (device.sh runs the lane under `timeout`): raised where the lane
     is, so what ran is still written (the servers stopped, the check "lane ran to the end"
@@ -770,9 +848,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--windows", type=int, default=10,
                     help="diag bench overhead's pairs of windows per condition, at batch 1 and 16")
-    ap.add_argument("--only", choices=("crash", "overhead", "allowlist"), default=None,
+    ap.add_argument("--only", choices=("crash", "overhead", "allowlist", "kit"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "
-                         "overhead: only `diag bench overhead` on one diag server")
+                         "overhead: only `diag bench overhead` on one diag server; kit: "
+                         "`diag kit run` on the lane's models, its kit.json judged")
+    ap.add_argument("--kit-crash", action="store_true",
+                    help="--only kit: also the kit's profiler A/B (diag kit run --crash)")
     ap.add_argument("--batches", default="16",
                     help="batches, comma-separated, measured in turn (--only overhead)")
     ap.add_argument("--no-shares", action="store_true",
@@ -795,6 +876,9 @@ def main() -> int:
     elif a.only == "allowlist":
         res = allowlist_run(a.work, a.rounds, a.tokens, out=a.out)
         text = allowlist_summary(res)
+    elif a.only == "kit":
+        res = kit_run(a.work, a.rounds, a.tokens, out=a.out, crash=a.kit_crash)
+        text = kit_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)
         text = crash_summary(res)

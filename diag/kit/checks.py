@@ -515,3 +515,59 @@ def window_counters(after: dict | None, before: dict | None) -> dict:
     ga, gb = (after or {}).get("graph_phases") or {}, (before or {}).get("graph_phases") or {}
     return {"draft_extend": window_section(after, before, "draft_extend"),
             "graph_phases": {ph: window_section(ga, gb, ph) for ph in ga}}
+
+
+# ------------------------------------------------------------------------------ the field kit
+# `lane.py --only kit`: `diag kit run` on the GPU machine, its kit.json judged here.
+KIT_GPU_CHECKS = ("phases-static-vs-live", "phases-log-vs-live", "trace-complete")
+
+
+def _has_number(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    if isinstance(v, dict):
+        return any(_has_number(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_has_number(x) for x in v)
+    return False
+
+
+def check_kit_entries(name: str, doc: dict[str, Any] | None) -> Check:
+    """Every check of a kit.json either ran with numbers (pass/fail with a measured value in
+    `values`) or is `not-run` with its reason; a document without checks is not judged."""
+    entries = (doc or {}).get("checks") or []
+    if not entries:
+        return Check(name, None, "no kit.json checks to judge")
+    bad = [c.get("id") for c in entries
+           if not ((c.get("status") in ("pass", "fail") and _has_number(c.get("values")))
+                   or (c.get("status") == "not-run" and str(c.get("reason") or "").strip()))]
+    counts = {s: sum(c.get("status") == s for c in entries) for s in ("pass", "fail", "not-run")}
+    return Check(name, not bad, f"{len(entries)} checks {counts}; without numbers or reason: "
+                 f"{bad or 'none'}", {"counts": counts, "bad": bad})
+
+
+def check_kit_gpu_judged(name: str, doc: dict[str, Any] | None,
+                         ids: tuple[str, ...] = KIT_GPU_CHECKS) -> Check:
+    """On a GPU, the checks a CPU run leaves `not-run` for want of a GPU are judged."""
+    entries = {c.get("id"): c for c in (doc or {}).get("checks") or []}
+    if not entries:
+        return Check(name, None, "no kit.json checks to judge")
+    missing = {i: (entries.get(i) or {}).get("reason", "absent") for i in ids
+               if (entries.get(i) or {}).get("status") not in ("pass", "fail")}
+    return Check(name, not missing, "; ".join(
+        f"{i} {(entries.get(i) or {}).get('status', 'absent')}" for i in ids)
+        + (f"; not judged: {missing}" if missing else ""), {"not_judged": missing})
+
+
+def check_kit_left(name: str, doc: dict[str, Any] | None, alive: list[int]) -> Check:
+    """No process the kit started is alive afterwards: its own count (`processes_left`) and
+    `alive`, what the caller found itself (psutil) in the server's process group and with the
+    kit's folder on the command line."""
+    if doc is None:
+        return Check(name, None, "no kit.json")
+    left = doc.get("processes_left")
+    ok = left == [] and not alive
+    return Check(name, ok, f"kit says {left}; found alive afterwards: {alive or 'none'}",
+                 {"processes_left": left, "alive": alive})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from diag.kit.runner import Kit, Operational, Step
 
@@ -46,6 +47,7 @@ class EnvStep(Step):
             env = {"error": f"{type(e).__name__}: {e}"}
         kit.doc["environment"] = env
         kit.say(f"asking {kit.opts.python} for its torch, GPU and SGLang")
+        t0 = time.monotonic()
         try:
             r = subprocess.run([kit.opts.python, "-c", PROBE], capture_output=True, text=True,
                                timeout=180)
@@ -69,4 +71,5 @@ class EnvStep(Step):
                    f"{got['torch']} ({'HIP ' + got['hip'] if got['hip'] else 'CUDA ' + str(got['cuda']) if got['cuda'] else 'CPU'}); "
                    f"GPU: {', '.join(got['devices']) or 'none'}",
                    {"sglang": got["sglang"], "torch": got["torch"], "gpu": kit.gpu,
-                    "devices": got["devices"]})
+                    "devices": got["devices"], "gpu_count": len(got["devices"]),
+                    "answer_s": round(time.monotonic() - t0, 2)})

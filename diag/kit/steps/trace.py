@@ -37,7 +37,8 @@ class TraceStep(Step):
         time.sleep(1.0)  # the writer may still be closing the file
         kit.say(f"diag trace on {len(files)} file(s)")
         doc, err = diag_json("trace", *files, "--json", "--fail-on", "never")
-        per = [{"path": f.get("path"), "platform": f.get("platform"),
+        per = [{"path": f.get("path"), "platform": f.get("platform"), "events": f.get("events"),
+                "graphs": len((f.get("completeness") or {}).get("graphs") or []),
                 **{k: (f.get("completeness") or {}).get(k) for k in (
                     "complete", "gpu_recorded", "lossy", "unreliable_phases")}}
                for f in doc.get("files", [])]
