@@ -41,11 +41,13 @@ import checks  # noqa: E402
 import engine_models  # noqa: E402
 import engine_server as es  # noqa: E402
 
+from diag.kit.server import launch  # noqa: E402
+from diag.kit.steps.base import PROMPTS, wait_for  # noqa: E402,F401 (the lane's prompts)
+
 FIX = "profiler-controlled-teardown"
 KILL = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
 MAX_BS = 16  # --cuda-graph-max-bs-decode: the largest batch every runner captures (the
 # overhead is measured at batch 1 and batch 16, both captured)
-PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [64, 65]]
 
 
 # Three servers on one card: SGLang sizes the KV pool as what is free at its start minus
@@ -81,13 +83,9 @@ def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
         cmd = [py, "-m", "diag", "run", *probes, *diag_args, "--run-dir", str(run_dir), "--", *cmd]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     full_env.update(PYTHONUNBUFFERED="1", **(env or {}))
-    log = work / f"server-{name}.log"
-    fh = open(log, "wb")
-    proc = subprocess.Popen(cmd, env=full_env, stdout=fh, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    fh.close()
-    return es.Server(proc=proc, url=f"http://127.0.0.1:{port}", log=log, run_dir=run_dir,
-                     started=time.monotonic(), extra={"name": name})
+    s = launch(cmd, full_env, work / f"server-{name}.log", f"http://127.0.0.1:{port}", run_dir)
+    s.extra["name"] = name
+    return s
 
 
 def ready(s: es.Server, timeout: float) -> es.Server:
@@ -114,17 +112,6 @@ def status(s: es.Server) -> dict:
 def counters(s: es.Server) -> dict | None:
     eng = status(s)["engine"]
     return eng.get("counters") if eng else None
-
-
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    return last
 
 
 def greedy(s: es.Server, n: int = 32) -> list[list[int]]:

@@ -76,7 +76,8 @@ def engine_counters(s: Server) -> dict[str, Any] | None:
     return dict(eng[0].counters) if eng else None
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, interval: float = 0.3) -> Any:
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.3) -> Any:
+    """`pred()`'s first truthy value within `timeout`, else its last value."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
