@@ -118,10 +118,15 @@ class CrashStep(Step):
         for _, s in started.values():
             ready(kit, s)
         kit.say(f"{len(started)} servers, {o.crash_profiles} stage profiles each")
-        with cf.ThreadPoolExecutor(len(started)) as ex:
+        # not `with`: on Ctrl-C or the step's limit the main thread must go on to stop the
+        # servers (the workers then fail fast) instead of joining workers that wait on them
+        ex = cf.ThreadPoolExecutor(len(started))
+        try:
             futs = [ex.submit(crash_try, n, side, s, kit.work, o.crash_profiles)
                     for n, (side, s) in started.items()]
             tries = [f.result() for f in futs]
+        finally:
+            ex.shutdown(wait=False, cancel_futures=True)
         c = checks.check_crash("", tries)
         data = {k: c.data[k] for k in ("plain", "fix", "verdict") if k in c.data}
         data["servers"] = [{k: v for k, v in t.items() if k != "dump"}
