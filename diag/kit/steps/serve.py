@@ -4,6 +4,7 @@ started and waited for; its resolved configuration read back from /server_info."
 from __future__ import annotations
 
 import json
+import time
 
 from diag.kit.runner import Kit, Step
 from diag.kit.steps.base import ready, start_server
@@ -24,8 +25,12 @@ class ServeStep(Step):
         try:
             ready(kit, s)
         except Exception as e:
-            kit.record("server-start", "fail", str(e).splitlines()[0][:300],
-                       {"log_tail": s.log_tail(20)})
+            tail = [ln for ln in s.log_tail(20).splitlines() if ln.strip()]
+            first = str(e).splitlines()[0].rstrip(":") if str(e) else type(e).__name__
+            kit.record("server-start", "fail",
+                       f"{first}: {tail[-1].strip() if tail else 'empty log'}"[:400],
+                       {"waited_s": round(time.monotonic() - s.started, 1),
+                        "returncode": s.proc.poll(), "log_tail": tail})
             raise
         code, body = s.get("/server_info")
         info = json.loads(body) if code == 200 and body.lstrip().startswith("{") else {}
