@@ -203,3 +203,21 @@ def test_compare_two_real_kit_runs(kit, interrupted):
         assert rows[c["id"]]["same"] == (c["status"] == other["status"])
         line = next(ln for ln in r.stdout.splitlines() if ln.startswith(c["id"] + " "))
         assert line.endswith("*") != rows[c["id"]]["same"]
+
+
+def test_a_server_that_does_not_start_is_exit_3(root, tmp_path):
+    out = tmp_path / "out"
+    cmd = _cmd(out, "--json")
+    cmd[cmd.index("intel_amx")] = "no_such_backend"  # SGLang's own argument parser refuses it
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(root), timeout=600)
+    assert r.returncode == 3, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    report_schema.check("kit-v1.json", doc)
+    checks = {c["id"]: c for c in doc["checks"]}
+    assert checks["server-start"]["status"] == "fail"
+    assert "no_such_backend" in checks["server-start"]["detail"], checks["server-start"]
+    assert checks["server-start"]["values"]["returncode"] not in (None, 0)
+    for cid in ("phases-log-vs-live", "syncs-vs-census", "trace-complete"):
+        assert checks[cid]["status"] == "not-run"
+        assert checks[cid]["reason"] == "the server did not start"
+    assert doc["processes_left"] == [] and _group_alive(doc["server"]["pid"]) == []

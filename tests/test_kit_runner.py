@@ -138,3 +138,40 @@ def test_the_gpu_lanes_judgement_of_a_kit_json(tmp_path):
     assert checks.check_kit_left("", good, []).ok is True
     assert checks.check_kit_left("", good, [123]).ok is False
     assert checks.check_kit_left("", {**good, "processes_left": None}, []).ok is False
+
+
+def test_cli_without_a_usable_python_is_exit_3_with_the_json(tmp_path):
+    """`diag kit run` end to end through the installed command, where nothing can start: one
+    JSON, every check not run with its reason, exit 3."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "diag", "kit", "run", "--python",
+                        str(tmp_path / "no-python"), "--out", str(out), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    doc = json.loads(r.stdout)
+    check("kit-v1.json", doc)
+    assert doc == json.loads((out / "kit.json").read_text())
+    assert doc["exit_code"] == 3 and "cannot run" in doc["operational"][0]
+    assert {c["status"] for c in doc["checks"]} == {"not-run"}
+    assert all(c["reason"] for c in doc["checks"])
+    assert doc["processes_left"] == [] and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--draft-model", "."], "--draft-model goes with --model"),
+    (["--model", "."], "EAGLE needs --draft-model"),
+    (["--model", "/no/such/dir"], "does not exist"),
+    (["--step-timeout", "0"], "--step-timeout"),
+    (["--server-args", "'unclosed"], "quotation"),
+])
+def test_cli_usage_errors_are_exit_2(tmp_path, args, needle):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "diag", "kit", "run", "--out", str(tmp_path / "o"),
+                        *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()  # refused before any work
