@@ -145,11 +145,9 @@ def diag_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 def wait_for(what: str, check, timeout: float = 60.0, interval: float = 0.2):
     """`check()`'s first truthy value within `timeout`; an AssertionError naming `what` else."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
+    from diag.kit.steps.base import wait_for as poll
+
+    last = poll(check, timeout, interval)
+    if last:
+        return last
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
