@@ -175,3 +175,45 @@ def test_cli_usage_errors_are_exit_2(tmp_path, args, needle):
                         *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_process_groups_it_started_and_keeps_the_json(tmp_path, how):
+    """A real child process group started through the kit (a shell and its own child), then the
+    signal mid-step: both are gone afterwards, the step is marked, later checks not run."""
+    import os
+    import signal as sig
+
+    import psutil
+
+    from diag.kit.server import launch
+
+    seen: dict[str, int] = {}
+
+    def start_and_wait(kit):
+        s = kit.start(launch(["sh", "-c", "sleep 600 & sleep 600"], dict(os.environ),
+                             kit.work / "child.log", "http://127.0.0.1:1"))
+        seen["pgid"] = s.proc.pid
+        time.sleep(0.5)
+        kit.record("a", "pass", "measured before the signal", {"n": 1})
+        os.kill(os.getpid(), getattr(sig, how))
+        time.sleep(5)
+
+    doc = _run(tmp_path, [_step("one", {"a": "A", "b": "B"}, start_and_wait),
+                          _step("two", {"c": "C"}, lambda kit: kit.record("c", "pass", "x"))])
+    assert doc["exit_code"] == 130 and doc["interrupted"] == {"step": "one", "signal": how}
+    a, b, c = doc["checks"]
+    assert a["status"] == "pass" and b["status"] == c["status"] == "not-run"
+    assert f"interrupted ({how})" in b["reason"] and "not reached" in c["reason"]
+    left = [p.pid for p in psutil.process_iter(["status"])
+            if _pgid(p.pid) == seen["pgid"] and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert left == [] and doc["processes_left"] == []
+
+
+def _pgid(pid: int) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
