@@ -10,18 +10,16 @@ PYTHONPATH, on tiny models made at test time (tests/engine_models.py). Optionall
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from diag.kit import server as kit_server
+from diag.kit.server import Server, free_port, http, stop_group  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_PY = Path(os.environ.get("DIAG_SGLANG_VENV", REPO / ".venv-sglang")) / "bin" / "python"
@@ -43,12 +41,6 @@ def missing_env() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(release_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     env.update(
@@ -58,78 +50,6 @@ def _env(release_root: Path, extra: dict[str, str] | None = None) -> dict[str, s
         DIAG_CACHE_DIR=os.environ.get("DIAG_CACHE_DIR", str(Path.home() / ".cache" / "diag")))
     env.update(extra or {})
     return env
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    log: Path
-    run_dir: Path | None
-    started: float
-    ready_s: float | None = None
-    extra: dict = field(default_factory=dict)
-
-    def get(self, path: str, timeout: float = 30) -> tuple[int, str]:
-        return http(self.url + path, timeout=timeout)
-
-    def post(self, path: str, doc: dict, timeout: float = 60) -> tuple[int, str]:
-        return http(self.url + path, doc, timeout=timeout)
-
-    def generate(self, input_ids: list[int], n: int, timeout: float = 60) -> dict:
-        code, body = self.post("/generate", {"input_ids": input_ids, "sampling_params": {
-            "max_new_tokens": n, "temperature": 0, "ignore_eos": True}}, timeout=timeout)
-        if code != 200:
-            raise RuntimeError(f"/generate: HTTP {code}: {body[:300]}")
-        return json.loads(body)
-
-    def metrics(self) -> dict[str, float]:
-        """/metrics as {'name{label="v",...}': value}, labels sorted, read with
-        prometheus_client's text parser (the one diag's own readers use)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        code, body = self.get("/metrics")
-        if code != 200:
-            raise RuntimeError(f"/metrics: HTTP {code}: {body[:300]}")
-        out = {}
-        for fam in text_string_to_metric_families(body):
-            for s in fam.samples:
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-                out[s.name + (f"{{{labels}}}" if labels else "")] = s.value
-        return out
-
-    def log_tail(self, n: int = 40) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-        return ""
-
-    def stop(self) -> None:
-        stop_group(self.proc)
-
-
-def http(url: str, doc: dict | None = None, timeout: float = 30) -> tuple[int, str]:
-    data = json.dumps(doc).encode() if doc is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-
-
-def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (schedulers, helpers)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
 
 
 def start(release_root: Path, model: Path, log: Path, *, draft: Path | None = None,
@@ -179,34 +99,20 @@ def _start(release_root: Path, model: Path, log: Path, *, draft: Path | None,
         env_extra.setdefault("DIAG_CONTROL_POLL", "0.05")
         env_extra.setdefault("DIAG_PLATFORM", "hip")
         env_extra.setdefault("DIAG_STACKS_SIGNAL", "USR2")  # stacks of a start that hangs
-    fh = open(log, "wb")
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=_env(release_root, env_extra), stdout=fh,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    fh.close()
-    s = Server(proc=proc, url=f"http://127.0.0.1:{port}", log=log, run_dir=run_dir, started=t0)
+    s = kit_server.launch(cmd, _env(release_root, env_extra), log, f"http://127.0.0.1:{port}",
+                          run_dir)
     try:
         wait_ready(s, ready_timeout)
     except BaseException:
         s.stop()
         raise
-    s.ready_s = time.monotonic() - t0
+    s.ready_s = time.monotonic() - s.started
     return s
 
 
 def wait_ready(s: Server, timeout: float) -> None:
-    """Ready = a 1-token /generate answers (SGLang's own warm-up request has passed by then)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if s.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {s.proc.returncode}:\n{s.log_tail()}")
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            if s.get("/health", timeout=5)[0] == 200:
-                s.generate([5, 6], 1, timeout=30)
-                return
-        time.sleep(0.5)
-    raise StartHung(f"server not ready within {timeout:g} s:\n{s.log_tail()}{stacks(s)}")
+    """diag.kit.server.wait_ready, with every process's stacks when the start hangs."""
+    kit_server.wait_ready(s, timeout, stacks, StartHung)
 
 
 def stacks(s: Server) -> str:
@@ -239,11 +145,9 @@ def diag_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 def wait_for(what: str, check, timeout: float = 60.0, interval: float = 0.2):
     """`check()`'s first truthy value within `timeout`; an AssertionError naming `what` else."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
+    from diag.kit.steps.base import wait_for as poll
+
+    last = poll(check, timeout, interval)
+    if last:
+        return last
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")

@@ -24,7 +24,9 @@ OUTPUTS = {"report-v1.json", "fix-list-v1.json", "fix-status-v1.json", "fix-acti
            "fix-check-v1.json", "bench-v1.json", "env-v1.json", "fleet-v1.json",
            "probe-list-v1.json", "tui-export-v1.json", "event-v1.json", "trace-v1.json",
            # validated on a real server: tests/test_engine_server.py (bench overhead)
-           "overhead-v1.json"}
+           "overhead-v1.json",
+           # validated on a real kit run: tests/test_kit_run.py
+           "kit-v1.json"}
 
 
 def _json(*args: str) -> tuple[int, dict]:

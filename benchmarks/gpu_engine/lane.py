@@ -41,11 +41,13 @@ import checks  # noqa: E402
 import engine_models  # noqa: E402
 import engine_server as es  # noqa: E402
 
+from diag.kit.server import launch  # noqa: E402
+from diag.kit.steps.base import PROMPTS, wait_for  # noqa: E402,F401 (the lane's prompts)
+
 FIX = "profiler-controlled-teardown"
 KILL = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
 MAX_BS = 16  # --cuda-graph-max-bs-decode: the largest batch every runner captures (the
 # overhead is measured at batch 1 and batch 16, both captured)
-PROMPTS = [[5, 6, 7], [11, 42, 99, 7], [250, 3], [17, 18, 19, 20, 21], [300], [64, 65]]
 
 
 # Three servers on one card: SGLang sizes the KV pool as what is free at its start minus
@@ -81,13 +83,9 @@ def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
         cmd = [py, "-m", "diag", "run", *probes, *diag_args, "--run-dir", str(run_dir), "--", *cmd]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     full_env.update(PYTHONUNBUFFERED="1", **(env or {}))
-    log = work / f"server-{name}.log"
-    fh = open(log, "wb")
-    proc = subprocess.Popen(cmd, env=full_env, stdout=fh, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    fh.close()
-    return es.Server(proc=proc, url=f"http://127.0.0.1:{port}", log=log, run_dir=run_dir,
-                     started=time.monotonic(), extra={"name": name})
+    s = launch(cmd, full_env, work / f"server-{name}.log", f"http://127.0.0.1:{port}", run_dir)
+    s.extra["name"] = name
+    return s
 
 
 def ready(s: es.Server, timeout: float) -> es.Server:
@@ -114,17 +112,6 @@ def status(s: es.Server) -> dict:
 def counters(s: es.Server) -> dict | None:
     eng = status(s)["engine"]
     return eng.get("counters") if eng else None
-
-
-def wait_for(pred, timeout: float = 30.0, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    return last
 
 
 def greedy(s: es.Server, n: int = 32) -> list[list[int]]:
@@ -624,73 +611,7 @@ def allowlist_summary(res: dict) -> str:
 # Issue 29, side by side in one run: `--servers` plain servers and as many under `diag run --fix
 # profiler-controlled-teardown` (no counters: the fix alone), all with SGLANG_PROFILE_V2=1, each
 # given this profile up to `--profiles` times while serving; the check is checks.check_crash.
-CRASH_PROFILE = {"activities": ["CPU", "GPU"], "profile_by_stage": True, "num_steps": 3,
-                 "with_stack": True}
-STAGE_TRACES = 2  # V2 stage profiling writes one trace per stage: prefill, decode
-# (utils/profile_utils.py in 0.5.23: `_StageBasedTrigger`, interesting stages ["prefill",
-# "decode"], file name ...-TP-0-<stage>.trace.json.gz)
-
-
-def _serve(s: es.Server, width: int = 2, n: int = 12) -> None:
-    with cf.ThreadPoolExecutor(width) as ex:
-        for f in [ex.submit(s.generate, [7 + i, 8, 9], n, 30) for i in range(width)]:
-            f.result()
-
-
-def _dead(s: es.Server) -> bool:
-    return s.proc.poll() is not None or bool(checks.crashes(s.log.read_text(errors="replace")))
-
-
-def crash_try(name: str, side: str, s: es.Server, work: Path, profiles: int,
-              per_profile_s: float = 60.0, body: dict | None = None,
-              serve_after: int = 3) -> checks.CrashTry:
-    """Give one server the profile up to `profiles` times, each while serving requests until its
-    stage traces are written, then serve a little more (a stopped profiler is freed later, by
-    the cyclic GC); stop at the first sign of death."""
-    sent = done = 0
-    error = ""
-    for i in range(profiles):
-        if _dead(s):
-            break
-        out = work / f"cprof-{name}-{i}"
-        try:
-            code, text = s.post("/start_profile", {**(body or CRASH_PROFILE),
-                                                   "output_dir": str(out)}, 60)
-        except OSError as e:
-            error = f"/start_profile: {type(e).__name__}: {e}"
-            break
-        sent += 1
-        if code != 200:
-            error = f"/start_profile: HTTP {code}: {text[:200]}"
-            break
-        deadline = time.monotonic() + per_profile_s
-        traces = 0
-        while time.monotonic() < deadline and not _dead(s):
-            try:
-                _serve(s)
-            except (OSError, RuntimeError, ValueError) as e:
-                error = f"request: {type(e).__name__}: {e}"[:300]
-                break
-            traces = len(list(out.glob("*.trace.json.gz"))) if out.exists() else 0
-            if traces >= STAGE_TRACES:
-                break
-        done += traces >= STAGE_TRACES
-        if error or traces < STAGE_TRACES:
-            error = error or f"profile {i}: {traces} of {STAGE_TRACES} stage traces in " \
-                             f"{per_profile_s:g} s"
-            break
-        with contextlib.suppress(OSError, RuntimeError, ValueError):
-            for _ in range(serve_after):  # allocations, so that a full cyclic GC comes
-                _serve(s)
-    time.sleep(2.0)  # a scheduler that just died: let its log and the launcher catch up
-    alive = not _dead(s)
-    if alive:
-        try:
-            s.generate([5, 6], 4, timeout=30)
-        except (OSError, RuntimeError, ValueError) as e:
-            alive = False
-            error = error or f"final request: {type(e).__name__}: {e}"[:300]
-    return checks.CrashTry(name, side, sent, done, alive, s.log.read_text(errors="replace"), error)
+from diag.kit.steps.crash import CRASH_PROFILE, STAGE_TRACES, crash_try  # noqa: E402,F401
 
 
 def device_info() -> dict:
@@ -853,6 +774,84 @@ def summary(res: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ the field kit
+# Issue 39: `diag kit run` as an AMD owner runs it, here on the lane's card with the lane's tiny
+# models, backend and flags; its kit.json judged by checks.check_kit_* (schema-valid, every check
+# run with numbers or not run with its reason, nothing it started left alive).
+KIT_SERVER_ARGS = (f"--mem-fraction-static 0.85 --max-total-tokens {MAX_TOTAL_TOKENS} "
+                   f"--cuda-graph-max-bs-decode {MAX_BS} --disable-prefill-cuda-graph "
+                   "--max-running-requests 32")
+
+
+def _kit_alive(doc: dict | None, out: Path) -> list[int]:
+    import psutil
+
+    pgid = ((doc or {}).get("server") or {}).get("pid")
+    me = psutil.Process()
+    mine = {me.pid, *(a.pid for a in me.parents())}  # the lane and its shell name OUT too
+    alive = set()
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid in mine:
+                continue
+            if (pgid and os.getpgid(p.pid) == pgid) or str(out) in " ".join(p.info["cmdline"] or []):
+                alive.add(p.pid)
+    return sorted(alive)
+
+
+def kit_run(work: Path, rounds: int, tokens: int, out: Path | None = None,
+            crash: bool = False) -> dict:
+    """`diag kit run` on the lane's tiny models (subprocess, as a user runs it), then its JSON
+    judged."""
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {"mode": "kit", "backend": BACKEND, "checks": [], "device": device_info()}
+    add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
+    t0 = time.monotonic()
+    kout = (out or work) / "kit"
+    models = engine_models.make_models(work / "models", 0, "gpu")
+    cmd = [sys.executable, "-m", "diag", "kit", "run", "--model", str(models["bigram"]),
+           "--draft-model", str(models["draft"]), "--attention-backend", BACKEND,
+           "--server-args", KIT_SERVER_ARGS, "--out", str(kout), "--json",
+           "--step-timeout", "300", "--rounds", str(rounds), "--tokens", str(tokens),
+           *(("--crash", "--crash-servers", "1") if crash else ())]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    res["kit_rc"], res["kit_stderr"] = r.returncode, r.stderr[-3000:]
+    f = kout / "kit.json"
+    doc = json.loads(f.read_text()) if f.is_file() else None
+    res["kit"] = doc
+    try:
+        import report_schema
+
+        report_schema.check("kit-v1.json", doc)
+        add(checks.Check("kit.json valid against diag/schemas/kit-v1.json", True,
+                         f"{f}; exit {r.returncode}"))
+    except Exception as e:  # jsonschema's ValidationError, or no document
+        add(checks.Check("kit.json valid against diag/schemas/kit-v1.json", False,
+                         f"{type(e).__name__}: {str(e)[:300]}"))
+    add(checks.Check("kit exit code is the one its JSON documents",
+                     doc is not None and r.returncode == doc.get("exit_code"),
+                     f"process {r.returncode}, JSON {(doc or {}).get('exit_code')}"))
+    add(checks.check_kit_entries("every kit check ran with numbers or says why not", doc))
+    add(checks.check_kit_gpu_judged("the checks a CPU leaves not run are judged on the GPU",
+                                    doc))
+    add(checks.check_kit_left("no process the kit started is left", doc, _kit_alive(doc, kout)))
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    return res
+
+
+def kit_summary(res: dict) -> str:
+    lines = [f"{'PASS' if c['ok'] else 'FAIL' if c['ok'] is False else 'NOT RUN'}    "
+             f"{c['name']}: {c['detail'][:300]}" for c in res["checks"]]
+    jp = (res.get("kit") or {}).get("json_path")
+    f = Path(jp).with_name("summary.md") if jp else None
+    if f is not None and f.is_file():
+        lines += ["", f.read_text()]
+    elif res.get("kit_stderr"):
+        lines.append(res["kit_stderr"][-1500:])
+    return "\n".join(lines + [f"wall {res['wall_s']} s"])
+
+
 class LaneTimeout(Exception):
     """The time limit's SIGTERM (device.sh runs the lane under `timeout`): raised where the lane
     is, so what ran is still written (the servers stopped, the check "lane ran to the end"
@@ -872,9 +871,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--windows", type=int, default=10,
                     help="diag bench overhead's pairs of windows per condition, at batch 1 and 16")
-    ap.add_argument("--only", choices=("crash", "overhead", "allowlist"), default=None,
+    ap.add_argument("--only", choices=("crash", "overhead", "allowlist", "kit"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "
-                         "overhead: only `diag bench overhead` on one diag server")
+                         "overhead: only `diag bench overhead` on one diag server; kit: "
+                         "`diag kit run` on the lane's models, its kit.json judged")
+    ap.add_argument("--kit-crash", action="store_true",
+                    help="--only kit: also the kit's profiler A/B (diag kit run --crash)")
     ap.add_argument("--batches", default="16",
                     help="batches, comma-separated, measured in turn (--only overhead)")
     ap.add_argument("--no-shares", action="store_true",
@@ -900,6 +902,9 @@ def main() -> int:
     elif a.only == "allowlist":
         res = allowlist_run(a.work, a.rounds, a.tokens, out=a.out, spy_seconds=a.spy_seconds)
         text = allowlist_summary(res)
+    elif a.only == "kit":
+        res = kit_run(a.work, a.rounds, a.tokens, out=a.out, crash=a.kit_crash)
+        text = kit_summary(res)
     elif a.only == "crash":
         res = crash_run(a.work, a.servers, a.profiles, a.serve_after)
         text = crash_summary(res)

@@ -82,6 +82,7 @@ LAZY = {
     "tui": "diag.cli.tui:tui",
     "fleet": "diag.cli.fleet:fleet",
     "trace": "diag.cli.trace:trace",
+    "kit": "diag.cli.kit:kit",
 }
 
 
