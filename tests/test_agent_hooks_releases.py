@@ -86,3 +86,10 @@ def test_sync_builders_present(release, version):
     if version == "0.5.23":
         assert "DeepseekSparseAttnBackend.init_forward_metadata" in found
         assert "QwenSparseAttnBackend._metadata_from_forward_batch" in found
+        # fa3's entry points (0.5.23 flashattention_backend.py:132 FlashAttentionBackend,
+        # :563 init_forward_metadata_out_graph, :890 init_forward_metadata; :3477
+        # FlashAttentionMultiStepBackend, :3507, :3515)
+        assert {"FlashAttentionBackend.init_forward_metadata",
+                "FlashAttentionBackend.init_forward_metadata_out_graph",
+                "FlashAttentionMultiStepBackend.init_forward_metadata",
+                "FlashAttentionMultiStepBackend.init_forward_metadata_out_graph"} <= set(found)

@@ -74,7 +74,8 @@ def check_equal_tokens(name: str, runs: dict[str, list[list[int]]]) -> Check:
     ok = all(not d for d in diffs.values()) and all(len(runs[n]) == len(ref) for n in names)
     n_tok = sum(len(x) for x in ref)
     return Check(name, ok, f"{len(ref)} prompts, {n_tok} tokens each server; differing prompts: "
-                 + ", ".join(f"{n} {d or 'none'}" for n, d in diffs.items()), {"diffs": diffs})
+                 + ", ".join(f"{n} {d or 'none'}" for n, d in diffs.items()),
+                 {"prompts": len(ref), "tokens": n_tok, "diffs": diffs})
 
 
 def modes(counters: dict[str, Any] | None, section: str = "draft_extend") -> dict[str, int]:

@@ -622,6 +622,19 @@ BUILDERS: tuple[tuple[str, str], ...] = (
      "TritonMultiStepDraftBackend.init_forward_metadata"),
     ("sglang.srt.layers.attention.triton_backend",
      "TritonMultiStepDraftBackend.init_forward_metadata_out_graph"),
+    # fa3 (Hopper's EAGLE default; the allow-list lane's and the field kit's backend on CUDA):
+    # the same four entry points. Their census sites include host reads on replayed steps, e.g.
+    # 0.5.22 flashattention_backend.py:2866-2867 (`_host_max_seq_len`: `.cpu()` without the CPU
+    # mirror, `.item()`), reached from init_forward_metadata_out_graph via
+    # _init_full_cg_decode_metadata (:545)
+    ("sglang.srt.layers.attention.flashattention_backend",
+     "FlashAttentionBackend.init_forward_metadata"),
+    ("sglang.srt.layers.attention.flashattention_backend",
+     "FlashAttentionBackend.init_forward_metadata_out_graph"),
+    ("sglang.srt.layers.attention.flashattention_backend",
+     "FlashAttentionMultiStepBackend.init_forward_metadata"),
+    ("sglang.srt.layers.attention.flashattention_backend",
+     "FlashAttentionMultiStepBackend.init_forward_metadata_out_graph"),
 )
 
 

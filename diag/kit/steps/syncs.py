@@ -12,7 +12,8 @@ from diag.kit.steps.base import diag_json, engine_counters, platform_args
 NO_GPU = ("needs a GPU: the sync debug mode (torch.cuda.set_sync_debug_mode) reports device "
           "syncs, and a CPU server has no device queue")
 SILENT = ("the mode reported nothing: no metadata builder call was counted in the scheduler "
-          "(no sync figures to compare)")
+          "(no sync figures to compare; the counter wraps the builders "
+          "probes/metadata_syncs/sync_counter.py BUILDERS names, and none of them ran)")
 
 
 class SyncsStep(Step):
