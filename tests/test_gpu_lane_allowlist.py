@@ -108,6 +108,7 @@ def test_run_2_forward_based_prediction_recomputed_from_its_window():
 @pytest.mark.parametrize("run, passes, fwd_s, tv_s", [
     ("allowlist-h200-run3", 887, 2.3861992829997973, 0.1089581049998003),
     ("allowlist-h200-run4", 1330, 3.321076783000052, 0.15109895800003414),
+    ("allowlist-h200-run5", 887, 2.6203035859999773, 0.11899101399924916),
 ])
 def test_runs_3_and_4_every_check_passed_and_the_prediction_recomputes_within_the_bar(
         run, passes, fwd_s, tv_s):
