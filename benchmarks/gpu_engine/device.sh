@@ -23,7 +23,7 @@ tar xzf $C/sglang-src-$V.tgz -C $S/src && tar xzf $C/sglang-meta-$V.tgz -C $S/sr
 FI=$PWD/tests/engine_standins_cuda/flashinfer/data
 mkdir -p $FI/csrc $FI/cutlass/include $FI/cutlass/tools/util/include $FI/spdlog/include
 tar xzf $C/flashinfer-include.tgz -C $FI
-[ -f $C/caches.tgz ] && tar xzf $C/caches.tgz -C / && echo "device.sh: restored JIT/triton caches"
+[ -f $C/caches.tgz ] && tar xzf $C/caches.tgz -C / && export LANE_WARM=1 && echo "device.sh: restored JIT/triton caches"
 python3 -m pip install -q --no-deps --no-build-isolation --no-cache-dir . >$W/pip-diag.log 2>&1 \
   || { echo "device.sh: diag install failed"; tail -5 $W/pip-diag.log; }
 export PYTHONPATH=$S/src:$PWD/tests/engine_standins_cuda:$S/py
