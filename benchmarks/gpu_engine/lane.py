@@ -16,11 +16,10 @@ diag next to plain2 / plain (the noise floor), eager draft-extend's cost (eager 
 diag's own estimate of it from the counters. Then the counters' cost inside the diag server
 (`diag bench overhead`: switched off and on between batches, paired windows, every counter
 together next to the method's floor, at batch 1 and 16; `--only overhead` gives each probe's
-share). Every server runs with `--sleep-on-idle` (0.5.23 scheduler_components/idle_sleeper.py:15):
-an idle scheduler otherwise polls in a loop on a core of its own while its neighbour is timed;
-suspected, not shown, as why two identical servers differed by 5 % in
-tests/gpu_lane/lane-h200-run3 (diag started cold and alone there, too). Writes lane.json and
-prints a summary.
+share). On warm caches the five servers start together: in tests/gpu_lane/lane-h200-run3 the diag
+server started cold and alone and ran 5 % slower than its twin. (`--sleep-on-idle` was tried
+and dropped: toggles waited on the sleeping scheduler, 4.5 s a window pair instead of 1.8 s, and
+per-request times split in two groups.) Writes lane.json and prints a summary.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[
             "--port", str(port), "--mem-fraction-static", str(mem),
             "--max-total-tokens", str(MAX_TOTAL_TOKENS),
             "--cuda-graph-max-bs-decode", str(MAX_BS), "--disable-prefill-cuda-graph",
-            "--max-running-requests", "32", "--enable-metrics", "--sleep-on-idle"]
+            "--max-running-requests", "32", "--enable-metrics"]
 
 
 def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
@@ -207,12 +206,14 @@ def run(work: Path, rounds: int, tokens: int, windows: int = 8) -> dict:
         # windows, each probe's share, next to the method's noise floor
         res["in_server"] = {}
         # every counter together against the floor only (no per-probe shares: `--only overhead`
-        # gives those), one wave of the batch per window, enough windows that the floor's
-        # interval fits inside the bar (80 windows alone on the card: floor 0.987-1.014 at
-        # batch 1, 0.992-1.012 at batch 16, tests/gpu_lane/overhead-h200-run5)
-        for label, conc in (("batch 1", 1), ("batch 16", 16)):
+        # gives those), enough windows that the floor's interval fits inside the bar (80 windows
+        # of one wave alone on the card: floor 0.987-1.014 at batch 1, 0.992-1.012 at batch 16,
+        # tests/gpu_lane/overhead-h200-run5). A switch costs ~0.9 s and one request at batch 1
+        # ~0.1 s, whose time varies 1.0-2.0 ms per token: 3 requests (2 waves at batch 16) per
+        # window buy more precision per second than more windows
+        for label, conc, waves in (("batch 1", 1, 3), ("batch 16", 16, 2)):
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
-                         "--windows", str(windows), "--requests-per-window", str(conc),
+                         "--windows", str(windows), "--requests-per-window", str(conc * waves),
                          "--tokens", str(tokens), "--concurrency", str(conc), "--json",
                          "--no-shares", timeout=360)
             doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
@@ -900,7 +901,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--windows", type=int, default=40,
+    ap.add_argument("--windows", type=int, default=50,
                     help="diag bench overhead's pairs of windows per condition, at batch 1 and 16")
     ap.add_argument("--only", choices=("crash", "overhead", "allowlist", "kit"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "
