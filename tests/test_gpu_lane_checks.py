@@ -370,3 +370,44 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
     for st in (on, off):
         assert sum(n for _f, n in st["diag_by_function"]) <= st["diag_samples"] <= st["samples"]
         assert st["diag_share"] == pytest.approx(st["diag_samples"] / st["samples"])
+
+
+# ------------------------------- the full lane at HEAD, 2026-12-04 (lane-h200-run4, lane-h200-run5)
+@pytest.mark.parametrize(("folder", "failing"), [
+    # 15:39 UTC, commit 734cd55, every server --sleep-on-idle: the lane ran out of time (each
+    # window pair took 4.5 s: switches waited on the sleeping scheduler); batch 1 over the bar
+    ("lane-h200-run4", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                        "batch 1", "lane ran to the end"}),
+    # 15:49 UTC, commit 6d7ea5c: 27 of 28, batch 16's upper bound 1.039 over the bar
+    ("lane-h200-run5", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                        "batch 16"}),
+])
+def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
+    """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
+    the twins and kill-switch checks re-judged from the recorded timings, and the failing checks
+    exactly those the run's summary names (docs/gpu-lane.md)."""
+    import json
+
+    from diag import paired
+
+    doc = json.loads((DATA / folder / "lane.json").read_text())
+    by_name = {c["name"]: c for c in doc["checks"]}
+    assert {n for n, c in by_name.items() if c["ok"] is False} == failing
+    for label, bench in doc["in_server"].items():
+        row = next(r for r in bench["results"] if r["condition"] == "all")
+        again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
+        assert again.ratio == pytest.approx(row["ratio"])
+        assert (again.lo, again.hi) == pytest.approx((row["lo"], row["hi"]), abs=0.02)
+        name = f"--probe all per token <= 1.03 (upper bound), in-server paired windows, {label}"
+        assert checks.check_overhead_bar("again", bench).ok is by_name[name]["ok"]
+    t = doc["timings"]
+    twins = checks.check_within_floor("again", t["paired"]["diag2_vs_diag"],
+                                      t["paired"]["plain2_vs_plain"])
+    assert twins.ok is by_name["two identical diag servers within the noise floor of two plain "
+                               "ones"]["ok"] is True
+    pred = checks.check_prediction("again", t["diag_prediction_kill_switch"]["per_token_ms"],
+                                   t["measured_eager_cost"]["ms_per_token"])
+    assert pred.ok is True and abs(pred.data["error"]) < 0.05
+    assert t["measured_eager_cost"]["lo"] <= t["measured_eager_cost"]["ms_per_token"] \
+        <= t["measured_eager_cost"]["hi"]
+    assert doc["commit"] in {"734cd55", "6d7ea5c"} and doc["start"].startswith("all five")
