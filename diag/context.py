@@ -28,6 +28,7 @@ class SpecConfig:
     speculative_num_draft_tokens: int | None = None
     page_size: int | None = None
     model: str | None = None  # a model path (its config.json is read) or a family/architecture name
+    draft_model: str | None = None  # the draft model's path (a server's; its config.json is read)
     environ: dict[str, str] | None = None  # SGLANG_* switches under audit (None: the process's own)
     tp_size: int | None = None
     dp_size: int | None = None
@@ -38,8 +39,8 @@ class SpecConfig:
     # the fields that describe a configuration (everything but the bookkeeping `source`)
     _FACTS = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
               "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
-              "page_size", "model", "environ", "tp_size", "dp_size", "enable_dp_attention",
-              "dcp_size")
+              "page_size", "model", "draft_model", "environ", "tp_size", "dp_size",
+              "enable_dp_attention", "dcp_size")
 
     @property
     def given(self) -> bool:
@@ -68,6 +69,7 @@ class SpecConfig:
             speculative_num_draft_tokens=num("speculative_num_draft_tokens"),
             page_size=num("page_size"),
             model=text("model_path"),
+            draft_model=text("speculative_draft_model_path"),
             tp_size=num("tp_size"),
             dp_size=num("dp_size"),
             enable_dp_attention=dpa if isinstance(dpa, bool) else None,

@@ -257,7 +257,9 @@ def test_paths_from_branches_capture_flags_and_callers(tmp_path):
     assert got[7] == ("unreachable", (), "unreachable")
     assert got[9] == ("capture-only", (), "capture-only")
     assert got[12][0] == "syncs" and "decode" not in got[12][1]
-    assert got[15] == ("cannot-tell", ("draft-extend",), "per-step")  # `lens`: no annotation
+    # `lens`: no annotation, but its one caller (242) hands in forward_batch.seq_lens, a device
+    # tensor: the callee's `.item()` reads it back
+    assert got[15] == ("syncs", ("draft-extend",), "per-step")
     assert got[17] == ("unreachable", (), "unreachable")
 
 

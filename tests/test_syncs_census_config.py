@@ -15,6 +15,15 @@ size 1, no dcp, tp 1) measured 0 syncs per step in every phase. Expected values,
   tensors in (speculative/eagle_worker_common.py:222): it never runs.
 - 455 `seq_lens.repeat_interleave(num_group)`: `num_group = num_token // num_seq` (441) of
   `.shape[0]` ints (437): a Python int, no sync (not a site).
+- 2877 `torch.empty(window_kv_indptr[-1], ...)` (a device scalar as a size: `window_kv_indptr`
+  is the device buffer every caller hands in), 2897/2899 `window_kv_indices[:kv_last_index]`
+  (`kv_last_index = window_kv_indptr[-1]`, 2896: slice bounds) are in `update_sliding_window_buffer`
+  (2845), called only under `if self.sliding_window_size is not None and
+  self.sliding_window_size > 0:` (572 and the other call sites), a value the model runner takes
+  from the model (model_runner_components/load_model_utils.py:144-157): no window for a
+  `LlamaForCausalLM` target or a `LlamaForCausalLMEagle` draft (neither class defines
+  `get_attention_sliding_window_size`, their config.json has no `sliding_window` or
+  `attention_chunk_size`), so the lane's models rule them out; without the models they depend.
 AST only: no SGLang import.
 """
 
@@ -41,6 +50,21 @@ LANE = dict(attention_backend="triton", speculative_algorithm="EAGLE", speculati
             speculative_eagle_topk=1, speculative_num_draft_tokens=3, page_size=1, tp_size=1)
 
 
+def _model(root, arch: str, **more) -> str:
+    d = root / arch
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": "llama",
+                                               **more}))
+    return str(d)
+
+
+@pytest.fixture
+def lane(tmp_path):
+    """The lane's configuration with its models (diag.kit.tiny_model's config.json shapes)."""
+    return LANE | {"model": _model(tmp_path, "LlamaForCausalLM"),
+                   "draft_model": _model(tmp_path, "LlamaForCausalLMEagle")}
+
+
 def _phases(release, **cfg):
     ctx = Context(target=release("0.5.23"), platform="cuda", execute=False,
                   config=SpecConfig(**cfg))
@@ -49,8 +73,8 @@ def _phases(release, **cfg):
                if e.kind == "metric" and e.data and "phase" in e.data}
 
 
-def test_lane_configuration_gives_zero_in_every_phase(release):
-    f, phases = _phases(release, **LANE, dcp_size=1)
+def test_lane_configuration_gives_zero_in_every_phase(release, lane):
+    f, phases = _phases(release, **lane, dcp_size=1)
     assert {p: d["syncs_per_step"] for p, d in phases.items()} == {
         "target-extend": 0, "draft-extend": 0, "target-verify": 0, "draft-decode": 0}
     assert all(d["exact"] and not d["depends"] for d in phases.values())
@@ -62,7 +86,10 @@ def test_lane_configuration_gives_zero_in_every_phase(release):
         why = gone[p][f"{TRITON}:1126"]
         assert why.startswith("release: extend_seq_lens_cpu is set") and \
             "forward_batch_info.py:1241" in why
-    assert gone["target-verify"] == {}
+    for p in phases:  # the sliding-window buffers: neither model has a window
+        for line in (2877, 2897, 2899):
+            why = gone[p][f"{TRITON}:{line}"]
+            assert why.startswith("model: LlamaForCausalLM") and "no sliding window" in why
     # the site itself, in the evidence: unreachable for this configuration, with the reason
     [site] = [e.data for e in f.evidence if e.kind == "location" and e.file == TRITON
               and e.line == 500]
@@ -74,11 +101,11 @@ def test_lane_configuration_gives_zero_in_every_phase(release):
     assert "0 on the --attention-backend triton path" in f.summary
 
 
-def test_dcp_two_makes_the_dcp_site_live(release):
+def test_dcp_two_makes_the_dcp_site_live(release, lane):
     """With dcp 2 the site counts, but as a bound: it runs only when the caller passes no
     `kv_indices` (triton_backend.py:498 `if kv_indices is None:`; 556 passes the graph buffer,
     896 and 1065 do not), a condition no configuration input decides."""
-    _, phases = _phases(release, **LANE, dcp_size=2)
+    _, phases = _phases(release, **lane, dcp_size=2)
     totals = {p: d["syncs_per_step"] for p, d in phases.items()}
     assert totals == {"target-extend": 1, "draft-extend": 1, "target-verify": 0,
                       "draft-decode": 1}
@@ -89,12 +116,55 @@ def test_dcp_two_makes_the_dcp_site_live(release):
     assert phases["target-verify"]["exact"]
 
 
-def test_dcp_not_given_stays_an_upper_bound_with_its_condition(release):
-    _, phases = _phases(release, **LANE)  # dcp_size None: not given
+def test_dcp_not_given_stays_an_upper_bound_with_its_condition(release, lane):
+    _, phases = _phases(release, **lane)  # dcp_size None: not given
     de = phases["draft-extend"]
     assert de["syncs_per_step"] == 1 and not de["exact"]
     [dep] = de["depends"]
     assert dep["at"] == f"{TRITON}:500" and "dcp_size not given" in dep["condition"]
+
+
+def test_without_the_models_the_sliding_window_sites_are_an_upper_bound(release):
+    """No model given: the three window sites (2877, 2897, 2899) stay in every phase's count,
+    `depends` on the model's sliding window (a configuration fact not given: a warning, not a
+    failure)."""
+    f, phases = _phases(release, **LANE, dcp_size=1)
+    assert {p: d["syncs_per_step"] for p, d in phases.items()} == {
+        "target-extend": 3, "draft-extend": 3, "target-verify": 3, "draft-decode": 3}
+    for p, d in phases.items():
+        assert not d["exact"]
+        deps = {x["at"]: x["condition"] for x in d["depends"]}
+        assert set(deps) == {f"{TRITON}:{n}" for n in (2877, 2897, 2899)}
+        who = "draft" if p in ("draft-extend", "draft-decode") else "target"
+        assert all(f"the {who} model's sliding window" in c and "self.sliding_window_size" in c
+                   for c in deps.values())
+    assert f.status.value == "warn"
+
+
+def test_a_model_with_its_own_window_leaves_the_sites_depending(release, tmp_path):
+    """Gemma2ForCausalLM defines get_attention_sliding_window_size (0.5.23 models/gemma2.py:457)
+    and an EAGLE3 draft does too (models/llama_eagle3.py:383): the sites depend on them, named;
+    a model with attention_chunk_size has a window of that size: the model's tests hold, and
+    the sites depend only on their own data tests (2875 `window_kv_indices is None`, 2895 the
+    pool's kind)."""
+    cfg = LANE | {"model": _model(tmp_path, "Gemma2ForCausalLM", sliding_window=4096),
+                  "draft_model": _model(tmp_path, "LlamaForCausalLMEagle3")}
+    _, phases = _phases(release, **cfg, dcp_size=1)
+    tv = {x["at"]: x["condition"] for x in phases["target-verify"]["depends"]}
+    assert "Gemma2ForCausalLM sets its own sliding window (sglang/srt/models/gemma2.py:457)" \
+        in tv[f"{TRITON}:2877"]
+    de = {x["at"]: x["condition"] for x in phases["draft-extend"]["depends"]}
+    assert "LlamaForCausalLMEagle3 sets its own sliding window " \
+        "(sglang/srt/models/llama_eagle3.py:383)" in de[f"{TRITON}:2877"]
+    chunked = LANE | {"model": _model(tmp_path / "c", "LlamaForCausalLM",
+                                      attention_chunk_size=8192)}
+    _, phases = _phases(release, **chunked, dcp_size=1)
+    tv = {x["at"]: x["condition"] for x in phases["target-verify"]["depends"]}
+    assert phases["target-verify"]["syncs_per_step"] == 3
+    assert set(tv) == {f"{TRITON}:{n}" for n in (2877, 2897, 2899)}
+    assert all("sliding_window_size" not in c for c in tv.values())
+    assert "window_kv_indices is None" in tv[f"{TRITON}:2877"]
+    assert "BaseSWAKVPool" in tv[f"{TRITON}:2897"]
 
 
 def test_census_keeps_guards_and_finds_no_lookalike(release):
@@ -117,6 +187,9 @@ def test_census_keeps_guards_and_finds_no_lookalike(release):
     # not a configuration fact: a data condition, kept so that no count over it is exact
     ("self.num_heads > 1", True, [("data:self.num_heads > 1", "true", None)]),
     ("forward_batch.forward_mode.is_decode()", True, []),  # shapes the paths instead
+    # the model's window (probes.metadata_syncs.model_facts): a fact the model decides
+    ("self.sliding_window_size is not None and self.sliding_window_size > 0", True,
+     [("model:sliding_window_size", "is not", None), ("model:sliding_window_size", ">", 0)]),
     ("in_capture", True, []),
 ])
 def test_guards_of_a_test(src, holds, want):
@@ -133,6 +206,18 @@ def test_decide_guard_values():
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.23")[0] is False
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.17")[0] is None  # not read
     assert decide_guard(m, SpecConfig(), "decode", "0.5.23")[0] is None
+    from diag.probes.metadata_syncs.model_facts import Window
+
+    w = ("model:sliding_window_size", "is not", None, "f.py:4", "self.sliding_window_size ...")
+    none, some = Window(True, None, "no window"), Window(True, 4096, "a window")
+    assert decide_guard(w, SpecConfig(), "target-verify", "0.5.23",
+                        models={"target": none})[0] is False
+    assert decide_guard(w, SpecConfig(), "target-verify", "0.5.23",
+                        models={"target": some})[0] is True
+    # the draft's decode and extend run on the draft model's backend
+    assert decide_guard(w, SpecConfig(), "decode", "0.5.23", models={"target": none})[0] is None
+    assert decide_guard(w, SpecConfig(), "decode", "0.5.23",
+                        models={"target": some, "draft": none})[0] is False
     d = ("data:x", "true", None, "f.py:3", "x")
     assert decide_guard(d, SpecConfig(dcp_size=1), "decode", "0.5.23")[0] is None
 
@@ -149,7 +234,7 @@ def _lane_checks():
     return mod
 
 
-def test_server_fills_the_configuration_and_the_lane_reads_exact_totals(release):
+def test_server_fills_the_configuration_and_the_lane_reads_exact_totals(release, lane):
     """What the lane runs: `diag probe metadata-syncs --server URL --no-execute --json`."""
     from click.testing import CliRunner
 
@@ -160,7 +245,8 @@ def test_server_fills_the_configuration_and_the_lane_reads_exact_totals(release)
     with StandinSGLangServer() as s:
         s.json("/server_info", server_info(
             attention_backend="triton", steps=2, speculative_eagle_topk=1,
-            speculative_num_draft_tokens=3, page_size=1, dcp_size=1, tp_size=1))
+            speculative_num_draft_tokens=3, page_size=1, dcp_size=1, tp_size=1,
+            model_path=lane["model"], speculative_draft_model_path=lane["draft_model"]))
         r = CliRunner().invoke(main, ["probe", "metadata-syncs", "--sglang", "0.5.23",
                                       "--platform", "cuda", "--server", s.url, "--no-execute",
                                       "--json"])

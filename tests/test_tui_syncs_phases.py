@@ -34,12 +34,19 @@ def test_phase_rows_read_evidence_fields(release):
     assert f"draft-decode {dd.syncs_per_run}×2" in line
 
 
-def test_phase_line_marks_upper_bounds_and_exact_counts(release):
-    """The triton lane configuration on 0.5.23 (tests/test_syncs_census_config.py): every
-    phase exact, 0; without the dcp size, the phases `_dcp_kv_indices` (triton_backend.py:500)
-    lies on are upper bounds (≤)."""
+def test_phase_line_marks_upper_bounds_and_exact_counts(release, tmp_path):
+    """The triton lane configuration on 0.5.23 with its models (tests/test_syncs_census_config.py):
+    every phase exact, 0; without the dcp size, the phases `_dcp_kv_indices`
+    (triton_backend.py:500) lies on are upper bounds (≤)."""
+    import json
+
+    models = {}
+    for key, arch in (("model", "LlamaForCausalLM"), ("draft_model", "LlamaForCausalLMEagle")):
+        (tmp_path / arch).mkdir()
+        (tmp_path / arch / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        models[key] = str(tmp_path / arch)
     base = dict(attention_backend="triton", speculative_num_steps=2, page_size=1,
-                speculative_eagle_topk=1, speculative_num_draft_tokens=3)
+                speculative_eagle_topk=1, speculative_num_draft_tokens=3, **models)
 
     def line(**more):
         ctx = Context(target=release("0.5.23"), platform="cuda", execute=False,

@@ -61,9 +61,23 @@ def _value(cfg: SpecConfig, fact: str) -> Any:
 
 
 def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
-                 platform: str | None = None) -> tuple[bool | None, str]:
-    """(True | False | None (undecided), words) for one guard on one forward mode."""
+                 platform: str | None = None, models: dict[str, Any] | None = None
+                 ) -> tuple[bool | None, str]:
+    """(True | False | None (undecided), words) for one guard on one forward mode; `models`:
+    the served models' facts (`model_facts.windows`), else no model fact is decided."""
     fact, op, value, where, text = g[:5]
+    if fact == "model:sliding_window_size":
+        from diag.probes.metadata_syncs.model_facts import DRAFT_MODES
+
+        w = (models or {}).get("draft" if mode in DRAFT_MODES else "target")
+        if w is None or not w.known:
+            return None, f"`{text}` ({where}): {w.why if w else 'the model (pass --model)'}"
+        have = w.value
+        if op in ("is", "is not"):
+            holds = (have is None) == (op == "is")
+        else:
+            holds = have is not None and bool(_CMP[op](have, value))
+        return holds, f"model: {w.why} (`{text}`, {where})"
     if fact.startswith("data:"):
         return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
     if fact == "platform":
@@ -84,12 +98,12 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
 
 
 def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
-           platform: str | None = None) -> Decision:
+           platform: str | None = None, models: dict[str, Any] | None = None) -> Decision:
     """A census site on one forward mode, for the configuration: a guard decided false makes it
     unreachable (every path passes each of its guards), all decided true live, else depends."""
     undecided, held, on_config = [], [], False
     for g in site.guards:
-        ok, why = decide_guard(g, cfg, mode, version, platform)
+        ok, why = decide_guard(g, cfg, mode, version, platform, models)
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
@@ -100,5 +114,6 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
 
 
 def decide_modes(site: Any, cfg: SpecConfig, modes: list[str] | tuple[str, ...],
-                 version: str | None, platform: str | None = None) -> dict[str, Decision]:
-    return {m: decide(site, cfg, m, version, platform) for m in modes}
+                 version: str | None, platform: str | None = None,
+                 models: dict[str, Any] | None = None) -> dict[str, Decision]:
+    return {m: decide(site, cfg, m, version, platform, models) for m in modes}

@@ -51,8 +51,8 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
 
 
 def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
-                 cfg: Any = None, version: str | None = None, platform: str | None = None
-                 ) -> list[dict[str, Any]]:
+                 cfg: Any = None, version: str | None = None, platform: str | None = None,
+                 models: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
     each decided for the configuration `cfg` (probes.metadata_syncs.census_config): a site behind a test the
     configuration makes false is left out (listed in `unreachable` with the reason), one no
@@ -69,7 +69,7 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
         classes = roles[side]
         mine = [s for s in sites if s.backend in classes and mode in s.paths]
         on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
-        decided = [(s, decide(s, cfg, mode, version, platform)) for s in on_path]
+        decided = [(s, decide(s, cfg, mode, version, platform, models)) for s in on_path]
         live = [s for s, d in decided if d.status != "unreachable"]
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
         runs = runs_decode if phase == "draft-decode" else 1
@@ -123,6 +123,7 @@ class MetadataSyncsProbe(Probe):
         from diag.probes.metadata_syncs.census.count import census
         from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, DRAFT_EXTEND_BACKENDS
         from diag.probes.metadata_syncs.census_config import decide_modes
+        from diag.probes.metadata_syncs.model_facts import windows
 
         target = ctx.target
         if not target.file(ATTENTION_DIR).is_dir():
@@ -131,6 +132,7 @@ class MetadataSyncsProbe(Probe):
         c = ctx.cache.get(key) or census(target)
         ctx.cache[key] = c
         cfg = ctx.config
+        models = windows(target, cfg.model, cfg.draft_model)  # the models' sliding windows
         name = cfg.attention_backend
         paths = audited_paths(cfg.speculative_num_steps)
         draft_name = cfg.draft_attention_backend or name
@@ -165,7 +167,8 @@ class MetadataSyncsProbe(Probe):
             configuration fact not given decides nothing: the census's upper bound stands)."""
             if id(s) not in decided:
                 modes = sorted(modes_of(s.backend) & set(s.paths)) or list(s.paths)
-                decided[id(s)] = decide_modes(s, cfg, modes, target.version, ctx.platform)
+                decided[id(s)] = decide_modes(s, cfg, modes, target.version, ctx.platform,
+                                              models)
             return decided[id(s)]
 
         def ruled_out(s) -> bool:
@@ -202,7 +205,7 @@ class MetadataSyncsProbe(Probe):
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (docs/probes/metadata-syncs.md)
             for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
-                                  target.version, ctx.platform):
+                                  target.version, ctx.platform, models):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
                 gone = "".join(f"; {u['at'].rsplit('/', 1)[-1]} unreachable ({u['reason']})"

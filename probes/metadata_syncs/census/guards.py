@@ -24,6 +24,9 @@ CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
                 "speculative_num_draft_tokens": "speculative_num_draft_tokens",
                 "num_draft_tokens": "speculative_num_draft_tokens",
                 "speculative_num_steps": "speculative_num_steps"}
+# What the served model decides (probes.metadata_syncs.model_facts): the backend's sliding
+# window, from the model runner (0.5.23 load_model_utils.py:144-157).
+MODEL_NAMES = {"sliding_window_size": "model:sliding_window_size"}
 # Platform flags (sglang.srt.utils `is_hip()` / `_is_hip = is_hip()` / `self.is_npu`): a test of
 # one is the platform under audit; diag audits hip and cuda, never npu or xpu.
 PLATFORM_NAMES = {"is_hip": "hip", "_is_hip": "hip", "is_cuda": "cuda", "_is_cuda": "cuda",
@@ -50,6 +53,10 @@ def _guard_atom(e: ast.AST, where: str) -> Guard | None:
     if name in CONFIG_NAMES and isinstance(right.value, int) and \
             not isinstance(right.value, bool) and op in _SWAP:
         return (CONFIG_NAMES[name], op, right.value, where, _src(e, 60))
+    if name in MODEL_NAMES and op in ("is", "is not", *_SWAP) and (
+            right.value is None or (isinstance(right.value, int)
+                                    and not isinstance(right.value, bool))):
+        return (MODEL_NAMES[name], op, right.value, where, _src(e, 60))
     if name.endswith("_cpu") and right.value is None and op in ("is", "is not") and \
             isinstance(left, ast.Attribute):
         return (f"mirror:{name}", op, None, where, _src(e, 60))

@@ -32,6 +32,8 @@ class _Kinds:
             fact = (facts or {}).get(a.arg)
             if fact in ("host", "host-set"):  # every caller in the file passes a host value
                 self.params[a.arg] = "host"
+            elif fact == "tensor":  # every caller in the file passes a device tensor
+                self.params[a.arg] = "tensor"
             elif a.arg.endswith("_cpu") or "List" in ann or "list" in ann:
                 self.params[a.arg] = "host"
             elif "Tensor" in ann:

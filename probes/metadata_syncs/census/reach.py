@@ -220,7 +220,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:
                     vals = {e.args.get(pname, "other") for e in edges}
-                    if len(vals) == 1 and vals <= {"none", "host", "host-set"}:
+                    if len(vals) == 1 and vals <= {"none", "host", "host-set", "tensor"}:
                         agreed[pname] = vals.pop()
                     elif vals == {"host", "host-set"}:
                         agreed[pname] = "host"

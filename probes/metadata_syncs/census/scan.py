@@ -369,6 +369,10 @@ class _Scan:
                 # fallback `if p is None: p = x.tolist()` cannot run for it
                 out[name] = "host-set" if isinstance(value, (
                     ast.Call, ast.List, ast.ListComp, ast.Tuple, ast.BinOp)) else "host"
+            elif name in given and self.kinds.of(value, call.lineno) == "tensor":
+                # a device tensor handed down: the callee's `int(p.max())` reads it back
+                # (0.5.23 qwen_sparse_attn_backend.py:632 -> :311)
+                out[name] = "tensor"
             else:
                 out[name] = "other"
         return out, truth
