@@ -37,6 +37,12 @@ def _defines_window(target: Any, arch: str) -> str | None:
     base = target.file(MODELS_DIR)
     if not base.is_dir():
         return None
+    texts: list[tuple[Path, str]] = []
+    for path in sorted(base.glob("*.py")):  # each file read once, whatever the class chain
+        try:
+            texts.append((path, path.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
     want, seen = [arch], set()
     while want:
         name = want.pop()
@@ -44,11 +50,7 @@ def _defines_window(target: Any, arch: str) -> str | None:
             continue
         seen.add(name)
         head = re.compile(rf"^class {re.escape(name)}\(([^)]*)\)", re.M)
-        for path in sorted(base.glob("*.py")):
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
+        for path, text in texts:
             m = head.search(text)
             if m is None:
                 continue
