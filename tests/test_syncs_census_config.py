@@ -277,3 +277,26 @@ def test_npu_only_builder_is_unreachable_on_hip_and_cuda(release):
         assert len(rows) == 4 and all(r["status"] == "unreachable" for r in rows)
         assert all(d["reason"].startswith(f"platform: {platform}")
                    for r in rows for d in r["modes"].values())
+
+
+def test_draft_model_option_decides_the_draft_window_and_refuses_a_bad_path(release, lane):
+    """`--model` and `--draft-model` on the command line give what a server gives: every phase
+    of the lane's configuration exact, 0; a --draft-model without config.json is exit 2."""
+    from click.testing import CliRunner
+
+    from diag.cli import main
+
+    release("0.5.23")
+    args = ["probe", "metadata-syncs", "--sglang", "0.5.23", "--platform", "cuda",
+            "--attention-backend", "triton", "--speculative-num-steps", "2",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3",
+            "--page-size", "1", "--dcp", "1", "--no-execute", "--json"]
+    r = CliRunner().invoke(main, [*args, "--model", lane["model"],
+                                  "--draft-model", lane["draft_model"]])
+    doc = json.loads(r.stdout)
+    checks = _lane_checks()
+    assert checks.census_per_phase(doc) == {"target-extend": 0, "draft-extend": 0,
+                                            "target-verify": 0, "draft-decode": 0}
+    assert all(checks.census_exact(doc).values())
+    bad = CliRunner().invoke(main, [*args, "--draft-model", lane["model"] + "-missing"])
+    assert bad.exit_code == 2 and "--draft-model" in bad.output and "config.json" in bad.output

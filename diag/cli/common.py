@@ -145,6 +145,9 @@ def config_options(f: Callable) -> Callable:
         click.option("--model", metavar="PATH|FAMILY",
                      help="The served model: a directory with config.json (its architectures "
                           "are read), or an architecture/family name (e.g. deepseek-v32)."),
+        click.option("--draft-model", metavar="PATH",
+                     help="The draft model: a directory with config.json (its architecture "
+                          "decides the draft backend's sliding window; a server gives its own)."),
         click.option("--env", "environ", multiple=True, metavar="K=V", callback=_env_pairs,
                      help="The server's SGLANG_* environment (repeatable; default: this "
                           "process's environment)."),
@@ -331,6 +334,15 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed
     if cfg.model is not None and not (res and "configuration" in res.sources):
         _check_model(tgt, cfg.model)
+    if facts.get("draft_model") is not None:  # typed: a path with a config.json (exit 2)
+        from pathlib import Path
+
+        from diag.errors import EXIT_USAGE
+
+        p = Path(facts["draft_model"])
+        if not ((p / "config.json").is_file() or (p.name == "config.json" and p.is_file())):
+            raise DiagError(f"--draft-model {facts['draft_model']}: no config.json there (give "
+                            "the draft model's directory)", exit_code=EXIT_USAGE)
     ctx = Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, full=full, log=log)
     if info is not None:
