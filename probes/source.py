@@ -18,7 +18,8 @@ import ast
 import contextlib
 import gc
 import hashlib
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +141,13 @@ def inner(fn: ast.AST) -> list[ast.AST]:
     if out is None:
         out = fn._diag_inner = walk(fn)[1:]  # type: ignore[attr-defined]
     return out
+
+
+def walk_all(node: ast.AST) -> Iterable[ast.AST]:
+    """`ast.walk(node)`: the same nodes in the same (breadth-first) order, `node` first, from
+    the walk `inner` keeps on it. For readers of cached trees that walk the same module or
+    function again and again (the gate resolves each name by walking its function anew)."""
+    return itertools.chain((node,), inner(node))
 
 
 def find(node: ast.AST, shape: Callable[[ast.AST], bool]) -> Iterator[ast.AST]:
