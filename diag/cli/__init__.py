@@ -210,11 +210,13 @@ def _worker_probes(execute: bool, ids: list[str]) -> list[str]:
             or "torch" in sys.modules or os.environ.get(ENV_WORKER, "") == "0":
         return []
     from diag import cache
-    from diag.probes import get
 
-    told = [t for t in (get(p).measured_already() for p in wanted) if t is not None]
-    if cache.enabled() and told and all(told):
-        return []  # a warm run: the results are cached, no torch needed
+    if cache.enabled():  # else nothing cached is read: asking (probe imports, torch's
+        from diag.probes import get  # fingerprint) would only delay the worker's start
+
+        told = [t for t in (get(p).measured_already() for p in wanted) if t is not None]
+        if told and all(told):
+            return []  # a warm run: the results are cached, no torch needed
     return wanted
 
 
