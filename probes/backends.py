@@ -28,7 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag.probes.source import ModuleIndex, Modules, index, parse_file, parse_problem
+from diag.probes.source import (
+    ModuleIndex,
+    Modules,
+    index,
+    parse_file,
+    parse_problem,
+    walk_all,
+)
 from diag.target import Target
 
 REGISTRY_FILE = "srt/layers/attention/attention_registry.py"
@@ -166,14 +173,14 @@ class _Resolver:
         # `cls = DeepseekV4TrtllmAttnBackend` ... `return cls(runner)` (0.5.23's dsv4 on CUDA)
         aliases: dict[str, list[str]] = {}
         for stmt in self._live(func.body):
-            for node in ast.walk(stmt):
+            for node in walk_all(stmt):
                 if (isinstance(node, ast.Assign) and len(node.targets) == 1
                         and isinstance(node.targets[0], ast.Name)
                         and isinstance(node.value, ast.Name)
                         and node.value.id.endswith("Backend")):
                     aliases.setdefault(node.targets[0].id, []).append(node.value.id)
         for stmt in self._live(func.body):
-            for node in ast.walk(stmt):
+            for node in walk_all(stmt):
                 if not isinstance(node, ast.Call):
                     continue
                 f = node.func
@@ -202,7 +209,7 @@ class _Resolver:
         """The line of the `return None` (or bare `return`) the platform path of a factory
         method that builds no class takes; None when it returns something else."""
         for stmt in self._live(func.body):
-            for node in ast.walk(stmt):
+            for node in walk_all(stmt):
                 if isinstance(node, ast.Return):
                     if node.value is None or (isinstance(node.value, ast.Constant)
                                               and node.value.value is None):
@@ -400,7 +407,7 @@ def _factory_map(method: ast.FunctionDef) -> dict[str, list[str]]:
             return methods(v.body) + methods(v.orelse)
         return []
 
-    for node in ast.walk(method):
+    for node in walk_all(method):
         if isinstance(node, ast.Dict) and node.keys and all(
                 isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
             out = {k.value: methods(v) for k, v in zip(node.keys, node.values) if methods(v)}
@@ -504,23 +511,23 @@ def backend_aliases(target: Target, skipped: dict[str, str] | None = None
             _skip(target, path, skipped)
             continue
         rel = target.relpath(path)
-        for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
-            dicts = {a.targets[0].id: a.value for a in ast.walk(func)
+        for func in (n for n in walk_all(tree) if isinstance(n, ast.FunctionDef)):
+            dicts = {a.targets[0].id: a.value for a in walk_all(func)
                      if isinstance(a, ast.Assign) and len(a.targets) == 1
                      and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Dict)}
-            for loop in (n for n in ast.walk(func) if isinstance(n, ast.For)):
+            for loop in (n for n in walk_all(func) if isinstance(n, ast.For)):
                 if not (isinstance(loop.iter, (ast.Tuple, ast.List)) and any(
                         isinstance(e, ast.Constant) and e.value == "attention_backend"
                         for e in loop.iter.elts)):
                     continue
-                for node in (n for st in loop.body for n in ast.walk(st)):
+                for node in (n for st in loop.body for n in walk_all(st)):
                     if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
                             and len(node.test.ops) == 1:
                         op, right = node.test.ops[0], node.test.comparators[0]
                         if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) \
                                 and isinstance(right.value, str):
                             new = []
-                            for c in (c for st in node.body for c in ast.walk(st)):
+                            for c in (c for st in node.body for c in walk_all(st)):
                                 v = (c.args[2] if isinstance(c, ast.Call) and isinstance(
                                     c.func, ast.Name) and c.func.id == "setattr"
                                     and len(c.args) == 3 else c.value

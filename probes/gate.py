@@ -42,7 +42,7 @@ from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's calle
     backend_map,
     platform_truth,
 )
-from diag.probes.source import parse_file, parse_problem
+from diag.probes.source import parse_file, parse_problem, walk_all
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
@@ -185,7 +185,7 @@ def spec_v2_env_default(target: Target) -> tuple[bool, int] | None:
     tree = parse_file(target.file(ENVIRON_FILE))
     if tree is None:
         return None
-    for node in ast.walk(tree):
+    for node in walk_all(tree):
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == SPEC_V2_ENV
                 and isinstance(node.value, ast.Call) and node.value.args
@@ -208,7 +208,7 @@ def _worker_imports(target: Target) -> tuple[dict[str, int], int | None]:
     overlap = None
     if tree is None:
         return found, overlap
-    for node in ast.walk(tree):
+    for node in walk_all(tree):
         if isinstance(node, ast.ImportFrom) and node.module in (V1_MODULE, V2_MODULE):
             found.setdefault(node.module, node.lineno)
         elif (isinstance(node, ast.Assign) and len(node.targets) == 1
@@ -334,7 +334,7 @@ CAPABILITY_METHOD = "supports_draft_extend_cuda_graph"
 
 def _capability_call(method: ast.FunctionDef) -> tuple[str, int] | None:
     """`self.<attr>.supports_draft_extend_cuda_graph()` in the capture method: (attr, line)."""
-    for node in ast.walk(method):
+    for node in walk_all(method):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == CAPABILITY_METHOD
                 and isinstance(node.func.value, ast.Attribute)
@@ -355,10 +355,10 @@ def _find_capture_site(tree: ast.Module):
     under an `if` whose test reads `self.draft_extend_attn_backend`."""
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
         for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
-            for node in ast.walk(method):
+            for node in walk_all(method):
                 if not isinstance(node, ast.If) or not _reads_self_attr(node.test, EXTEND_ATTR):
                     continue
-                for stmt in ast.walk(node):
+                for stmt in walk_all(node):
                     if (isinstance(stmt, ast.Assign) and _assigns_self_attr(stmt, RUNNER_ATTR)
                             and not (isinstance(stmt.value, ast.Constant)
                                      and stmt.value.value is None)):
@@ -369,7 +369,7 @@ def _find_capture_site(tree: ast.Module):
 def _reads_self_attr(expr: ast.AST, attr: str) -> bool:
     return any(isinstance(n, ast.Attribute) and n.attr == attr
                and isinstance(n.value, ast.Name) and n.value.id == "self"
-               for n in ast.walk(expr))
+               for n in walk_all(expr))
 
 
 def _assigns_self_attr(stmt: ast.Assign, attr: str) -> bool:
@@ -380,7 +380,7 @@ def _assigns_self_attr(stmt: ast.Assign, attr: str) -> bool:
 def _var_assignment(method: ast.FunctionDef, pattern: re.Pattern):
     """The last non-constant assignment to a name matching `pattern`: (name, value, line)."""
     found = None
-    for node in ast.walk(method):
+    for node in walk_all(method):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             t = node.targets[0]
             if isinstance(t, ast.Name) and pattern.match(t.id):
@@ -397,10 +397,10 @@ def _hip_var_by_shape(method: ast.FunctionDef):
     `if _is_hip:` block (or from an expression testing `_is_hip`) and read later in the method:
     (name, value, line) of its last such assignment."""
     found = None
-    for node in ast.walk(method):
+    for node in walk_all(method):
         if isinstance(node, ast.If) and platform_truth(node.test, "hip") is True \
                 and platform_truth(node.test, "cuda") is False:
-            for stmt in (n for st in node.body for n in ast.walk(st)):
+            for stmt in (n for st in node.body for n in walk_all(st)):
                 if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
                         and isinstance(stmt.targets[0], ast.Name)
                         and not isinstance(stmt.value, ast.Constant)
@@ -419,18 +419,18 @@ def _hip_var_by_shape(method: ast.FunctionDef):
 
 def _name_loaded(method: ast.FunctionDef, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-               for n in ast.walk(method))
+               for n in walk_all(method))
 
 
 def _list_vars(method: ast.FunctionDef) -> dict[str, list[str]]:
     """`graph_supported_backend_types = [A, B]` plus its `.append(C)` calls → {name: [A, B, C]}."""
     out: dict[str, list[str]] = {}
-    for node in ast.walk(method):
+    for node in walk_all(method):
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)
                 and isinstance(node.value, (ast.List, ast.Tuple))):
             out[node.targets[0].id] = [e.id for e in node.value.elts if isinstance(e, ast.Name)]
-    for node in ast.walk(method):
+    for node in walk_all(method):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("append", "extend") and isinstance(node.func.value, ast.Name)
                 and node.func.value.id in out):
@@ -463,17 +463,17 @@ def _isinstance_checks(expr: ast.AST, lists: dict[str, list[str]],
     out: list[Check] = []
     seen = _seen if _seen is not None else set()
     if scope is not None:
-        for node in ast.walk(expr):
+        for node in walk_all(expr):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
                     and node.id not in seen and node.id not in lists:
                 seen.add(node.id)
-                for a in ast.walk(scope):
+                for a in walk_all(scope):
                     if (isinstance(a, ast.Assign) and len(a.targets) == 1
                             and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id
                             and not isinstance(a.value, ast.Constant)):
                         out += [c for c in _isinstance_checks(a.value, lists, scope, seen)
                                 if c not in out]
-    for node in ast.walk(expr):
+    for node in walk_all(expr):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "isinstance" and len(node.args) == 2
                 and isinstance(node.args[0], ast.Attribute)
@@ -530,7 +530,7 @@ class _Scope:
                 assigns[n.target.id] = n.value
         imports: dict[str, tuple[str, str]] = {}
         pkg = dotted.rsplit(".", 1)[0] if dotted else ""
-        for n in ast.walk(tree):
+        for n in walk_all(tree):
             if isinstance(n, ast.ImportFrom):
                 mod = n.module or ""
                 if n.level:
@@ -581,7 +581,7 @@ class _Scope:
 
     def _walk(self, expr: ast.AST, func: ast.FunctionDef, subj: dict[str, str], out: list,
               seen: set, follow: bool, depth: int) -> None:
-        for node in ast.walk(expr):
+        for node in walk_all(expr):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id == "isinstance" and len(node.args) == 2:
                 attr = self._subject(node.args[0], func, subj)
@@ -622,12 +622,12 @@ class _Scope:
                     elif isinstance(a, ast.Name) and (a.id == "self" or subj.get(a.id) == "self"):
                         selfish.add(p)
                 hsubj.update({p: "self" for p in selfish})
-                for r in (n for n in ast.walk(helper) if isinstance(n, ast.Return) and n.value):
+                for r in (n for n in walk_all(helper) if isinstance(n, ast.Return) and n.value):
                     self._walk(r.value, helper, hsubj, out, set(), True, depth + 1)
             elif follow and isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
                     and node.id not in seen:
                 seen.add(node.id)
-                for a in ast.walk(func):
+                for a in walk_all(func):
                     if (isinstance(a, ast.Assign) and len(a.targets) == 1
                             and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id
                             and not isinstance(a.value, (ast.Constant, ast.List, ast.Tuple,
@@ -654,7 +654,7 @@ class _Scope:
         if isinstance(node, ast.Name) and depth < 4:
             if node.id in subj and subj[node.id] != "self":
                 return subj[node.id]
-            for a in ast.walk(func):
+            for a in walk_all(func):
                 if (isinstance(a, ast.Assign) and len(a.targets) == 1
                         and isinstance(a.targets[0], ast.Name) and a.targets[0].id == node.id):
                     return self._subject(a.value, func, subj, depth + 1)
@@ -687,12 +687,12 @@ class _Scope:
         n = node.id
         rel, assigns, classes, _funcs, imports = mod
         if func is not None:
-            local = [a for a in ast.walk(func) if isinstance(a, ast.Assign)
+            local = [a for a in walk_all(func) if isinstance(a, ast.Assign)
                      and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
                      and a.targets[0].id == n]
             if local:
                 out = self._classes(local[-1].value, func, mod, depth + 1)
-                for c in ast.walk(func):  # `names.append(C)` / `.extend([...])` / `.add(C)`
+                for c in walk_all(func):  # `names.append(C)` / `.extend([...])` / `.add(C)`
                     if (isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
                             and c.func.attr in ("append", "extend", "add")
                             and isinstance(c.func.value, ast.Name) and c.func.value.id == n):
@@ -724,7 +724,7 @@ class _Scope:
 
 
 def _kill_switch(method: ast.FunctionDef) -> str | None:
-    for node in ast.walk(method):
+    for node in walk_all(method):
         text = node.attr if isinstance(node, ast.Attribute) else (
             node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
         if text and KILL_SWITCH.fullmatch(text):
@@ -749,9 +749,9 @@ def _inline_policy(test: ast.AST, platform: str) -> str:
     "allowlist" for cuda, "never" for hip.
     """
     flag = f"_is_{platform}"
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    names = {n.id for n in walk_all(test) if isinstance(n, ast.Name)}
     has_isinstance = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                         and n.func.id == "isinstance" for n in ast.walk(test))
+                         and n.func.id == "isinstance" for n in walk_all(test))
     # Evaluate the condition's platform part with every non-platform leaf taken as true.
     truth = _eval_with(test, platform)
     if truth is True:
@@ -781,7 +781,7 @@ def _read_multi_layer(target: Target) -> MultiLayerGate | None:
         return None
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
         for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
-            sets = [s for s in ast.walk(method) if isinstance(s, ast.Assign)
+            sets = [s for s in walk_all(method) if isinstance(s, ast.Assign)
                     and _assigns_self_attr(s, RUNNER_ATTR)
                     and not (isinstance(s.value, ast.Constant) and s.value.value is None)]
             if not sets:

@@ -18,7 +18,8 @@ import ast
 import contextlib
 import gc
 import hashlib
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,10 +114,39 @@ def unparse(node: ast.AST) -> str:
     return text
 
 
+def _node_fields() -> dict[type, tuple[str, ...]]:
+    """Per node class, the fields that can hold a node: `_fields` less those whose ASDL type
+    (from the class's docstring, e.g. `Name(identifier id, expr_context ctx)`) is a name, a
+    string, a constant or an int. A class whose docstring does not list exactly its `_fields`
+    keeps them all."""
+    import re
+
+    scalar = {"identifier", "string", "constant", "int"}
+    out: dict[type, tuple[str, ...]] = {}
+    for name in dir(ast):
+        cls = getattr(ast, name)
+        if not (isinstance(cls, type) and issubclass(cls, ast.AST) and cls._fields):
+            continue
+        m = re.fullmatch(r"\w+\((.*)\)", (cls.__doc__ or "").strip())
+        if m is None:
+            continue
+        kinds = {}
+        for part in m.group(1).split(","):
+            typ, _, field_name = part.strip().rpartition(" ")
+            kinds[field_name] = typ.rstrip("?*")
+        if set(kinds) == set(cls._fields):
+            out[cls] = tuple(f for f in cls._fields if kinds[f] not in scalar)
+    return out
+
+
+_NODE_FIELDS = _node_fields()
+
+
 def children(node: ast.AST, node_t: type = ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes(node)` as a list (the same order)."""
     out: list[ast.AST] = []
-    for name in node._fields:
+    fields = _NODE_FIELDS.get(node.__class__)
+    for name in node._fields if fields is None else fields:
         v = getattr(node, name, None)
         if isinstance(v, list):
             out.extend([x for x in v if isinstance(x, node_t)])
@@ -126,11 +156,18 @@ def children(node: ast.AST, node_t: type = ast.AST) -> list[ast.AST]:
 
 
 def walk(node: ast.AST) -> list[ast.AST]:
-    """The nodes of `ast.walk(node)`, in its (breadth-first) order, as a list: twice as fast."""
-    out, i = [node], 0
-    while i < len(out):
-        out.extend(children(out[i]))
-        i += 1
+    """The nodes of `ast.walk(node)`, in its (breadth-first) order, as a list: 1.5-2x as fast
+    (`children` inlined, fields that hold no node skipped)."""
+    out = [node]
+    extend, append, node_t, fields_of = out.extend, out.append, ast.AST, _NODE_FIELDS.get
+    for n in out:  # grows as it goes: breadth-first
+        fields = fields_of(n.__class__)
+        for name in n._fields if fields is None else fields:
+            v = getattr(n, name, None)
+            if isinstance(v, list):
+                extend([x for x in v if isinstance(x, node_t)])
+            elif isinstance(v, node_t):
+                append(v)
     return out
 
 
@@ -140,6 +177,13 @@ def inner(fn: ast.AST) -> list[ast.AST]:
     if out is None:
         out = fn._diag_inner = walk(fn)[1:]  # type: ignore[attr-defined]
     return out
+
+
+def walk_all(node: ast.AST) -> Iterable[ast.AST]:
+    """`ast.walk(node)`: the same nodes in the same (breadth-first) order, `node` first, from
+    the walk `inner` keeps on it. For readers of cached trees that walk the same module or
+    function again and again (the gate resolves each name by walking its function anew)."""
+    return itertools.chain((node,), inner(node))
 
 
 def find(node: ast.AST, shape: Callable[[ast.AST], bool]) -> Iterator[ast.AST]:

@@ -115,3 +115,40 @@ def test_a_warm_run_starts_no_worker_as_the_probes_declare(tmp_path):
     assert run(_WANTED) == "['metadata-syncs', 'profiler-teardown']"  # cold: both, in the worker
     run(_WARM)
     assert run(_WANTED) == "[]"
+
+
+@pytest.mark.release
+def test_diagnose_pauses_the_collector_and_gives_it_back(release):
+    """The parent of `diag diagnose` runs with the cyclic GC paused (it only reads sources;
+    their trees stay cached to the exit); a probe that runs torch there gets the collector
+    back as the process had it, and the caller has it back after the command."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from diag import cli
+    from diag.probes import get
+
+    seen = {}
+    real = cli._run_probes
+
+    def spy(ctx, ids, verbose, worker=None):
+        seen["paused"] = not gc.isenabled()
+        with cli._collector_for(get("profiler-teardown")):
+            seen["torch probe"] = gc.isenabled()
+        with cli._collector_for(get("draft-extend-graph")):
+            seen["source probe"] = gc.isenabled()
+        return real(ctx, ids, verbose, worker)
+
+    release("0.5.17")
+    assert gc.isenabled()
+    cli._run_probes = spy
+    try:
+        CliRunner().invoke(cli.main, ["probe", "draft-extend-graph", "--sglang", "0.5.17",
+                                      "--no-execute", "--json"])
+    finally:
+        cli._run_probes = real
+        if gc.get_freeze_count():
+            gc.unfreeze()
+    assert seen == {"paused": True, "torch probe": True, "source probe": False}
+    assert gc.isenabled()

@@ -70,3 +70,21 @@ def test_gc_paused_restores_the_collector_as_it_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_walks_are_ast_walk(release):
+    """`walk`, `walk_all` and `children` give ast.walk's / ast.iter_child_nodes's nodes in the
+    same order (they skip only fields whose ASDL type is a name, string, constant or int)."""
+    t = release("0.5.17")
+    tree = source.parse_fresh((t.root / TRITON).read_text(encoding="utf-8"))
+    want = list(ast.walk(tree))
+    assert [id(n) for n in source.walk(tree)] == [id(n) for n in want]
+    assert [id(n) for n in source.walk_all(tree)] == [id(n) for n in want]
+    assert [id(n) for n in source.walk_all(tree)] == [id(n) for n in want]  # kept: the same
+    for n in want:
+        assert source.children(n) == list(ast.iter_child_nodes(n))
+        assert source.children(n, ast.expr) == [c for c in ast.iter_child_nodes(n)
+                                                if isinstance(c, ast.expr)]
+    assert source._NODE_FIELDS[ast.Name] == ("ctx",)
+    assert source._NODE_FIELDS[ast.Constant] == ()
+    assert source._NODE_FIELDS[ast.alias] == ()

@@ -51,7 +51,7 @@ from diag.probes.draft_extend_graph.resolve import (  # noqa: F401  (re-exported
     read_model,
     resolve_page_size,
 )
-from diag.probes.source import parse_file
+from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
 # Attention backends that run on AMD GPUs; the HIP table lists these only. In sglang 0.5.23:
@@ -139,9 +139,9 @@ def _fallbacks_of(target: Target, rel: str) -> list[Fallback]:
         return []
     file = target.relpath(path)
     out: list[Fallback] = []
-    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+    for fn in (n for n in walk_all(tree) if isinstance(n, ast.FunctionDef)
                and n.name in CAN_RUN):
-        for node in ast.walk(fn):
+        for node in walk_all(fn):
             if isinstance(node, ast.If) and any(
                     isinstance(s, ast.Return) and isinstance(s.value, ast.Constant)
                     and s.value.value is False for s in node.body):

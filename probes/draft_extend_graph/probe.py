@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-from diag import server as srv
 from diag.context import Context
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
@@ -89,7 +88,7 @@ class DraftExtendGraphProbe(Probe):
         t, plat, cfg = ctx.target, ctx.platform, ctx.config
         info = ctx.cache.get("server_info")
         gate = read_gate(t, environ=dict(os.environ),
-                         server_args=srv.server_args(info) if isinstance(info, dict) else None)
+                         server_args=_srv().server_args(info) if isinstance(info, dict) else None)
         if gate.broken:
             return self._broken(gate.problem, gate.file, gate.line,
                                 f"the {gate.worker} EAGLE worker of this tree: {gate.broken}",
@@ -199,7 +198,7 @@ class DraftExtendGraphProbe(Probe):
         info = ctx.cache.get("server_info")
         if info is None and err is None:  # not attached by the CLI (API use): read it here
             try:
-                info = ctx.cache["server_info"] = srv.get_server_info(ctx.server_url)
+                info = ctx.cache["server_info"] = _srv().get_server_info(ctx.server_url)
             except ServerError as e:
                 err = str(e)
         ev: list[Evidence] = []
@@ -208,12 +207,12 @@ class DraftExtendGraphProbe(Probe):
                                       ev, hint=f"{ctx.server_url} did not give its server "
                                                "info: check that it is SGLang's HTTP server and "
                                                "has finished starting")
-        ranks = srv.draft_extend_startup(info)
+        ranks = _srv().draft_extend_startup(info)
         version = info.get("version")
         if version and ctx.target.version and str(version) != ctx.target.version:
             ev.append(note(f"the server runs sglang {version}; the static audit read "
                            f"{ctx.target.version} (pass --sglang {version} to match)"))
-        args = srv.server_args(info)
+        args = _srv().server_args(info)
         if not args.get("speculative_algorithm"):
             return self._live_finding(Status.SKIP, f"{title}: the server does not run "
                                                    "speculative decoding", ev)
@@ -252,14 +251,22 @@ class DraftExtendGraphProbe(Probe):
 
     def _metric_times(self, ctx: Context) -> tuple[list[tuple[dict, float]], str | None]:
         try:
-            fams = srv.get_metrics(ctx.server_url)
+            fams = _srv().get_metrics(ctx.server_url)
         except ServerError as e:
             return [], f"/metrics: {e}"
-        return srv.samples(fams, METRIC, phase="draft_extend"), None
+        return _srv().samples(fams, METRIC, phase="draft_extend"), None
 
     def _live_finding(self, status: Status, summary: str, ev: list[Evidence],
                       hint: str | None = None) -> Finding:
         return self.finding(status, summary, evidence=ev, hint=hint)
+
+
+def _srv():
+    """`diag.server`, imported where a live server is read: its HTTP stack (~30 ms) would
+    otherwise load in every `diagnose`, before the torch worker starts."""
+    from diag import server
+
+    return server
 
 
 def _ask_for_backend(ctx: Context) -> str:
@@ -276,7 +283,7 @@ def _ask_for_backend(ctx: Context) -> str:
 
 def _server_arg(ctx: Context, name: str):
     info = ctx.cache.get("server_info")
-    return srv.server_args(info).get(name) if isinstance(info, dict) else None
+    return _srv().server_args(info).get(name) if isinstance(info, dict) else None
 
 
 def phase_row(pv: PhaseVerdict, draft_extend: str | None = None) -> Evidence:

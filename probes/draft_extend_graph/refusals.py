@@ -21,7 +21,7 @@ from diag.probes.draft_extend_graph.resolve import (
     Where,
     find_line,
 )
-from diag.probes.source import parse_file
+from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
 GRAPH, EAGER, REFUSED, DEPENDS = "graph", "eager", "refused", "depends"
@@ -42,7 +42,7 @@ def _page_tree_backends(target: Target) -> tuple[list[str], Where | None]:
     w = find_line(target, SPEC_HOOK, r"_PAGE_TREE_SPEC_BACKENDS = \(")
     if w is not None:
         tree = parse_file(target.file(SPEC_HOOK))
-        for node in ast.walk(tree) if tree is not None else ():
+        for node in walk_all(tree) if tree is not None else ():
             if isinstance(node, ast.Assign) and node.lineno == w.line \
                     and isinstance(node.value, ast.Tuple):
                 names = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
@@ -51,14 +51,14 @@ def _page_tree_backends(target: Target) -> tuple[list[str], Where | None]:
         return [], None
     tree = parse_file(target.file(SERVER_ARGS))
     rel = target.relpath(target.file(SERVER_ARGS))
-    for node in ast.walk(tree) if tree is not None else ():
+    for node in walk_all(tree) if tree is not None else ():
         if not isinstance(node, ast.If):
             continue
         text = ast.unparse(node.test)
         if "speculative_eagle_topk > 1" not in text or "page_size > 1" not in text:
             continue
         raise_at = next((st.lineno for st in node.body if isinstance(st, ast.Raise)), None)
-        for cmp in ast.walk(node.test):
+        for cmp in walk_all(node.test):
             if isinstance(cmp, ast.Compare) and isinstance(cmp.ops[0], ast.NotIn) \
                     and "attention_backend" in ast.unparse(cmp.left) \
                     and isinstance(cmp.comparators[0], (ast.List, ast.Tuple)) and raise_at:
@@ -78,7 +78,7 @@ BACKEND_TOPK_GUARD = {
 
 def _topk_guard(fn: ast.FunctionDef) -> int | None:
     """The line of a `raise` under `if topk > 1` / `if topk != 1` (or `self.topk`) in `fn`."""
-    for node in ast.walk(fn):
+    for node in walk_all(fn):
         if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
                 and len(node.test.ops) == 1):
             continue
@@ -133,15 +133,15 @@ def extend_topk_guard(target: Target, backend: str) -> tuple[Where, Where | None
         return None
     call_at = default_at = None
     tree = parse_file(target.file(DRAFT_UTILS))
-    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+    for fn in (n for n in walk_all(tree) if isinstance(n, ast.FunctionDef)
                and n.name == factory) if tree is not None else ():
-        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call)
+        calls = [c for c in walk_all(fn) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Name) and c.func.id == cls]
         if calls and all(len(c.args) < 4 and not any(k.arg == "topk" for k in c.keywords)
                          for c in calls):
             call_at = Where(target.relpath(target.file(DRAFT_UTILS)), calls[0].lineno)
     btree = parse_file(target.file(file))
-    for node in ast.walk(btree) if btree is not None else ():
+    for node in walk_all(btree) if btree is not None else ():
         if isinstance(node, ast.ClassDef) and node.name == cls:
             for fn in node.body:
                 if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":

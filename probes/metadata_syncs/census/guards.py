@@ -10,7 +10,7 @@ import ast
 from diag.probes.metadata_syncs.census.paths import _CAPTURE_FLAG, _kids, _last_name, _mode_expr
 from diag.probes.metadata_syncs.census.sites import Guard, _src
 from diag.probes.source import unparse as _unparse
-from diag.probes.source import walk as _walk
+from diag.probes.source import walk_all as _walk
 
 # --- configuration and host-mirror guards ------------------------------------------------
 # A branch on a value the configuration fixes (`if self.dcp_size > 1:`) or on whether a host

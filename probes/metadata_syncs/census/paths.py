@@ -15,6 +15,7 @@ from diag.probes.source import (
     inner,
     unparse,
     walk,
+    walk_all,
 )
 
 # --- forward-mode paths -------------------------------------------------------------------
@@ -228,7 +229,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
 
 def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
     """Whether `e` is a test of the forward mode (a predicate, or a mode helper's call)."""
-    for n in _walk(e):
+    for n in walk_all(e):  # the fixpoint's passes ask again of the same tests
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
                 n.func.attr in _PREDICATES or (n.func.attr in helpers and isinstance(
                     n.func.value, ast.Name) and n.func.value.id == "self")):
@@ -386,7 +387,7 @@ def fact_atom(e: ast.AST) -> tuple[str, bool] | None:
     holds = True
     while isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
         e, holds = e.operand, not holds
-    for n in walk(e):
+    for n in walk_all(e):
         if isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Call) and not (
                 isinstance(n.func, ast.Attribute) and _STABLE_CALL.match(n.func.attr)
                 and not n.keywords and all(isinstance(a, ast.Constant) for a in n.args))):
