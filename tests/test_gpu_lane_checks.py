@@ -381,6 +381,15 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
     # 15:49 UTC, commit 6d7ea5c: 27 of 28, batch 16's upper bound 1.039 over the bar
     ("lane-h200-run5", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
                         "batch 16"}),
+    # 16:28 UTC, commit cbf4e5e (HEAD after the session's code changes): 25 of 28; the
+    # kill-switch prediction +55.8 % against a measured cost of 0.367 (0.291-0.466) ms/token,
+    # both overhead bounds over 1.03 (1.038 and 1.040)
+    ("lane-h200-run6", {"prediction from the kill-switch server's own counters within 10 % of "
+                        "the measured eager cost",
+                        "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                        "batch 1",
+                        "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                        "batch 16"}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -407,7 +416,17 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                "ones"]["ok"] is True
     pred = checks.check_prediction("again", t["diag_prediction_kill_switch"]["per_token_ms"],
                                    t["measured_eager_cost"]["ms_per_token"])
-    assert pred.ok is True and abs(pred.data["error"]) < 0.05
+    assert pred.ok is by_name["prediction from the kill-switch server's own counters within 10 % "
+                              "of the measured eager cost"]["ok"]
     assert t["measured_eager_cost"]["lo"] <= t["measured_eager_cost"]["ms_per_token"] \
         <= t["measured_eager_cost"]["hi"]
-    assert doc["commit"] in {"734cd55", "6d7ea5c"} and doc["start"].startswith("all five")
+    if "times_s" in t:  # the measured cost recomputed from the recorded rounds
+        from diag import paired
+
+        times, n = t["times_s"], t["tokens"]
+        base = [(a + b) / 2 for a, b in zip(times["diag"], times["diag2"], strict=True)]
+        med, lo, hi = paired.difference(base, times["eager"])
+        assert (1e3 * med / n, 1e3 * lo / n, 1e3 * hi / n) == pytest.approx(
+            (t["measured_eager_cost"]["ms_per_token"], t["measured_eager_cost"]["lo"],
+             t["measured_eager_cost"]["hi"]))
+    assert doc["commit"] in {"734cd55", "6d7ea5c", "cbf4e5e"} and doc["start"].startswith("all five")
