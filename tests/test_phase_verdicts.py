@@ -132,3 +132,34 @@ def test_data_parallel_vote_only_with_dp_attention(dpa, listed):
     assert bool(votes) is listed
     if dpa is None:
         assert "utils/common.py:4163" in votes[0].condition
+
+
+# QSA's compress ratio from a real config.json (read by hand): the backend takes
+# `hf_text_config` and its QSA profile's ratio, else `getattr(config, "indexer_compress_ratio",
+# 4)` (0.5.23 qwen_sparse_attn_backend.py:233-242, 0.5.20 :182-190), and refuses target verify
+# when the draft tokens (steps + 1 with topk 1) exceed it (0.5.23 :292-299 raising at :295,
+# 0.5.20 :236-243 raising at :239).
+QSA_RAISE = {"0.5.20": "qwen_sparse_attn_backend.py:239", "0.5.23": "qwen_sparse_attn_backend.py:295"}
+
+
+@pytest.mark.parametrize("version", ["0.5.20", "0.5.23"])
+@pytest.mark.parametrize(("config", "steps", "refused"), [
+    ({}, 3, False),  # no ratio in the config: 4, and 4 draft tokens fit
+    ({}, 4, True),  # 5 draft tokens > 4
+    ({"text_config": {"indexer_n_heads": 8, "indexer_compress_ratio": 8}}, 7, False),  # 8 <= 8
+    ({"text_config": {"indexer_n_heads": 8, "indexer_compress_ratio": 8}}, 8, True),  # 9 > 8
+    ({"indexer_compress_ratio": 2}, 2, True),  # 3 > 2
+])
+def test_qsa_ratio_read_from_the_model_config(tmp_path, version, config, steps, refused):
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"architectures": ["Qwen3ForCausalLM"], **config}))
+    t = release_target(version)
+    cfg = SpecConfig(attention_backend="qsa", model=str(tmp_path), speculative_eagle_topk=1,
+                     speculative_num_steps=steps, environ={})
+    got = {v.phase: v for v in phases.phase_verdicts(t, "hip", cfg, "qsa")}
+    tv = got["target-verify"]
+    if refused:
+        assert tv.mode == phases.REFUSED, tv.reason
+        assert str(tv.where).endswith(QSA_RAISE[version]) and f"{steps + 1} draft tokens" in tv.reason
+    else:
+        assert tv.mode != phases.REFUSED and tv.mode != phases.DEPENDS, (tv.mode, tv.reason)

@@ -154,6 +154,24 @@ def extend_topk_guard(target: Target, backend: str) -> tuple[Where, Where | None
     return raise_at, call_at, default_at
 
 
+def _qsa_ratio(target: Target, model: Model) -> int | None:
+    """The backend's compress ratio for a model read from its config.json, as the backend takes
+    it from `hf_text_config` (0.5.23 qwen_sparse_attn_backend.py:233-242; 0.5.20 :182-190): a
+    QSA profile's `indexer_compress_ratio` (required with `indexer_n_heads`, qsa/config.py:86),
+    else the config's `indexer_compress_ratio`, else 4. None for a family name (no config)."""
+    params = model.params or {}
+    if model.arch is None or model.source.startswith("family") or not params:
+        return params.get("indexer_compress_ratio") if params else None
+    text = params.get("text_config") if isinstance(params.get("text_config"), dict) else params
+    ratio = text.get("indexer_compress_ratio")
+    if isinstance(ratio, int) and not isinstance(ratio, bool):
+        return ratio
+    if text.get("indexer_n_heads") is not None:
+        return None  # a profile without its ratio: SGLang refuses the config itself
+    default = find_line(target, QSA_BACKEND, r'getattr\(config, "indexer_compress_ratio", 4\)')
+    return 4 if default is not None else None
+
+
 def _qsa(target: Target, cfg: SpecConfig, model: Model) -> Refusal | None:
     """QwenSparseAttnBackend._require_chain_speculation (0.5.20 - 0.5.23; 0.5.23
     qwen_sparse_attn_backend.py:284-299, 0.5.20 :228-243), run for TARGET_VERIFY metadata (the
@@ -178,7 +196,7 @@ def _qsa(target: Target, cfg: SpecConfig, model: Model) -> Refusal | None:
     tokens = steps + 1 if steps is not None and topk in (1, None) else \
         cfg.speculative_num_draft_tokens
     rw = find_line(target, QSA_CONFIG, r"if ratio < 2")
-    ratio = model.params.get("indexer_compress_ratio") if model.params else None
+    ratio = _qsa_ratio(target, model)
     rule = (f"qsa's target verify raises NotImplementedError when the draft tokens exceed the "
             f"model's indexer_compress_ratio ({w})")
     if tokens is None:
