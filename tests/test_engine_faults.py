@@ -234,6 +234,34 @@ def test_concurrent_commands_each_get_their_own_answer(server):
     _same_tokens(server)
 
 
+def test_a_command_killed_at_any_point_leaves_no_request_behind(server):
+    """`fix apply` / `fix revert` SIGKILLed at 0.05-0.8 s (while writing its request, waiting,
+    or reading the answer): the next command answers (exit 0, no traceback), no temporary
+    request is left in the control folder, status agrees with the state files and the engine
+    serves the same tokens."""
+    import random
+    import signal
+    import subprocess
+
+    d = server.run_dir
+    rng = random.Random(7)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
+    for i in range(6):
+        p = subprocess.Popen([sys.executable, "-m", "diag", "fix", ("apply", "revert")[i % 2],
+                              FIX, "--run-dir", str(d), "--timeout", "30"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        time.sleep(rng.uniform(0.05, 0.8))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        r = _cli("fix", "status", "--run-dir", str(d), "--json")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert not list((d / "control").glob(".*.tmp"))
+    r = _cli("fix", "apply", FIX, "--run-dir", str(d), "--json", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _agree(d)[_scheduler(d).pid]["fixes"][FIX]["state"] == "applied"
+    _same_tokens(server)
+
+
 def test_a_timeout_that_is_not_a_number_is_refused_at_once(server):
     """Defect 7: `--timeout nan` against a process that does not answer never returned."""
     for bad in ("nan", "inf", "-inf", "1e999"):
