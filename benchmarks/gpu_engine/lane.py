@@ -203,7 +203,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
                                       "plain ones", t["paired"].get("diag2_vs_diag"),
                                       t["paired"].get("plain2_vs_plain")))
         # the counters' cost inside the diag server: switched off/on between batches, paired
-        # windows, each probe's share, next to the method's noise floor
+        # windows, next to the method's noise floor
         res["in_server"] = {}
         # every counter together against the floor only (no per-probe shares: `--only overhead`
         # gives those), enough windows that the interval fits inside the bar. A pair of windows
