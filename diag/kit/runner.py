@@ -84,6 +84,12 @@ class Kit:
     def work(self) -> Path:
         return self.opts.out / "work"
 
+    @property
+    def server(self) -> Server:
+        """The main server, for a step that `needs_server` (the runner runs none without it)."""
+        assert self.main is not None
+        return self.main
+
     def say(self, msg: str) -> None:
         self.progress(f"[{time.monotonic() - self.t0:7.1f} s] {self._step}: {msg}")
 

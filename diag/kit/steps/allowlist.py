@@ -39,8 +39,7 @@ class AllowlistStep(Step):
             kit.record(cid, "not-run", "", {"outcome": outcome, **(values or {})}, why)
 
     def run(self, kit: Kit) -> None:
-        b = kit.main
-        assert b is not None
+        b = kit.server
         if not kit.gpu:
             return self._none(kit, "not-applicable", "not applicable: no GPU (device "
                               f"{kit.opts.device}), so no phase is captured as a graph and the "

@@ -28,8 +28,7 @@ class CaptureStep(Step):
     }
 
     def run(self, kit: Kit) -> None:
-        s = kit.main
-        assert s is not None
+        s = kit.server
         kit.say(f"{len(PROMPTS)} greedy requests of {kit.opts.tokens} tokens")
         kit.state["greedy"] = greedy(s, kit.opts.tokens)
         # the agent flushes its counters at most once a second

@@ -22,8 +22,7 @@ class SyncsStep(Step):
     checks = {"syncs-vs-census": "runtime syncs per step per phase agree with the census"}
 
     def run(self, kit: Kit) -> None:
-        s = kit.main
-        assert s is not None
+        s = kit.server
         rep, err = diag_json("probe", "metadata-syncs", "--server", s.url, "--no-execute",
                              *platform_args(kit), "--json")
         census = checks.census_per_phase(rep)

@@ -15,8 +15,7 @@ class TraceStep(Step):
     checks = {"trace-complete": "diag trace reads the recorded profile and finds it complete"}
 
     def run(self, kit: Kit) -> None:
-        s = kit.main
-        assert s is not None
+        s = kit.server
         out = kit.work / "profile"
         acts = ["CPU", "GPU"] if kit.gpu else ["CPU"]
         code, body = s.post("/start_profile", {"num_steps": 3, "activities": acts,
