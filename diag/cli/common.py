@@ -281,6 +281,18 @@ def guarded(f: Callable) -> Callable:
     return wrapper
 
 
+def _need_config(option: str, path: str, give: str) -> None:
+    """A model path must hold a config.json (or be one): else a usage error (exit 2)."""
+    from pathlib import Path
+
+    from diag.errors import EXIT_USAGE
+
+    p = Path(path)
+    if not (p / "config.json").is_file() and not (p.name == "config.json" and p.is_file()):
+        raise DiagError(f"{option} {path}: no config.json there (give {give})",
+                        exit_code=EXIT_USAGE)
+
+
 def _check_model(tgt: Any, model: str) -> None:
     """--model names a path (it must hold a readable config.json naming an architecture) or a
     family; a bad path is a usage error (exit 2), not a traceback."""
@@ -290,10 +302,7 @@ def _check_model(tgt: Any, model: str) -> None:
     from diag.probes.draft_extend_graph.phases import read_model
 
     if os.sep in model or Path(model).exists():
-        p = Path(model)
-        if not (p / "config.json").is_file() and p.name != "config.json":
-            raise DiagError(f"--model {model}: no config.json there (give a model directory "
-                            "or a family name such as deepseek-v32)", exit_code=EXIT_USAGE)
+        _need_config("--model", model, "a model directory or a family name such as deepseek-v32")
     try:
         read_model(tgt, model)
     except ValueError as e:
@@ -335,14 +344,7 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     if cfg.model is not None and not (res and "configuration" in res.sources):
         _check_model(tgt, cfg.model)
     if facts.get("draft_model") is not None:  # typed: a path with a config.json (exit 2)
-        from pathlib import Path
-
-        from diag.errors import EXIT_USAGE
-
-        p = Path(facts["draft_model"])
-        if not ((p / "config.json").is_file() or (p.name == "config.json" and p.is_file())):
-            raise DiagError(f"--draft-model {facts['draft_model']}: no config.json there (give "
-                            "the draft model's directory)", exit_code=EXIT_USAGE)
+        _need_config("--draft-model", facts["draft_model"], "the draft model's directory")
     ctx = Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, full=full, log=log)
     if info is not None:
