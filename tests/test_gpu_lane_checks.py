@@ -10,6 +10,7 @@ graph end" (speculative/eagle_worker_v2.py:533) and "Capture draft extend CUDA g
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -431,3 +432,96 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
             (t["measured_eager_cost"]["ms_per_token"], t["measured_eager_cost"]["lo"],
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"] in {"734cd55", "6d7ea5c", "cbf4e5e"} and doc["start"].startswith("all five")
+
+
+# ------------------------------------------------------ the full lane's CPU plan (lane.cpu_plan)
+def _sysfs(root, topo: dict[int, tuple[int, int]]):
+    for cpu, (pkg, core) in topo.items():
+        t = root / f"cpu{cpu}" / "topology"
+        t.mkdir(parents=True)
+        (t / "physical_package_id").write_text(f"{pkg}\n")
+        (t / "core_id").write_text(f"{core}\n")
+    return root
+
+
+def test_cpu_plan_gives_each_server_whole_cores_and_keeps_one_for_the_client(tmp_path):
+    """8 cores of 2 threads (siblings n and n+8, as Linux numbers them on x86): five servers
+    get one whole core each, the client the other three; no CPU is in two sets."""
+    import lane
+
+    sysfs = _sysfs(tmp_path, {c: (0, c % 8) for c in range(16)})
+    cores = lane.physical_cores(set(range(16)), sysfs)
+    assert cores[0] == [0, 8] and len(cores) == 8
+    names = ["diag", "plain", "eager", "plain2", "diag2"]
+    plan, rest = lane.cpu_plan(names, cores)
+    assert plan["diag"] == [0, 8] and plan["diag2"] == [4, 12]
+    assert rest == [5, 6, 7, 13, 14, 15]
+    every = [c for cpus in plan.values() for c in cpus] + rest
+    assert sorted(every) == list(range(16))
+
+
+def test_cpu_plan_without_enough_cores_pins_nothing(tmp_path):
+    """Five servers need six cores (one for the client): five unreadable-topology CPUs give no
+    plan, and the client keeps every CPU."""
+    import lane
+
+    cores = lane.physical_cores({0, 1, 2, 3, 4}, tmp_path / "absent")
+    assert cores == [[0], [1], [2], [3], [4]]
+    assert lane.cpu_plan(["a", "b", "c", "d", "e"], cores) == ({}, [0, 1, 2, 3, 4])
+    sixteen = [[c] for c in range(16)]  # 16 cores without siblings: three each, one left
+    plan, rest = lane.cpu_plan(["a", "b", "c", "d", "e"], sixteen)
+    assert plan["e"] == [12, 13, 14] and rest == [15]
+
+
+# ------------------------------------------- the kill-switch prediction's metadata term (run 6)
+def test_prediction_takes_the_draft_extend_metadata_build_from_the_recorded_counters():
+    """lane-h200-run6's kill-switch server (SGLang 0.5.23, triton): the replay a capture would
+    run is the target-verify replay (whose metadata 0.5.23 loads before the counted forward:
+    speculative/eagle_utils.py:405-409) plus the draft-extend metadata build the draft-extend
+    runner repeats inside its replay (eagle_draft_extend_cuda_graph_runner.py:662). The record
+    predates per-phase seconds, so the build is TritonAttnBackend.init_forward_metadata's mean
+    over its 1092 calls (990 draft-extend, 102 target-extend). Numbers read from the file."""
+    from diag.probes.draft_extend_graph.runtime import replay_saving
+
+    doc = json.loads((DATA / "lane-h200-run6" / "lane.json").read_text())
+    eager = doc["counters"]["eager"]
+    fwd = 1.8235244309999104 / 990  # graph_phases.draft-extend-forward.eager
+    tv = 0.1949977200004156 / 990  # graph_phases.target-verify.graph
+    meta = 0.231817811999818 / 1092  # syncs[...TritonAttnBackend.init_forward_metadata]
+    got = replay_saving(eager, ("kill-switch",))
+    assert got is not None
+    per_pass, passes, basis = got
+    assert passes == 990
+    assert per_pass == pytest.approx(1e3 * (fwd - tv - meta))
+    assert "metadata build 0.212 ms" in basis and "mean over its phases" in basis
+    # against the counters' per-pass truth of the same run (eager pass on the kill-switch
+    # server minus graph pass on the diag server): 1.433 vs 1.503 ms, -4.7 %; the verify
+    # replay alone gave 1.645 ms, +9.4 %
+    c = doc["timings"]["counter"]
+    truth = 1e3 * (c["eager_eager_mean_s"] - c["diag_graph_mean_s"])
+    assert per_pass / truth - 1 == pytest.approx(-0.047, abs=0.005)
+    assert 1e3 * (fwd - tv) / truth - 1 == pytest.approx(0.094, abs=0.005)
+
+
+def test_prediction_prefers_the_draft_extend_phase_time_and_says_when_it_has_none():
+    """Per-phase seconds (events from this version on) are used as they are; a counter without
+    a draft-extend metadata build leaves the term out and the basis says so."""
+    from diag.probes.draft_extend_graph.runtime import replay_saving
+
+    base = {"draft_extend": {"eager": {"passes": 10, "seconds": 0.03,
+                                       "reasons": {"kill-switch": 10}}},
+            "graph_phases": {"draft-extend-forward": {"eager": {"passes": 10, "seconds": 0.02}},
+                             "target-verify": {"graph": {"passes": 10, "seconds": 0.002}}}}
+    syncs = {"m.B.init_forward_metadata": {
+        "calls": 30, "syncs": 0, "seconds": 0.09,
+        "phases": {"draft-extend": {"calls": 10, "syncs": 0, "seconds": 0.004},
+                   "target-extend": {"calls": 20, "syncs": 0, "seconds": 0.086}}},
+        "m.B.init_forward_metadata_out_graph": {  # not an eager build: not read
+            "calls": 10, "syncs": 0, "seconds": 1.0,
+            "phases": {"draft-extend": {"calls": 10, "syncs": 0, "seconds": 1.0}}}}
+    per_pass, _, basis = replay_saving({**base, "syncs": syncs}, ("kill-switch",))
+    assert per_pass == pytest.approx(2.0 - 0.2 - 0.4)  # ms: forward - replay - build
+    assert "phase draft-extend" in basis
+    per_pass, _, basis = replay_saving(base, ("kill-switch",))
+    assert per_pass == pytest.approx(1.8)
+    assert "no draft-extend metadata build counted" in basis

@@ -185,7 +185,8 @@ def test_sync_counter_names_the_phase_of_a_call():
     f = _fold([{"kind": "syncs", "builder": "B.f", "count": 6, "calls": 3, "per_call": 2,
                 "seconds": 0.003, "phase": "draft-extend"}])
     assert f["syncs"]["B.f"] == {"calls": 3, "syncs": 6, "seconds": 0.003,
-                                 "phases": {"draft-extend": {"calls": 3, "syncs": 6}}}
+                                 "phases": {"draft-extend": {"calls": 3, "syncs": 6,
+                                                             "seconds": 0.003}}}
 
 
 @pytest.mark.release

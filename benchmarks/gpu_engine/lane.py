@@ -75,6 +75,41 @@ def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[
             "--max-running-requests", "32", "--enable-metrics"]
 
 
+# Each server of the full lane on CPUs of its own (whole physical cores), the lane's client on
+# the rest (LANE_PIN=0: no pinning). Why: five schedulers left to the OS share cores and move
+# between them, and two identical servers ran 5-7 % apart (diag2/diag 0.928 in lane-h200-run5,
+# 1.049 in run6), more than the kill switch's cost can be measured through.
+PINS: dict[str, list[int]] = {}
+PIN = ("import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
+       "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def physical_cores(cpus: set[int], sysfs: Path = Path("/sys/devices/system/cpu")) -> list[list[int]]:
+    """The logical CPUs of `cpus` grouped by physical core (package, core id), in CPU order; a
+    CPU whose topology cannot be read is a core of its own."""
+    cores: dict[tuple, list[int]] = {}
+    for c in sorted(cpus):
+        try:
+            t = sysfs / f"cpu{c}" / "topology"
+            key: tuple = (int((t / "physical_package_id").read_text()),
+                          int((t / "core_id").read_text()))
+        except (OSError, ValueError):
+            key = ("cpu", c)
+        cores.setdefault(key, []).append(c)
+    return sorted(cores.values())
+
+
+def cpu_plan(names: list[str], cores: list[list[int]]) -> tuple[dict[str, list[int]], list[int]]:
+    """Whole cores for each server, the same number each, at least one core left for the
+    client: ({server: its CPUs}, the client's CPUs); ({}, every CPU) when there are too few."""
+    per = (len(cores) - 1) // len(names) if names else 0
+    if per < 1:
+        return {}, sorted(c for core in cores for c in core)
+    plan = {n: sorted(c for core in cores[i * per:(i + 1) * per] for c in core)
+            for i, n in enumerate(names)}
+    return plan, sorted(c for core in cores[len(names) * per:] for c in core)
+
+
 def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
           env: dict[str, str] | None = None, diag_args: tuple[str, ...] = (),
           all_probes: bool = True) -> es.Server:
@@ -87,6 +122,8 @@ def start(name: str, work: Path, models: dict[str, Path], *, under_diag: bool,
         cmd = [py, "-m", "diag", "run", *probes, *diag_args, "--run-dir", str(run_dir), "--", *cmd]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("DIAG_")}
     full_env.update(PYTHONUNBUFFERED="1", **(env or {}))
+    if PINS.get(name):
+        cmd = [py, "-c", PIN, ",".join(map(str, PINS[name])), *cmd]
     s = launch(cmd, full_env, work / f"server-{name}.log", f"http://127.0.0.1:{port}", run_dir)
     s.extra["name"] = name
     return s
@@ -163,6 +200,12 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
     t0 = time.monotonic()
     models = engine_models.make_models(work / "models", 0, "gpu")
     servers: dict[str, es.Server] = {}
+    if os.environ.get("LANE_PIN") != "0":
+        plan, rest = cpu_plan(list(MEM_FRACTION), physical_cores(os.sched_getaffinity(0)))
+        PINS.update(plan)
+        if plan:
+            os.sched_setaffinity(0, rest)  # the client, and the diag commands it runs
+        res["cpus"] = {"servers": plan, "client": rest}
     try:
         # diag first, alone, when the JIT kernels and triton caches are cold (it builds them),
         # then the other four together; on warm caches (device.sh restored them: LANE_WARM=1)
@@ -202,26 +245,6 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         add(checks.check_within_floor("two identical diag servers within the noise floor of two "
                                       "plain ones", t["paired"].get("diag2_vs_diag"),
                                       t["paired"].get("plain2_vs_plain")))
-        # the counters' cost inside the diag server: switched off/on between batches, paired
-        # windows, next to the method's noise floor
-        res["in_server"] = {}
-        # every counter together against the floor only (no per-probe shares: `--only overhead`
-        # gives those), enough windows that the interval fits inside the bar. A pair of windows
-        # spreads by ~4.7 % (sd of the ratio) with 192-256 tokens a window: 80 windows of one
-        # 256-token request alone on the card (tests/gpu_lane/overhead-h200-run5), 50 of three
-        # 64-token requests here (lane-h200-run5: batch 1 1.011 (0.994-1.029), batch 16 with 2
-        # waves 1.006 (0.992-1.039), ~5.5 %). A median's 95 % half-width is ~2.45 sd / sqrt(n):
-        # <= 1.5 % wants ~60 windows at batch 1 and ~80 at batch 16
-        for label, conc, waves, wins in (("batch 1", 1, 3, windows[0]),
-                                         ("batch 16", 16, 2, windows[1])):
-            r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
-                         "--windows", str(wins), "--requests-per-window", str(conc * waves),
-                         "--tokens", str(tokens), "--concurrency", str(conc), "--json",
-                         "--no-shares", timeout=360)
-            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
-            res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
-            add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
-                                          f"(upper bound), in-server paired windows, {label}", doc))
         meta = d.generate(PROMPTS[0], 32)["meta_info"]
         res["accept_length"] = meta.get("spec_accept_length")
         # draft-extend counter: graph when captured, eager with the kill switch, eager above the
@@ -317,22 +340,42 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         res["tui_once"] = tui.stdout[-4000:]
         add(checks.check_tui_share("diag tui --once --run-dir shows the live graph/eager share",
                                    tui.returncode, tui.stdout))
-        # last: without flashinfer's JIT sampling kernel building, a sampled request ends the
-        # scheduler (SGLang's own failure, not diag's), and nothing may come after it
-        sampled = {}
-        for n in ("diag", "eager"):
-            try:
-                code, body = servers[n].post("/generate", {"input_ids": [5, 6, 7], "sampling_params": {
-                    "max_new_tokens": 16, "temperature": 0.8, "top_p": 0.9, "top_k": 20}})
-                sampled[n] = {"code": code, "n": len(json.loads(body).get("output_ids", []))
-                              if code == 200 else body[:200]}
-            except OSError as e:
-                sampled[n] = {"code": None, "error": f"{type(e).__name__}: {e}"}
+        # a sampled request last on each server: without flashinfer's JIT sampling kernel
+        # building, one can end the scheduler (SGLang's own failure, not diag's), and nothing
+        # may come after it on that server
+        sampled = {"eager": sampled_request(k)}
+        # then the four other servers are stopped (their part is done) and the counters' cost is
+        # measured in the diag server alone on the card and the CPU: with the other four up
+        # (idle), the same code measured 1.023 (1.006-1.038) at batch 1 in lane-h200-run6,
+        # alone 1.004 (0.993-1.015) in overhead-h200-run5
+        for n, s in servers.items():
+            if n != "diag":
+                end_of(res, n, s)
+                s.stop()
+        # the counters' cost inside the diag server, alone: switched off/on between batches,
+        # paired windows, next to the method's noise floor
+        res["in_server"] = {}
+        # every counter together against the floor only (no per-probe shares: `--only overhead`
+        # gives those), enough windows that the interval fits inside the bar. A pair of windows
+        # spreads by ~4.7 % (sd of the ratio) with 192-256 tokens a window: 80 windows of one
+        # 256-token request alone on the card (tests/gpu_lane/overhead-h200-run5), 50 of three
+        # 64-token requests here (lane-h200-run5: batch 1 1.011 (0.994-1.029), batch 16 with 2
+        # waves 1.006 (0.992-1.039), ~5.5 %). A median's 95 % half-width is ~2.45 sd / sqrt(n):
+        # <= 1.5 % wants ~60 windows at batch 1 and ~80 at batch 16
+        for label, conc, waves, wins in (("batch 1", 1, 3, windows[0]),
+                                         ("batch 16", 16, 2, windows[1])):
+            r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
+                         "--windows", str(wins), "--requests-per-window", str(conc * waves),
+                         "--tokens", str(tokens), "--concurrency", str(conc), "--json",
+                         "--no-shares", timeout=360)
+            doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
+            res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
+            add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
+                                          f"(upper bound), in-server paired windows, {label}", doc))
+        sampled["diag"] = sampled_request(d)
         add(checks.Check("sampled (non-greedy) requests", all(v["code"] == 200 for v in sampled.values()),
                          json.dumps(sampled), sampled))
-        for n, s in servers.items():
-            res["servers"][n]["alive_at_end"] = s.proc.poll() is None
-            res["servers"][n]["log_errors"] = checks.log_errors(s.log.read_text(errors="replace"))
+        end_of(res, "diag", d)
     except Exception as e:  # keep what ran: the partial result is the evidence
         import traceback
         res["error"] = f"{type(e).__name__}: {e}"[:2000]
@@ -341,8 +384,26 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
     finally:
         for s in servers.values():
             s.stop()
+        PINS.clear()
     res["wall_s"] = round(time.monotonic() - t0, 1)
     return res
+
+
+def sampled_request(s: es.Server) -> dict:
+    """One non-greedy request: its HTTP code and how many tokens came back."""
+    try:
+        code, body = s.post("/generate", {"input_ids": [5, 6, 7], "sampling_params": {
+            "max_new_tokens": 16, "temperature": 0.8, "top_p": 0.9, "top_k": 20}})
+        return {"code": code, "n": len(json.loads(body).get("output_ids", []))
+                if code == 200 else body[:200]}
+    except OSError as e:
+        return {"code": None, "error": f"{type(e).__name__}: {e}"}
+
+
+def end_of(res: dict, name: str, s: es.Server) -> None:
+    """A server's state at the end of its part: alive, and the errors its log shows."""
+    res["servers"][name]["alive_at_end"] = s.proc.poll() is None
+    res["servers"][name]["log_errors"] = checks.log_errors(s.log.read_text(errors="replace"))
 
 
 def py_spy() -> str | None:

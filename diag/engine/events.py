@@ -173,6 +173,8 @@ class Syncs(CounterEvent):
             p = b.setdefault("phases", {}).setdefault(self.phase, {"calls": 0, "syncs": 0})
             p["calls"] += int(self.calls or 0)
             p["syncs"] += int(self.count or 0)
+            # per phase too: the draft-extend prediction takes its metadata build time from here
+            p["seconds"] = p.get("seconds", 0.0) + float(self.seconds or 0.0)
         return section
 
     @classmethod

@@ -512,10 +512,13 @@ def window_section(after: dict | None, before: dict | None, key: str) -> dict:
 
 
 def window_counters(after: dict | None, before: dict | None) -> dict:
-    """`draft_extend` and every phase of `graph_phases` over a window (after minus before)."""
+    """`draft_extend` and every phase of `graph_phases` over a window (after minus before); the
+    metadata counter (`syncs`) as it stands after (its means per call are what the prediction
+    reads: `replay_saving`)."""
     ga, gb = (after or {}).get("graph_phases") or {}, (before or {}).get("graph_phases") or {}
     return {"draft_extend": window_section(after, before, "draft_extend"),
-            "graph_phases": {ph: window_section(ga, gb, ph) for ph in ga}}
+            "graph_phases": {ph: window_section(ga, gb, ph) for ph in ga},
+            "syncs": (after or {}).get("syncs") or {}}
 
 
 # ------------------------------------------------------------------------------ the field kit
