@@ -352,6 +352,10 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
             if n != "diag":
                 end_of(res, n, s)
                 s.stop()
+        if PINS:  # alone now: every CPU but the client's (on 3 cores, lane-h200-run7's floor
+            # at batch 16 was 1.019 (0.994-1.038), wider than the bar)
+            res["cpus"]["diag_alone"] = repin(d, sorted(set(range(os.cpu_count() or 1))
+                                                        - set(res["cpus"]["client"])))
         # the counters' cost inside the diag server, alone: switched off/on between batches,
         # paired windows, next to the method's noise floor
         res["in_server"] = {}
@@ -387,6 +391,28 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         PINS.clear()
     res["wall_s"] = round(time.monotonic() - t0, 1)
     return res
+
+
+def repin(s: es.Server, cpus: list[int]) -> dict:
+    """Every thread of every process of a server's group onto `cpus` (affinity is per thread
+    on Linux); how many threads moved and failed."""
+    import psutil
+
+    moved = failed = 0
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) != s.proc.pid:
+                continue
+            tids = [int(t) for t in os.listdir(f"/proc/{p.pid}/task")]
+        except (OSError, psutil.Error):
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+                moved += 1
+            except OSError:
+                failed += 1
+    return {"cpus": cpus, "threads": moved, "failed": failed}
 
 
 def sampled_request(s: es.Server) -> dict:
