@@ -446,7 +446,7 @@ def _sysfs(root, topo: dict[int, tuple[int, int]]):
 
 def test_cpu_plan_gives_each_server_whole_cores_and_keeps_one_for_the_client(tmp_path):
     """8 cores of 2 threads (siblings n and n+8, as Linux numbers them on x86): five servers
-    get one whole core each, the client the other three; no CPU is in two sets."""
+    get one whole core each, the client core 0 and the other two; no CPU is in two sets."""
     import lane
 
     sysfs = _sysfs(tmp_path, {c: (0, c % 8) for c in range(16)})
@@ -454,8 +454,8 @@ def test_cpu_plan_gives_each_server_whole_cores_and_keeps_one_for_the_client(tmp
     assert cores[0] == [0, 8] and len(cores) == 8
     names = ["diag", "plain", "eager", "plain2", "diag2"]
     plan, rest = lane.cpu_plan(names, cores)
-    assert plan["diag"] == [0, 8] and plan["diag2"] == [4, 12]
-    assert rest == [5, 6, 7, 13, 14, 15]
+    assert plan["diag"] == [1, 9] and plan["diag2"] == [5, 13]
+    assert rest == [0, 6, 7, 8, 14, 15]
     every = [c for cpus in plan.values() for c in cpus] + rest
     assert sorted(every) == list(range(16))
 
@@ -468,9 +468,9 @@ def test_cpu_plan_without_enough_cores_pins_nothing(tmp_path):
     cores = lane.physical_cores({0, 1, 2, 3, 4}, tmp_path / "absent")
     assert cores == [[0], [1], [2], [3], [4]]
     assert lane.cpu_plan(["a", "b", "c", "d", "e"], cores) == ({}, [0, 1, 2, 3, 4])
-    sixteen = [[c] for c in range(16)]  # 16 cores without siblings: three each, one left
-    plan, rest = lane.cpu_plan(["a", "b", "c", "d", "e"], sixteen)
-    assert plan["e"] == [12, 13, 14] and rest == [15]
+    sixteen = [[c] for c in range(16)]  # 16 cores without siblings (the H200 host): three
+    plan, rest = lane.cpu_plan(["a", "b", "c", "d", "e"], sixteen)  # each, CPU 0 the client's
+    assert plan["a"] == [1, 2, 3] and plan["e"] == [13, 14, 15] and rest == [0]
 
 
 # ------------------------------------------- the kill-switch prediction's metadata term (run 6)
