@@ -163,3 +163,51 @@ def test_qsa_ratio_read_from_the_model_config(tmp_path, version, config, steps, 
         assert str(tv.where).endswith(QSA_RAISE[version]) and f"{steps + 1} draft tokens" in tv.reason
     else:
         assert tv.mode != phases.REFUSED and tv.mode != phases.DEPENDS, (tv.mode, tv.reason)
+
+
+# Qwen4-Exp with a compressed QSA profile: the model override sets page_size 64 (0.5.20
+# arg_groups/model_overrides/qwen4_exp.py:84, 0.5.23 :92: `overrides["page_size"] = 64` when
+# `parse_qsa_profile(hf_config)` is not None, i.e. the text config has `indexer_n_heads`,
+# 0.5.23 layers/attention/qsa/config.py:86), and speculative_hook raises for topk > 1 with
+# page_size > 1 outside ("flashinfer", "fa3", "triton") (0.5.20 speculative_hook.py:985 the
+# tuple, :992 the raise; 0.5.23 :1271, :1278). Read by hand in both wheels.
+PAGE_TREE_RAISE = {"0.5.20": "arg_groups/speculative_hook.py:992",
+                   "0.5.23": "arg_groups/speculative_hook.py:1278"}
+QWEN4_OVERRIDE = {"0.5.20": "qwen4_exp.py:84", "0.5.23": "qwen4_exp.py:92"}
+
+
+@pytest.mark.parametrize("version", ["0.5.20", "0.5.23"])
+@pytest.mark.parametrize("platform", ["hip", "cuda"])
+def test_qwen4_exp_qsa_profile_forces_page_64_and_refuses_topk_4_off_the_page_tree_list(
+        tmp_path, version, platform):
+    qsa = {"indexer_n_heads": 8, "indexer_compress_ratio": 8}
+    t = release_target(version)
+    for profile, backend, refused in ((True, "aiter", True), (False, "aiter", False),
+                                      (True, "triton", False)):
+        d = tmp_path / f"{profile}-{backend}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({
+            "architectures": ["Qwen4ExpForConditionalGeneration"],
+            "text_config": qsa if profile else {}}))
+        cfg = SpecConfig(attention_backend=backend, model=str(d), speculative_eagle_topk=4,
+                         speculative_num_steps=3, environ={})
+        got = {v.phase: v for v in phases.phase_verdicts(t, platform, cfg, backend)}
+        for v in got.values():
+            if refused:
+                assert v.mode == phases.REFUSED, (v.phase, v.reason)
+                assert str(v.where) == f"sglang/srt/{PAGE_TREE_RAISE[version]}"
+                assert QWEN4_OVERRIDE[version] in v.reason and "page_size 64" in v.reason
+            else:  # page 1 without a profile; triton is on the list
+                assert v.mode != phases.REFUSED, (v.phase, v.reason)
+
+
+@pytest.mark.parametrize("version", ["0.5.20", "0.5.23"])
+def test_qwen4_exp_by_name_depends_on_its_config(version):
+    """An architecture name has no config.json: whether the QSA profile is there decides."""
+    t = release_target(version)
+    cfg = SpecConfig(attention_backend="aiter", model="Qwen4ExpForConditionalGeneration",
+                     speculative_eagle_topk=4, speculative_num_steps=3, environ={})
+    got = {v.phase: v for v in phases.phase_verdicts(t, "hip", cfg, "aiter")}
+    for v in got.values():
+        assert v.mode == phases.DEPENDS, (v.phase, v.mode, v.reason)
+        assert "indexer_n_heads" in v.reason and QWEN4_OVERRIDE[version] in v.reason

@@ -23,6 +23,8 @@ SERVER_ARGS = "srt/server_args.py"
 OVERRIDES = "srt/arg_groups/overrides.py"
 DSV2_OVERRIDES = "srt/arg_groups/model_overrides/deepseek_v2.py"
 DSV4_OVERRIDES = "srt/arg_groups/model_overrides/deepseek_v4.py"
+QWEN4_OVERRIDES = "srt/arg_groups/model_overrides/qwen4_exp.py"
+QWEN4_ARCH = "Qwen4ExpForConditionalGeneration"
 DSV4_HOOK = "srt/arg_groups/deepseek_v4_hook.py"
 MODEL_CONFIG = "srt/configs/model_config.py"
 MODEL_HOOK = "srt/arg_groups/model_hook.py"
@@ -214,6 +216,10 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
                 return hip
         if w:
             return PageSize(forced, f"{model.arch} (DSA) forces page_size {forced} ({w})", w)
+    if model.arch == QWEN4_ARCH:
+        q = _qwen4_page(target, model)
+        if q is not None:
+            return q
     rule = BACKEND_PAGE.get(backend or "")
     w = find_line(target, OVERRIDES, rule[0]) if rule else None
     if rule and w is not None and not (rule[1] and cfg.page_size in rule[1]):
@@ -227,6 +233,28 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
         return PageSize(64, f"SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d on HIP: default "
                             f"page_size 64 ({w})", w)
     return PageSize(1, f"default page_size 1 ({w})" if w else "default page_size 1", w)
+
+
+def _qwen4_page(target: Target, model: Model) -> PageSize | None:
+    """Qwen4-Exp with a compressed QSA profile: `overrides["page_size"] = 64` whatever was
+    given (0.5.20 arg_groups/model_overrides/qwen4_exp.py:84, 0.5.23 :92), the profile being
+    `parse_qsa_profile(hf_config)`, not None when the text config has `indexer_n_heads` (0.5.23
+    layers/attention/qsa/config.py:78-88). None where the release has no such override, or the
+    config has no profile; `depends` for a family name (no config.json to read)."""
+    w = find_line(target, QWEN4_OVERRIDES, r'overrides\["page_size"\] = 64$')
+    if w is None:
+        return None
+    params = model.params or {}
+    if model.source.startswith("family") or not params:
+        return PageSize(None, f"{model.arch}: page_size 64 with a compressed QSA profile", w,
+                        condition=f"page_size 64 if the model's config has a compressed QSA "
+                                  f"indexer (indexer_n_heads), else as given ({w}; pass --model "
+                                  "with the checkpoint's folder)", if_true=64)
+    text = params.get("text_config") if isinstance(params.get("text_config"), dict) else params
+    if text.get("indexer_n_heads") is None:
+        return None
+    return PageSize(64, f"{model.arch} with a compressed QSA profile (indexer_n_heads) forces "
+                        f"page_size 64 ({w})", w)
 
 
 def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: int
