@@ -391,7 +391,7 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
                         "batch 1",
                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
                         "batch 16"}),
-    # 18:37 UTC, commit 0aa4a40: servers pinned to 3 cores each, the counters' cost measured
+    # 18:38 UTC, commit 0aa4a40: servers pinned to 3 cores each, the counters' cost measured
     # with the other four stopped, the prediction with the metadata term: 25 of 27; prediction
     # -3.0 %, twins 1.006; both overhead bounds over the bar (1.033, 1.032; floor at batch 16
     # 1.019 (0.994-1.038): the diag server still on its 3 cores)
@@ -403,7 +403,7 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
     # both overhead bounds met (1.016, 1.017), prediction -6.9 %; the twins outside the floor,
     # diag2/diag 0.938 (0.927-0.967): diag on cores 0-2 (CPU 0's housekeeping)
     ("lane-h200-run8", {"two identical diag servers within the noise floor of two plain ones"}),
-    # 18:55 UTC, commit 21b53a7: the client on CPU 0: 26 of 27; twins and both overhead bounds
+    # 18:56 UTC, commit 21b53a7: the client on CPU 0: 26 of 27; twins and both overhead bounds
     # met (1.029, 1.026); the prediction +24.1 % against a measured 0.425 (0.352-0.659)
     ("lane-h200-run9", {"prediction from the kill-switch server's own counters within 10 % of "
                         "the measured eager cost"}),
