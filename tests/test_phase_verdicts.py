@@ -171,7 +171,8 @@ def test_qsa_ratio_read_from_the_model_config(tmp_path, version, config, steps, 
 # 0.5.23 layers/attention/qsa/config.py:86), and speculative_hook raises for topk > 1 with
 # page_size > 1 outside ("flashinfer", "fa3", "triton") (0.5.20 speculative_hook.py:985 the
 # tuple, :992 the raise; 0.5.23 :1271, :1278). Read by hand in both wheels.
-PAGE_TREE_RAISE = {"0.5.20": "arg_groups/speculative_hook.py:992",
+PAGE_TREE_RAISE = {"0.5.19": "arg_groups/speculative_hook.py:814",  # 0.5.19: :807 the tuple
+                   "0.5.20": "arg_groups/speculative_hook.py:992",
                    "0.5.23": "arg_groups/speculative_hook.py:1278"}
 QWEN4_OVERRIDE = {"0.5.20": "qwen4_exp.py:84", "0.5.23": "qwen4_exp.py:92"}
 
@@ -211,3 +212,38 @@ def test_qwen4_exp_by_name_depends_on_its_config(version):
     for v in got.values():
         assert v.mode == phases.DEPENDS, (v.phase, v.mode, v.reason)
         assert "indexer_n_heads" in v.reason and QWEN4_OVERRIDE[version] in v.reason
+
+
+# MiniMax-M3 on CUDA: `if page_resolved is None and backend_resolved in ("fa4", "trtllm_mha"):
+# overrides["page_size"] = 128` under `elif get_platform().is_sm100:` (0.5.19
+# arg_groups/model_overrides/minimax_m3.py:60, :79-80; 0.5.23 :147, :166-167); Hopper's branch
+# sets 128 for fa3 only (0.5.19 :91-99), HIP's none (0.5.19 :37-39). With fa4 and topk 4 the
+# page-tree raise then refuses the start on SM100 only (0.5.19 speculative_hook.py:814, 0.5.23
+# :1278); an explicit --page-size is kept (`page_resolved = cfg.page_size`). Read by hand.
+MINIMAX_RULE = {"0.5.19": "minimax_m3.py:79", "0.5.23": "minimax_m3.py:166"}
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_minimax_m3_fa4_topk_4_depends_on_the_gpu_on_cuda(tmp_path, version):
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"architectures": ["MiniMaxM3SparseForCausalLM"]}))
+    t = release_target(version)
+
+    def verdicts(platform: str, page: int | None, backend: str = "fa4") -> dict:
+        cfg = SpecConfig(attention_backend=backend, model=str(tmp_path),
+                         speculative_eagle_topk=4, speculative_num_steps=3, page_size=page,
+                         environ={})
+        return {v.phase: v for v in phases.phase_verdicts(t, platform, cfg, backend)}
+
+    for v in verdicts("cuda", None).values():
+        assert v.mode == phases.DEPENDS, (v.phase, v.mode, v.reason)
+        assert "SM100" in v.reason and MINIMAX_RULE[version] in v.reason
+        assert str(v.where) == f"sglang/srt/{PAGE_TREE_RAISE[version]}"
+    for v in verdicts("cuda", 1).values():  # given: kept, page 1 passes the page-tree check
+        assert v.mode != phases.REFUSED and v.mode != phases.DEPENDS, (v.phase, v.reason)
+    for v in verdicts("cuda", 64).values():  # given > 1: refused whatever the GPU
+        assert v.mode == phases.REFUSED, (v.phase, v.reason)
+    for v in verdicts("hip", None).values():  # no override on HIP
+        assert v.mode != phases.DEPENDS or "SM100" not in v.reason, (v.phase, v.reason)
+    for v in verdicts("cuda", None, "fa3").values():  # fa3 is on the page-tree list
+        assert v.mode != phases.REFUSED and v.mode != phases.DEPENDS, (v.phase, v.reason)

@@ -25,6 +25,8 @@ DSV2_OVERRIDES = "srt/arg_groups/model_overrides/deepseek_v2.py"
 DSV4_OVERRIDES = "srt/arg_groups/model_overrides/deepseek_v4.py"
 QWEN4_OVERRIDES = "srt/arg_groups/model_overrides/qwen4_exp.py"
 QWEN4_ARCH = "Qwen4ExpForConditionalGeneration"
+MINIMAX_M3_OVERRIDES = "srt/arg_groups/model_overrides/minimax_m3.py"
+MINIMAX_M3_ARCHS = ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")
 DSV4_HOOK = "srt/arg_groups/deepseek_v4_hook.py"
 MODEL_CONFIG = "srt/configs/model_config.py"
 MODEL_HOOK = "srt/arg_groups/model_hook.py"
@@ -220,6 +222,17 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
         q = _qwen4_page(target, model)
         if q is not None:
             return q
+    if model.arch in MINIMAX_M3_ARCHS and platform == "cuda" and cfg.page_size is None:
+        w = find_line(target, MINIMAX_M3_OVERRIDES,
+                      r'page_resolved is None and backend_resolved in \("fa4", "trtllm_mha"\)')
+        if w is not None and backend in ("fa4", "trtllm_mha"):
+            # 0.5.19 minimax_m3.py:60-80, 0.5.23 :147-167: under `get_platform().is_sm100`
+            # only; Hopper's branch sets 128 for fa3 alone, HIP's none
+            return PageSize(None, f"{model.arch} with {backend}: the page size follows the "
+                                  f"GPU", w, if_true=128,
+                            condition=f"page_size 128 on SM100 (Blackwell: the model's "
+                                      f"override for fa4 and trtllm_mha, {w}), else as given "
+                                      f"(1); pass --page-size to decide")
     rule = BACKEND_PAGE.get(backend or "")
     w = find_line(target, OVERRIDES, rule[0]) if rule else None
     if rule and w is not None and not (rule[1] and cfg.page_size in rule[1]):
