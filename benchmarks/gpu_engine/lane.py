@@ -13,10 +13,11 @@ The checks (benchmarks/gpu_engine/checks.py) are recorded, never asserted here; 
 part: interleaved greedy requests, one server after the other, per round (side by side in one
 run): per-round paired ratios with a bootstrap interval (`diag.paired`): diag / plain, diag2 /
 diag next to plain2 / plain (the noise floor), eager draft-extend's cost (eager / diag) next to
-diag's own estimate of it from the counters. Then the counters' cost inside the diag server
-(`diag bench overhead`: switched off and on between batches, paired windows, every counter
-together next to the method's floor, at batch 1 and 16; `--only overhead` gives each probe's
-share). On warm caches the five servers start together: in tests/gpu_lane/lane-h200-run3 the diag
+diag's own estimate of it from the counters. Each server runs on whole cores of its own
+(`cpu_plan`). Last, with the other four servers stopped, the counters' cost inside the diag
+server (`diag bench overhead`: switched off and on between batches, paired windows, every
+counter together next to the method's floor, at batch 1 and 16; `--only overhead` gives each
+probe's share). On warm caches the five servers start together: in tests/gpu_lane/lane-h200-run3 the diag
 server started cold and alone and ran 5 % slower than its twin. (`--sleep-on-idle` was tried
 and dropped: toggles waited on the sleeping scheduler, 4.5 s a window pair instead of 1.8 s, and
 per-request times split in two groups.) Writes lane.json and prints a summary.
@@ -76,7 +77,7 @@ def server_cmd(py: str, models: dict[str, Path], port: int, mem: float) -> list[
 
 
 # Each server of the full lane on CPUs of its own (whole physical cores), the lane's client on
-# the rest (LANE_PIN=0: no pinning). Why: five schedulers left to the OS share cores and move
+# CPU 0 and what is left (`cpu_plan`; LANE_PIN=0: no pinning). Why: five schedulers left to the OS share cores and move
 # between them, and two identical servers ran 5-7 % apart (diag2/diag 0.928 in lane-h200-run5,
 # 1.049 in run6), more than the kill switch's cost can be measured through.
 PINS: dict[str, list[int]] = {}
@@ -348,7 +349,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         # may come after it on that server
         sampled = {"eager": sampled_request(k)}
         # then the four other servers are stopped (their part is done) and the counters' cost is
-        # measured in the diag server alone on the card and the CPU: with the other four up
+        # measured in the diag server alone on the card: with the other four up
         # (idle), the same code measured 1.023 (1.006-1.038) at batch 1 in lane-h200-run6,
         # alone 1.004 (0.993-1.015) in overhead-h200-run5
         for n, s in servers.items():
