@@ -252,3 +252,35 @@ def test_server_reader_reads_diags_own_series_per_interval():
     got = r.values(later)  # 10 more builds with no new sync; 5 more graph passes
     assert got[data.SYNCS_PER_BUILD] == 0.0
     assert got["draft-extend passes, graph"] == 5 and "draft-extend passes, eager" not in got
+
+
+@pytest.mark.release
+def test_once_takes_the_configuration_diagnose_takes_and_agrees_with_its_json(release, tmp_path):
+    """`diag tui` takes every configuration option `diag diagnose` takes; for one whose verdict
+    needs them (Qwen4-Exp's config.json with a compressed QSA profile, aiter, topk 4 on HIP),
+    the frame's per-phase rows and the JSON's are the same, and both are what 0.5.23's source
+    says: page_size 64 from arg_groups/model_overrides/qwen4_exp.py:92, then the page-tree
+    ValueError at arg_groups/speculative_hook.py:1278 (read by hand)."""
+    import re
+
+    from diag.kit.checks import static_phases
+
+    release("0.5.23")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen4ExpForConditionalGeneration"],
+        "text_config": {"indexer_n_heads": 8, "indexer_compress_ratio": 8}}))
+    args = ["--sglang", "0.5.23", "--platform", "hip", "--attention-backend", "aiter",
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+            "--model", str(tmp_path), "--no-execute"]
+    r = CliRunner().invoke(main, ["diagnose", *args, "--json"])
+    rows = static_phases(json.loads(r.stdout))
+    r2 = CliRunner().invoke(main, ["tui", *args, "--once", "--width", "200"])
+    assert r2.exit_code == 0, r2.output
+    shown = dict(re.findall(r"phase=([a-z-]+)\s+backend=aiter\s+mode=(\w+)", r2.stdout))
+    assert shown == {p: v["mode"] for p, v in rows.items()}
+    assert set(shown.values()) == {"refused"} and len(shown) == 3
+    assert {(v["file"], v["line"]) for v in rows.values()} == {
+        ("sglang/srt/arg_groups/speculative_hook.py", 1278)}
+    assert "qwen4_exp.py:92" in r2.stdout
+    bad = CliRunner().invoke(main, ["tui", "--model", str(tmp_path / "absent"), "--once"])
+    assert bad.exit_code == 2 and "no config.json" in bad.output

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import click
 
-from diag.cli.common import Seconds, given, guarded, target_options
+from diag.cli.common import Seconds, config_options, given, guarded, target_options
 from diag.errors import EXIT_USAGE, DiagError
 
 
 @click.command()
 @target_options
+@config_options
 @click.option("--execute/--no-execute", default=True, show_default=True,
               help="Let probes run real SGLang builders and cheap runtime checks on local torch.")
 @click.option("--poll", "poll_interval", type=Seconds(min=0.25, max=3600), default=1.0,
@@ -37,13 +38,21 @@ from diag.errors import EXIT_USAGE, DiagError
 def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
         speculative_num_steps: int | None, speculative_algorithm: str | None,
         server_url: str | None, run_dir: str | None, execute: bool, poll_interval: float,
-        export_path: str, once: bool, width: int | None, trace_paths: tuple[str, ...]) -> None:
+        export_path: str, once: bool, width: int | None, trace_paths: tuple[str, ...],
+        **facts: object) -> None:
     """Live view: findings, fixes (apply/revert), before/after timings and sync counts.
 
     With --run-dir, a/u apply/revert fixes in that engine; with --server, its /metrics (SGLang's
     and diag's own series) are polled. Keys: 1-4 tabs, r rerun, a apply, u revert, b bench,
     e export JSON, q quit, ?/F1 help, Ctrl+P commands.
     """
+    from diag.cli.common import _need_config
+
+    for option, key in (("--model", "model"), ("--draft-model", "draft_model")):
+        path = facts.get(key)  # a path must hold a config.json (exit 2), as in `diagnose`
+        if isinstance(path, str) and (os.sep in path or os.path.exists(path)):
+            _need_config(option, path, "a model directory" if key == "draft_model" else
+                         "a model directory or a family name such as deepseek-v32")
     if run_dir:  # a run directory that is not there (or unsafe) is exit 3, not a frame
         from diag.engine.rundir import check_run_dir
 
@@ -63,7 +72,8 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
                             "(pip install textual); `diag diagnose` and `diag bench` work without it")
     config = {"attention_backend": attention_backend,
               "speculative_num_steps": speculative_num_steps,
-              "speculative_algorithm": speculative_algorithm}
+              "speculative_algorithm": speculative_algorithm,
+              **{k: v for k, v in facts.items() if v is not None}}  # what diagnose takes
     if once:
         from diag.tui.once import render_once
 

@@ -40,8 +40,8 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
                     config: dict[str, Any] | None = None):
     """(Context, Header) for the target; raises DiagError when the target cannot be had.
 
-    `config` holds the configuration options `diag diagnose` takes (attention_backend,
-    speculative_num_steps, speculative_algorithm). With a run directory and/or a server, what
+    `config` holds the configuration options `diag diagnose` takes (SpecConfig's fields:
+    attention_backend, speculative_eagle_topk, page_size, model, environ, ...). With a run directory and/or a server, what
     the options do not give is the engine's own (`diag.engine.facts`, as `diag fix list`)."""
     from diag.context import Context, SpecConfig
     from diag.target import resolve
