@@ -203,7 +203,7 @@ def replay_saving(counters: dict, reasons: tuple[str, ...]) -> tuple[float, int,
     phase where a record has no per-phase time). Without it (no metadata counter for this
     backend) the bare verify replay stands for the replay, and the basis says so; on the H200
     (tests/gpu_lane, runs 3, 5, 6) that overstated the per-pass saving by 9-10 %, the two terms
-    together understate it by 3-6 %. An engine without forward timing: the whole eager pass
+    together understate it by 3-8 % (recomputed for runs 3, 5, 6; live in runs 7-9). An engine without forward timing: the whole eager pass
     minus a draft-decode graph pass. None where no such pass was counted."""
     de = _sec(counters, "draft_extend")
     eager = _sec(de, "eager")
@@ -257,8 +257,8 @@ def de_metadata_build(counters: dict) -> tuple[float, int, str] | None:
         secs, calls = secs + t, calls + n
     if not calls:
         return None
-    return secs / calls, calls, "the builder's mean over its phases" if whole else "phase " \
-        "draft-extend"
+    which = "the builder's mean over its phases" if whole else "phase draft-extend"
+    return secs / calls, calls, which
 
 
 def _num(v: object) -> bool:

@@ -41,8 +41,9 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
     """(Context, Header) for the target; raises DiagError when the target cannot be had.
 
     `config` holds the configuration options `diag diagnose` takes (SpecConfig's fields:
-    attention_backend, speculative_eagle_topk, page_size, model, environ, ...). With a run directory and/or a server, what
-    the options do not give is the engine's own (`diag.engine.facts`, as `diag fix list`)."""
+    attention_backend, speculative_eagle_topk, page_size, model, environ, ...). With a run
+    directory and/or a server, what the options do not give is the engine's own
+    (`diag.engine.facts`, as `diag fix list`)."""
     from diag.context import Context, SpecConfig
     from diag.target import resolve
 
