@@ -236,3 +236,47 @@ def test_output_size_fix_counts_as_applied_under_the_sync_counter(tmp_path, monk
     setattr(plain, MARK, "sync-counter")  # the counter alone: the sync is still there
     monkeypatch.setattr(cls, "_meta", plain)
     assert [s.function for s in fix._unfixed_syncs(cls)] == ["_meta"]
+
+
+def test_forced_eager_makes_the_graph_check_answer_no_and_lapses(monkeypatch):
+    """`mode:draft-extend-eager` (diag bench eager-cost): while held, the runner's graph check
+    answers no without being asked, the pass is counted eager with the reason `forced-eager`;
+    released, or past its hold, the runner answers again."""
+    events = []
+    telemetry.add_sink(events.append)
+    asked = []
+
+    class Runner:
+        max_bs = 16
+
+        def check(self, fb):
+            asked.append(fb)
+            return True
+
+    class Worker:
+        cuda_graph_runner_for_draft_extend = Runner()
+
+    class FB:
+        batch_size = 2
+
+    can_run = rt._wrap_can_run(Runner.check)
+    step = rt._wrap_pass(lambda self, batch, result: can_run(self.cuda_graph_runner_for_draft_extend,
+                                                             FB()))
+    now = [100.0]
+    monkeypatch.setattr(rt, "monotonic", lambda: now[0])
+    try:
+        rt.FORCE.hold(True, 300.0)
+        step(Worker(), None, None)  # forced: the runner is not asked
+        assert asked == []
+        now[0] += 301.0  # past the hold: it lapses, the runner answers
+        step(Worker(), None, None)
+        assert len(asked) == 1 and not rt.FORCE.eager
+        rt.FORCE.hold(True, 300.0)
+        rt.FORCE.hold(False)  # released
+        step(Worker(), None, None)
+        telemetry.flush()
+    finally:
+        rt.FORCE.hold(False)
+        telemetry.remove_sink(events.append)
+    modes = [(e["mode"], e["reason"], e["passes"]) for e in events if e["kind"] == "draft_extend"]
+    assert modes == [("eager", rt.FORCED, 1), ("graph", None, 2)]

@@ -25,6 +25,8 @@ OUTPUTS = {"report-v1.json", "fix-list-v1.json", "fix-status-v1.json", "fix-acti
            "probe-list-v1.json", "tui-export-v1.json", "event-v1.json", "trace-v1.json",
            # validated on a real server: tests/test_engine_server.py (bench overhead)
            "overhead-v1.json",
+           # validated on a real CPU server: tests/test_engine_server.py (bench eager-cost)
+           "eager-cost-v1.json",
            # validated on a real kit run: tests/test_kit_run.py
            "kit-v1.json"}
 

@@ -81,11 +81,17 @@ class _BenchCommand(click.Command):
 
             return overhead.make_context(f"{info_name} overhead", list(args[1:]), parent=parent,
                                          **extra)
+        if args and args[0] == "eager-cost":
+            from diag.cli.bench_overhead import eager_cost
+
+            return eager_cost.make_context(f"{info_name} eager-cost", list(args[1:]),
+                                           parent=parent, **extra)
         return super().make_context(info_name, args, parent=parent, **extra)
 
 
 @click.command(cls=_BenchCommand, epilog="`diag bench overhead --help`: what the runtime "
-               "counters cost a live server, measured inside it.")
+               "counters cost a live server, measured inside it; `diag bench eager-cost "
+               "--help`: what draft-extend eager costs it, forced inside it.")
 @click.argument("fix_ids", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--quick", is_flag=True, help="Fewer repeats (a smoke run, not a measurement).")

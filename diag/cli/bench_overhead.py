@@ -1,5 +1,7 @@
 """`diag bench overhead`: the runtime counters' cost per token in a live server, switched off
-and on inside it in paired windows (`diag.engine.overhead`)."""
+and on inside it in paired windows (`diag.engine.overhead`); `diag bench eager-cost`: what
+draft-extend eager costs it, forced and released inside it the same way
+(`diag.engine.eager_cost`)."""
 
 from __future__ import annotations
 
@@ -41,3 +43,32 @@ def overhead(run_dir: str, server: str, windows: int, requests: int, tokens: int
                      concurrency=concurrency, probes=list(probes) or None, shares=shares,
                      progress=log)
     click.echo(json.dumps(doc, indent=2) if as_json else ov.render(doc))
+
+
+@click.command()
+@click.option("--run-dir", "run_dir", required=True, type=RUN_DIR,
+              help="The run directory of the server (`diag run --run-dir D --probe ...`).")
+@click.option("--server", "server", required=True, callback=_server_url, metavar="URL",
+              help="The server's URL (its /generate is timed).")
+@click.option("--windows", type=click.IntRange(2, 1000), default=20, show_default=True,
+              help="Pairs of windows (graph / forced eager, alternating order), and as many "
+                   "for the noise floor.")
+@click.option("--requests-per-window", "requests", type=click.IntRange(1, 10000), default=3,
+              show_default=True, help="Requests timed in one window.")
+@click.option("--tokens", type=click.IntRange(1, 100000), default=64, show_default=True,
+              help="New tokens per request (greedy, ignore_eos).")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Requests in flight at once (the batch size the server sees).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON "
+              "(diag/schemas/eager-cost-v1.json).")
+@guarded
+def eager_cost(run_dir: str, server: str, windows: int, requests: int, tokens: int,
+               concurrency: int, as_json: bool) -> None:
+    """What draft-extend eager costs per token: forced eager and released inside one live
+    server between batches (SGLang's own eager path), in paired windows, next to the noise
+    floor of the same method. The graph is released at the end."""
+    from diag.engine import eager_cost as ec
+
+    doc = ec.measure(run_dir, server, windows=windows, requests=requests, tokens=tokens,
+                     concurrency=concurrency, progress=log)
+    click.echo(json.dumps(doc, indent=2) if as_json else ec.render(doc))

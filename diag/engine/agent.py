@@ -78,6 +78,11 @@ DEFAULT_BATCH_HOOK = ("sglang.srt.managers.scheduler:Scheduler.run_batch,"
 ENGINE_TITLES = ("sglang::scheduler",)
 
 PROBE_PREFIX = "probe:"  # a control request for a probe's counter: fix "probe:<id>"
+# a control request that forces a mode in the engine, for a bench: "mode:draft-extend-eager"
+# (apply: the draft-extend graph check answers no; revert: it answers again; the draft-extend
+# counter, `probes.draft_extend_graph.runtime`, carries the switch)
+MODE_PREFIX = "mode:"
+DE_EAGER = MODE_PREFIX + "draft-extend-eager"
 IDLE_S = 1.0  # background work waits this long for a batch boundary before running anyway
 OWN_EVERY_S = 5.0  # the agent's own time is emitted at most this often
 # the counters that fold in-process are flushed at most this often (and at least every 5 polls):
@@ -687,12 +692,14 @@ class Agent:
 
         if why is None:
             known = fixes.all_ids() + [PROBE_PREFIX + p for p in self.probe_patches]
+            if "draft-extend-graph" in self.probe_patches:
+                known.append(DE_EAGER)
             why = control.problem(doc, name, known, self.run_id)
             if why is None:
                 return doc
             fid = doc.get("fix") if isinstance(doc, dict) else None
-            if isinstance(fid, str) and fid.startswith(PROBE_PREFIX) and not self.engine \
-                    and fid not in known and doc.get("pid") in (None, self.pid):
+            if isinstance(fid, str) and fid.startswith((PROBE_PREFIX, MODE_PREFIX)) \
+                    and not self.engine and fid not in known and doc.get("pid") in (None, self.pid):
                 log.debug("diag agent: %s: no counter of %s in this process", name, fid)
                 return None
         elif quiet:
@@ -735,6 +742,9 @@ class Agent:
         if fid.startswith(PROBE_PREFIX):
             self._switch_probe(fid[len(PROBE_PREFIX):], action == "apply", req)
             return
+        if fid == DE_EAGER:
+            self._force_eager(action == "apply", req)
+            return
         self.desired[fid] = action == "apply"
         if action == "apply":
             from diag.fixes.orchestrator import OK_APPLY
@@ -748,6 +758,20 @@ class Agent:
         self.fixes[fid] = _fix_state(state, reason)
         ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=fid, action=_text(action), ok=ok,
                               state=state, reason=reason))
+
+    def _force_eager(self, on: bool, req: dict[str, Any]) -> None:
+        """Force draft-extend eager, or let its graph run again (`mode:draft-extend-eager`;
+        `diag bench eager-cost`). Its passes are counted eager with the reason `forced-eager`
+        while it holds, at most `FORCE_HOLD_S` after the last apply (a bench killed mid-way
+        leaves no engine eager); the acknowledgement's state is `forced` or `released`."""
+        from diag.probes.draft_extend_graph import runtime
+
+        runtime.FORCE.hold(on, runtime.FORCE_HOLD_S)
+        state = "forced" if on else "released"
+        ev.emit(ev.ControlAck(request=_text(req.get("id")), fix=None,
+                              action=_text(req.get("action")), ok=True, state=state,
+                              reason=f"draft-extend {'forced eager' if on else 'graph again'} "
+                                     "by a control request"))
 
     def _switch_probe(self, pid: str, on: bool, req: dict[str, Any]) -> None:
         """Switch a probe's runtime counter on or off (a `probe:<id>` request, `apply`/`revert`;

@@ -76,20 +76,26 @@ class Switcher:
         rids = {p: rundir.request(self.run_dir, PROBE_PREFIX + p,
                                   "apply" if p in on else "revert", acked=self.acked)
                 for p in probes}
-        n = 0
-        for p, rid in rids.items():
-            acks = rundir.wait_ack(self.run_dir, rid, timeout=timeout, interval=0.02,
-                                   engines_only=True, readers=self.readers)
-            for pid in self.pids:
-                a = acks.get(pid)
-                if a is None:
-                    raise DiagError(f"probe {p}: process {pid} did not acknowledge the switch "
-                                    f"within {timeout:g} s")
-                if not a.get("ok"):
-                    raise DiagError(f"probe {p}: process {pid} refused the switch: "
-                                    f"{a.get('reason')}")
-                n += 1
-        return n
+        return sum(self._wait(f"probe {p}", rid, timeout) for p, rid in rids.items())
+
+    def send(self, control_id: str, apply: bool, timeout: float) -> int:
+        """One control request (`control_id`, apply or revert) to every engine process, waited
+        for like a switch; how many acknowledged."""
+        rid = rundir.request(self.run_dir, control_id, "apply" if apply else "revert",
+                             acked=self.acked)
+        return self._wait(control_id, rid, timeout)
+
+    def _wait(self, what: str, rid: str, timeout: float) -> int:
+        acks = rundir.wait_ack(self.run_dir, rid, timeout=timeout, interval=0.02,
+                               engines_only=True, readers=self.readers)
+        for pid in self.pids:
+            a = acks.get(pid)
+            if a is None:
+                raise DiagError(f"{what}: process {pid} did not acknowledge the switch "
+                                f"within {timeout:g} s")
+            if not a.get("ok"):
+                raise DiagError(f"{what}: process {pid} refused the switch: {a.get('reason')}")
+        return len(self.pids)
 
 
 def _generate(url: str, tokens: int, timeout: float) -> int:

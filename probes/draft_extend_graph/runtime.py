@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -99,6 +99,34 @@ class _Pass:
 _state = _Pass()
 
 
+class _Force:
+    """Draft-extend forced eager (`diag bench eager-cost`, a `mode:draft-extend-eager` control
+    request): the runner's graph check answers no, so SGLang takes its own eager path, the one
+    a batch above the largest captured size takes (0.5.23 speculative/eagle_worker_v2.py:
+    1182-1185 `can_run_graph`, :1211 `draft_runner.forward`). Why: the eager cost measured
+    inside one server, in paired windows, instead of across two servers that differ by more."""
+
+    __slots__ = ("eager", "until")
+
+    def __init__(self) -> None:
+        self.eager = False
+        self.until = 0.0  # monotonic: a force not renewed by then lapses (a bench killed
+        # between its windows leaves no engine eager for good)
+
+    def hold(self, on: bool, seconds: float = 0.0) -> None:
+        self.eager, self.until = on, (monotonic() + seconds if on else 0.0)
+
+    def active(self) -> bool:
+        if self.eager and monotonic() >= self.until:
+            self.eager = False
+        return self.eager
+
+
+FORCE = _Force()
+FORCE_HOLD_S = 300.0  # how long one `mode:draft-extend-eager` apply holds
+FORCED = "forced-eager"  # the eager reason of a forced pass
+
+
 def _can_run_name(version: str | None) -> str:
     try:
         v = Version(version) if version else None
@@ -153,6 +181,8 @@ def _wrap_pass(original: Callable) -> Callable:
 
 def _eager_reason(worker: Any, batch: int | None) -> str:
     runner = getattr(worker, RUNNER_ATTR, None)
+    if runner is not None and FORCE.eager:  # set during this pass (`can_run_recorded`)
+        return FORCED
     if runner is None and env_bool(os.environ.get(KILL_SWITCH)):
         return "kill-switch"
     return graph_phase_runtime.eager_reason(runner, batch)
@@ -161,7 +191,8 @@ def _eager_reason(worker: Any, batch: int | None) -> str:
 def _wrap_can_run(original: Callable) -> Callable:
     @functools.wraps(original)
     def can_run_recorded(self, forward_batch, *args, **kwargs):
-        answer = original(self, forward_batch, *args, **kwargs)
+        answer = False if FORCE.eager and FORCE.active() else \
+            original(self, forward_batch, *args, **kwargs)
         _state.answer = bool(answer)
         bs = getattr(forward_batch, "batch_size", None)  # ForwardBatch.batch_size: an int
         _state.batch = bs if type(bs) is int else _batch_size(forward_batch)
