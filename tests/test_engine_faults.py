@@ -45,6 +45,10 @@ def server(release, models, tmp_path_factory):
                             run_dir=tmp / "run", diag_args=("--probe", "all", "--fix", FIX),
                             extra_env={"SGLANG_PROFILE_V2": "1"})
     sys.stderr.write(f"engine faults: server ready in {s.ready_s:.1f} s\n")
+    # the reference tokens, from the same model outside any server: every test compares to
+    # them (here, not in the first test, so one test run alone with -k has them too)
+    _seen["greedy"] = engine_models.in_env(engine_server.VENV_PY, "greedy", models["bigram"],
+                                           PROMPT[-1], N)
     try:
         yield s
     finally:
@@ -59,9 +63,7 @@ def _same_tokens(server) -> None:
     assert out == _seen["greedy"], (out, _seen["greedy"])
 
 
-def test_greedy_tokens_before_any_fault(server, models):
-    _seen["greedy"] = engine_models.in_env(engine_server.VENV_PY, "greedy", models["bigram"],
-                                           PROMPT[-1], N)
+def test_greedy_tokens_before_any_fault(server):
     _same_tokens(server)
 
 
