@@ -547,3 +547,19 @@ def test_prediction_prefers_the_draft_extend_phase_time_and_says_when_it_has_non
     per_pass, _, basis = replay_saving(base, ("kill-switch",))
     assert per_pass == pytest.approx(1.8)
     assert "no draft-extend metadata build counted" in basis
+
+
+def test_passes_diag_forced_eager_are_no_unnamed_fallback():
+    """`diag bench eager-cost` leaves draft-extend passes counted eager with the reason
+    `forced-eager`: diag's own doing, not a run-time fallback the static verdict should name."""
+    from diag.probes.draft_extend_graph.runtime import FORCED
+
+    assert checks.FORCED_EAGER == FORCED
+    static = {"draft-extend": {"mode": "graph", "runtime_fallbacks": [
+        {"reason": "batch-above-captured"}]}}
+    counters = {"draft_extend": {"eager": {"passes": 9, "seconds": 0.1, "reasons": {
+        "batch-above-captured": 2, FORCED: 7}}}}
+    c = checks.check_fallbacks_named("n", static, counters)
+    assert c.ok is True, c.detail
+    counters["draft_extend"]["eager"]["reasons"]["runner-declined"] = 1
+    assert checks.check_fallbacks_named("n", static, counters).ok is False

@@ -245,7 +245,8 @@ class DraftExtend(CounterEvent):
     mode: str | None = None  # graph | eager
     seconds: float | None = None
     batch: int | None = None
-    reason: str | None = None  # eager only: kill-switch | no-runner | batch-above-captured | ...
+    reason: str | None = None  # eager only: kill-switch | no-runner | batch-above-captured |
+    # runner-declined | forced-eager (diag bench eager-cost)
     passes: int = 1
     shape: ClassVar[Any] = {"*": {"passes": "n", "seconds": "s", "reasons?": {"*": "n"}}}
     series: ClassVar[tuple[Series, ...]] = (

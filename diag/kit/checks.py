@@ -442,10 +442,14 @@ def check_phases_agree(name: str, static: dict[str, dict[str, Any]],
         f"{p} {v['static']} vs {v['live']}" for p, v in seen.items()), {"phases": seen})
 
 
+FORCED_EAGER = "forced-eager"  # probes.draft_extend_graph.runtime.FORCED (kept import-free)
+
+
 def check_fallbacks_named(name: str, static: dict[str, dict[str, Any]],
                           counters: dict[str, Any] | None) -> Check:
     """Every live eager reason of a captured phase is one of the run-time fallbacks the static
-    verdict names for it (the two views speak one vocabulary)."""
+    verdict names for it (the two views speak one vocabulary). Passes diag itself forced eager
+    (`forced-eager`: `diag bench eager-cost`) are no fallback of SGLang's and are left out."""
     if not static or counters is None:
         return Check(name, None, "no per-phase rows or no counters")
     unnamed, seen = {}, {}
@@ -453,7 +457,7 @@ def check_fallbacks_named(name: str, static: dict[str, dict[str, Any]],
         if d.get("mode") != "graph":
             continue
         named = {f.get("reason") for f in d.get("runtime_fallbacks") or []}
-        live = phase_reasons(counters, phase)
+        live = {r: n for r, n in phase_reasons(counters, phase).items() if r != FORCED_EAGER}
         seen[phase] = {"live": live, "named": sorted(n for n in named if n)}
         extra = {r: n for r, n in live.items() if r not in named}
         if extra:
