@@ -13,8 +13,9 @@ with the reason `forced-eager`. The draft-extend graph is released at the end, a
 renewed lapses after `FORCE_HOLD_S` (a bench killed mid-way leaves no engine eager).
 
 Windows as in `diag bench overhead` (`overhead.window`). On a server without a captured
-draft-extend graph (CPU, or the kill switch) forcing changes nothing and the ratio sits in the
-floor: the document says how many forced passes the engine counted (`forced_passes`).
+draft-extend graph (CPU, or the kill switch) forcing changes nothing: no pass is counted forced
+(`forced_passes` 0), the cost and ratio are null (`measured` false, never a number from
+windows that compared the graph with itself) and the command exits 3.
 """
 
 from __future__ import annotations
@@ -82,16 +83,21 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
         if pool is not None:
             pool.shutdown()
     time.sleep(1.2)  # the counters flush at most once a second
+    forced = forced_passes(d, pids) - forced0
     ratio = paired.paired_ratio(graph, eager)
     med, lo, hi = paired.difference(graph, eager)
     floor = paired.paired_ratio(floor_a, floor_b)
+    # nothing forced: the windows compared the graph with itself, so no cost was measured
+    measured = forced > 0
     return {"schema_version": SCHEMA_VERSION, "kind": "eager-cost", "server": url,
             "run_dir": str(d), "windows": windows, "requests_per_window": requests,
             "tokens": tokens, "concurrency": concurrency, "engine_processes": pids,
             "acks": acks, "wall_s": wall,
-            "forced_passes": forced_passes(d, pids) - forced0,
-            "eager_cost": {"ms_per_token": 1e3 * med, "lo": 1e3 * lo, "hi": 1e3 * hi},
-            "ratio": {**ratio.to_dict(), "within_noise": ratio.within(floor)},
+            "forced_passes": forced, "measured": measured,
+            "eager_cost": {"ms_per_token": 1e3 * med, "lo": 1e3 * lo, "hi": 1e3 * hi}
+            if measured else None,
+            "ratio": {**ratio.to_dict(), "within_noise": ratio.within(floor)}
+            if measured else None,
             "graph_s_per_token": graph, "eager_s_per_token": eager,
             "noise_floor": {**floor.to_dict(), "a_s_per_token": floor_a,
                             "b_s_per_token": floor_b}}
@@ -101,14 +107,16 @@ def render(doc: dict[str, Any]) -> str:
     c, r, f = doc["eager_cost"], doc["ratio"], doc["noise_floor"]
     lines = [f"draft-extend forced eager vs graph, inside one server ({doc['windows']} paired "
              f"windows of {doc['requests_per_window']} requests x {doc['tokens']} tokens, "
-             f"concurrency {doc['concurrency']}; median with its 95 % interval)",
-             f"  eager cost      {c['ms_per_token']:.3f} ms/token ({c['lo']:.3f}-{c['hi']:.3f})",
-             f"  eager/graph     {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f})"
-             + ("  within the noise floor" if r["within_noise"] else ""),
-             f"  noise floor     {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})",
-             f"  {doc['forced_passes']} draft-extend passes forced eager; {doc['acks']} switches "
-             f"acknowledged by {len(doc['engine_processes'])} engine process(es)"]
-    if not doc["forced_passes"]:
-        lines.append("  no pass was forced: this server runs draft-extend eager already (no "
-                     "captured graph), so there is nothing to compare")
+             f"concurrency {doc['concurrency']}; median with its 95 % interval)"]
+    if c is None or r is None:
+        lines.append("  not measured: no pass was forced; this server runs draft-extend eager "
+                     "already (no captured graph), so there is nothing to compare")
+    else:
+        lines += [f"  eager cost      {c['ms_per_token']:.3f} ms/token "
+                  f"({c['lo']:.3f}-{c['hi']:.3f})",
+                  f"  eager/graph     {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f})"
+                  + ("  within the noise floor" if r["within_noise"] else "")]
+    lines += [f"  noise floor     {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})",
+              f"  {doc['forced_passes']} draft-extend passes forced eager; {doc['acks']} "
+              f"switches acknowledged by {len(doc['engine_processes'])} engine process(es)"]
     return "\n".join(lines)
