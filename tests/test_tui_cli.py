@@ -282,5 +282,10 @@ def test_once_takes_the_configuration_diagnose_takes_and_agrees_with_its_json(re
     assert {(v["file"], v["line"]) for v in rows.values()} == {
         ("sglang/srt/arg_groups/speculative_hook.py", 1278)}
     assert "qwen4_exp.py:92" in r2.stdout
+    # `fix list` takes the same configuration, and the Fixes tab shows its applicability
+    r3 = CliRunner().invoke(main, ["fix", "list", *args[:-1], "--json"])
+    assert r3.exit_code == 0, r3.output
+    for f in json.loads(r3.stdout)["fixes"]:
+        assert re.search(rf"{re.escape(f['id'])}\s+{re.escape(f['status'])}\b", r2.stdout), f
     bad = CliRunner().invoke(main, ["tui", "--model", str(tmp_path / "absent"), "--once"])
     assert bad.exit_code == 2 and "no config.json" in bad.output

@@ -29,11 +29,12 @@ def fix() -> None:
 
 @fix.command("list")
 @target_options
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: a `fixes` list.")
 @guarded
 def list_(as_json: bool, **target_kw) -> None:
     """Every registered fix and whether it applies to the target, platform and configuration
-    (--attention-backend, --speculative-num-steps, --speculative-algorithm, --server)."""
+    (the options `diag diagnose` takes, or --server / --run-dir)."""
     from diag import fixes
     from diag.engine.facts import describe
     from diag.fixes.advice import resolve
