@@ -563,3 +563,26 @@ def test_passes_diag_forced_eager_are_no_unnamed_fallback():
     assert c.ok is True, c.detail
     counters["draft_extend"]["eager"]["reasons"]["runner-declined"] = 1
     assert checks.check_fallbacks_named("n", static, counters).ok is False
+
+
+@pytest.mark.parametrize("run", ["lane-h200-run7", "lane-h200-run8", "lane-h200-run9"])
+def test_lane_summary_renders_recorded_runs_and_stage_times(run, monkeypatch):
+    """lane.py's summary of a recorded run names every check with its judgement; the per-stage
+    wall times (kept since run 9's 525 s of a 560 s limit) come out in the order recorded."""
+    import lane
+
+    res = json.loads((DATA / run / "lane.json").read_text())
+    text = lane.summary(res)
+    for c in res["checks"]:
+        mark = {True: "PASS", False: "FAIL", None: "NOT RUN"}[c["ok"]]
+        assert f"{mark:7} {c['name']}" in text
+    assert "wall seconds by stage" not in text  # recorded before stages were kept
+    clock = iter([10.0, 12.5, 40.0])
+    monkeypatch.setattr(lane.time, "monotonic", lambda: next(clock))
+    res["stages"], res["wall_s"] = {}, 30.0
+    st = lane.Stages(res["stages"])
+    st.done("start five servers")
+    st.done("timed rounds")
+    assert res["stages"] == {"start five servers": 2.5, "timed rounds": 27.5}
+    assert "wall seconds by stage: start five servers 2; timed rounds 28 (in all 30.0)" \
+        in lane.summary(res)

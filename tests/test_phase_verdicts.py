@@ -247,3 +247,56 @@ def test_minimax_m3_fa4_topk_4_depends_on_the_gpu_on_cuda(tmp_path, version):
         assert v.mode != phases.DEPENDS or "SM100" not in v.reason, (v.phase, v.reason)
     for v in verdicts("cuda", None, "fa3").values():  # fa3 is on the page-tree list
         assert v.mode != phases.REFUSED and v.mode != phases.DEPENDS, (v.phase, v.reason)
+
+
+# Qwen3-VL on ROCm with aiter's unified attention: the model override sets page_size 16 when
+# no --page-size is given. Read by hand:
+# - 0.5.10 server_args.py:2065-2070: `model_arch in ["Qwen3VLForConditionalGeneration"] and
+#   is_hip() and get_bool_env_var("SGLANG_USE_AITER_UNIFIED_ATTN") and self.page_size is None`
+#   -> `self.page_size = 16`, in `_handle_model_specific_adjustments` (called at :787, before
+#   `_handle_speculative_decoding` at :820); the EAGLE page-tree raise is :3088 (flashinfer, fa3
+#   only). `get_bool_env_var` takes "true"/"1" only (utils/common.py), so "yes" is false there.
+# - 0.5.15 arg_groups/overrides.py:825-831 (`envs.SGLANG_USE_AITER_UNIFIED_ATTN.get()`,
+#   `return {"page_size": 16}`); speculative_hook.py:459 raises (flashinfer, fa3, triton).
+# - 0.5.23 arg_groups/model_overrides/qwen3_vl.py:70-77 (the same, through `resolving_view`);
+#   speculative_hook.py:1278 raises. `EnvBool` (environ.py:143-150) reads "yes" as true.
+QWEN3VL = {"0.5.10": ("server_args.py:2072", "server_args.py:3088"),
+           "0.5.15": ("arg_groups/overrides.py:829", "arg_groups/speculative_hook.py:459"),
+           "0.5.23": ("arg_groups/model_overrides/qwen3_vl.py:75",
+                      "arg_groups/speculative_hook.py:1278")}
+
+
+@pytest.mark.parametrize("version", sorted(QWEN3VL))
+def test_qwen3_vl_aiter_unified_attention_forces_page_16_on_hip(version):
+    rule, raise_at = QWEN3VL[version]
+    t = release_target(version)
+
+    def verdicts(env: dict | None, backend: str = "aiter", platform: str = "hip",
+                 page: int | None = None) -> dict:
+        cfg = SpecConfig(attention_backend=backend, model="Qwen3VLForConditionalGeneration",
+                         speculative_eagle_topk=4, speculative_num_steps=3, page_size=page,
+                         environ=env)
+        return {v.phase: v for v in phases.phase_verdicts(t, platform, cfg, backend)}
+
+    on = {"SGLANG_USE_AITER_UNIFIED_ATTN": "1"}
+    for v in verdicts(on).values():
+        assert v.mode == phases.REFUSED, (v.phase, v.mode, v.reason)
+        assert str(v.where) == f"sglang/srt/{raise_at}"
+        assert f"sglang/srt/{rule}" in v.reason and "page_size 16" in v.reason
+    for v in verdicts(None).values():  # the server's environment not given
+        assert v.mode == phases.DEPENDS, (v.phase, v.mode, v.reason)
+        assert "SGLANG_USE_AITER_UNIFIED_ATTN" in v.reason and f"sglang/srt/{rule}" in v.reason
+    yes = {"SGLANG_USE_AITER_UNIFIED_ATTN": "yes"}
+    for v in verdicts(yes).values():  # get_bool_env_var: false; EnvBool: true
+        assert (v.mode == phases.REFUSED) is (version != "0.5.10"), (v.phase, v.mode, v.reason)
+    off_cases = ({}, {"SGLANG_USE_AITER_UNIFIED_ATTN": "0"})
+    for env in off_cases:
+        for v in verdicts(env).values():
+            assert v.mode not in (phases.REFUSED, phases.DEPENDS), (env, v.phase, v.reason)
+    for v in verdicts(on, page=1).values():  # a given --page-size is kept
+        assert v.mode not in (phases.REFUSED, phases.DEPENDS), (v.phase, v.reason)
+    for v in verdicts(on, platform="cuda", backend="fa3").values():  # HIP only
+        assert "page_size 16" not in v.reason, (v.phase, v.reason)
+    if version != "0.5.10":  # triton joined the page-tree list with speculative_hook.py
+        for v in verdicts(on, backend="triton").values():
+            assert v.mode not in (phases.REFUSED, phases.DEPENDS), (v.phase, v.reason)

@@ -197,12 +197,26 @@ def profile(s: es.Server, out: Path, body: dict, want_stops: int, events_kind: s
     return res
 
 
+class Stages:
+    """Wall seconds per stage of a lane run, kept in lane.json (`stages`): the lane must fit
+    one device call (600 s), and which part grew is what the next plan needs."""
+
+    def __init__(self, into: dict) -> None:
+        self.into, self.last = into, time.monotonic()
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.into[name] = round(now - self.last, 1)
+        self.last = now
+
+
 def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80)) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"checks": [], "timings": {}, "servers": {}, "device": device_info(),
-                 "commit": os.environ.get("LANE_COMMIT"), "windows": windows}
+                 "commit": os.environ.get("LANE_COMMIT"), "windows": windows, "stages": {}}
     add = lambda c: res["checks"].append(c.as_dict())  # noqa: E731
     t0 = time.monotonic()
+    stage = Stages(res["stages"])
     models = engine_models.make_models(work / "models", 0, "gpu")
     servers: dict[str, es.Server] = {}
     if os.environ.get("LANE_PIN") != "0":
@@ -230,6 +244,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
                 ready(servers[n], 420 if warm and n == "diag" else 300)
         for n, s in servers.items():
             res["servers"][n] = {"ready_s": round(s.ready_s or 0, 1), "url": s.url}
+        stage.done("start five servers")
         d, k = servers["diag"], servers["eager"]
         logs = {n: s.log.read_text(errors="replace") for n, s in servers.items()}
         all3 = dict.fromkeys(checks.PHASES, True)
@@ -242,7 +257,9 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         add(checks.check_equal_tokens("greedy tokens identical with and without diag", toks))
         # the timings first, while every server has the same history (warm-up and the greedy
         # tokens above): the checks below profile and load some servers and not others
+        stage.done("captures and greedy tokens")
         res["timings"] = t = timings(servers, rounds, tokens)
+        stage.done("timed rounds")
         # the kill switch's prediction is judged against the eager cost measured inside the diag
         # server (below, alone on the card); the cost across servers stays in the record
         # (timings.measured_eager_cost): it moved +-25 % between runs (lane-h200-run3..9)
@@ -302,6 +319,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
                                          static, after))
         res["phase_lines"] = {n: checks.phase_lines(counters(s)) for n, s in
                               (("diag", d), ("eager", k))}
+        stage.done("counters and phase verdicts")
         # syncs per step per phase: the runtime counter (GPU sync debug mode in the scheduler)
         # next to the static census for this configuration
         measured = checks.syncs_per_step(after)
@@ -316,6 +334,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         add(checks.check_syncs_bounded("runtime syncs per step within the census's upper bound",
                                        measured, census))
         res["counters"] = {"diag": counters(d), "eager": counters(k)}
+        stage.done("syncs against the census")
         # profiles with CUDA activities through the controlled teardown
         classic = profile(d, work / "prof-classic", {"num_steps": 3, "activities": ["CPU", "GPU"]}, 1)
         add(checks.Check("classic /start_profile with CUDA activities: stopped, serving after",
@@ -325,6 +344,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
                                            "profile_by_stage": True}, 2)
         add(checks.Check("V2 stage profiling with CUDA activities: both stages stopped, serving",
                          v2["stops"] >= 2 and v2["serves"], json.dumps(v2)[:400], v2))
+        stage.done("profiles")
         # fix round trip acknowledged by the engine
         rt = {}
         for action in ("revert", "apply"):
@@ -348,6 +368,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         # a sampled request last on each server: without flashinfer's JIT sampling kernel
         # building, one can end the scheduler (SGLang's own failure, not diag's), and nothing
         # may come after it on that server
+        stage.done("fix round trip, /metrics, TUI")
         sampled = {"eager": sampled_request(k)}
         # then the four other servers are stopped (their part is done) and the counters' cost is
         # measured in the diag server alone on the card: with the other four up
@@ -368,6 +389,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
                      "--tokens", str(tokens), "--json", timeout=300)
         ec = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
         res["eager_cost_in_server"] = ec or {"rc": r.returncode, "stderr": r.stderr[-400:]}
+        stage.done("stop four servers, eager cost in the diag server")
         add(checks.check_prediction("prediction from the kill-switch server's own counters within "
                                     "10 % of the eager cost measured inside the diag server", kp,
                                     ((ec or {}).get("eager_cost") or {}).get("ms_per_token")))
@@ -391,6 +413,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
             res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
             add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
                                           f"(upper bound), in-server paired windows, {label}", doc))
+            stage.done(f"counters' cost, {label}")
         sampled["diag"] = sampled_request(d)
         add(checks.Check("sampled (non-greedy) requests", all(v["code"] == 200 for v in sampled.values()),
                          json.dumps(sampled), sampled))
@@ -404,6 +427,7 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         for s in servers.values():
             s.stop()
         PINS.clear()
+    stage.done("the rest and stopping")
     res["wall_s"] = round(time.monotonic() - t0, 1)
     return res
 
@@ -913,6 +937,9 @@ def summary(res: dict) -> str:
     if res.get("syncs_by_phase") is not None:
         lines.append(f"runtime syncs by phase (diag server): {res['syncs_by_phase']}")
     lines.append(f"servers: {json.dumps(res.get('servers'))}")
+    if res.get("stages"):
+        lines.append("wall seconds by stage: " + "; ".join(
+            f"{k} {v:.0f}" for k, v in res["stages"].items()) + f" (in all {res.get('wall_s')})")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.context import SpecConfig
+from diag.probes.gate import env_bool
 from diag.probes.source import parse_file
 from diag.target import Target
 
@@ -27,6 +28,11 @@ QWEN4_OVERRIDES = "srt/arg_groups/model_overrides/qwen4_exp.py"
 QWEN4_ARCH = "Qwen4ExpForConditionalGeneration"
 MINIMAX_M3_OVERRIDES = "srt/arg_groups/model_overrides/minimax_m3.py"
 MINIMAX_M3_ARCHS = ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")
+QWEN3VL_ARCH = "Qwen3VLForConditionalGeneration"
+# Qwen3-VL's page size 16 under aiter's unified attention on ROCm: model_overrides (0.5.19+),
+# overrides.py (0.5.15 - 0.5.18), server_args.py (0.5.10 - 0.5.14); not in 0.5.9
+QWEN3VL_PAGE_FILES = ("srt/arg_groups/model_overrides/qwen3_vl.py", OVERRIDES, SERVER_ARGS)
+QWEN3VL_RULE = r"Setting page_size=16 for aiter unified attention on Qwen3VL"
 DSV4_HOOK = "srt/arg_groups/deepseek_v4_hook.py"
 MODEL_CONFIG = "srt/configs/model_config.py"
 MODEL_HOOK = "srt/arg_groups/model_hook.py"
@@ -233,6 +239,10 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
                             condition=f"page_size 128 on SM100 (Blackwell: the model's "
                                       f"override for fa4 and trtllm_mha, {w}), else as given "
                                       f"(1); pass --page-size to decide")
+    if model.arch == QWEN3VL_ARCH and platform == "hip" and cfg.page_size is None:
+        q = _qwen3vl_page(target, env, env_given)
+        if q is not None:
+            return q
     rule = BACKEND_PAGE.get(backend or "")
     w = find_line(target, OVERRIDES, rule[0]) if rule else None
     if rule and w is not None and not (rule[1] and cfg.page_size in rule[1]):
@@ -268,6 +278,45 @@ def _qwen4_page(target: Target, model: Model) -> PageSize | None:
         return None
     return PageSize(64, f"{model.arch} with a compressed QSA profile (indexer_n_heads) forces "
                         f"page_size 64 ({w})", w)
+
+
+def _qwen3vl_page(target: Target, env: dict[str, str], env_given: bool) -> PageSize | None:
+    """Qwen3-VL on ROCm with SGLANG_USE_AITER_UNIFIED_ATTN and no --page-size: page_size 16
+    (0.5.10 server_args.py:2067 read with `get_bool_env_var`, :2070 set; 0.5.11 - 0.5.14 the
+    same place, read with `envs....get()`; 0.5.15 arg_groups/overrides.py:826, :831; 0.5.23
+    arg_groups/model_overrides/qwen3_vl.py:71, :77). None where the release has no such override
+    or the variable reads false on the server; `depends` when the server's environment is not
+    given and this process lacks the variable."""
+    rel = next((r for r in QWEN3VL_PAGE_FILES if find_line(target, r, QWEN3VL_RULE)), None)
+    w = find_line(target, rel, QWEN3VL_RULE) if rel else None
+    if rel is None or w is None:
+        return None
+    read = find_line(target, rel, r"SGLANG_USE_AITER_UNIFIED_ATTN", max(0, w.line - 10))
+    cite = f"{read}, {w}" if read else f"{w}"
+    value = env.get("SGLANG_USE_AITER_UNIFIED_ATTN")
+    if value is None and not env_given:
+        return PageSize(None, f"{QWEN3VL_ARCH} on HIP: the page size follows aiter's unified "
+                              "attention switch", w, if_true=16,
+                        condition=f"page_size 16 if SGLANG_USE_AITER_UNIFIED_ATTN is true on "
+                                  f"the server, else 1 ({cite}; pass --env "
+                                  "SGLANG_USE_AITER_UNIFIED_ATTN=...)")
+    on = _get_bool(env, "SGLANG_USE_AITER_UNIFIED_ATTN") if "get_bool_env_var" in \
+        _line_text(target, rel, read) else env_bool(value)
+    if not on:
+        return None
+    return PageSize(16, f"{QWEN3VL_ARCH} with SGLANG_USE_AITER_UNIFIED_ATTN on HIP forces "
+                        f"page_size 16 ({cite})", w)
+
+
+def _line_text(target: Target, rel: str, w: Where | None) -> str:
+    if w is None:
+        return ""
+    try:
+        lines = target.file(rel).read_text(
+            encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return lines[w.line - 1] if 0 < w.line <= len(lines) else ""
 
 
 def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: int
