@@ -106,3 +106,20 @@ def test_dsv4_on_cuda_builds_the_cuda_class(release):
     assert {p["phase"]: p["backends"] for p in phases}["target-verify"] == \
         ["DeepseekV4AttnBackend"]
     assert [p["runs_per_step"] for p in phases if p["phase"] == "draft-decode"] == [0]
+
+
+@pytest.mark.parametrize("version,line", [("0.5.19", 2420), ("0.5.23", 2594)])
+def test_multi_step_draft_backend_sites_run_for_draft_decode_only(release, version, line):
+    """`FlashInferMultiStepDraftBackend.common_template`'s `self.kv_indptr[:, :bs+1].cpu()`
+    (0.5.23 flashinfer_backend.py:2594, 0.5.19 :2420, read by hand) is in the draft worker's
+    `draft_attn_backend`, built for draft decode only (0.5.23 speculative/draft_utils.py
+    `_create_flashinfer_decode_backend`; eagle_worker_v2.py:707-711 calls its
+    init_forward_metadata for a non-idle DECODE batch; the method asserts
+    `spec_info.is_draft_input()` at 0.5.23 :2584-2585): never on an extend or verify path."""
+    c = census(release(version))
+    [s] = [s for s in c.sites if s.file.endswith("/flashinfer_backend.py") and s.line == line
+           and s.kind == "cpu"]
+    assert s.verdict == "syncs" and s.path_class == "per-step", (s.verdict, s.path_class)
+    assert "decode" in s.paths
+    assert not set(s.paths) & {"target-extend", "draft-extend", "target-verify", "other"}, \
+        s.paths

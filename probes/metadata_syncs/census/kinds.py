@@ -208,6 +208,11 @@ class _FnInfo:
                         (n.lineno, n.value))
             elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
                 self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
+        # by line: the walk is breadth-first, so a nested assignment came after a later
+        # top-level one; `_Kinds.of` reads the last assignment above a use (0.5.23
+        # qwen_sparse_attn_backend.py:416 `extend_lengths.clone()` follows :404's `torch.cat`)
+        for values in self.assigned.values():
+            values.sort(key=lambda lv: lv[0])
         self.mode_vars = ",".join(mode_vars)
         self.names = set(counts)  # every name assigned in the body
         # names assigned once from a forward-mode test (read through by `cond`)

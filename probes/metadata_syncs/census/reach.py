@@ -6,6 +6,7 @@ guards, the caller chain of every site).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from diag.probes.metadata_syncs.census.kinds import _FnInfo
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
     NONE,
+    _modes,
     class_config_attrs,
     class_device_attrs,
     mode_guards,
@@ -155,6 +157,15 @@ def _builders(tree: ast.Module, modules: Modules | None = None
     return list(out.values()), resolve
 
 
+# The multi-step draft backends (`TritonMultiStepDraftBackend`, `DeepseekV4MultiStepBackend`,
+# ...) are the draft worker's `draft_attn_backend`: their entry points run for draft decode
+# only, a DECODE batch (0.5.23 speculative/eagle_worker_v2.py:707-711 skips an idle one;
+# eagle_draft_cuda_graph_runner.py:153 captures DECODE), never extend or verify (0.5.23
+# flashinfer_backend.py:2584-2585 asserts `spec_info.is_draft_input()`).
+_MULTI_STEP = re.compile(r"MultiStep\w*Backend$")
+_DRAFT_DECODE = _modes({"decode", "idle"})
+
+
 def _is_seed(qual: str) -> bool:
     name = qual.rsplit(".", 1)[-1]
     return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
@@ -205,6 +216,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
             edges = callers.get(key, [])
             external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
             st = seed_state(name) if external else NONE
+            if external and _MULTI_STEP.search(key[1]):
+                st &= _DRAFT_DECODE
             for e in edges:
                 st |= e.state
             new_entry[key] = st

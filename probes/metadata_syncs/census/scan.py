@@ -169,6 +169,11 @@ class _Scan:
                 self.stack.extend(more)
                 pushed += len(more)
                 learned += self.learn(st.test, False)
+            elif isinstance(st, ast.Assert):
+                # `assert seq_lens_cpu is not None`: what follows runs where it holds (0.5.19
+                # deepseek_v4_backend_hip_radix.py:1009, then `x if seq_lens_cpu is not None
+                # else None` at :1037-1039 passes x)
+                learned += self.learn(st.test, True)
         if pushed:
             del self.stack[len(self.stack) - pushed:]
         if learned:
@@ -372,19 +377,24 @@ class _Scan:
         given |= {k.arg: k.value for k in call.keywords if k.arg}
         out = {}
         truth = {}
+        known = {k: h for k, h, _ in self.known if k is not None}
         for name in params + [a.arg for a in callee.args.kwonlyargs]:
             value = given.get(name, defaults.get(name))
             if value is None:
                 continue
+            value = _settled(value, known)
             c = cond(value, self.facts, self.env)
             truth[name] = (state & c.true, state & c.false)
             if isinstance(value, ast.Constant) and value.value is None:
                 out[name] = "none"
             elif name in given and self.kinds.of(value, call.lineno) == "host":
-                # a host value made here (`t.tolist()`, a list) is never None: a caller-side
-                # fallback `if p is None: p = x.tolist()` cannot run for it
+                # a host value made here (`t.tolist()`, a list), or one the branches around
+                # the call prove set (`else` of `if fb.seq_lens_cpu is None`), is never None:
+                # a callee's fallback `if p is None: p = x.tolist()` cannot run for it (0.5.23
+                # qwen_sparse_attn_backend.py:2087-2093 -> :2050-2051)
                 out[name] = "host-set" if isinstance(value, (
-                    ast.Call, ast.List, ast.ListComp, ast.Tuple, ast.BinOp)) else "host"
+                    ast.Call, ast.List, ast.ListComp, ast.Tuple, ast.BinOp)) or \
+                    _known_set(value, known) else "host"
             elif name in given and self.kinds.of(value, call.lineno) == "tensor":
                 # a device tensor handed down: the callee's `int(p.max())` reads it back
                 # (0.5.23 qwen_sparse_attn_backend.py:632 -> :311)
@@ -515,3 +525,21 @@ class _Scan:
                 if k == "tensor" or (k == "host" and isinstance(arg, ast.Subscript)):
                     verdict, why = _classify(k, f"`{_src(arg, 40)}`")
                     add(f"{name}()", verdict, why, 1)
+
+
+def _settled(value: ast.AST, known: dict[str, bool]) -> ast.AST:
+    """An argument as the facts in force leave it: `a if t else b` with `t` decided is `a`
+    (or `b`)."""
+    while isinstance(value, ast.IfExp) and known:
+        v = known_value(value.test, known)
+        if v is None:
+            break
+        value = value.body if v else value.orelse
+    return value
+
+
+def _known_set(value: ast.AST, known: dict[str, bool]) -> bool:
+    """Whether the facts in force say `value is None` is false."""
+    if not known or not isinstance(value, (ast.Name, ast.Attribute)):
+        return False
+    return known_value(ast.Compare(value, [ast.Is()], [ast.Constant(None)]), known) is False
