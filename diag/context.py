@@ -34,13 +34,14 @@ class SpecConfig:
     dp_size: int | None = None
     enable_dp_attention: bool | None = None
     dcp_size: int | None = None
+    enable_multi_layer_eagle: bool | None = None  # a server's (some models switch it on)
     source: str = "options"  # "options" | "server"
 
     # the fields that describe a configuration (everything but the bookkeeping `source`)
     _FACTS = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
               "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
               "page_size", "model", "draft_model", "environ", "tp_size", "dp_size",
-              "enable_dp_attention", "dcp_size")
+              "enable_dp_attention", "dcp_size", "enable_multi_layer_eagle")
 
     @property
     def given(self) -> bool:
@@ -58,6 +59,7 @@ class SpecConfig:
             return v if isinstance(v, str) and v else None
 
         dpa = args.get("enable_dp_attention")
+        mle = args.get("enable_multi_layer_eagle")
         return cls(
             attention_backend=text("attention_backend"),
             draft_attention_backend=text("speculative_draft_attention_backend")
@@ -74,6 +76,7 @@ class SpecConfig:
             dp_size=num("dp_size"),
             enable_dp_attention=dpa if isinstance(dpa, bool) else None,
             dcp_size=num("dcp_size"),
+            enable_multi_layer_eagle=mle if isinstance(mle, bool) else None,
             source="server",
         )
 

@@ -300,3 +300,56 @@ def test_qwen3_vl_aiter_unified_attention_forces_page_16_on_hip(version):
     if version != "0.5.10":  # triton joined the page-tree list with speculative_hook.py
         for v in verdicts(on, backend="triton").values():
             assert v.mode not in (phases.REFUSED, phases.DEPENDS), (v.phase, v.reason)
+
+
+# Models that switch multi-layer EAGLE on with --speculative-algorithm EAGLE (not NEXTN, renamed
+# to EAGLE only later in the speculative hook). Read by hand:
+# - 0.5.14 server_args.py:3941 `elif model_arch in MIMO_V2_MODEL_ARCHS:` ... :3968-3969
+#   `if self.speculative_algorithm == "EAGLE": self.enable_multi_layer_eagle = True`;
+#   speculative/multi_layer_eagle_worker_v2.py:242-252 `_capture_cuda_graphs`:
+#   `self.cuda_graph_runner = None` (:243), the draft-extend runner on any non-NPU device.
+# - 0.5.19 arg_groups/model_overrides/mimo_v2.py:24-26 (`overrides["enable_multi_layer_eagle"]
+#   = True`); multi_layer_eagle_worker_v2.py:384 `self.cuda_graph_runner = None`.
+# - 0.5.23 mimo_v2.py:23-25; multi_layer_eagle_worker_v2.py:417-456 (:418 no decode runner;
+#   the draft-extend runner off NPU unless the kill switch, no allow-list), and its
+#   `draft_forward` (:506-533) runs no model: the draft tokens come from the draft-extend pass.
+# The EAGLE worker's HIP gate does not admit triton (0.5.23 eagle_worker_v2.py:560), so the
+# switch turns draft-extend from eager to graph on HIP with triton.
+MULTI_LAYER = {"0.5.14": ("server_args.py:3969", "multi_layer_eagle_worker_v2.py:243"),
+               "0.5.19": ("arg_groups/model_overrides/mimo_v2.py:26",
+                          "multi_layer_eagle_worker_v2.py:384"),
+               "0.5.23": ("arg_groups/model_overrides/mimo_v2.py:25",
+                          "multi_layer_eagle_worker_v2.py:418")}
+
+
+@pytest.mark.parametrize("version", sorted(MULTI_LAYER))
+def test_mimo_v2_with_eagle_runs_the_multi_layer_worker(version):
+    switch, no_runner = MULTI_LAYER[version]
+    t = release_target(version)
+
+    def verdicts(algo: str | None, model: str = "MiMoV2ForCausalLM") -> dict:
+        cfg = SpecConfig(attention_backend="triton", model=model, speculative_eagle_topk=1,
+                         speculative_num_steps=3, speculative_algorithm=algo, environ={})
+        return {v.phase: v for v in phases.phase_verdicts(t, "hip", cfg, "triton")}
+
+    got = verdicts("EAGLE")
+    assert got["draft-extend"].mode == phases.GRAPH, got["draft-extend"].reason
+    assert f"sglang/srt/{switch}" in got["draft-extend"].reason
+    assert got["draft-decode"].mode == phases.EAGER, got["draft-decode"].reason
+    assert str(got["draft-decode"].where) == f"sglang/srt/speculative/{no_runner}"
+    assert got["target-verify"].mode == phases.GRAPH
+    nextn = verdicts("NEXTN")  # the EAGLE worker and its HIP gate
+    assert nextn["draft-extend"].mode == phases.EAGER, nextn["draft-extend"].reason
+    assert nextn["draft-decode"].mode == phases.GRAPH
+    assert verdicts("EAGLE", "LlamaForCausalLM")["draft-extend"].mode == phases.EAGER
+    unsaid = verdicts(None)  # the algorithm decides the worker
+    for phase in ("draft-decode", "draft-extend"):
+        assert unsaid[phase].mode == phases.DEPENDS, unsaid[phase].reason
+        assert "with NEXTN" in unsaid[phase].reason and f"sglang/srt/{switch}" in \
+            unsaid[phase].reason
+    assert unsaid["target-verify"].mode == phases.GRAPH
+    # a server that says it runs the multi-layer worker decides, whatever the model
+    cfg = SpecConfig(attention_backend="triton", model="LlamaForCausalLM", environ={},
+                     speculative_num_steps=3, enable_multi_layer_eagle=True)
+    de = {v.phase: v for v in phases.phase_verdicts(t, "hip", cfg, "triton")}["draft-extend"]
+    assert de.mode == phases.GRAPH and "the server runs multi-layer EAGLE" in de.reason

@@ -48,6 +48,7 @@ from diag.probes.draft_extend_graph.resolve import (  # noqa: F401  (re-exported
     Where,
     find_first,
     find_line,
+    multi_layer_archs,
     read_model,
     resolve_page_size,
 )
@@ -179,8 +180,10 @@ def env_of(cfg: SpecConfig) -> dict[str, str]:
 
 def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                    gate: gate_mod.GateInfo | None = None,
-                   config_label: str = UNDER_AUDIT) -> list[PhaseVerdict]:
-    """target-verify, draft-decode and draft-extend for `backend` under `cfg`."""
+                   config_label: str = UNDER_AUDIT,
+                   _multi: tuple[bool, str] | None = None) -> list[PhaseVerdict]:
+    """target-verify, draft-decode and draft-extend for `backend` under `cfg` (`_multi`: the
+    worker decided by the caller, when the algorithm left it open)."""
     env = env_of(cfg)
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
     implied = (f" [model family implied by --attention-backend {backend}: {model.arch}; "
@@ -207,6 +210,16 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     if cfg.disable_cuda_graph:
         return [out(p, EAGER, "CUDA graphs disabled (--disable-cuda-graph)") for p in PHASES]
     steps = cfg.speculative_num_steps
+    multi, multi_why = _multi or multi_layer(target, cfg, model)
+    if multi is None:  # the algorithm decides the worker: both answers, if they differ
+        on = phase_verdicts(target, platform, cfg, backend, gate, config_label,
+                            (True, multi_why))
+        off = phase_verdicts(target, platform, cfg, backend, gate, config_label, (False, ""))
+        return [a if (a.mode, a.reason) == (b.mode, b.reason) else out(
+            a.phase, DEPENDS, f"with --speculative-algorithm EAGLE {multi_why}: {a.mode} ("
+                              f"{a.reason.removeprefix(multi_why).lstrip(':; ')}); with NEXTN: "
+                              f"{b.mode} ({b.reason})", a.where)
+            for a, b in zip(on, off)]
     verdicts = []
     # target-verify: the target's decode runner captures TARGET_VERIFY when speculating
     vr = VERIFY_RUNNER if target.file(VERIFY_RUNNER).is_file() else OLD_VERIFY_RUNNER
@@ -218,7 +231,12 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
     dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg)
-    if steps is None:
+    if multi:
+        mw = find_line(target, gate_mod.MULTI_LAYER_FILE, r"self\.cuda_graph_runner = None$")
+        verdicts.append(out("draft-decode", EAGER, f"{multi_why}: the multi-layer worker builds "
+                            f"no draft-decode runner ({mw}); its draft tokens come from the "
+                            "draft-extend pass (no-runner)", mw))
+    elif steps is None:
         verdicts.append(out("draft-decode", DEPENDS, "graph with --speculative-num-steps >= 2; "
                             f"no draft-decode runner with 1 ({w})", w, dd_fallbacks))
     elif steps > 1:
@@ -230,14 +248,17 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     # draft-extend: the gate
     killed = bool(gate.kill_switch_env) and gate_mod.env_bool(env.get(gate.kill_switch_env))
     v = gate_mod.verdict(gate, info, platform, steps, killed, cfg.disable_cuda_graph,
-                         release=target.version)
+                         multi_layer=bool(multi), release=target.version)
     gw = Where(gate.file, gate.line) if gate.file and gate.line else None
+    if multi and gate.multi_layer is not None:
+        gw = Where(gate.multi_layer.file, gate.multi_layer.line)
+        v = gate_mod.Verdict(v.mode, f"{multi_why}; {v.reason}", v.cause)
     mode = {gate_mod.GRAPH: GRAPH, gate_mod.EAGER: EAGER,
             gate_mod.UNSUPPORTED: REFUSED}.get(v.mode, DEPENDS)
     reason = v.reason
     if mode == GRAPH and steps is None and "needs --speculative-num-steps" in reason:
         mode = DEPENDS
-    if mode == GRAPH and model.mla is None and _mla_split(info):
+    if mode == GRAPH and model.mla is None and _mla_split(info) and not multi:
         # the class matters only where the gate tells the classes apart: the v1 worker
         # (0.5.9 eagle_worker.py:260; 0.5.11 / 0.5.12.post1 with the v2 worker off) and the
         # multi-layer worker capture every class on a non-NPU device
@@ -257,6 +278,21 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     verdicts.append(out("draft-extend", mode, reason, gw,
                         fallbacks(target, EXTEND_RUNNER, cfg) if mode == GRAPH else None))
     return verdicts
+
+
+def multi_layer(target: Target, cfg: SpecConfig, model: Model) -> tuple[bool | None, str]:
+    """Whether the multi-layer EAGLE worker runs, and why: a server says it
+    (`enable_multi_layer_eagle`), else the model switches it on for `--speculative-algorithm
+    EAGLE` (`resolve.multi_layer_archs`; NEXTN is renamed to EAGLE only after, so it keeps the
+    EAGLE worker); None when the algorithm is not given."""
+    if cfg.enable_multi_layer_eagle is not None:
+        return cfg.enable_multi_layer_eagle, "the server runs multi-layer EAGLE"
+    w = multi_layer_archs(target).get(model.arch or "")
+    if w is None:
+        return False, ""
+    why = f"{model.arch} switches multi-layer EAGLE on ({w})"
+    algo = (cfg.speculative_algorithm or "").upper()
+    return (None if not algo else algo == "EAGLE"), why
 
 
 def _mla_split(info: backends.BackendInfo) -> bool:

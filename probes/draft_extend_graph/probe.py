@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from diag.context import Context
+from diag.context import Context, SpecConfig
 from diag.errors import ServerError
 from diag.findings import Evidence, Finding, Status, location, metric, note, row
 from diag.probes.backends import BackendInfo, backend_map, read_problems
@@ -20,7 +20,9 @@ from diag.probes.draft_extend_graph.phases import (
     REFUSED,
     PhaseVerdict,
     phase_verdicts,
+    read_model,
 )
+from diag.probes.draft_extend_graph.phases import multi_layer as phases_multi_layer
 from diag.probes.gate import (
     DRAFT_UTILS_FILE,
     EAGER,
@@ -33,6 +35,7 @@ from diag.probes.gate import (
     read_gate,
     verdict,
 )
+from diag.target import Target
 
 FIX_ID = "draft-extend-allowlist"
 METRIC = "sglang:startup_cuda_graph_time_seconds"
@@ -111,7 +114,7 @@ class DraftExtendGraphProbe(Probe):
                 fixes=[], unrecognised=True)
         bm = backend_map(t, plat)
         killed = kill_switch_set(gate)
-        multi = bool(_server_arg(ctx, "enable_multi_layer_eagle"))
+        multi = bool(_multi_layer(t, cfg))
         ev: list[Evidence] = [location(gate.file, gate.line, f"{gate.worker_class}.{gate.method}",
                                        _gate_detail(gate, plat))]
         if gate.selection:
@@ -134,8 +137,6 @@ class DraftExtendGraphProbe(Probe):
                     + (f" ({cfg.source})" if cfg.source != "options" else ""))
             pvs = phase_verdicts(t, plat, cfg, name, gate)
             de = next(pv for pv in pvs if pv.phase == "draft-extend")
-            if multi and v.mode == GRAPH and de.mode == EAGER:  # the multi-layer worker captures
-                de.mode, de.reason = GRAPH, v.reason
             ev[1:1] = [phase_row(pv, _cls(bm.get(name)) if pv.phase == "draft-extend" else None)
                        for pv in pvs]
             if de.mode == REFUSED:
@@ -281,9 +282,14 @@ def _ask_for_backend(ctx: Context) -> str:
            "verdict"
 
 
-def _server_arg(ctx: Context, name: str):
-    info = ctx.cache.get("server_info")
-    return _srv().server_args(info).get(name) if isinstance(info, dict) else None
+def _multi_layer(t: Target, cfg: SpecConfig) -> bool | None:
+    """The multi-layer EAGLE worker, as the per-phase verdicts decide it (a server's
+    `enable_multi_layer_eagle`, or the model's switch); None: the algorithm decides."""
+    try:
+        model = read_model(t, cfg.model)
+    except ValueError:
+        model = read_model(t, None)
+    return phases_multi_layer(t, cfg, model)[0]
 
 
 def phase_row(pv: PhaseVerdict, draft_extend: str | None = None) -> Evidence:

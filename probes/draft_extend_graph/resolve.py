@@ -363,3 +363,105 @@ def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: 
                     if_true=forced)
 
 
+# --------------------------------------------------------------------------- multi-layer EAGLE
+
+# where a model switches multi-layer EAGLE on: model_overrides/*.py (0.5.19+), overrides.py
+# (0.5.15 - 0.5.23: Step3p5 stayed there), server_args.py (0.5.9 - 0.5.14)
+MODEL_OVERRIDES_DIR = "srt/arg_groups/model_overrides"
+_ARCH = re.compile(r"^[A-Z]\w*For(CausalLM|ConditionalGeneration)\w*$")
+
+
+_MULTI_LAYER: dict[str, dict[str, Where]] = {}  # per package folder: read once a process
+
+
+def multi_layer_archs(target: Target) -> dict[str, Where]:
+    """The architectures whose start switches multi-layer EAGLE on with `--speculative-algorithm
+    EAGLE`, each with the line that does it: `overrides["enable_multi_layer_eagle"] = True` /
+    `return {"enable_multi_layer_eagle": True}` under `if cfg.speculative_algorithm == "EAGLE"`
+    in a function `@_register_for(archs...)` (0.5.23 model_overrides/mimo_v2.py:23-25,
+    gigachat35.py:20-22, overrides.py:346-350 for Step3p5; 0.5.15 overrides.py:433-437), or
+    `self.enable_multi_layer_eagle = True` in server_args.py under an `if`/`elif` naming the
+    architecture (0.5.9 server_args.py:1405-1407 MiMoV2Flash, :1426-1428 Step3p5). Why: that
+    worker (speculative/multi_layer_eagle_worker_v2.py) captures draft-extend with no backend
+    allow-list and builds no draft-decode runner, whatever the gate of the EAGLE worker says."""
+    key = str(target.package)
+    if key not in _MULTI_LAYER:
+        _MULTI_LAYER[key] = _read_multi_layer_archs(target)
+    return _MULTI_LAYER[key]
+
+
+def _read_multi_layer_archs(target: Target) -> dict[str, Where]:
+    files = [target.file(SERVER_ARGS), target.file(OVERRIDES)]
+    d = target.file(MODEL_OVERRIDES_DIR)
+    if d.is_dir():
+        files += sorted(d.glob("*.py"))
+    out: dict[str, Where] = {}
+    for path in files:
+        tree = parse_file(path) if path.is_file() else None
+        if tree is None:
+            continue
+        rel = target.relpath(path)
+        # module-level name tuples (`MIMO_V2_MODEL_ARCHS = ("MiMoV2ForCausalLM", ...)`, 0.5.12
+        # server_args.py:82-85, tested `elif model_arch in MIMO_V2_MODEL_ARCHS:` at :2124)
+        consts = {st.targets[0].id: [e.value for e in st.value.elts
+                                     if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                  for st in tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+                  and isinstance(st.targets[0], ast.Name)
+                  and isinstance(st.value, (ast.Tuple, ast.List))}
+        parents: dict[int, ast.AST] = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.If) and _eagle_test(node.test)):
+                continue
+            line = next((n.lineno for st in node.body for n in ast.walk(st)
+                         if _switches_multi_layer(n)), None)
+            if line is None:
+                continue
+            for arch in _archs_around(node, parents, consts):
+                out.setdefault(arch, Where(rel, line))
+    return out
+
+
+def _eagle_test(test: ast.AST) -> bool:
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+        isinstance(test.ops[0], ast.Eq) and ast.unparse(test.left).endswith(
+            "speculative_algorithm") and isinstance(test.comparators[0], ast.Constant) and \
+        test.comparators[0].value == "EAGLE"
+
+
+def _switches_multi_layer(n: ast.AST) -> bool:
+    if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is True:
+        return any(ast.unparse(t).endswith(("enable_multi_layer_eagle",
+                                            "['enable_multi_layer_eagle']")) for t in n.targets)
+    if isinstance(n, ast.Dict):
+        return any(isinstance(k, ast.Constant) and k.value == "enable_multi_layer_eagle"
+                   and isinstance(v, ast.Constant) and v.value is True
+                   for k, v in zip(n.keys, n.values))
+    return False
+
+
+def _archs_around(node: ast.AST, parents: dict[int, ast.AST],
+                  consts: dict[str, list[str]]) -> list[str]:
+    """The architecture names of the function's `@_register_for(...)` (or of its
+    `@register_model_override_predicate(lambda arch: "Step3p5ForCausalLM" in arch ...)`, 0.5.19
+    overrides.py:451-455), else of the `if`s whose body holds `node` (server_args.py's `elif
+    "Step3p5ForCausalLM" in model_arch:`; not the `elif`s before it)."""
+    archs: list[str] = []
+    child, at = node, parents.get(id(node))
+    while at is not None:
+        if isinstance(at, ast.FunctionDef):
+            for dec in at.decorator_list:
+                name = ast.unparse(dec.func) if isinstance(dec, ast.Call) else ""
+                if name.endswith(("_register_for", "register_model_override_predicate")):
+                    archs += [c.value for c in ast.walk(dec) if isinstance(c, ast.Constant)
+                              and isinstance(c.value, str) and _ARCH.match(c.value)]
+            return archs
+        if isinstance(at, ast.If) and any(child is st for st in at.body):
+            for c in ast.walk(at.test):
+                names = [c.value] if isinstance(c, ast.Constant) and isinstance(c.value, str) \
+                    else consts.get(c.id, []) if isinstance(c, ast.Name) else []
+                archs += [a for a in names if _ARCH.match(a)]
+        child, at = at, parents.get(id(at))
+    return archs
