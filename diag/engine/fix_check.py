@@ -26,10 +26,13 @@ DRY_TIMEOUT_S = 300.0
 def phase_requirements(ctx: Any, backend: str, required: dict[str, str]) -> list[dict]:
     """`--require-phase`: each required phase's verdict for the configuration under audit (the
     same `probes.draft_extend_graph.phases` verdicts the report shows), and whether it is in the required mode."""
-    from diag.probes.draft_extend_graph.phases import phase_verdicts
+    from diag.probes.draft_extend_graph.phases import audited_verdicts, phase_verdicts
 
+    # the backend SGLang runs (a model may force one: DeepSeek-V4 runs dsv4), as the report
+    audit = audited_verdicts(ctx.target, ctx.platform, ctx.config)
     out = []
-    for v in phase_verdicts(ctx.target, ctx.platform, ctx.config, backend):
+    for v in (audit.verdicts if audit is not None else
+              phase_verdicts(ctx.target, ctx.platform, ctx.config, backend)):
         if v.phase in required:
             d = v.data()
             d.update(reason=v.reason, required_mode=required[v.phase],

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from diag.context import SpecConfig
 from diag.probes import backends
 from diag.probes import gate as gate_mod
+from diag.probes.draft_extend_graph import default_backend
 from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exported)
     BACKEND_TOPK_GUARD,
     DEPENDS,
@@ -306,3 +307,86 @@ def table_backends(target: Target, platform: str) -> list[str]:
     if platform == "hip":
         return [n for n in HIP_BACKENDS if n in bm]
     return [n for n, b in bm.items() if b.has_draft_factory_entry]
+
+
+# --------------------------------------------------------------------------- the backend run
+
+
+@dataclass
+class Audit:
+    """The backend SGLang runs for a configuration and its per-phase verdicts."""
+
+    backend: str  # the backend, or the candidates joined by "|" where no input decides
+    first: str  # the backend the gate's table row and the hint are read for
+    how: str  # given | forced | model default | default | draft
+    why: str
+    verdicts: list[PhaseVerdict]
+
+
+def audited_verdicts(target: Target, platform: str, cfg: SpecConfig,
+                     gate: gate_mod.GateInfo | None = None) -> Audit | None:
+    """The per-phase verdicts of the backend SGLang runs: `--speculative-draft-attention-backend`
+    as given; else a backend the model forces (DeepSeek-V4: dsv4), the one given, or SGLang's
+    default for the model and platform (default_backend). None when no backend is given and no
+    model can be read (the default then depends on the model: `default_hint`)."""
+    if cfg.draft_attention_backend:
+        return Audit(cfg.draft_attention_backend, cfg.draft_attention_backend, "draft",
+                     "--speculative-draft-attention-backend",
+                     phase_verdicts(target, platform, cfg, cfg.draft_attention_backend, gate))
+    if not cfg.model:  # a model implied by the backend (dsv4, dsa) forces nothing more
+        return Audit(cfg.attention_backend, cfg.attention_backend, "given",
+                     f"--attention-backend {cfg.attention_backend}",
+                     phase_verdicts(target, platform, cfg, cfg.attention_backend, gate)
+                     ) if cfg.attention_backend else None
+    model = read_model(target, cfg.model)
+    if not cfg.attention_backend and model.arch is None:
+        return None  # a server's model path not readable here: the default is not known
+    choice = default_backend.resolve_backend(target, platform, cfg, model)
+    one = choice.backend
+    if one is not None:
+        pvs = phase_verdicts(target, platform, cfg, one, gate)
+        if choice.how != "given":
+            for pv in pvs:
+                pv.reason += f" [{choice.why}]"
+        return Audit(one, one, choice.how, choice.why, pvs)
+    cands: dict[str, list[default_backend.Candidate]] = {}
+    for c in choice.candidates:
+        cands.setdefault(c.backend or "?", []).append(c)
+    if "?" in cands or any(c.field != default_backend.MAIN for c in choice.candidates) \
+            or not cands:
+        said = "; ".join(f"{c.field} {c.backend or '(not read)'} when {c.when()} ({c.where})"
+                         for c in choice.candidates)
+        why = f"{choice.why}: {said or 'nothing found'}; pass --attention-backend"
+        return Audit("?", next(iter(cands), "?"), choice.how, why,
+                     [PhaseVerdict(p, "?", DEPENDS, why) for p in PHASES])
+    each = {b: phase_verdicts(target, platform, cfg, b, gate) for b in cands}
+    label = "|".join(cands)
+
+    def when(b: str) -> str:
+        return " or ".join(f"{c.when()} ({c.where})" for c in cands[b])
+
+    out = []
+    for i, phase in enumerate(PHASES):
+        modes = {b: pvs[i].mode for b, pvs in each.items()}
+        first = each[next(iter(cands))][i]
+        if len(set(modes.values())) == 1:
+            first.reason += (f" [{choice.why}: {' or '.join(cands)} by the condition, the same "
+                             f"verdict for each: " + "; ".join(f"{b} when {when(b)}"
+                                                              for b in cands) + "]")
+            first.backend = label
+            out.append(first)
+        else:
+            out.append(PhaseVerdict(phase, label, DEPENDS, f"{choice.why}: depends on which "
+                                    "backend SGLang picks: " + "; ".join(
+                                        f"{b} ({modes[b]}) when {when(b)}" for b in cands)))
+    return Audit(label, next(iter(cands)), choice.how, choice.why, out)
+
+
+def default_hint(target: Target, platform: str) -> str:
+    """What SGLang's default backend depends on when no model is given (the generic default's
+    home in this release, for the words)."""
+    found = default_backend.default_fn(target)
+    where = f"{found[0]}:{found[1].lineno}" if found else "SGLang's argument code"
+    return (f"SGLang's default attention backend on {platform.upper()} depends on the model "
+            f"(MLA or not, its KV heads per --tp rank, the model's own override; {where}): "
+            "pass --model")

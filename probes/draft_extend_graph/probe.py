@@ -19,7 +19,8 @@ from diag.probes.draft_extend_graph.phases import (
     HIP_BACKENDS,
     REFUSED,
     PhaseVerdict,
-    phase_verdicts,
+    audited_verdicts,
+    default_hint,
     read_model,
 )
 from diag.probes.draft_extend_graph.phases import multi_layer as phases_multi_layer
@@ -124,21 +125,26 @@ class DraftExtendGraphProbe(Probe):
         rows, eager = self._table(gate, bm, plat, cfg.speculative_num_steps, killed,
                                   cfg.disable_cuda_graph, multi, t.version)
         ev += rows
-        name = cfg.draft_attention_backend or cfg.attention_backend
-        if name:
+        # the backend SGLang runs: as given, forced by the model, or SGLang's default
+        audit = audited_verdicts(t, plat, cfg, gate)
+        if audit is not None:
+            name = audit.first
             v = verdict(gate, bm.get(name), plat, cfg.speculative_num_steps, killed,
                         cfg.disable_cuda_graph, multi, t.version)
             steps = cfg.speculative_num_steps
-            what = (f"{name} on {plat.upper()}"
+            how = {"forced": f" (forced by the model; {audit.why})",
+                   "model default": f" ({audit.why})", "default": f" ({audit.why})"
+                   }.get(audit.how, "")
+            what = (f"{audit.backend}{how} on {plat.upper()}"
                     + (f", --speculative-num-steps {steps}" if steps is not None else "")
                     + (f", --speculative-eagle-topk {cfg.speculative_eagle_topk}"
                        if cfg.speculative_eagle_topk is not None else "")
                     + (f", model {cfg.model}" if cfg.model else "")
                     + (f" ({cfg.source})" if cfg.source != "options" else ""))
-            pvs = phase_verdicts(t, plat, cfg, name, gate)
+            pvs = audit.verdicts
             de = next(pv for pv in pvs if pv.phase == "draft-extend")
-            ev[1:1] = [phase_row(pv, _cls(bm.get(name)) if pv.phase == "draft-extend" else None)
-                       for pv in pvs]
+            ev[1:1] = [phase_row(pv, _cls(bm.get(pv.backend)) if pv.phase == "draft-extend"
+                                 and pv.backend in bm else None) for pv in pvs]
             if de.mode == REFUSED:
                 return self.finding(Status.FAIL, f"{what}: SGLang refuses to start with this "
                                                  f"configuration ({de.reason})", evidence=ev,
@@ -273,7 +279,8 @@ def _srv():
 def _ask_for_backend(ctx: Context) -> str:
     """What to pass for a verdict; never `--server` when one was given (say what it lacked)."""
     if not ctx.server_url:
-        return "no attention backend given: pass --attention-backend or --server for a verdict"
+        return ("no attention backend given: " + default_hint(ctx.target, ctx.platform)
+                + ", --attention-backend or --server for a verdict")
     err = ctx.cache.get("server_error")
     if err:
         return f"the server's arguments could not be read ({err}): pass --attention-backend " \

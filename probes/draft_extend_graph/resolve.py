@@ -55,7 +55,10 @@ FAMILIES = {
 }
 # A family name has no config.json: the parameters that matter, as the published checkpoints
 # of that family carry them (DeepSeek-V3.2 and GLM-5 config.json: index_topk 2048, no index_kpool).
+# DeepSeek-V3's config.json: num_attention_heads 128, num_key_value_heads 128 (the KV heads
+# SGLang's default backend counts on HIP for an MLA model).
 FAMILY_PARAMS = {"DeepseekV32ForCausalLM": {"index_topk": 2048},
+                 "DeepseekV3ForCausalLM": {"num_attention_heads": 128, "num_key_value_heads": 128},
                  "GlmMoeDsaForCausalLM": {"index_topk": 2048}}
 
 
