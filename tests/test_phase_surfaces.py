@@ -70,8 +70,11 @@ def test_env_decides_the_hip_page_size():
     """On HIP a DSA model's page size follows SGLANG_USE_AITER (0.5.23
     model_overrides/deepseek_v2.py:151): unset -> page 1 -> topk 4 is allowed; set -> depends on
     the server's Triton (dsa/utils.py:34)."""
+    # --dcp 1: with no --dcp, DSA's DCP rule (0.5.22+ deepseek_v2.py:26, topk 1 with
+    # --dcp-size > 1) makes topk 4 `depends` whatever the page size
     base = ["--platform", "hip", "--attention-backend", "dsa", "--model", "deepseek-v32",
-            "--speculative-eagle-topk", "4", "--speculative-num-steps", "3", "--json"]
+            "--speculative-eagle-topk", "4", "--speculative-num-steps", "3", "--dcp", "1",
+            "--json"]
     off = json.loads(_run(*base, "--env", "SGLANG_USE_AITER=0").stdout)
     on = json.loads(_run(*base, "--env", "SGLANG_USE_AITER=1").stdout)
     assert {d["mode"] for d in _phase_rows(off)} == {"graph"}

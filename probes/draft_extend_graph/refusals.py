@@ -13,6 +13,12 @@ import ast
 
 from diag.context import SpecConfig
 from diag.probes import backends
+from diag.probes.draft_extend_graph.model_rules import (
+    DEPENDS,
+    REFUSED,
+    Refusal,
+    model_refusals,
+)
 from diag.probes.draft_extend_graph.resolve import (
     DSV4_HOOK,
     SERVER_ARGS,
@@ -24,13 +30,11 @@ from diag.probes.draft_extend_graph.resolve import (
 from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
-GRAPH, EAGER, REFUSED, DEPENDS = "graph", "eager", "refused", "depends"
+GRAPH, EAGER = "graph", "eager"  # REFUSED, DEPENDS: model_rules.py
 SPEC_HOOK = "srt/arg_groups/speculative_hook.py"
 DRAFT_UTILS = "srt/speculative/draft_utils.py"
 QSA_BACKEND = "srt/layers/attention/qwen_sparse_attn_backend.py"
 QSA_CONFIG = "srt/layers/attention/qsa/config.py"
-
-Refusal = tuple[str, str, "Where | None"]
 
 
 def _page_tree_backends(target: Target) -> tuple[list[str], Where | None]:
@@ -216,15 +220,17 @@ def _qsa(target: Target, cfg: SpecConfig, model: Model) -> Refusal | None:
 def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
             page: PageSize, info: backends.BackendInfo | None = None) -> Refusal | None:
     """(mode, reason, where) when the start is refused (or refused only under a condition:
-    mode `depends`), else None."""
-    found: list[Refusal] = []  # in the order the start meets them
+    mode `depends`), else None. The model's own rules (model_rules.py) run first: the model
+    hook comes before the speculative options are resolved and any backend is built."""
+    rules = model_refusals(target, backend, cfg, model)
+    found: list[Refusal] = list(rules.found)  # in the order the start meets them
     if backend == "qsa":
         q = _qsa(target, cfg, model)
         if q is not None:
             found.append(q)
     topk = cfg.speculative_eagle_topk
     if topk is None or topk <= 1:
-        return found[0] if found else None
+        return _pick(found, rules.if_set)
     if model.dsv4 and (cfg.speculative_algorithm or "EAGLE").upper() in ("EAGLE", "NEXTN"):
         # 0.5.12 - 0.5.23: `assert server_args.speculative_eagle_topk == 1` (0.5.12
         # arg_groups/deepseek_v4_hook.py:40-42, 0.5.17 :153-155, 0.5.23 :157)
@@ -255,5 +261,19 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
         found.append((REFUSED, f"{backend}'s draft-extend (SPEC_V2) metadata raises for "
                                f"topk > 1 ({g[0]}): the draft-extend graph capture, or "
                                "the first draft-extend pass, fails", g[0]))
-    # a refusal whatever the rest, else the first condition that could refuse
-    return next((f for f in found if f[0] == REFUSED), found[0] if found else None)
+    return _pick(found, rules.if_set)
+
+
+def _pick(found: list[Refusal], if_set: list[Refusal]) -> Refusal | None:
+    """A refusal whatever the rest, else the first condition that could refuse at SGLang's
+    defaults, else the first that refuses only with a parallelism option set; the conditions
+    of the latter are named in the reason (`; also refused at start if ...`)."""
+    hit = next((f for f in found if f[0] == REFUSED), None)
+    if hit is not None:
+        return hit
+    pool = found + if_set
+    if not pool:
+        return None
+    mode, reason, where = pool[0]
+    also = "".join(f"; also {f[1]}" for f in if_set if f is not pool[0])
+    return mode, reason + also, where

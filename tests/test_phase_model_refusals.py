@@ -1,0 +1,288 @@
+"""Start-time refusals from a model family's own argument code (model_rules.py), against lines
+READ BY HAND in the real release wheels (quoted below), never produced by running diag.
+
+Each refused case checks the three phases are `refused`, cite the hand-read `file:line`, and
+name the rule; the negative cases: the rule not met, and a release without the rule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diag.context import SpecConfig
+from diag.probes.draft_extend_graph import phases
+from tests.conftest import release_target
+
+SRT = "sglang/srt/"
+
+
+def verdicts(version: str, backend: str, platform: str = "cuda", **facts) -> dict:
+    facts.setdefault("speculative_num_steps", 3)
+    facts.setdefault("environ", {})
+    cfg = SpecConfig(attention_backend=backend, **facts)
+    got = {v.phase: v for v in phases.phase_verdicts(release_target(version), platform, cfg,
+                                                     backend)}
+    assert set(got) == set(phases.PHASES)
+    return got
+
+
+def assert_all(got: dict, mode: str, where: str | None = None, *words: str) -> None:
+    for v in got.values():
+        assert v.mode == mode, (v.phase, v.mode, v.reason)
+        if where is not None:
+            assert str(v.where) == SRT + where, (v.phase, str(v.where), v.reason)
+        for w in words:
+            assert w in v.reason, (v.phase, w, v.reason)
+
+
+def assert_none(got: dict) -> None:
+    for v in got.values():
+        assert v.mode not in (phases.REFUSED, phases.DEPENDS), (v.phase, v.mode, v.reason)
+
+
+# --------------------------------------------------------------------------- 1. DeepSeek-V4
+
+# DeepSeek-V4's hook, run by the model hook before handle_speculative_decoding upper-cases the
+# algorithm and renames NEXTN to EAGLE (0.5.23 arg_groups/pipeline.py:225 before :306; 0.5.12
+# server_args.py:929 `_handle_model_specific_adjustments()` before :976, the alias at :3564):
+# - 0.5.12 arg_groups/deepseek_v4_hook.py:36-39
+#     if server_args.speculative_algorithm is not None:
+#         assert (                                                  <- :37
+#             server_args.speculative_algorithm == "EAGLE"
+#         ), f"Only EAGLE speculative algorithm is supported for {model_arch}"
+# - 0.5.19 :147-151 / 0.5.23 :148-154
+#     if cfg.speculative_algorithm is not None:
+#         assert cfg.speculative_algorithm in (                     <- 0.5.19 :148, 0.5.23 :149
+#             "EAGLE",
+#             "DSPARK",
+#         ), ... f"Only EAGLE and DSPARK speculative algorithms are supported for {model_arch}"
+# - 0.5.11: no arg_groups/deepseek_v4_hook.py (no DeepSeek-V4 rule at all).
+DSV4_ASSERT = {"0.5.12": "arg_groups/deepseek_v4_hook.py:37",
+               "0.5.19": "arg_groups/deepseek_v4_hook.py:148",
+               "0.5.23": "arg_groups/deepseek_v4_hook.py:149"}
+
+
+@pytest.mark.parametrize("version", sorted(DSV4_ASSERT))
+@pytest.mark.parametrize("algo", ["NEXTN", "EAGLE3", "eagle"])
+def test_deepseek_v4_refuses_an_algorithm_its_hook_does_not_assert(version, algo):
+    got = verdicts(version, "flashmla", model="deepseek-v4", speculative_eagle_topk=1,
+                   speculative_algorithm=algo)
+    assert_all(got, phases.REFUSED, DSV4_ASSERT[version], "--speculative-algorithm",
+               f"{algo} is refused", "EAGLE")
+
+
+@pytest.mark.parametrize("version", sorted(DSV4_ASSERT))
+def test_deepseek_v4_allows_eagle_and_no_algorithm_and_dspark_from_0_5_16(version):
+    assert_all(verdicts(version, "flashmla", model="deepseek-v4", speculative_eagle_topk=1,
+                        speculative_algorithm="NEXTN"), phases.REFUSED, DSV4_ASSERT[version])
+    # 0.5.11: no hook, no rule
+    assert_none(verdicts("0.5.11", "flashmla", model="deepseek-v4", speculative_eagle_topk=1,
+                         speculative_algorithm="NEXTN"))
+    for algo in (None, "EAGLE"):  # None: the hook skips the assert; diag reads EAGLE
+        assert_none(verdicts(version, "flashmla", model="deepseek-v4",
+                             speculative_eagle_topk=1, speculative_algorithm=algo))
+    dspark = verdicts(version, "flashmla", model="deepseek-v4", speculative_eagle_topk=1,
+                      speculative_algorithm="DSPARK")
+    if version == "0.5.12":  # `== "EAGLE"`
+        assert_all(dspark, phases.REFUSED, DSV4_ASSERT[version], "DSPARK is refused")
+    else:
+        assert_none(dspark)
+
+
+def test_deepseek_v4_algorithm_before_its_topk_assert():
+    """0.5.23 :149 (the algorithm) comes before :156-157 (`topk == 1` for EAGLE)."""
+    got = verdicts("0.5.23", "flashmla", model="deepseek-v4", speculative_eagle_topk=4,
+                   speculative_algorithm="NEXTN")
+    assert_all(got, phases.REFUSED, DSV4_ASSERT["0.5.23"], "NEXTN is refused")
+
+
+# --------------------------------------------------------------------------- 2. DSA with DCP
+
+# 0.5.22 and 0.5.23 arg_groups/model_overrides/deepseek_v2.py:18-26 (identical):
+#     def _dsa_dcp_overrides(cfg: Any) -> dict:
+#         if cfg.dcp_size <= 1:                                     <- :19
+#             return {}
+#         ...
+#         if cfg.speculative_eagle_topk not in (None, 1):           <- :25
+#             raise ValueError("DSA DCP requires --speculative-eagle-topk 1.")   <- :26
+# called at :99-100 `if is_deepseek_dsa(hf_config): overrides.update(_dsa_dcp_overrides(cfg))`
+# in `_deepseek_family_overrides`, registered for DeepseekV32ForCausalLM (:37-50), before any
+# platform branch. 0.5.21's deepseek_v2.py has no `_dsa_dcp_overrides`. fa3 and triton are on
+# the page-tree list (speculative_hook.py), so DSA's page 64 alone does not refuse topk 4.
+DSA_DCP = "arg_groups/model_overrides/deepseek_v2.py:26"
+
+
+@pytest.mark.parametrize("version", ["0.5.22", "0.5.23"])
+@pytest.mark.parametrize("backend", ["fa3", "triton"])
+def test_dsa_with_dcp_refuses_topk_above_1(version, backend):
+    assert_all(verdicts(version, backend, model="deepseek-v32", speculative_eagle_topk=4,
+                        dcp_size=2),
+               phases.REFUSED, DSA_DCP, "DSA with DCP requires --speculative-eagle-topk 1",
+               "--dcp-size 2")
+    # --dcp not given: SGLang's default 1 passes, so `depends`, the condition in words
+    assert_all(verdicts(version, backend, model="deepseek-v32", speculative_eagle_topk=4),
+               phases.DEPENDS, DSA_DCP, "if --dcp-size > 1")
+    for facts in ({"dcp_size": 1, "speculative_eagle_topk": 4},  # :19 returns early
+                  {"dcp_size": 2, "speculative_eagle_topk": 1},  # topk 1 passes
+                  {"dcp_size": 2, "speculative_eagle_topk": None}):  # None passes too
+        assert_none(verdicts(version, backend, model="deepseek-v32", **facts))
+    # not a DSA model (no index_topk): the rule is under `if is_deepseek_dsa(hf_config)`
+    assert_none(verdicts(version, backend, model="llama", speculative_eagle_topk=4,
+                         dcp_size=2))
+    # 0.5.21: no `_dsa_dcp_overrides`
+    assert_none(verdicts("0.5.21", backend, model="deepseek-v32", speculative_eagle_topk=4,
+                         dcp_size=2))
+
+
+def test_dsa_dcp_condition_is_named_next_to_a_page_size_condition():
+    """0.5.23 DSA on HIP with aiter: the page size follows the server's Triton (the page-tree
+    raise, speculative_hook.py:1278, is the condition cited, as in phase_cases.json); DCP's
+    condition (default 1 passes) is named after it."""
+    got = verdicts("0.5.23", "dsa", "hip", model="deepseek-v32", speculative_eagle_topk=4,
+                   environ={"SGLANG_USE_AITER": "1"})
+    assert_all(got, phases.DEPENDS, "arg_groups/speculative_hook.py:1278", "Triton >= 3.5.0",
+               "also refused at start if --dcp-size > 1", SRT + DSA_DCP)
+
+
+# --------------------------------------------------------------------------- 3. MiniMax NVFP4
+
+# 0.5.23 arg_groups/model_overrides/minimax_m3.py:
+#   :18-34 `_resolve_quant_method`: quant_method = get_quantization_config(hf_config)
+#          (utils/common.py:3849-3854: `quantization_config.get("quant_method")`); not "mxfp8"
+#          -> returned as is; "mxfp8" -> "minimax_m3_nvfp4" only when
+#          `str(quant_config.get("moe_quant_algo", "")).upper() == "NVFP4"` and
+#          `quant_config.get("moe_quant_format") == "nvfp4-pack-quantized"` (:26-27)
+#   :37-40 registered for MiniMaxM3SparseForCausalLM, MiniMaxM3SparseForConditionalGeneration
+#   :46-53 the checkpoint's method unless --quantization is given
+#   :56 if quant_resolved == "minimax_m3_nvfp4":
+#   :57     if cfg.speculative_algorithm not in (None, "DSPARK", "DFLASH"):
+#   :58         raise ValueError("M3.1 NVFP4 only supports DSPARK or DFLASH speculation")
+# 0.5.22 minimax_m3.py has no NVFP4 rule. /tmp/audit/m3nvfp4/config.json (quant_method mxfp8,
+# moe_quant_algo NVFP4, moe_quant_format nvfp4-pack-quantized) matches :18-34; written here.
+MINIMAX_RAISE = "arg_groups/model_overrides/minimax_m3.py:58"
+NVFP4 = {"quant_method": "mxfp8", "moe_quant_algo": "NVFP4",
+         "moe_quant_format": "nvfp4-pack-quantized"}
+
+
+def _model(tmp_path: Path, name: str, quant: dict | None,
+           arch: str = "MiniMaxM3SparseForConditionalGeneration") -> str:
+    d = tmp_path / name
+    d.mkdir()
+    cfg = {"architectures": [arch], "model_type": "minimax_m3"}
+    if quant is not None:
+        cfg["quantization_config"] = quant
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def test_minimax_m3_nvfp4_refuses_eagle(tmp_path):
+    nvfp4 = _model(tmp_path, "nvfp4", NVFP4)
+    for algo in ("EAGLE", "NEXTN", "EAGLE3", "dspark"):  # compared as typed (:57)
+        assert_all(verdicts("0.5.23", "fa3", model=nvfp4, speculative_eagle_topk=1,
+                            speculative_algorithm=algo),
+                   phases.REFUSED, MINIMAX_RAISE, "NVFP4", "only supports DSPARK or DFLASH",
+                   f"--speculative-algorithm {algo}")
+    causal = _model(tmp_path, "causal", NVFP4, "MiniMaxM3SparseForCausalLM")  # both registered
+    assert_all(verdicts("0.5.23", "fa3", model=causal, speculative_eagle_topk=1,
+                        speculative_algorithm="EAGLE"), phases.REFUSED, MINIMAX_RAISE)
+    direct = _model(tmp_path, "direct", {"quant_method": "minimax_m3_nvfp4"})  # :19-20
+    assert_all(verdicts("0.5.23", "fa3", model=direct, speculative_eagle_topk=1,
+                        speculative_algorithm="EAGLE"), phases.REFUSED, MINIMAX_RAISE)
+
+
+def test_minimax_m3_nvfp4_negative_cases(tmp_path):
+    nvfp4 = _model(tmp_path, "nvfp4", NVFP4)
+    for algo in ("DSPARK", "DFLASH"):
+        assert_none(verdicts("0.5.23", "fa3", model=nvfp4, speculative_eagle_topk=1,
+                             speculative_algorithm=algo))
+    for name, quant in (("mxfp8", {"quant_method": "mxfp8"}),  # plain MXFP8
+                        ("fmt", {**NVFP4, "moe_quant_format": "nvfp4"}),  # :27 exact format
+                        ("none", None)):
+        assert_none(verdicts("0.5.23", "fa3", model=_model(tmp_path, name, quant),
+                             speculative_eagle_topk=1, speculative_algorithm="EAGLE"))
+    lower = _model(tmp_path, "lower", {**NVFP4, "moe_quant_algo": "nvfp4"})  # :26 upper()
+    assert_all(verdicts("0.5.23", "fa3", model=lower, speculative_eagle_topk=1,
+                        speculative_algorithm="EAGLE"), phases.REFUSED, MINIMAX_RAISE)
+    # 0.5.22: no NVFP4 rule
+    assert_none(verdicts("0.5.22", "fa3", model=nvfp4, speculative_eagle_topk=1,
+                         speculative_algorithm="EAGLE"))
+
+
+def test_minimax_m3_nvfp4_depends_without_its_config_or_algorithm(tmp_path):
+    by_name = verdicts("0.5.23", "fa3", model="MiniMaxM3SparseForConditionalGeneration",
+                       speculative_eagle_topk=1, speculative_algorithm="EAGLE")
+    assert_all(by_name, phases.DEPENDS, MINIMAX_RAISE, "M3.1 NVFP4 checkpoint",
+               "moe_quant_format nvfp4-pack-quantized", "pass --model")
+    no_algo = verdicts("0.5.23", "fa3", model=_model(tmp_path, "nvfp4", NVFP4),
+                       speculative_eagle_topk=1)
+    assert_all(no_algo, phases.DEPENDS, MINIMAX_RAISE, "unless --speculative-algorithm is "
+               "DSPARK or DFLASH")
+
+
+# --------------------------------------------------------------------------- 4. IQuest-Q1
+
+# arg_groups/model_overrides/iquest_q1.py, `@_register_for("IQuestQ1ForCausalLM", "IQuestQ1MTP")`
+# (0.5.22 / 0.5.23 :11; identical files); 0.5.21 has one line less (no `attn_dp_enabled_of`
+# import) and `if cfg.enable_dp_attention:`; 0.5.20 has no iquest_q1.py. 0.5.23 lines:
+#   :19 if any(backend not in (None, "fa3") for backend in requested):   (no platform test)
+#   :20     raise ValueError("IQuestQ1 applies its attention sink ... requires FA3 attention
+#           for both prefill and decode.")
+#   :24 if cfg.speculative_algorithm is not None:
+#   :25     if cfg.speculative_algorithm.upper() not in ("EAGLE", "NEXTN"):
+#   :26         raise ValueError("IQuest Q1 MTP requires serial EAGLE or NEXTN drafting.")
+#   :27     if cfg.speculative_draft_attention_backend not in (None, "fa3"):
+#   :28         raise ValueError("IQuestQ1 requires FA3 attention for the MTP draft.")
+#   :29 if cfg.attn_cp_size > 1 or cfg.dcp_size > 1 or cfg.enable_prefill_cp:
+#   :30     raise ValueError("IQuestQ1 does not support context parallelism.")
+#   :31 if cfg.speculative_eagle_topk is not None and cfg.speculative_eagle_topk > 1:
+#   :32     raise ValueError(
+#   :37 if attn_dp_enabled_of(cfg):            (0.5.21 :36 `if cfg.enable_dp_attention:`)
+#   :38     raise ValueError("IQuest Q1 does not support DP attention.")
+# `attn_dp_enabled_of` is `cfg.attn_dp_size > 1 or ep_scale_joiner_of(cfg)`
+# (runtime_context.py:199); the deprecated --enable-dp-attention becomes attn_dp_size = dp_size
+# (parallel_hook.py:52-58, run first: pipeline.py:45), so with --dp-size 1 it passes; a
+# server's resolved `enable_dp_attention` is `attn_dp_size > 1` (server_args.py:332).
+IQ = "arg_groups/model_overrides/iquest_q1.py"
+IQUEST = {"0.5.21": {"fa3": 19, "algo": 25, "draft": 27, "cp": 29, "topk": 31, "dp": 37},
+          "0.5.23": {"fa3": 20, "algo": 26, "draft": 28, "cp": 30, "topk": 32, "dp": 38}}
+Q1 = {"model": "IQuestQ1ForCausalLM", "speculative_eagle_topk": 1, "dcp_size": 1,
+      "enable_dp_attention": False}
+
+
+@pytest.mark.parametrize("version", sorted(IQUEST))
+def test_iquest_q1_refusals(version):
+    at = {k: f"{IQ}:{n}" for k, n in IQUEST[version].items()}
+    assert_none(verdicts(version, "fa3", **Q1))
+    assert_none(verdicts(version, "fa3", **{**Q1, "speculative_algorithm": "nextn"}))  # upper()
+    assert_all(verdicts(version, "triton", **Q1), phases.REFUSED, at["fa3"],
+               "requires fa3 attention", "--attention-backend triton")
+    assert_all(verdicts(version, "fa3", **{**Q1, "speculative_algorithm": "EAGLE3"}),
+               phases.REFUSED, at["algo"], "requires EAGLE or NEXTN", "EAGLE3")
+    assert_all(verdicts(version, "fa3", **{**Q1, "draft_attention_backend": "triton"}),
+               phases.REFUSED, at["draft"], "fa3 for the MTP draft")
+    assert_all(verdicts(version, "fa3", **{**Q1, "dcp_size": 2}), phases.REFUSED, at["cp"],
+               "does not support context parallelism", "--dcp-size 2")
+    assert_all(verdicts(version, "fa3", **{**Q1, "speculative_eagle_topk": 2}),
+               phases.REFUSED, at["topk"], "requires --speculative-eagle-topk 1")
+    assert_all(verdicts(version, "fa3", **{**Q1, "enable_dp_attention": True, "dp_size": 2}),
+               phases.REFUSED, at["dp"], "does not support DP attention")
+    # not given: `depends`, cited at the first rule (context parallelism), the other named
+    got = verdicts(version, "fa3", model="IQuestQ1ForCausalLM", speculative_eagle_topk=1)
+    assert_all(got, phases.DEPENDS, at["cp"], "if --dcp-size > 1",
+               "also refused at start with DP attention")
+    # 0.5.20: no iquest_q1.py
+    assert_none(verdicts("0.5.20", "triton", **{**Q1, "speculative_eagle_topk": 2,
+                                                "dcp_size": 2}))
+
+
+def test_iquest_q1_dp_attention_follows_the_dp_size_from_0_5_22():
+    """0.5.21 refuses --enable-dp-attention alone; 0.5.22+ only with an attention-DP width > 1."""
+    one = {**Q1, "enable_dp_attention": True, "dp_size": 1}
+    assert_all(verdicts("0.5.21", "fa3", **one), phases.REFUSED, f"{IQ}:37")
+    assert_none(verdicts("0.5.23", "fa3", **one))
+    assert_all(verdicts("0.5.23", "fa3", **{**one, "dp_size": None}), phases.DEPENDS,
+               f"{IQ}:38", "if --dp-size > 1", "parallel_hook.py:56")
+    assert_all(verdicts("0.5.23", "fa3", **one, source="server"), phases.REFUSED, f"{IQ}:38")
