@@ -353,3 +353,32 @@ def test_mimo_v2_with_eagle_runs_the_multi_layer_worker(version):
                      speculative_num_steps=3, enable_multi_layer_eagle=True)
     de = {v.phase: v for v in phases.phase_verdicts(t, "hip", cfg, "triton")}["draft-extend"]
     assert de.mode == phases.GRAPH and "the server runs multi-layer EAGLE" in de.reason
+
+
+# --speculative-eagle-topk not given. SGLang picks steps, topk and draft tokens itself when the
+# server gives none of them (0.5.23 arg_groups/speculative_hook.py:1159-1171 calls
+# `_auto_choose_speculative_params`: `return (5, 4, 8)` for LlamaForCausalLM at :1440, (3, 1, 4)
+# for the rest at :1461; 0.5.19 :976 and :997), and trtllm_mha raises for topk > 1 (0.5.23
+# :1177-1180, the message at :1179; 0.5.19 :742). Read by hand.
+AUTO = {"0.5.19": ("arg_groups/speculative_hook.py:976", "arg_groups/speculative_hook.py:742"),
+        "0.5.23": ("arg_groups/speculative_hook.py:1440", "arg_groups/speculative_hook.py:1179")}
+
+
+@pytest.mark.parametrize("version", sorted(AUTO))
+def test_topk_not_given_is_a_condition_for_topk_refusals(version):
+    auto, raise_at = AUTO[version]
+    t = release_target(version)
+
+    def verdicts(model: str | None, steps: int | None = None) -> dict:
+        cfg = SpecConfig(attention_backend="trtllm_mha", model=model, environ={},
+                         speculative_num_steps=steps)
+        return {v.phase: v for v in phases.phase_verdicts(t, "cuda", cfg, "trtllm_mha")}
+
+    for v in verdicts("LlamaForCausalLM").values():  # SGLang's own choice: topk 4
+        assert v.mode == phases.DEPENDS, (v.phase, v.mode, v.reason)
+        assert f"sglang/srt/{auto}" in v.reason and "topk 4" in v.reason
+        assert str(v.where) == f"sglang/srt/{raise_at}"
+    for v in verdicts("Qwen3ForCausalLM").values():  # its own choice is topk 1: no refusal
+        assert v.mode != phases.REFUSED and "topk > 1" not in v.reason, (v.phase, v.reason)
+    for v in verdicts("Qwen3ForCausalLM", steps=3).values():  # the server chose: not given
+        assert v.mode == phases.DEPENDS and "pass it to decide" in v.reason, (v.phase, v.reason)

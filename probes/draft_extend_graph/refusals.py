@@ -25,6 +25,7 @@ from diag.probes.draft_extend_graph.resolve import (
     Model,
     PageSize,
     Where,
+    auto_params,
     find_line,
 )
 from diag.probes.source import parse_file, walk_all
@@ -229,8 +230,31 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
         if q is not None:
             found.append(q)
     topk = cfg.speculative_eagle_topk
-    if topk is None or topk <= 1:
-        return _pick(found, rules.if_set)
+    auto = auto_params(target, model.arch, cfg.speculative_algorithm) if topk is None and \
+        model.arch and cfg.speculative_num_steps is None and \
+        cfg.speculative_num_draft_tokens is None else None
+    if auto is not None and auto[0][1] == 1:
+        pass  # SGLang's own choice without steps, topk or draft tokens: topk 1
+    elif topk is None:
+        # not given: the server's topk is what it passed, or SGLang's own choice when it gave
+        # none of steps, topk, draft tokens (0.5.23 speculative_hook.py:1159-1171; (5, 4, 8) for
+        # LlamaForCausalLM and Grok, :1439-1440, :1458-1459): a rule refusing topk > 1 is then
+        # a condition, not a pass
+        said = (f"SGLang's own choice for {model.arch} without --speculative-num-steps is "
+                f"topk {auto[0][1]} ({auto[1]}); " if auto else "")
+        found += [(DEPENDS, f"refused at start if --speculative-eagle-topk > 1 (not given: "
+                            f"{said}pass it to decide): {why}", w)
+                  for _, why, w in _topk_refusals(target, backend, cfg, model, page, info, 2)]
+    elif topk > 1:
+        found += _topk_refusals(target, backend, cfg, model, page, info, topk)
+    return _pick(found, rules.if_set)
+
+
+def _topk_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model,
+                   page: PageSize, info: backends.BackendInfo | None, topk: int
+                   ) -> list[Refusal]:
+    """What refuses `topk` > 1, in the order the start meets it."""
+    found: list[Refusal] = []
     if model.dsv4 and (cfg.speculative_algorithm or "EAGLE").upper() in ("EAGLE", "NEXTN"):
         # 0.5.12 - 0.5.23: `assert server_args.speculative_eagle_topk == 1` (0.5.12
         # arg_groups/deepseek_v4_hook.py:40-42, 0.5.17 :153-155, 0.5.23 :157)
@@ -261,7 +285,7 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
         found.append((REFUSED, f"{backend}'s draft-extend (SPEC_V2) metadata raises for "
                                f"topk > 1 ({g[0]}): the draft-extend graph capture, or "
                                "the first draft-extend pass, fails", g[0]))
-    return _pick(found, rules.if_set)
+    return found
 
 
 def _pick(found: list[Refusal], if_set: list[Refusal]) -> Refusal | None:

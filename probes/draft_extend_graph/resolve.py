@@ -468,3 +468,58 @@ def _archs_around(node: ast.AST, parents: dict[int, ast.AST],
                 archs += [a for a in names if _ARCH.match(a)]
         child, at = at, parents.get(id(at))
     return archs
+
+
+# --------------------------------------------------------------------------- auto parameters
+
+SPEC_HOOK_FILE = "srt/arg_groups/speculative_hook.py"
+
+
+def auto_params(target: Target, arch: str, algorithm: str | None
+                ) -> tuple[tuple[int, int, int], Where] | None:
+    """(steps, topk, draft tokens) SGLang picks when the server gives none of the three, and the
+    `return` that picks them: `_auto_choose_speculative_params` (0.5.23
+    arg_groups/speculative_hook.py:1430-1461, called at :1159-1166 when
+    --speculative-num-steps is None), `auto_choose_speculative_params` in server_args.py before
+    (0.5.9 :5741-5775): (5, 4, 8) for LlamaForCausalLM and Grok, (3, 1, 4) otherwise. Read by
+    walking its `if`/`elif` chain on the architecture and the algorithm."""
+    for rel in (SPEC_HOOK_FILE, SERVER_ARGS):
+        tree = parse_file(target.file(rel))
+        fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in (
+            "_auto_choose_speculative_params", "auto_choose_speculative_params")),
+            None) if tree is not None else None
+        if fn is not None:
+            hit = _pick_return(fn.body, arch, algorithm)
+            if hit is not None:
+                return hit[0], Where(target.relpath(target.file(rel)), hit[1])
+    return None
+
+
+def _pick_return(stmts: list[ast.stmt], arch: str, algorithm: str | None
+                 ) -> tuple[tuple[int, int, int], int] | None:
+    for st in stmts:
+        if isinstance(st, ast.Return) and isinstance(st.value, ast.Tuple) and \
+                len(st.value.elts) == 3 and all(isinstance(e, ast.Constant) and
+                                                isinstance(e.value, int) for e in st.value.elts):
+            return tuple(e.value for e in st.value.elts), st.lineno  # type: ignore[return-value]
+        if isinstance(st, ast.If):
+            holds = _arch_test(st.test, arch, algorithm)
+            if holds is None:
+                return None  # a test this reader does not know: no answer
+            hit = _pick_return(st.body if holds else st.orelse, arch, algorithm)
+            if hit is not None:
+                return hit
+    return None
+
+
+def _arch_test(test: ast.AST, arch: str, algorithm: str | None) -> bool | None:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = ast.unparse(test.left), test.ops[0], test.comparators[0]
+    if left.endswith("arch") and isinstance(op, ast.In) and isinstance(right, (ast.List,
+                                                                               ast.Tuple)):
+        return arch in [e.value for e in right.elts if isinstance(e, ast.Constant)]
+    if left.endswith("speculative_algorithm") and isinstance(op, ast.Eq) and \
+            isinstance(right, ast.Constant):
+        return (algorithm or "").upper() == right.value
+    return None
