@@ -152,7 +152,12 @@ def test_diagnose_takes_configuration_from_server_info(server):
 
 
 def test_tui_once_shows_live_server_values(server):
-    server.generate(PROMPT, 64)  # long enough for SGLang to log decode stats (accept length)
+    # SGLang totals the accept length every decode_log_interval (40) decode passes (0.5.23
+    # managers/scheduler_components/metrics_reporter.py:934, :999-1000): 3 x 64 tokens at 3 a
+    # pass are ~64 passes, whatever ran on this module's server before (alone, one 64-token
+    # request was ~22 passes: no accept length yet)
+    for _ in range(3):
+        server.generate(PROMPT, 64)
     r = _cli("tui", "--server", server.url, "--once", "--no-execute", "--width", "160")
     assert r.returncode == 0, r.stderr
     assert f"server {server.url}: ok" in r.stdout
