@@ -308,14 +308,19 @@ class RepeatInterleaveOutputSizeFix(Fix):
             return Applicability(REFUSED, NO_SGLANG)
         if platform != "hip":
             return Applicability(NOT_NEEDED, f"{CLASS} is the HIP backend; not used on {platform}")
-        name = config.attention_backend if config else None
+        name, ran = (None, "")
+        if config:  # the backend SGLang runs (DeepSeek-V4: dsv4, whatever was given)
+            from diag.probes.startup.default_backend import audited_backend
+
+            name, ran = audited_backend(target, platform, config)
         if name:
             from diag.probes.backends import backend_map
 
             info = backend_map(target, platform).get(name)
             built = set(info.attention_classes + info.draft_extend_classes) if info else set()
             if CLASS not in built:
-                return Applicability(NOT_NEEDED, f"--attention-backend {name} does not build "
+                said = f"{name} ({ran})" if ran else f"--attention-backend {name}"
+                return Applicability(NOT_NEEDED, f"{said} does not build "
                                      f"{CLASS}, the only builder this fix rewrites", INSTEAD)
         src = target.source(FILE)
         if src is None:

@@ -168,3 +168,27 @@ def test_server_fills_topk_and_page_size():
     assert {d["line"] for d in rows} == {1278}
     static = [f for f in doc["findings"] if f["summary"].startswith("dsa on CUDA")]
     assert static and "(server)" in static[0]["summary"]
+
+
+def test_census_audits_the_backend_the_verdicts_audit():
+    """DeepSeek-V4 runs dsv4 whatever --attention-backend says (0.5.23
+    arg_groups/model_overrides/deepseek_v4.py:24 `{"attention_backend": "dsv4"}`, read by
+    hand): the per-phase rows and the sync census's configured path both name dsv4, and on HIP
+    the census's draft-extend total counts DeepseekV4HipRadixBackend, not triton's class."""
+    opts = ["--sglang", "0.5.23", "--platform", "hip", "--attention-backend", "triton",
+            "--model", "deepseek-v4", "--speculative-eagle-topk", "1",
+            "--speculative-num-steps", "3", "--no-execute", "--json"]
+    r = CliRunner().invoke(main, ["diagnose", *opts])
+    doc = json.loads(r.stdout)
+    check("report-v1.json", doc)
+    rows = _phase_rows(doc)
+    assert {d["backend"] for d in rows} == {"dsv4"}, rows
+    [syncs] = [f for f in doc["findings"] if f["probe"] == "metadata-syncs"]
+    assert "on the dsv4 (DeepseekV4ForCausalLM runs dsv4" in syncs["summary"], syncs["summary"]
+    # the fix for DeepseekV4HipRadixBackend's builder is judged for dsv4 too (not "triton does
+    # not build it")
+    assert "triton does not build" not in (syncs.get("hint") or ""), syncs.get("hint")
+    totals = {e["data"]["phase"]: e["data"] for e in syncs["evidence"]
+              if e["kind"] == "metric" and (e.get("data") or {}).get("phase")}
+    assert totals["draft-extend"]["backends"] == ["DeepseekV4HipRadixBackend"], totals
+    assert not any("Triton" in c for t in totals.values() for c in t["backends"]), totals

@@ -21,7 +21,8 @@ import ast
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
-from diag.probes.draft_extend_graph.resolve import (
+from diag.probes.source import parse_file, walk_all
+from diag.probes.startup.resolve import (
     DSV2_OVERRIDES,
     DSV4_HOOK,
     MINIMAX_M3_OVERRIDES,
@@ -29,7 +30,6 @@ from diag.probes.draft_extend_graph.resolve import (
     Where,
     find_line,
 )
-from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
 # the verdict modes a refusal takes (refusals.py and phases.py re-export them)

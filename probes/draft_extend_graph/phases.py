@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from diag.context import SpecConfig
 from diag.probes import backends
 from diag.probes import gate as gate_mod
-from diag.probes.draft_extend_graph import default_backend
 from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exported)
     BACKEND_TOPK_GUARD,
     DEPENDS,
@@ -33,7 +32,9 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     extend_topk_guard,
     refusal,
 )
-from diag.probes.draft_extend_graph.resolve import (  # noqa: F401  (re-exported)
+from diag.probes.source import parse_file, walk_all
+from diag.probes.startup import default_backend
+from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     BACKEND_PAGE,
     DSA_UTILS,
     DSV2_OVERRIDES,
@@ -53,7 +54,6 @@ from diag.probes.draft_extend_graph.resolve import (  # noqa: F401  (re-exported
     read_model,
     resolve_page_size,
 )
-from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
 # Attention backends that run on AMD GPUs; the HIP table lists these only. In sglang 0.5.23:

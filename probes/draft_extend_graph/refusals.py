@@ -19,7 +19,8 @@ from diag.probes.draft_extend_graph.model_rules import (
     Refusal,
     model_refusals,
 )
-from diag.probes.draft_extend_graph.resolve import (
+from diag.probes.source import parse_file, walk_all
+from diag.probes.startup.resolve import (
     DSV4_HOOK,
     SERVER_ARGS,
     Model,
@@ -28,7 +29,6 @@ from diag.probes.draft_extend_graph.resolve import (
     auto_params,
     find_line,
 )
-from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
 GRAPH, EAGER = "graph", "eager"  # REFUSED, DEPENDS: model_rules.py

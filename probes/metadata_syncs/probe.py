@@ -133,7 +133,9 @@ class MetadataSyncsProbe(Probe):
         ctx.cache[key] = c
         cfg = ctx.config
         models = windows(target, cfg.model, cfg.draft_model)  # the models' sliding windows
-        name = cfg.attention_backend
+        from diag.probes.startup.default_backend import audited_backend
+
+        name, ran = audited_backend(target, ctx.platform, cfg)
         paths = audited_paths(cfg.speculative_num_steps)
         draft_name = cfg.draft_attention_backend or name
         if name:  # the configuration under audit: the target verifies, the draft extends/decodes
@@ -144,7 +146,7 @@ class MetadataSyncsProbe(Probe):
                      "draft-decode": draft_roles["draft-decode"]}
             target_classes = roles["target"]
             draft_classes = roles["draft-extend"] | roles["draft-decode"]
-            scope = f"--attention-backend {name}" + (
+            scope = (f"--attention-backend {name}" if not ran else f"{name} ({ran})") + (
                 f" (draft {draft_name})" if draft_name != name else "") + \
                 f" path ({', '.join(paths)})"
         else:  # nothing configured: what each backend on the platform's draft-extend path does
@@ -405,3 +407,4 @@ def _measured_data(ctx: Context, m: Any, static: list) -> dict[str, Any]:
             "syncs": m.syncs, "path": m.path,
             "source": "gpu-sync-debug" if m.mode == "gpu" else "cpu-counter",
             "release": ctx.target.version}
+

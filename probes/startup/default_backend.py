@@ -24,14 +24,15 @@ import ast
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
-from diag.probes.draft_extend_graph.resolve import (
+from diag.probes.source import parse_file, walk_all
+from diag.probes.startup.resolve import (
     MODEL_HOOK,
     OVERRIDES,
     SERVER_ARGS,
     Model,
     Where,
+    read_model,
 )
-from diag.probes.source import parse_file, walk_all
 from diag.target import Target
 
 OVERRIDE_BASE = "srt/arg_groups/model_override_base.py"
@@ -554,3 +555,22 @@ def _generic(target: Target, f: _Facts) -> list[Candidate]:
     w = _Walk(f, file, returns=True)
     w.block(node.body, [])
     return w.out
+
+def audited_backend(target: Target, platform: str, cfg: SpecConfig) -> tuple[str | None, str]:
+    """The attention backend whose classes are audited, and why when it is not the one given:
+    the backend SGLang runs, as the per-phase verdicts read it (DeepSeek-V4
+    runs dsv4 whatever --attention-backend says; without it, SGLang's default for the model
+    and platform when one backend is decided). The sync census and the fixes' applicability
+    read it, so they audit the backend the verdicts audit; the verdicts themselves also keep the
+    candidates when no input decides one (phases.audited_verdicts)."""
+    if not cfg.model:
+        return cfg.attention_backend, ""
+    try:
+        choice = resolve_backend(target, platform, cfg, read_model(target, cfg.model))
+    except (ValueError, OSError):  # a model diagnose already reports as unreadable
+        return cfg.attention_backend, ""
+    if choice.backend is None or choice.how == "given":
+        return cfg.attention_backend, ""
+    return choice.backend, choice.why
+
+
