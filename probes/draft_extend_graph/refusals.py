@@ -233,19 +233,18 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
     auto = auto_params(target, model.arch, cfg.speculative_algorithm) if topk is None and \
         model.arch and cfg.speculative_num_steps is None and \
         cfg.speculative_num_draft_tokens is None else None
-    if auto is not None and auto[0][1] == 1:
-        pass  # SGLang's own choice without steps, topk or draft tokens: topk 1
-    elif topk is None:
-        # not given: the server's topk is what it passed, or SGLang's own choice when it gave
-        # none of steps, topk, draft tokens (0.5.23 speculative_hook.py:1159-1171; (5, 4, 8) for
-        # LlamaForCausalLM and Grok, :1439-1440, :1458-1459): a rule refusing topk > 1 is then
-        # a condition, not a pass
+    if topk is None and auto is not None and auto[0][1] > 1:
+        # none of steps, topk, draft tokens given: a server that gave none runs SGLang's own
+        # choice (0.5.23 speculative_hook.py:1159-1171), topk 4 for LlamaForCausalLM and Grok
+        # (:1439-1440, :1458-1459), and a rule refusing topk > 1 is then a condition; with
+        # steps given and topk not, the server's topk is unknown and no topk rule is judged
         said = (f"SGLang's own choice for {model.arch} without --speculative-num-steps is "
-                f"topk {auto[0][1]} ({auto[1]}); " if auto else "")
-        found += [(DEPENDS, f"refused at start if --speculative-eagle-topk > 1 (not given: "
-                            f"{said}pass it to decide): {why}", w)
-                  for _, why, w in _topk_refusals(target, backend, cfg, model, page, info, 2)]
-    elif topk > 1:
+                f"topk {auto[0][1]} ({auto[1]})")
+        found += [(DEPENDS, f"refused at start if the server gave no --speculative-num-steps "
+                            f"({said}) or --speculative-eagle-topk > 1: {why}", w)
+                  for _, why, w in _topk_refusals(target, backend, cfg, model, page, info,
+                                                  auto[0][1])]
+    elif topk is not None and topk > 1:
         found += _topk_refusals(target, backend, cfg, model, page, info, topk)
     return _pick(found, rules.if_set)
 
