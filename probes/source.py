@@ -311,3 +311,14 @@ def callers_of(tree: ast.Module, name: str) -> list[tuple[str, ast.Call]]:
                         out.append((f"{scope}{st.name}", n))
     visit("", tree.body)
     return out
+
+
+def last_name(e: ast.AST) -> str:
+    """The last name of a callee, attribute or name (`self.x.is_hip()` -> `is_hip`): how the
+    static audits recognise a flag or a helper whatever object it hangs on."""
+    if isinstance(e, ast.Call):
+        e = e.func
+    if isinstance(e, ast.Attribute):
+        return e.attr
+    return e.id if isinstance(e, ast.Name) else ""
+

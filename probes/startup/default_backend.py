@@ -24,7 +24,7 @@ import ast
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
-from diag.probes.source import parse_file, walk_all
+from diag.probes.source import last_name, parse_file, walk_all
 from diag.probes.startup.resolve import (
     MODEL_HOOK,
     OVERRIDES,
@@ -129,12 +129,7 @@ class _Facts:
 Tri = tuple[bool | None, str]  # (value, the undecided part in words)
 
 
-def _name(node: ast.AST) -> str:
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else ""
+_name = last_name  # probes.source
 
 
 def _test(node: ast.AST, f: _Facts, env: dict) -> Tri:

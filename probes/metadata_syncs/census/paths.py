@@ -13,6 +13,7 @@ from diag.probes.metadata_syncs.census.sites import _FACTORIES
 from diag.probes.source import (
     children,
     inner,
+    last_name,
     unparse,
     walk,
     walk_all,
@@ -103,12 +104,7 @@ def seed_state(name: str) -> frozenset:
     return _modes(set(MODES), phases)
 
 
-def _last_name(e: ast.AST) -> str:
-    if isinstance(e, ast.Call):
-        e = e.func
-    if isinstance(e, ast.Attribute):
-        return e.attr
-    return e.id if isinstance(e, ast.Name) else ""
+_last_name = last_name  # (probes.source; the census stages import it from here)
 
 
 def _enum_modes(e: ast.AST) -> set[str] | None:
