@@ -286,3 +286,42 @@ def test_iquest_q1_dp_attention_follows_the_dp_size_from_0_5_22():
     assert_all(verdicts("0.5.23", "fa3", **{**one, "dp_size": None}), phases.DEPENDS,
                f"{IQ}:38", "if --dp-size > 1", "parallel_hook.py:56")
     assert_all(verdicts("0.5.23", "fa3", **one, source="server"), phases.REFUSED, f"{IQ}:38")
+
+
+# Kimi-K3 with DCP: under `if cfg.dcp_size > 1:` an `if decode_backend == "cutedsl_mla" or
+# decode_backend is None:` branch calling `_require_kimi_k3_cutedsl_dcp_support()` (FlashInfer
+# >= 0.6.17 with enable_dcp), then `elif decode_backend == "tokenspeed_mla":` (0.5.19, no
+# check) or `elif decode_backend == "aiter":` calling `_require_kimi_k3_aiter_gluon_dcp_support()`
+# (0.5.23), else `raise AssertionError("Decode attention backend for Kimi-K3 DCP must be ...")`.
+# Read by hand: 0.5.19 arg_groups/model_overrides/kimi_k3.py:48, :79-80, :89, :105; 0.5.23
+# :54, :85-86, :95-96, :110.
+KIMI_RAISE = {"0.5.19": "arg_groups/model_overrides/kimi_k3.py:105",
+              "0.5.23": "arg_groups/model_overrides/kimi_k3.py:110"}
+
+
+@pytest.mark.parametrize("version", sorted(KIMI_RAISE))
+def test_kimi_k3_dcp_takes_only_its_decode_backends(version):
+    t = release_target(version)
+
+    def modes(backend: str, dcp: int | None) -> set:
+        cfg = SpecConfig(attention_backend=backend, model="KimiK3ForConditionalGeneration",
+                         speculative_eagle_topk=1, speculative_num_steps=3, dcp_size=dcp,
+                         environ={})
+        got = phases.phase_verdicts(t, "hip", cfg, backend)
+        return {(v.mode, str(v.where)) for v in got}, got
+
+    m, got = modes("triton", 2)
+    assert m == {(phases.REFUSED, f"sglang/srt/{KIMI_RAISE[version]}")}, got
+    assert "triton is refused" in got[0].reason
+    m, got = modes("triton", None)  # --dcp not given: SGLang's default 1 passes
+    assert {x[0] for x in m} == {phases.DEPENDS} and "--dcp-size > 1" in got[0].reason
+    assert not any("Kimi-K3" in v.reason for v in modes("triton", 1)[1])
+    m, got = modes("cutedsl_mla", 2)  # allowed, but needs the server's FlashInfer
+    assert {x[0] for x in m} == {phases.DEPENDS}, got
+    assert "_require_kimi_k3_cutedsl_dcp_support" in got[0].reason
+    m, got = modes("aiter", 2)
+    if version == "0.5.19":  # not in 0.5.19's chain
+        assert {x[0] for x in m} == {phases.REFUSED}, got
+    else:  # 0.5.23: allowed with the aiter gluon MLA kernel
+        assert {x[0] for x in m} == {phases.DEPENDS}, got
+        assert "_require_kimi_k3_aiter_gluon_dcp_support" in got[0].reason

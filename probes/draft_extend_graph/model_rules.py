@@ -38,6 +38,7 @@ Refusal = tuple[str, str, "Where | None"]
 
 IQUEST_OVERRIDES = "srt/arg_groups/model_overrides/iquest_q1.py"
 PARALLEL_HOOK = "srt/arg_groups/parallel_hook.py"
+KIMI_K3_FILES = ("srt/arg_groups/model_overrides/kimi_k3.py", "srt/arg_groups/overrides.py")
 
 
 @dataclass
@@ -299,6 +300,55 @@ def _iquest_dp(target: Target, cfg: SpecConfig, name: str, r: tuple[ast.If | Non
 # --------------------------------------------------------------------------- all of them
 
 
+# --------------------------------------------------------------------------- Kimi-K3 with DCP
+
+
+def kimi_k3_dcp(target: Target, backend: str, cfg: SpecConfig, model: Model
+                ) -> tuple[Refusal | None, bool]:
+    """Kimi-K3's override under `if cfg.dcp_size > 1:` takes only some decode backends: an
+    `if`/`elif decode_backend == "X"` chain, else `raise AssertionError("Decode attention
+    backend for Kimi-K3 DCP must be ...")` (0.5.17 arg_groups/overrides.py:399-426, cutedsl_mla
+    or tokenspeed_mla; 0.5.20 model_overrides/kimi_k3.py:88-129 adds aiter; 0.5.23 :85-111,
+    cutedsl_mla or aiter). A branch that calls a `_require_*` check needs what the server has
+    installed (0.5.23 :20-38 FlashInfer >= 0.6.17 with `enable_dcp` for cutedsl_mla, :41-48 the
+    aiter gluon MLA kernel): `depends`. The decode backend is --attention-backend's here (diag
+    takes no separate decode backend). Returns (refusal, True when `depends` only on --dcp not
+    given)."""
+    if model.arch != "KimiK3ForConditionalGeneration" or cfg.dcp_size == 1:
+        return None, False
+    hit = next((h for rel in KIMI_K3_FILES if (h := _stmt_with(
+        target, rel, ast.Raise, "Decode attention backend for Kimi-K3 DCP must be"))), None)
+    if hit is None:
+        return None, False
+    stmt, tree, w = hit
+    fn = _function_of(tree, w.line)
+    branches: dict[str, list[str]] = {}  # backend -> the _require_* checks its branch runs
+    for node in walk_all(fn) if fn is not None else ():
+        if isinstance(node, ast.If) and "decode_backend" in ast.unparse(node.test):
+            for name in _names(node.test, "decode_backend"):
+                if isinstance(name, str):
+                    branches.setdefault(name, [
+                        ast.unparse(c.func) for st in node.body for c in walk_all(st)
+                        if isinstance(c, ast.Call) and ast.unparse(c.func).startswith("_require")])
+    if not branches:
+        return None, False
+    dcp = f"--dcp-size {cfg.dcp_size}" if cfg.dcp_size else "--dcp-size > 1"
+    if backend not in branches:
+        rule = (f"Kimi-K3 with DCP takes the decode backends {', '.join(branches)} only ({w}); "
+                f"{backend} is refused")
+    elif branches[backend]:
+        checks = ", ".join(branches[backend])
+        rule = (f"Kimi-K3 with DCP and {backend} needs what the server has installed "
+                f"({checks}, {w.file}): refused at start without it")
+        return (DEPENDS, f"with {dcp}: {rule}", w), cfg.dcp_size is None
+    else:
+        return None, False
+    if cfg.dcp_size is None:
+        return (DEPENDS, f"refused at start if --dcp-size > 1 (not given; SGLang's default 1 "
+                         f"passes): {rule}", w), True
+    return (REFUSED, f"{dcp}: {rule}", w), False
+
+
 def model_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model) -> ModelRules:
     """The model's own start-time rules for `backend` under `cfg` (only one family matches)."""
     out = ModelRules()
@@ -313,6 +363,9 @@ def model_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model) 
     mm = minimax_nvfp4(target, cfg, model)
     if mm is not None:
         out.found.append(mm)
+    kk, quiet = kimi_k3_dcp(target, backend, cfg, model)
+    if kk is not None:
+        (out.if_set if quiet else out.found).append(kk)
     iq = iquest_q1(target, backend, cfg, model)
     out.found += iq.found
     out.if_set += iq.if_set
