@@ -325,3 +325,43 @@ def test_kimi_k3_dcp_takes_only_its_decode_backends(version):
     else:  # 0.5.23: allowed with the aiter gluon MLA kernel
         assert {x[0] for x in m} == {phases.DEPENDS}, got
         assert "_require_kimi_k3_aiter_gluon_dcp_support" in got[0].reason
+
+
+# MiniCPM refuses DP attention: 0.5.19 arg_groups/model_overrides/minicpm.py:20-21 `if
+# cfg.enable_dp_attention: raise ValueError("MiniCPM does not support DP attention")`; 0.5.23
+# :17-18 `if attn_dp_enabled_of(cfg):` (attn_dp_size > 1, runtime_context.py; the deprecated
+# flag becomes attn_dp_size = dp_size, parallel_hook.py). Registered for MiniCPMForCausalLM and
+# MiniCPMSALAForCausalLM (0.5.23 :13). Not in 0.5.18. Read by hand.
+MINICPM_RAISE = {"0.5.19": "arg_groups/model_overrides/minicpm.py:21",
+                 "0.5.23": "arg_groups/model_overrides/minicpm.py:18"}
+
+
+@pytest.mark.parametrize("version", ["0.5.18", *sorted(MINICPM_RAISE)])
+def test_minicpm_refuses_dp_attention(version):
+    from click.testing import CliRunner
+
+    from diag.cli import main
+
+    def modes(*opts: str) -> set:
+        r = CliRunner().invoke(main, [
+            "probe", "draft-extend-graph", "--sglang", version, "--platform", "hip",
+            "--attention-backend", "aiter", "--model", "MiniCPMForCausalLM",
+            "--speculative-eagle-topk", "1", "--speculative-num-steps", "3", "--no-execute",
+            "--json", *opts])
+        doc = json.loads(r.stdout)
+        return {(e["data"]["mode"], f"{e['data'].get('file')}:{e['data'].get('line')}")
+                for f in doc["findings"] for e in f["evidence"]
+                if e["kind"] == "row" and "phase" in e["data"] and e["data"].get("config")}
+
+    at = f"sglang/srt/{MINICPM_RAISE.get(version)}"
+    if version == "0.5.18":  # no such rule
+        assert {m for m, _ in modes("--enable-dp-attention", "--dp", "2")} == {"graph"}
+        return
+    assert modes("--enable-dp-attention", "--dp", "2") == {("refused", at)}
+    assert {m for m, _ in modes("--no-dp-attention")} == {"graph"}
+    assert modes() == {("depends", at)}  # not given: the condition
+    one = modes("--enable-dp-attention", "--dp", "1")
+    if version == "0.5.23":  # attention-DP width 1 passes attn_dp_enabled_of
+        assert {m for m, _ in one} == {"graph"}
+    else:  # 0.5.19 tests the flag itself
+        assert one == {("refused", at)}

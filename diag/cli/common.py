@@ -152,8 +152,10 @@ def config_options(f: Callable) -> Callable:
                      help="The server's SGLANG_* environment (repeatable; default: this "
                           "process's environment)."),
         click.option("--tp", "tp_size", type=pos, metavar="N", help="The server's --tp."),
-        click.option("--enable-dp-attention", is_flag=True, default=None,
-                     help="The server runs with --enable-dp-attention."),
+        click.option("--enable-dp-attention/--no-dp-attention", default=None,
+                     help="The server runs with --enable-dp-attention (or not: some models "
+                          "refuse it). Default: not given."),
+        click.option("--dp", "dp_size", type=pos, metavar="N", help="The server's --dp-size."),
         click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
     ]
     for opt in reversed(opts):

@@ -38,6 +38,7 @@ Refusal = tuple[str, str, "Where | None"]
 
 IQUEST_OVERRIDES = "srt/arg_groups/model_overrides/iquest_q1.py"
 PARALLEL_HOOK = "srt/arg_groups/parallel_hook.py"
+MINICPM_OVERRIDES = "srt/arg_groups/model_overrides/minicpm.py"
 KIMI_K3_FILES = ("srt/arg_groups/model_overrides/kimi_k3.py", "srt/arg_groups/overrides.py")
 
 
@@ -300,6 +301,24 @@ def _iquest_dp(target: Target, cfg: SpecConfig, name: str, r: tuple[ast.If | Non
 # --------------------------------------------------------------------------- all of them
 
 
+# --------------------------------------------------------------------------- MiniCPM
+
+
+def minicpm_dp(target: Target, cfg: SpecConfig, model: Model) -> Refusal | None:
+    """MiniCPM's override refuses DP attention: `if cfg.enable_dp_attention: raise
+    ValueError("MiniCPM does not support DP attention")` (0.5.19
+    arg_groups/model_overrides/minicpm.py:20-21), `if attn_dp_enabled_of(cfg):` from 0.5.22
+    (0.5.23 :17-18), for `@_register_for("MiniCPMForCausalLM", "MiniCPMSALAForCausalLM")`
+    (0.5.23 :13); read as IQuest-Q1's DP rule (`_iquest_dp`)."""
+    hit = _stmt_with(target, MINICPM_OVERRIDES, ast.Raise, "MiniCPM does not support DP attention")
+    if hit is None or model.arch is None:
+        return None
+    stmt, tree, w = hit
+    if model.arch not in _registered_for(tree, _function_of(tree, w.line)):
+        return None
+    return _iquest_dp(target, cfg, model.arch, (_guard_of(tree, stmt), w))
+
+
 # --------------------------------------------------------------------------- Kimi-K3 with DCP
 
 
@@ -363,6 +382,9 @@ def model_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model) 
     mm = minimax_nvfp4(target, cfg, model)
     if mm is not None:
         out.found.append(mm)
+    mc = minicpm_dp(target, cfg, model)
+    if mc is not None:
+        (out.if_set if mc[0] == DEPENDS else out.found).append(mc)
     kk, quiet = kimi_k3_dcp(target, backend, cfg, model)
     if kk is not None:
         (out.if_set if quiet else out.found).append(kk)
