@@ -365,3 +365,34 @@ def test_minicpm_refuses_dp_attention(version):
         assert {m for m, _ in one} == {"graph"}
     else:  # 0.5.19 tests the flag itself
         assert one == {("refused", at)}
+
+
+# A Gemma4 assistant draft model refuses EAGLE3: `_resolve_speculative_algorithm_alias` reads the
+# draft's config.json; `if speculative_algorithm == "EAGLE3" and is_gemma4_draft: raise
+# ValueError(...)` at 0.5.19 arg_groups/speculative_hook.py:62-63 and 0.5.23 :102-103, with
+# `is_gemma4_draft = any(arch in ("Gemma4AssistantForCausalLM",
+# "Gemma4UnifiedAssistantForCausalLM") ...)` (0.5.19 :57-60, 0.5.23 :97-100). Read by hand.
+GEMMA4_RAISE = {"0.5.19": "arg_groups/speculative_hook.py:63",
+                "0.5.23": "arg_groups/speculative_hook.py:103"}
+
+
+@pytest.mark.parametrize("version", sorted(GEMMA4_RAISE))
+def test_gemma4_assistant_draft_refuses_eagle3(tmp_path, version):
+    t = release_target(version)
+
+    def verdicts(arch: str, algo: str) -> list:
+        d = tmp_path / f"{arch}-{algo}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        cfg = SpecConfig(attention_backend="triton", draft_model=str(d), environ={},
+                         speculative_algorithm=algo, speculative_eagle_topk=1,
+                         speculative_num_steps=3)
+        return phases.phase_verdicts(t, "hip", cfg, "triton")
+
+    for v in verdicts("Gemma4AssistantForCausalLM", "EAGLE3"):
+        assert v.mode == phases.REFUSED and str(v.where) == f"sglang/srt/{GEMMA4_RAISE[version]}"
+    assert all(v.mode != phases.REFUSED for v in verdicts("LlamaForCausalLM", "EAGLE3"))
+    assert all(v.mode == phases.REFUSED
+               for v in verdicts("Gemma4UnifiedAssistantForCausalLM", "EAGLE3"))
+    # EAGLE with the same draft runs as FROZEN_KV_MTP (not judged here): not refused
+    assert all(v.mode != phases.REFUSED for v in verdicts("Gemma4AssistantForCausalLM", "EAGLE"))

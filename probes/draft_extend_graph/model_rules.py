@@ -18,7 +18,9 @@ first.
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from diag.context import SpecConfig
 from diag.probes.source import parse_file, walk_all
@@ -38,6 +40,7 @@ Refusal = tuple[str, str, "Where | None"]
 
 IQUEST_OVERRIDES = "srt/arg_groups/model_overrides/iquest_q1.py"
 PARALLEL_HOOK = "srt/arg_groups/parallel_hook.py"
+SPEC_HOOK_FILE = "srt/arg_groups/speculative_hook.py"
 MINICPM_OVERRIDES = "srt/arg_groups/model_overrides/minicpm.py"
 KIMI_K3_FILES = ("srt/arg_groups/model_overrides/kimi_k3.py", "srt/arg_groups/overrides.py")
 
@@ -301,6 +304,37 @@ def _iquest_dp(target: Target, cfg: SpecConfig, name: str, r: tuple[ast.If | Non
 # --------------------------------------------------------------------------- all of them
 
 
+# --------------------------------------------------------------------------- Gemma4 drafts
+
+
+def gemma4_draft_eagle3(target: Target, cfg: SpecConfig) -> Refusal | None:
+    """A Gemma4 assistant draft model refuses EAGLE3: `_resolve_speculative_algorithm_alias`
+    reads the draft's config.json architectures, `is_gemma4_draft = any(arch in
+    ("Gemma4AssistantForCausalLM", ...))`, and `if speculative_algorithm == "EAGLE3" and
+    is_gemma4_draft: raise ValueError(...)` (0.5.13 arg_groups/speculative_hook.py:34-39, 0.5.19
+    :62-67, 0.5.23 :96-107; the Unified assistant counts too, 0.5.19 :57-60). (EAGLE and NEXTN
+    become FROZEN_KV_MTP there, a worker with no draft-extend pass: not judged here.)"""
+    if (cfg.speculative_algorithm or "") != "EAGLE3" or not cfg.draft_model:
+        return None
+    hit = _stmt_with(target, SPEC_HOOK_FILE, ast.Raise, "draft requires")
+    if hit is None:
+        return None
+    _, tree, w = hit
+    archs = {c.value for n in walk_all(tree) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "is_gemma4_draft" for t in n.targets)
+        for c in walk_all(n.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    try:
+        params = json.loads((Path(cfg.draft_model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    drafts = params.get("architectures") if isinstance(params, dict) else None
+    hits = sorted(archs & set(a for a in drafts or [] if isinstance(a, str)))
+    if not hits:
+        return None
+    return REFUSED, (f"the draft model is {hits[0]}: EAGLE3 is refused for it ({w}); NEXTN or "
+                     "EAGLE run it as FROZEN_KV_MTP"), w
+
+
 # --------------------------------------------------------------------------- MiniCPM
 
 
@@ -371,6 +405,9 @@ def kimi_k3_dcp(target: Target, backend: str, cfg: SpecConfig, model: Model
 def model_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model) -> ModelRules:
     """The model's own start-time rules for `backend` under `cfg` (only one family matches)."""
     out = ModelRules()
+    g4 = gemma4_draft_eagle3(target, cfg)  # the algorithm's alias, read before the model's rules
+    if g4 is not None:
+        out.found.append(g4)
     if model.arch is None:
         return out
     dsv4 = dsv4_algorithm(target, cfg, model)
