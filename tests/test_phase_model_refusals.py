@@ -396,3 +396,34 @@ def test_gemma4_assistant_draft_refuses_eagle3(tmp_path, version):
                for v in verdicts("Gemma4UnifiedAssistantForCausalLM", "EAGLE3"))
     # EAGLE with the same draft runs as FROZEN_KV_MTP (not judged here): not refused
     assert all(v.mode != phases.REFUSED for v in verdicts("Gemma4AssistantForCausalLM", "EAGLE"))
+
+
+# DeepSeek-V4.1 (config.json `model_type: deepseek_v41`, architecture DeepseekV4ForCausalLM)
+# takes only DSPARK: `validate_deepseek_v41_features` lists ("speculative decoding other than
+# DSpark", `speculative_algorithm is not None and ....upper() != "DSPARK"`) and raises in a loop
+# (0.5.21 arg_groups/deepseek_v4_hook.py:215-218, raise :229; 0.5.23 :334-337, raise :350);
+# called for DeepseekV4ForCausalLM from model_hook.py (0.5.23 :470-479). Not in 0.5.20. Read by hand.
+V41_RAISE = {"0.5.21": "arg_groups/deepseek_v4_hook.py:229",
+             "0.5.23": "arg_groups/deepseek_v4_hook.py:350"}
+
+
+@pytest.mark.parametrize("version", ["0.5.20", *sorted(V41_RAISE)])
+def test_deepseek_v4_1_takes_dspark_only(tmp_path, version):
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41"}))
+    t = release_target(version)
+
+    def verdicts(algo: str | None) -> list:
+        cfg = SpecConfig(attention_backend="dsv4", model=str(tmp_path), environ={},
+                         speculative_algorithm=algo, speculative_eagle_topk=1,
+                         speculative_num_steps=3)
+        return phases.phase_verdicts(t, "hip", cfg, "dsv4")
+
+    if version not in V41_RAISE:
+        assert all(v.mode != phases.REFUSED for v in verdicts("EAGLE"))
+        return
+    at = f"sglang/srt/{V41_RAISE[version]}"
+    assert {(v.mode, str(v.where)) for v in verdicts("EAGLE")} == {(phases.REFUSED, at)}
+    assert {(v.mode, str(v.where)) for v in verdicts(None)} == {(phases.DEPENDS, at)}
+    assert all(v.mode != phases.REFUSED and "DSPARK" not in v.reason
+               for v in verdicts("DSPARK"))

@@ -138,6 +138,31 @@ def dsv4_algorithm(target: Target, cfg: SpecConfig, model: Model) -> Refusal | N
                      f"as typed before NEXTN becomes EAGLE: {algo} is refused"), w
 
 
+def dsv41_dspark_only(target: Target, cfg: SpecConfig, model: Model) -> Refusal | None:
+    """DeepSeek-V4.1 (a DeepseekV4ForCausalLM checkpoint whose config.json says `model_type:
+    deepseek_v41`) takes no speculative algorithm but DSPARK: `validate_deepseek_v41_features`,
+    called for DeepseekV4ForCausalLM (0.5.23 arg_groups/model_hook.py:470-479), lists
+    ("speculative decoding other than DSpark", `speculative_algorithm is not None and
+    str(...).upper() != "DSPARK"`) and raises for it (0.5.21 arg_groups/deepseek_v4_hook.py:216;
+    0.5.23 :334-337, the raise at :350). EAGLE, NEXTN and EAGLE3 are refused; no
+    --speculative-algorithm given is `depends`."""
+    if model.arch != "DeepseekV4ForCausalLM" or \
+            (model.params or {}).get("model_type") != "deepseek_v41":
+        return None
+    hit = _stmt_with(target, DSV4_HOOK, ast.Raise, "DeepSeek-V4.1 does not support")
+    item = find_line(target, DSV4_HOOK, r'"speculative decoding other than DSpark"')
+    if hit is None or item is None:
+        return None
+    w = hit[2]
+    rule = f"DeepSeek-V4.1 supports no speculative decoding but DSPARK ({item}, raised at {w})"
+    algo = cfg.speculative_algorithm
+    if algo is None:
+        return DEPENDS, f"refused at start unless --speculative-algorithm DSPARK: {rule}", w
+    if str(algo).upper() == "DSPARK":
+        return None
+    return REFUSED, f"--speculative-algorithm {algo}: {rule}", w
+
+
 # --------------------------------------------------------------------------- DSA with DCP
 
 
@@ -413,6 +438,9 @@ def model_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model) 
     dsv4 = dsv4_algorithm(target, cfg, model)
     if dsv4 is not None:
         out.found.append(dsv4)
+    v41 = dsv41_dspark_only(target, cfg, model)
+    if v41 is not None:
+        out.found.append(v41)
     dcp, quiet = dsa_dcp_topk(target, cfg, model)
     if dcp is not None:
         (out.if_set if quiet else out.found).append(dcp)
