@@ -303,23 +303,13 @@ def _qwen3vl_page(target: Target, env: dict[str, str], env_given: bool) -> PageS
                         condition=f"page_size 16 if SGLANG_USE_AITER_UNIFIED_ATTN is true on "
                                   f"the server, else 1 ({cite}; pass --env "
                                   "SGLANG_USE_AITER_UNIFIED_ATTN=...)")
-    on = _get_bool(env, "SGLANG_USE_AITER_UNIFIED_ATTN") if "get_bool_env_var" in \
-        _line_text(target, rel, read) else env_bool(value)
+    old_reader = find_line(target, rel, r'get_bool_env_var\("SGLANG_USE_AITER_UNIFIED_ATTN"\)',
+                           max(0, w.line - 10)) is not None  # 0.5.10: "true"/"1" only
+    on = _get_bool(env, "SGLANG_USE_AITER_UNIFIED_ATTN") if old_reader else env_bool(value)
     if not on:
         return None
     return PageSize(16, f"{QWEN3VL_ARCH} with SGLANG_USE_AITER_UNIFIED_ATTN on HIP forces "
                         f"page_size 16 ({cite})", w)
-
-
-def _line_text(target: Target, rel: str, w: Where | None) -> str:
-    if w is None:
-        return ""
-    try:
-        lines = target.file(rel).read_text(
-            encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return lines[w.line - 1] if 0 < w.line <= len(lines) else ""
 
 
 def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: int
