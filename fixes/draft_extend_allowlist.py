@@ -330,7 +330,11 @@ class DraftExtendAllowlistFix(Fix):
         admitted = {c.cls for c in checks if c.attr == EXTEND_ATTR}
         allow = self.allowlist(platform)
         present = class_locations(target, allow)
-        name = config and (config.draft_attention_backend or config.attention_backend)
+        name = None
+        if config:  # the backend SGLang runs (DeepSeek-V4: dsv4, whatever was given)
+            from diag.probes.startup.default_backend import audited_backend
+
+            name = config.draft_attention_backend or audited_backend(target, platform, config)[0]
         if name:
             return self._for_backend(target, platform, config, gate, present, name)
         instead = self._instead(target, gate, platform)

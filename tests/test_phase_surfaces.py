@@ -192,3 +192,9 @@ def test_census_audits_the_backend_the_verdicts_audit():
               if e["kind"] == "metric" and (e.get("data") or {}).get("phase")}
     assert totals["draft-extend"]["backends"] == ["DeepseekV4HipRadixBackend"], totals
     assert not any("Triton" in c for t in totals.values() for c in t["backends"]), totals
+    # and `fix list` judges the allow-list fix for dsv4, which the HIP gate already admits
+    r = CliRunner().invoke(main, ["fix", "list", *[o for o in opts if o != "--no-execute"]])
+    doc = json.loads(r.stdout)
+    rows = doc.get("fixes", doc) if isinstance(doc, dict) else doc
+    [al] = [f for f in rows if f.get("id") == "draft-extend-allowlist"]
+    assert al["reason"].startswith("dsv4:") and "triton" not in al["reason"], al
