@@ -22,7 +22,7 @@ from diag.target import Target
 # The census's own modules: their sources are part of its cache key.
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan",
-                                         "reach", "count"))
+                                         "reach", "count", "fast_paths"))
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts
 # from seeds only): it is not parsed. A textual superset of the seed names, so nothing is missed.
@@ -71,7 +71,10 @@ def census(target: Target, use_cache: bool = True) -> Census:
     digest = None
     if use_cache:
         try:
-            digest = cache.files_key(paths, str(target.root), cache.code_fingerprint(
+            # the pools' modules too: census.fast_paths reads which pool class sets what
+            pools = target.file("srt/mem_cache")
+            digest = cache.files_key(paths + (sorted(pools.rglob("*.py")) if pools.is_dir()
+                                              else []), str(target.root), cache.code_fingerprint(
                 *CENSUS_MODULES, "diag.probes.source"))  # the parse core is part of the census
         except OSError:
             digest = None

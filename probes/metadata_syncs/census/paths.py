@@ -158,6 +158,10 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
             e.func.attr in env.get("helpers", {}):
         return cond(env["helpers"][e.func.attr], facts, env, depth + 1)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
+            isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
+            e.func.attr in env.get("gpu", {}):
+        return Cond(ALL, NONE)  # a GPU fast path (census.fast_paths): true on every GPU
     if isinstance(e, ast.BoolOp):
         parts = [cond(v, facts, env, depth + 1) for v in e.values]
         unk = any(p.unknown for p in parts)

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
 from diag.probes.metadata_syncs.census.guards import call_site_guards, common_guards
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
 from diag.probes.metadata_syncs.census.paths import (
@@ -176,6 +177,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     """Walk every builder until what reaches each one (the union over its callers' branches,
     and, for an entry point, what its name says) and its callers' argument facts settle."""
     builders, resolve = _builders(tree, modules)
+    # a GPU fast path returns first on every GPU: the host fallback after it cannot run
+    resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
     homes = getattr(resolve, "homes", {})
     keys = [(q, b) for q, b, _ in builders]
     entry: dict[tuple[str, str], frozenset] = {}

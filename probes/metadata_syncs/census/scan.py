@@ -90,7 +90,7 @@ class _Scan:
             info = _FnInfo(fn, helpers)
         self.facts = facts | {"@mode-vars": info.mode_vars}
         self.guards: dict[str, frozenset] = getattr(resolve, "mode_guards", {})
-        self.env = {"helpers": helpers,
+        self.env = {"helpers": helpers, "gpu": getattr(resolve, "gpu_true", {}),
                     "params": {k: v for k, v in (params or {}).items()
                                if k not in info.names},
                     "locals": info.locals}
@@ -410,14 +410,24 @@ class _Scan:
         pclass = path_class(state, unknown)
         syncs = n if verdict == "syncs" else 0  # what the call costs where it runs
         if pclass == "unreachable":
-            verdict, why = "unreachable", "in a branch that cannot run (its condition " \
-                "contradicts the branches around it, or no caller reaches it)"
+            verdict, why = "unreachable", self._fast_path_why() or (
+                "in a branch that cannot run (its condition contradicts the branches around "
+                "it, or no caller reaches it)")
         elif pclass == "capture-only" and verdict != "host-mirror":
             verdict, why = "capture-only", "runs only while a graph is captured"
         self.sites.append(Site(self.rel, call.lineno, self.qual, self.backend, _src(call), kind,
                                verdict, why, syncs, call.col_offset,
                                step_paths(state), pclass,
                                guards=tuple(dict.fromkeys(self.stack))))
+
+    def _fast_path_why(self) -> str:
+        """Why a site after `if self.<fast path>(...): ...; return` cannot run on a GPU."""
+        for g in self.stack:
+            name = g[0].removeprefix("data:self.").split("(", 1)[0]
+            if g[0].startswith("data:self.") and g[1] == "false" and name in self.env["gpu"]:
+                return (f"after the GPU fast path at {g[3]}, which returns first on every GPU: "
+                        f"{self.env['gpu'][name]}")
+        return ""
 
     def conditional_output_size(self, call: ast.Call, reps: ast.AST, out_size: ast.IfExp,
                                 state: frozenset, unknown: bool) -> None:
