@@ -427,3 +427,53 @@ def test_deepseek_v4_1_takes_dspark_only(tmp_path, version):
     assert {(v.mode, str(v.where)) for v in verdicts(None)} == {(phases.DEPENDS, at)}
     assert all(v.mode != phases.REFUSED and "DSPARK" not in v.reason
                for v in verdicts("DSPARK"))
+
+
+# --------------------------------------------------------------------------- model hook asserts
+
+# The model hook's `if model_arch ... elif ...` chain asserts the attention backend for some
+# architectures (model_backends.py). Read by hand:
+# - Llama4 (`"Llama4" in model_arch and self.device != "cpu"` / `model_arch in (...)`):
+#   0.5.17 server_args.py:5439 `assert attention_backend in {"fa3", "aiter", "triton", "ascend",
+#   "trtllm_mha", "intel_xpu"}`; 0.5.23 arg_groups/model_hook.py:622 the same set; 0.5.12
+#   server_args.py:2197 `self.attention_backend in {...}` after `model_arch in
+#   LLAMA4_MODEL_ARCHS` (a module constant, :87-88).
+# - Gemma4: 0.5.19 model_hook.py:491 `prefill_backend in accepted_backends and decode_backend in
+#   accepted_backends`, accepted_backends = (trtllm_mha, triton, ascend, intel_xpu, intel_amx)
+#   (:484-490): aiter refused; 0.5.21 :614 adds aiter (:606-613); 0.5.23 :655 (+ fa4).
+# - Exaone4: under `if hf_config.sliding_window_pattern is not None:` (0.5.19 :507, 0.5.23 :675)
+#   `assert attention_backend in accepted_backends` = [fa3, triton, trtllm_mha] (0.5.19 :511,
+#   0.5.23 :679): depends on the model's config.
+# - Olmo2: `assert attention_backend != "flashinfer"` (0.5.17 server_args.py:5492, 0.5.23 :690).
+# - Lfm2: `assert resolved_view(...).attention_backend != "triton"` (0.5.19 :550, 0.5.23 :719).
+HOOK = "arg_groups/model_hook.py"
+MODEL_HOOK_CASES = [
+    ("0.5.12", "Llama4ForConditionalGeneration", "flashinfer", "refused", "server_args.py:2197"),
+    ("0.5.12", "Llama4ForConditionalGeneration", "fa3", None, None),
+    ("0.5.17", "Llama4ForConditionalGeneration", "flashinfer", "refused", "server_args.py:5439"),
+    ("0.5.23", "Llama4ForCausalLM", "flashinfer", "refused", f"{HOOK}:622"),
+    ("0.5.23", "Llama4ForCausalLM", "triton", None, None),
+    ("0.5.19", "Gemma4ForCausalLM", "aiter", "refused", f"{HOOK}:491"),
+    ("0.5.21", "Gemma4ForCausalLM", "aiter", None, None),
+    ("0.5.21", "Gemma4ForCausalLM", "fa3", "refused", f"{HOOK}:614"),
+    ("0.5.23", "Gemma4ForConditionalGeneration", "fa3", "refused", f"{HOOK}:655"),
+    ("0.5.19", "Exaone4ForCausalLM", "flashinfer", "depends", f"{HOOK}:511"),
+    ("0.5.23", "Exaone4ForCausalLM", "flashinfer", "depends", f"{HOOK}:679"),
+    ("0.5.23", "Exaone4ForCausalLM", "fa3", None, None),
+    ("0.5.17", "Olmo2ForCausalLM", "flashinfer", "refused", "server_args.py:5492"),
+    ("0.5.23", "Olmo2ForCausalLM", "flashinfer", "refused", f"{HOOK}:690"),
+    ("0.5.19", "Lfm2ForCausalLM", "triton", "refused", f"{HOOK}:550"),
+    ("0.5.23", "Lfm2MoeForCausalLM", "triton", "refused", f"{HOOK}:719"),
+    ("0.5.23", "Lfm2ForCausalLM", "fa3", None, None),
+]
+
+
+@pytest.mark.parametrize("version,arch,backend,mode,where", MODEL_HOOK_CASES)
+def test_the_model_hook_asserts_the_backend(version, arch, backend, mode, where):
+    got = verdicts(version, backend, model=arch, speculative_eagle_topk=1)
+    if mode is None:
+        assert_none(got)
+        return
+    assert_all(got, mode, where, "model hook asserts", f"{backend} fails it")
+    if mode == "depends":
+        assert all("sliding_window_pattern is not None" in v.reason for v in got.values())

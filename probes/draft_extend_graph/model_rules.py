@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.context import SpecConfig
+from diag.probes.draft_extend_graph.model_backends import model_backend_assert
 from diag.probes.source import parse_file, walk_all
 from diag.probes.startup.resolve import (
     DSV2_OVERRIDES,
@@ -438,6 +439,9 @@ def model_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model) 
     dsv4 = dsv4_algorithm(target, cfg, model)
     if dsv4 is not None:
         out.found.append(dsv4)
+    mb = model_backend_assert(target, backend, model)  # the model hook's per-arch asserts
+    if mb is not None:
+        out.found.append(mb)
     v41 = dsv41_dspark_only(target, cfg, model)
     if v41 is not None:
         out.found.append(v41)
