@@ -96,3 +96,29 @@ def test_many_concurrent_commands_against_real_agents_each_get_their_answer(tmp_
     finally:
         for p, _pid, stop in agents:
             _end(p, stop)
+
+
+def test_the_waiting_marker_appears_whole(tmp_path, monkeypatch):
+    """The marker that keeps a request from being pruned is never on disk empty: made empty
+    and filled after, another command's prune read it as a dead command's (pid 0) and removed
+    it, and the request was pruned before the second agent had read it (the concurrent test
+    above failed 3 times in 27 runs that way). Every time a `.wait-` name appears, it already
+    holds this process's pid."""
+    d = rundir.create_run_dir(tmp_path / "d")
+    ctl = d / "control"
+    real = os.replace
+    seen: list[str] = []
+
+    def replace(src, dst, *a, **k):
+        dst = Path(dst)
+        if dst.name.startswith(control.WAIT_PREFIX):
+            assert not dst.exists()  # nothing of it before the rename
+        real(src, dst, *a, **k)
+        if dst.name.startswith(control.WAIT_PREFIX):
+            seen.append(dst.read_text())
+
+    monkeypatch.setattr(os, "replace", replace)
+    rid = rundir.request(d, "standin-toggle", "apply")
+    assert seen == [str(os.getpid())]
+    assert (ctl / f"{control.WAIT_PREFIX}{rid}").read_text() == str(os.getpid())
+    assert not [n for n in os.listdir(ctl) if n.endswith(".tmp")]  # no temporary file left

@@ -248,6 +248,25 @@ def _atomic_write(path: Path, doc: dict) -> None:
         raise
 
 
+def _write_marker(marker: Path) -> None:
+    """The waiting marker, whole from the start: its pid is written to a temporary file that is
+    renamed in. A marker made empty and filled after (open, then write) was seen empty by
+    another command's prune, taken for one whose command died, and removed: the request was
+    pruned before every agent had read it (tests/test_control_race.py). The temporary name
+    matches `control.TMP_NAME`, so a writer killed before its rename leaves nothing for good."""
+    tmp = marker.with_name(f".w{marker.name[len(control.WAIT_PREFIX) - 1:]}.json."
+                           f"{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+        os.replace(tmp, marker)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 # ----------------------------------------------------------------------------- writing events
 # `EventWriter` (diag.engine.eventlog): numbered events, lost writes counted, the state file.
 
@@ -693,9 +712,7 @@ def request(run_dir: str | os.PathLike, fix_id: str, action: str, pid: int | Non
         ctl.mkdir(mode=0o700, exist_ok=True)
         control.sweep_tmp(ctl)  # left by writers killed before their rename
         if wait:  # before the request exists: no other command's prune can take it
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="ascii") as fh:
-                fh.write(str(os.getpid()))
+            _write_marker(marker)
         _atomic_write(ctl / f"{rid}.json", doc)
     except OSError as e:
         with contextlib.suppress(OSError):
