@@ -477,3 +477,20 @@ def test_the_model_hook_asserts_the_backend(version, arch, backend, mode, where)
     assert_all(got, mode, where, "model hook asserts", f"{backend} fails it")
     if mode == "depends":
         assert all("sliding_window_pattern is not None" in v.reason for v in got.values())
+
+
+@pytest.mark.parametrize("version,where", [("0.5.19", f"{HOOK}:511"), ("0.5.23", f"{HOOK}:679")])
+def test_exaone4s_sliding_window_is_read_from_its_config(tmp_path, version, where):
+    """`if hf_config.sliding_window_pattern is not None:` around Exaone4's assert (0.5.19 :507,
+    0.5.23 :675): a config.json that gives the key decides it; one without it leaves the
+    config class's default, not read here (depends)."""
+    def got(**params):
+        d = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"architectures": ["Exaone4ForCausalLM"],
+                                                   **params}))
+        return verdicts(version, "flashinfer", model=str(d), speculative_eagle_topk=1)
+
+    assert_all(got(sliding_window_pattern="LLLG"), "refused", where, "model hook asserts")
+    assert_none(got(sliding_window_pattern=None))
+    assert_all(got(), "depends", where, "sliding_window_pattern is not None")

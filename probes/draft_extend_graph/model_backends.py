@@ -132,11 +132,26 @@ def _holds(e: ast.AST, backend: str, names: set[str], lits: dict[str, list[str]]
     return None
 
 
+def _config_test(e: ast.AST, model: Model) -> bool | None:
+    """`hf_config.<key> is (not) None`, decided where `--model`'s config.json gives the key (an
+    absent key is the config class's default, not read here)."""
+    if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and
+            isinstance(e.ops[0], (ast.Is, ast.IsNot)) and isinstance(e.left, ast.Attribute) and
+            unparse(e.left.value) == "hf_config" and isinstance(e.comparators[0], ast.Constant)
+            and e.comparators[0].value is None):
+        return None
+    if not model.source.endswith("config.json") or e.left.attr not in model.params:
+        return None
+    return (model.params[e.left.attr] is None) == isinstance(e.ops[0], ast.Is)
+
+
 def _asserts(stmts: list[ast.stmt], conds: tuple[str, ...], arch: str,
-             consts: dict[str, list[str]]) -> list[tuple[ast.Assert, tuple[str, ...]]]:
+             consts: dict[str, list[str]], model: Model | None = None
+             ) -> list[tuple[ast.Assert, tuple[str, ...]]]:
     """Each assert of the branch with the conditions of the `if`s around it: a nested test of
     the architecture is decided, a test of the backend being None is the auto-select (false for
-    a backend that is set), any other is a condition."""
+    a backend that is set), a test of the model's config that its config.json answers is
+    decided, any other is a condition."""
     out = []
     for st in stmts:
         if isinstance(st, ast.Assert):
@@ -144,20 +159,24 @@ def _asserts(stmts: list[ast.stmt], conds: tuple[str, ...], arch: str,
         elif isinstance(st, ast.If):
             text = unparse(st.test)
             if text.endswith("attention_backend is None"):
-                out += _asserts(st.orelse, conds, arch, consts)
+                out += _asserts(st.orelse, conds, arch, consts, model)
                 continue
             on = _arch_test(st.test, arch, consts)
             if on is not None:
                 if not on[0]:  # not the model's: its `else` runs
-                    out += _asserts(st.orelse, conds, arch, consts)
+                    out += _asserts(st.orelse, conds, arch, consts, model)
                     continue
-                out += _asserts(st.body, conds + tuple(on[1]), arch, consts)
+                out += _asserts(st.body, conds + tuple(on[1]), arch, consts, model)
                 if on[1]:  # the model's, under other conditions: the `else` where they fail
                     out += _asserts(st.orelse, conds + (f"not ({' and '.join(on[1])})",),
-                                    arch, consts)
+                                    arch, consts, model)
                 continue
-            out += _asserts(st.body, conds + (text,), arch, consts)
-            out += _asserts(st.orelse, conds + (f"not ({text})",), arch, consts)
+            known = _config_test(st.test, model) if model is not None else None
+            if known is not None:  # the model's config.json decides it
+                out += _asserts(st.body if known else st.orelse, conds, arch, consts, model)
+                continue
+            out += _asserts(st.body, conds + (text,), arch, consts, model)
+            out += _asserts(st.orelse, conds + (f"not ({text})",), arch, consts, model)
     return out
 
 
@@ -191,7 +210,7 @@ def model_backend_assert(target: Target, backend: str, model: Model) -> Refusal 
     if node is None:
         return None
     others = _arch_test(node.test, model.arch, consts)[1]  # type: ignore[index]
-    for a, conds in _asserts(node.body, tuple(others), model.arch, consts):
+    for a, conds in _asserts(node.body, tuple(others), model.arch, consts, model):
         names = _backend_names(node.body, a.lineno)
         ok = _holds(a.test, backend, names, _literals(node.body, a.lineno))
         if ok is not False:
