@@ -377,6 +377,12 @@ class DraftExtendAllowlistFix(Fix):
         """For the configuration's backend: would the fix capture its draft-extend?"""
         from diag.probes.backends import backend_map
         from diag.probes.gate import GRAPH, verdict
+        from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
+
+        frozen, why = frozen_kv_mtp(target, config)
+        if frozen:  # a Gemma4 assistant draft: no draft-extend pass to capture
+            return Applicability(NOT_NEEDED, f"{why}: no draft-extend pass runs, nothing to "
+                                 "capture")
 
         info = backend_map(target, platform).get(name)
         v = verdict(gate, info, platform, config.speculative_num_steps, False,

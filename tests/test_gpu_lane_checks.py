@@ -205,6 +205,20 @@ def test_unjudged_phases_are_not_a_pass():
     assert checks.check_phases_agree("x", static, None).ok is None
 
 
+def test_a_phase_with_no_pass_must_count_none():
+    """`none` (FROZEN_KV_MTP's draft-extend): a pass counted disagrees; none counted agrees only
+    beside a phase the counters did count (alone it proves nothing)."""
+    static = checks.static_phases(_phase_report({"target-verify": "graph",
+                                                 "draft-extend": "none"}))
+    counted = _counters(target_verify={"graph": {"passes": 5}})
+    assert checks.check_phases_agree("x", static, counted).ok is True
+    assert checks.check_phases_agree("x", static, _counters()).ok is None
+    wrong = _counters(target_verify={"graph": {"passes": 5}},
+                      draft_extend={"eager": {"passes": 1}})
+    c = checks.check_phases_agree("x", static, wrong)
+    assert c.ok is False and "draft-extend none" in c.detail
+
+
 def test_live_eager_reasons_must_be_named_statically():
     static = checks.static_phases(_phase_report({"draft-extend": "graph"}))
     named = _counters(draft_extend={"eager": {"passes": 2, "reasons": {"batch-above-captured": 2}}})

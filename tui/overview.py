@@ -17,7 +17,8 @@ STATUS_STYLE = {"ok": "bold green", "warn": "bold yellow", "fail": "bold red",
                 "error": "bold magenta", "skip": "dim", "pending": "dim", "running": "cyan"}
 
 
-PHASE_STYLE = {"graph": "green", "eager": "bold red", "refused": "bold red", "depends": "yellow"}
+PHASE_STYLE = {"graph": "green", "eager": "bold red", "refused": "bold red", "depends": "yellow",
+               "none": "green"}
 
 
 def status_text(state: str) -> Text:

@@ -559,15 +559,14 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
 
 def _phase_reqs(values: tuple[str, ...]) -> dict[str, str]:
     """--require-phase PHASE=MODE (repeatable) -> {phase: mode}; a bad one is a usage error."""
-    from diag.probes.draft_extend_graph.phases import DEPENDS, EAGER, GRAPH, PHASES, REFUSED
+    from diag.probes.draft_extend_graph.phases import MODES, PHASES
 
     out: dict[str, str] = {}
     for v in values:
         phase, sep, mode = v.partition("=")
-        if not sep or phase not in PHASES or mode not in (GRAPH, EAGER, REFUSED, DEPENDS):
+        if not sep or phase not in PHASES or mode not in MODES:
             raise click.BadParameter(f"{v!r}: expected PHASE=MODE, PHASE one of "
-                                     f"{', '.join(PHASES)}, MODE one of graph, eager, refused, "
-                                     "depends")
+                                     f"{', '.join(PHASES)}, MODE one of {', '.join(MODES)}")
         out[phase] = mode
     return out
 

@@ -420,7 +420,8 @@ def check_phases_agree(name: str, static: dict[str, dict[str, Any]],
                        counters: dict[str, Any] | None) -> Check:
     """The static verdict of each phase (read from the source for the server's resolved
     configuration) against the live passes at a batch every runner captured: `graph` must
-    count graph replays only, `eager` eager passes only; `refused`/`depends` are not judged."""
+    count graph replays only, `eager` eager passes only, `none` no pass at all;
+    `refused`/`depends` are not judged."""
     if not static:
         return Check(name, None, "the report has no per-phase rows (no backend under audit?)")
     if counters is None:
@@ -429,6 +430,10 @@ def check_phases_agree(name: str, static: dict[str, dict[str, Any]],
     for phase, d in static.items():
         want, got = d.get("mode"), phase_modes(counters, phase)
         seen[phase] = {"static": want, "live": got}
+        if want == "none" and sum(got.values()):  # no such pass (FROZEN_KV_MTP's draft-extend):
+            judged += 1  # one counted is a disagreement; none counted proves nothing alone
+            bad[phase] = seen[phase]
+            continue
         if want not in ("graph", "eager"):
             continue
         if not sum(got.values()):

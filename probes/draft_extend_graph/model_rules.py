@@ -18,13 +18,12 @@ first.
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from diag.context import SpecConfig
 from diag.probes.draft_extend_graph.model_backends import model_backend_assert
 from diag.probes.source import parse_file, walk_all
+from diag.probes.startup.frozen_kv_mtp import gemma4_draft
 from diag.probes.startup.resolve import (
     DSV2_OVERRIDES,
     DSV4_HOOK,
@@ -338,26 +337,16 @@ def gemma4_draft_eagle3(target: Target, cfg: SpecConfig) -> Refusal | None:
     reads the draft's config.json architectures, `is_gemma4_draft = any(arch in
     ("Gemma4AssistantForCausalLM", ...))`, and `if speculative_algorithm == "EAGLE3" and
     is_gemma4_draft: raise ValueError(...)` (0.5.13 arg_groups/speculative_hook.py:34-39, 0.5.19
-    :62-67, 0.5.23 :96-107; the Unified assistant counts too, 0.5.19 :57-60). (EAGLE and NEXTN
-    become FROZEN_KV_MTP there, a worker with no draft-extend pass: not judged here.)"""
+    :62-67, 0.5.23 :96-107; the Unified assistant counts too, 0.5.19 :57-60). EAGLE and NEXTN
+    become FROZEN_KV_MTP there (probes.startup.frozen_kv_mtp)."""
     if (cfg.speculative_algorithm or "") != "EAGLE3" or not cfg.draft_model:
         return None
     hit = _stmt_with(target, SPEC_HOOK_FILE, ast.Raise, "draft requires")
-    if hit is None:
+    g = gemma4_draft(target, cfg) if hit is not None else None
+    if hit is None or g is None:
         return None
-    _, tree, w = hit
-    archs = {c.value for n in walk_all(tree) if isinstance(n, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id == "is_gemma4_draft" for t in n.targets)
-        for c in walk_all(n.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-    try:
-        params = json.loads((Path(cfg.draft_model) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    drafts = params.get("architectures") if isinstance(params, dict) else None
-    hits = sorted(archs & set(a for a in drafts or [] if isinstance(a, str)))
-    if not hits:
-        return None
-    return REFUSED, (f"the draft model is {hits[0]}: EAGLE3 is refused for it ({w}); NEXTN or "
+    w = hit[2]
+    return REFUSED, (f"the draft model is {g[0]}: EAGLE3 is refused for it ({w}); NEXTN or "
                      "EAGLE run it as FROZEN_KV_MTP"), w
 
 

@@ -27,6 +27,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     DEPENDS,
     EAGER,
     GRAPH,
+    NO_PASS,
     REFUSED,
     SPEC_HOOK,
     extend_topk_guard,
@@ -34,6 +35,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
 )
 from diag.probes.source import parse_file, walk_all
 from diag.probes.startup import default_backend
+from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp, worker_facts
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     BACKEND_PAGE,
     DSA_UTILS,
@@ -63,6 +65,7 @@ from diag.target import Target
 HIP_BACKENDS = ("aiter", "wave", "dsv4", "dsa", "nsa", "qsa", "triton")
 
 PHASES = ("target-verify", "draft-decode", "draft-extend")
+MODES = (GRAPH, EAGER, REFUSED, DEPENDS, NO_PASS)
 UNDER_AUDIT = "under audit"
 
 DRAFT_RUNNER = "srt/speculative/eagle_draft_cuda_graph_runner.py"
@@ -100,7 +103,7 @@ class Fallback:
 class PhaseVerdict:
     phase: str
     backend: str
-    mode: str  # graph | eager | refused | depends
+    mode: str  # graph | eager | refused | depends | none (no such pass)
     reason: str
     where: Where | None = None
     config: str = UNDER_AUDIT
@@ -229,6 +232,9 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
                         w, fallbacks(target, vr, cfg)))
+    frozen, frozen_why = frozen_kv_mtp(target, cfg)
+    if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
+        return verdicts + _frozen(target, frozen, frozen_why, out)
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
     dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg)
@@ -279,6 +285,30 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     verdicts.append(out("draft-extend", mode, reason, gw,
                         fallbacks(target, EXTEND_RUNNER, cfg) if mode == GRAPH else None))
     return verdicts
+
+
+def _frozen(target: Target, frozen: bool | None, why: str, out) -> list[PhaseVerdict]:
+    """draft-decode and draft-extend of the FROZEN_KV_MTP worker (probes.startup.frozen_kv_mtp):
+    its own draft graph runner, captured on a GPU; no draft-extend pass. `frozen` None: no
+    algorithm given, so each is `depends`."""
+    no_extend, on_cuda = worker_facts(target)
+    if on_cuda is not None:
+        dd = (GRAPH, f"{why}: its draft graph runner is captured on a GPU (the device is "
+                     f"\"cuda\" under ROCm too: {on_cuda})", on_cuda)
+    else:
+        dd = (DEPENDS, f"{why}: sglang {target.version}'s frozen worker is not read here", None)
+    if no_extend is not None:
+        de = (NO_PASS, f"{why}: the frozen draft has no draft-extend forward ({no_extend}); "
+                       "nothing runs, eager or graph", no_extend)
+    else:
+        de = (DEPENDS, f"{why}: sglang {target.version}'s frozen worker is not read here", None)
+    res = []
+    for phase, (mode, reason, w) in (("draft-decode", dd), ("draft-extend", de)):
+        if frozen is None:
+            mode, reason = DEPENDS, (f"with --speculative-algorithm EAGLE or NEXTN: {mode} "
+                                     f"({reason}); pass --speculative-algorithm")
+        res.append(out(phase, mode, reason, w))
+    return res
 
 
 def multi_layer(target: Target, cfg: SpecConfig, model: Model) -> tuple[bool | None, str]:

@@ -17,6 +17,7 @@ from diag.probes.base import Counter, Probe
 from diag.probes.draft_extend_graph.phases import (
     DEPENDS,
     HIP_BACKENDS,
+    NO_PASS,
     REFUSED,
     PhaseVerdict,
     audited_verdicts,
@@ -149,6 +150,9 @@ class DraftExtendGraphProbe(Probe):
                 return self.finding(Status.FAIL, f"{what}: SGLang refuses to start with this "
                                                  f"configuration ({de.reason})", evidence=ev,
                                     hint="change the configuration named in the reason", fixes=[])
+            if de.mode == NO_PASS:
+                return self.finding(Status.OK, f"{what}: no draft-extend pass runs, eager or "
+                                               f"graph ({de.reason})", evidence=ev)
             if de.mode == DEPENDS:
                 return self.finding(Status.WARN, f"{what}: draft-extend depends on what no input "
                                                  f"decides ({de.reason})", evidence=ev,

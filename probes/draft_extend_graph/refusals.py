@@ -32,6 +32,7 @@ from diag.probes.startup.resolve import (
 from diag.target import Target
 
 GRAPH, EAGER = "graph", "eager"  # REFUSED, DEPENDS: model_rules.py
+NO_PASS = "none"  # the worker runs no such pass (FROZEN_KV_MTP's draft-extend)
 SPEC_HOOK = "srt/arg_groups/speculative_hook.py"
 DRAFT_UTILS = "srt/speculative/draft_utils.py"
 QSA_BACKEND = "srt/layers/attention/qwen_sparse_attn_backend.py"

@@ -144,6 +144,11 @@ class MetadataSyncsProbe(Probe):
             roles = {"target": target_roles["target"],
                      "draft-extend": draft_roles["draft-extend"],
                      "draft-decode": draft_roles["draft-decode"]}
+            from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
+
+            if frozen_kv_mtp(target, cfg)[0]:  # FROZEN_KV_MTP: no draft-extend pass runs
+                roles["draft-extend"] = set()
+                paths = tuple(p for p in paths if p != "draft-extend")
             target_classes = roles["target"]
             draft_classes = roles["draft-extend"] | roles["draft-decode"]
             scope = (f"--attention-backend {name}" if not ran else f"{name} ({ran})") + (
