@@ -384,9 +384,19 @@ class DraftExtendAllowlistFix(Fix):
             return Applicability(NOT_NEEDED, f"{why}: no draft-extend pass runs, nothing to "
                                  "capture")
 
+        from diag.probes.draft_extend_graph.phases import multi_layer
+        from diag.probes.startup.resolve import read_model
+
         info = backend_map(target, platform).get(name)
+        try:  # the worker SGLang runs, as the report judges it (MiMoV2 with EAGLE: multi-layer)
+            multi, multi_why = multi_layer(target, config, read_model(target, config.model))
+        except ValueError:
+            multi, multi_why = False, ""
         v = verdict(gate, info, platform, config.speculative_num_steps, False,
-                    config.disable_cuda_graph, False, target.version)
+                    config.disable_cuda_graph, bool(multi), target.version)
+        if multi and v.mode == GRAPH and v.cause == "multi_layer":
+            return Applicability(NOT_NEEDED, f"{name}: {multi_why}; {v.reason}: the fix adds "
+                                 "nothing")
         allow = self.allowlist(platform)
         classes = (info.draft_extend_classes + info.draft_extend_ancestors) if info else []
         hit = [c for c in allow if c in classes]

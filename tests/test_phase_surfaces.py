@@ -198,3 +198,24 @@ def test_census_audits_the_backend_the_verdicts_audit():
     rows = doc.get("fixes", doc) if isinstance(doc, dict) else doc
     [al] = [f for f in rows if f.get("id") == "draft-extend-allowlist"]
     assert al["reason"].startswith("dsv4:") and "triton" not in al["reason"], al
+
+
+@pytest.mark.parametrize("algo,mode,status", [("EAGLE", "graph", "not-needed"),
+                                              ("NEXTN", "eager", "refused")])
+def test_fix_list_agrees_with_the_multi_layer_worker(algo, mode, status):
+    """MiMoV2 with EAGLE switches multi-layer EAGLE on (0.5.23
+    arg_groups/model_overrides/mimo_v2.py:25, read by hand), whose worker captures draft-extend
+    with no backend allow-list: the report says graph and `fix list` offers nothing for triton on
+    HIP; with NEXTN the EAGLE worker's HIP gate leaves triton eager and the fix (whose list has
+    no triton) is refused. `fix list` had judged the EAGLE worker's gate in both."""
+    opts = ["--sglang", "0.5.23", "--platform", "hip", "--attention-backend", "triton",
+            "--model", "MiMoV2ForCausalLM", "--speculative-algorithm", algo,
+            "--speculative-eagle-topk", "1", "--speculative-num-steps", "3", "--json"]
+    r = CliRunner().invoke(main, ["diagnose", *opts, "--no-execute"])
+    rows = {d["phase"]: d["mode"] for d in _phase_rows(json.loads(r.stdout))}
+    assert rows["draft-extend"] == mode, rows
+    doc = json.loads(CliRunner().invoke(main, ["fix", "list", *opts]).stdout)
+    [al] = [f for f in doc["fixes"] if f["id"] == "draft-extend-allowlist"]
+    assert al["status"] == status, al
+    if algo == "EAGLE":
+        assert "multi-layer" in al["reason"], al
