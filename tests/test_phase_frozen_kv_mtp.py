@@ -67,6 +67,15 @@ def test_without_an_algorithm_it_depends_and_another_draft_is_eagle(tmp_path, ve
     assert other["draft-extend"].mode == "eager"
 
 
+def test_without_graphs_the_draft_extend_is_still_no_pass(tmp_path):
+    cfg = SpecConfig(attention_backend="triton", environ={}, speculative_algorithm="EAGLE",
+                     draft_model=_draft(tmp_path, "Gemma4AssistantForCausalLM"),
+                     speculative_eagle_topk=1, speculative_num_steps=3, disable_cuda_graph=True)
+    got = {v.phase: v.mode for v in phases.phase_verdicts(release_target("0.5.23"), "hip", cfg,
+                                                          "triton")}
+    assert got == {"target-verify": "eager", "draft-decode": "eager", "draft-extend": "none"}
+
+
 def test_a_release_whose_frozen_worker_does_not_say_it_is_not_judged(tmp_path):
     got = _verdicts("0.5.13", _draft(tmp_path, "Gemma4AssistantForCausalLM"), "EAGLE")
     assert got["draft-extend"].mode == "depends"

@@ -211,8 +211,13 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     ref = refusal(target, backend, cfg, model, page, info)
     if ref is not None:
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
+    frozen, frozen_why = frozen_kv_mtp(target, cfg)
     if cfg.disable_cuda_graph:
-        return [out(p, EAGER, "CUDA graphs disabled (--disable-cuda-graph)") for p in PHASES]
+        no_extend = worker_facts(target)[0] if frozen else None
+        return [out(p, NO_PASS, f"{frozen_why}: the frozen draft has no draft-extend forward "
+                                f"({no_extend})", no_extend)
+                if no_extend is not None and p == "draft-extend" else
+                out(p, EAGER, "CUDA graphs disabled (--disable-cuda-graph)") for p in PHASES]
     steps = cfg.speculative_num_steps
     multi, multi_why = _multi or multi_layer(target, cfg, model)
     if multi is None:  # the algorithm decides the worker: both answers, if they differ
@@ -232,7 +237,6 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
                         w, fallbacks(target, vr, cfg)))
-    frozen, frozen_why = frozen_kv_mtp(target, cfg)
     if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
         return verdicts + _frozen(target, frozen, frozen_why, out)
     # draft-decode: a runner only with more than one step
