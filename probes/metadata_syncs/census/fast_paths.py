@@ -25,7 +25,7 @@ import ast
 import re
 from pathlib import Path
 
-from diag.probes.source import ModuleIndex, Modules, unparse, walk_all
+from diag.probes.source import ModuleIndex, Modules, parse_file, unparse, walk_all
 
 
 def _body(fn: ast.FunctionDef) -> list[ast.stmt]:
@@ -80,8 +80,9 @@ class _Reader:
                      and pat.search(text)] if base.is_dir() else []
             ok = [p.resolve() for p in files] == [Path(cls_path).resolve()]
             if ok:
-                tree = ast.parse(open(cls_path, encoding="utf-8").read())
-                owners = {c.name for c in tree.body if isinstance(c, ast.ClassDef) and any(
+                tree = parse_file(Path(cls_path))  # the shared, cached parse
+                owners = {c.name for c in (tree.body if tree else []) if isinstance(
+                    c, ast.ClassDef) and any(
                     isinstance(n, ast.Assign) and any(_self_attr(t) == attr for t in n.targets)
                     for n in walk_all(c))}
                 ok = owners == {cls_name}
