@@ -17,7 +17,8 @@ diag's own estimate of it from the counters. Each server runs on whole cores of 
 (`cpu_plan`). Last, with the other four servers stopped, the counters' cost inside the diag
 server (`diag bench overhead`: switched off and on between batches, paired windows, every
 counter together next to the method's floor, at batch 1 and 16; `--only overhead` gives each
-probe's share). On warm caches the five servers start together: in tests/gpu_lane/lane-h200-run3 the diag
+probe's share); then the classic CUDA-activities profile of the diag server (after the timing:
+a server a profile ran in is slower and noisier). On warm caches the five servers start together: in tests/gpu_lane/lane-h200-run3 the diag
 server started cold and alone and ran 5 % slower than its twin. (`--sleep-on-idle` was tried
 and dropped: toggles waited on the sleeping scheduler, 4.5 s a window pair instead of 1.8 s, and
 per-request times split in two groups.) Writes lane.json and prints a summary.
@@ -335,11 +336,11 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
                                        measured, census))
         res["counters"] = {"diag": counters(d), "eager": counters(k)}
         stage.done("syncs against the census")
-        # profiles with CUDA activities through the controlled teardown
-        classic = profile(d, work / "prof-classic", {"num_steps": 3, "activities": ["CPU", "GPU"]}, 1)
-        add(checks.Check("classic /start_profile with CUDA activities: stopped, serving after",
-                         classic["stops"] >= 1 and classic["serves"], json.dumps(classic)[:400],
-                         classic))
+        # profiles with CUDA activities through the controlled teardown: V2 stage profiling on
+        # the eager server here; the classic profile of the diag server comes last (after the
+        # counters' cost, below: a server that a CUDA-activities profile has run in is not the
+        # one to time the counters in; lane-h200-run10 timed it there at 1.5-2.0 ms a token,
+        # its first 28 window pairs spread +-14 %, against 1.15 ms and +-3 % on a fresh one)
         v2 = profile(k, work / "prof-v2", {"num_steps": 2, "activities": ["CPU", "GPU"],
                                            "profile_by_stage": True}, 2)
         add(checks.Check("V2 stage profiling with CUDA activities: both stages stopped, serving",
@@ -402,18 +403,28 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         # 256-token request alone on the card (tests/gpu_lane/overhead-h200-run5), 50 of three
         # 64-token requests here (lane-h200-run5: batch 1 1.011 (0.994-1.029), batch 16 with 2
         # waves 1.006 (0.992-1.039), ~5.5 %). A median's 95 % half-width is ~2.45 sd / sqrt(n):
-        # <= 1.5 % wants ~60 windows at batch 1 and ~80 at batch 16
-        for label, conc, waves, wins in (("batch 1", 1, 3, windows[0]),
-                                         ("batch 16", 16, 2, windows[1])):
+        # <= 1.5 % wants ~60 windows at batch 1 and ~80 at batch 16. A window is one wave of
+        # longer requests (batch 1: one of 3 x tokens, batch 16: 16 of 2 x tokens), not waves
+        # of short ones: each request's own costs (HTTP, admission, prefill) come a third as
+        # often; lane-h200-run10's windows of three 64-token requests spread +-14 % (log sd)
+        # at batch 1 and +-12 % at batch 16, against +-3 % for one 256-token request in
+        # overhead-h200-run5
+        for label, conc, waves, wins, toks in (("batch 1", 1, 1, windows[0], 3 * tokens),
+                                               ("batch 16", 16, 1, windows[1], 2 * tokens)):
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
                          "--windows", str(wins), "--requests-per-window", str(conc * waves),
-                         "--tokens", str(tokens), "--concurrency", str(conc), "--json",
+                         "--tokens", str(toks), "--concurrency", str(conc), "--json",
                          "--no-shares", timeout=360)
             doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
             res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
             add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "
                                           f"(upper bound), in-server paired windows, {label}", doc))
             stage.done(f"counters' cost, {label}")
+        classic = profile(d, work / "prof-classic", {"num_steps": 3, "activities": ["CPU", "GPU"]}, 1)
+        add(checks.Check("classic /start_profile with CUDA activities: stopped, serving after",
+                         classic["stops"] >= 1 and classic["serves"], json.dumps(classic)[:400],
+                         classic))
+        stage.done("classic profile of the diag server")
         sampled["diag"] = sampled_request(d)
         add(checks.Check("sampled (non-greedy) requests", all(v["code"] == 200 for v in sampled.values()),
                          json.dumps(sampled), sampled))
