@@ -300,3 +300,30 @@ def test_draft_model_option_decides_the_draft_window_and_refuses_a_bad_path(rele
     assert all(checks.census_exact(doc).values())
     bad = CliRunner().invoke(main, [*args, "--draft-model", lane["model"] + "-missing"])
     assert bad.exit_code == 2 and "--draft-model" in bad.output and "config.json" in bad.output
+
+
+@pytest.mark.parametrize(("version", "line"), [("0.5.23", 1115), ("0.5.19", 797)])
+def test_the_dsa_eager_length_read_never_runs_on_a_prefill(release, version, line):
+    """Read by hand: DeepseekSparseAttnBackend.init_forward_metadata reads
+    `forward_batch.seq_lens.max().item()` (0.5.23 layers/attention/dsa_backend.py:1115, 0.5.19
+    :797) only in the `else` of `if forward_batch.seq_lens_cpu is not None:` (1107 / 789).
+    A prefill batch always carries the host lengths: ScheduleBatch.prepare_for_extend sets them
+    (0.5.23 managers/schedule_batch.py:2888, 0.5.19 :2545) and a mixed chunk under speculative
+    decoding rebuilds them (0.5.23 :3303-3311, 0.5.19 :2921-2941). So on target-extend the read
+    is unreachable; on the decode-side phases the spec-v2 relay may null the mirror
+    (0.5.23 managers/overlap_utils.py:615-619): there it stays an upper bound with its
+    condition."""
+    ctx = Context(target=release(version), platform="hip", execute=False,
+                  config=SpecConfig(attention_backend="dsa", speculative_algorithm="EAGLE",
+                                    speculative_num_steps=3, speculative_eagle_topk=1))
+    [f] = run_probe(get_probe("metadata-syncs"), ctx)
+    phases = {e.data["phase"]: e.data for e in f.evidence
+              if e.kind == "metric" and e.data and "phase" in e.data}
+    at = f"sglang/srt/layers/attention/dsa_backend.py:{line}"
+    assert at not in {x["at"] for x in phases["target-extend"]["depends"]}
+    for phase in ("target-verify", "draft-decode"):
+        dep = {x["at"]: x["condition"] for x in phases[phase]["depends"]}
+        assert "whether the caller sets seq_lens_cpu" in dep[at]
+    [gone] = [u for u in phases["target-extend"]["unreachable"] if u["at"] == at]
+    assert gone["syncs"] == 1 and "seq_lens_cpu is set on every target-extend batch" in gone["reason"]
+    assert at not in phases["target-extend"]["at"]

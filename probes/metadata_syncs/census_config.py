@@ -33,7 +33,18 @@ _INIT_NEW = "sglang/srt/model_executor/forward_batch_info.py:1241"
 # (host lists: `ret.extend_seq_lens_cpu = extend_seq_lens`), eagle_worker_common.py:127, 157,
 # 193 (the gpu-only draft extend).
 _INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
+# `seq_lens_cpu` on a target-extend (prefill) batch: ScheduleBatch.prepare_for_extend sets it
+# (0.5.23 managers/schedule_batch.py:2879, 2888; 0.5.19 :2545), a mixed chunk under speculative
+# decoding rebuilds it from the requests (0.5.23 :3303-3311, 3349; 0.5.19 :2921-2941, its
+# merge_batch would null it), and ForwardBatch.init_new hands it on
+# (0.5.23 model_executor/forward_batch_info.py:1013). Not the decode-side phases: under the
+# spec-v2 relay FutureMap.resolve_seq_lens_cpu nulls it where every backend opts out of the
+# host lengths (0.5.23 managers/overlap_utils.py:615-619), so there it stays undecided.
+_EXTEND_SEQ_LENS = "sglang/srt/managers/schedule_batch.py:2888"
+_EXTEND_SEQ_LENS_19 = "sglang/srt/managers/schedule_batch.py:2545"
 MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
+    ("0.5.23", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS},
+    ("0.5.19", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS_19},
     ("0.5.23", "extend_seq_lens_cpu"): {
         "target-extend": _INIT_NEW, "other": _INIT_NEW,
         "draft-extend": f"{_INIT_NEW}, sglang/srt/speculative/eagle_worker_common.py:222"},
