@@ -377,9 +377,13 @@ class DraftExtendAllowlistFix(Fix):
         """For the configuration's backend: would the fix capture its draft-extend?"""
         from diag.probes.backends import backend_map
         from diag.probes.gate import GRAPH, verdict
-        from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
+        from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp, v1_seed, worker_facts
 
         frozen, why = frozen_kv_mtp(target, config)
+        v1 = v1_seed(target) if frozen and worker_facts(target)[0] is None else None
+        if v1 is not None and v1[0] == "eager":  # the v1 frozen worker's seed forward
+            return Applicability(REFUSED, f"{why}: {v1[1]}: no HIP allow-list gates it, so "
+                                 "this fix cannot capture it")
         if frozen:  # a Gemma4 assistant draft: no draft-extend pass to capture
             return Applicability(NOT_NEEDED, f"{why}: no draft-extend pass runs, nothing to "
                                  "capture")

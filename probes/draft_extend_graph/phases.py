@@ -35,7 +35,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
 )
 from diag.probes.source import parse_file, walk_all
 from diag.probes.startup import default_backend
-from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp, worker_facts
+from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     BACKEND_PAGE,
     DSA_UTILS,
@@ -213,9 +213,12 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
     frozen, frozen_why = frozen_kv_mtp(target, cfg)
     if cfg.disable_cuda_graph:
-        no_extend = worker_facts(target)[0] if frozen else None
-        return [out(p, NO_PASS, f"{frozen_why}: the frozen draft has no draft-extend forward "
-                                f"({no_extend})", no_extend)
+        no_extend, none_why = (worker_facts(target)[0] if frozen else None), ""
+        if no_extend is not None:
+            none_why = f"the frozen draft has no draft-extend forward ({no_extend})"
+        elif frozen and (v1 := v1_seed(target)) is not None and v1[0] == NO_PASS:
+            none_why, no_extend = v1[1], v1[2]
+        return [out(p, NO_PASS, f"{frozen_why}: {none_why}", no_extend)
                 if no_extend is not None and p == "draft-extend" else
                 out(p, EAGER, "CUDA graphs disabled (--disable-cuda-graph)") for p in PHASES]
     steps = cfg.speculative_num_steps
@@ -238,7 +241,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                         if w else "the target's decode graph runner (capture line not found)",
                         w, fallbacks(target, vr, cfg)))
     if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
-        return verdicts + _frozen(target, frozen, frozen_why, out)
+        return verdicts + _frozen(target, cfg, frozen, frozen_why, out)
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
     dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg)
@@ -291,20 +294,38 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     return verdicts
 
 
-def _frozen(target: Target, frozen: bool | None, why: str, out) -> list[PhaseVerdict]:
+def _frozen(target: Target, cfg: SpecConfig, frozen: bool | None, why: str,
+            out) -> list[PhaseVerdict]:
     """draft-decode and draft-extend of the FROZEN_KV_MTP worker (probes.startup.frozen_kv_mtp):
-    its own draft graph runner, captured on a GPU; no draft-extend pass. `frozen` None: no
+    its own draft graph runner, captured on a GPU; no draft-extend pass (the v2 worker), or the
+    v1 worker's seed step (`v1_seed`: eager, or no pass of its own). `frozen` None: no
     algorithm given, so each is `depends`."""
     no_extend, on_cuda = worker_facts(target)
-    if on_cuda is not None:
+    v1 = v1_seed(target) if no_extend is None else None
+    if v1 is not None:  # the v1 worker: its graph is captured only with more than one step
+        on_cuda = find_line(target, V1_WORKER, r'self\.target_worker\.device != "cuda"')
+        one = find_line(target, V1_WORKER, r"speculative_num_steps <= 1")
+        steps = cfg.speculative_num_steps
+        if on_cuda is not None and one is not None and steps is not None and steps <= 1:
+            dd = (EAGER, f"{why}: one step captures no draft graph ({one})", one)
+        elif on_cuda is not None and one is not None and steps is not None:
+            dd = (GRAPH, f"{why}: its draft graph runner is captured on a GPU with more than "
+                         f"one step (the device is \"cuda\" under ROCm too: {on_cuda}; {one})",
+                  on_cuda)
+        else:
+            dd = (DEPENDS, f"{why}: its draft graph is captured only with more than one step "
+                           f"({one or V1_WORKER}): pass --speculative-num-steps", one)
+        de = (v1[0], f"{why}: {v1[1]}"
+              + ("; nothing runs, eager or graph" if v1[0] == NO_PASS else ""), v1[2])
+    elif on_cuda is not None:
         dd = (GRAPH, f"{why}: its draft graph runner is captured on a GPU (the device is "
                      f"\"cuda\" under ROCm too: {on_cuda})", on_cuda)
     else:
         dd = (DEPENDS, f"{why}: sglang {target.version}'s frozen worker is not read here", None)
-    if no_extend is not None:
+    if v1 is None and no_extend is not None:
         de = (NO_PASS, f"{why}: the frozen draft has no draft-extend forward ({no_extend}); "
                        "nothing runs, eager or graph", no_extend)
-    else:
+    elif v1 is None:
         de = (DEPENDS, f"{why}: sglang {target.version}'s frozen worker is not read here", None)
     res = []
     for phase, (mode, reason, w) in (("draft-decode", dd), ("draft-extend", de)):

@@ -157,6 +157,18 @@ class DraftExtendGraphProbe(Probe):
                 return self.finding(Status.WARN, f"{what}: draft-extend depends on what no input "
                                                  f"decides ({de.reason})", evidence=ev,
                                     hint=_hint(v, plat, gate, name))
+            from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
+
+            if de.mode in (GRAPH, EAGER) and (de.mode != v.mode or frozen_kv_mtp(t, cfg)[0]):
+                # not the gate's to decide (the v1 FROZEN_KV_MTP worker's seed forward): the
+                # phase verdict says why
+                if de.mode == GRAPH:
+                    return self.finding(Status.OK, f"{what}: draft-extend is captured as a "
+                                                   f"graph ({de.reason})", evidence=ev)
+                return self.finding(Status.FAIL, f"{what}: draft-extend runs eager, one launch "
+                                                 f"per kernel ({de.reason})", evidence=ev,
+                                    hint="no HIP allow-list decides this pass: `diag fix check` "
+                                         "says that no diag fix captures it")
             if v.mode == GRAPH:
                 return self.finding(Status.OK, f"{what}: draft-extend is captured as a graph "
                                                f"({v.reason})", evidence=ev)
