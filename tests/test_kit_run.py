@@ -82,8 +82,11 @@ def kit(root, tmp_path_factory):
 def interrupted(root, tmp_path_factory):
     """A kit run given SIGINT once its server's processes exist (mid-start)."""
     out = tmp_path_factory.mktemp("kit-int") / "out"
+    # SIGINT as an interactive shell delivers it: a background `.ci/run &` would hand the kit
+    # SIGINT ignored (the shell's rule for jobs without job control), and Ctrl-C is under test
     p = subprocess.Popen(_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_env(root))
+                         env=_env(root),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     run_dir = str(out / "work" / "run-kit")
     group: list[int] = []
     deadline = time.monotonic() + 300
