@@ -377,10 +377,10 @@ class DraftExtendAllowlistFix(Fix):
         """For the configuration's backend: would the fix capture its draft-extend?"""
         from diag.probes.backends import backend_map
         from diag.probes.gate import GRAPH, verdict
-        from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp, v1_seed, worker_facts
+        from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp, v1_seed
 
         frozen, why = frozen_kv_mtp(target, config)
-        v1 = v1_seed(target) if frozen and worker_facts(target)[0] is None else None
+        v1 = v1_seed(target) if frozen else None  # None where the v2 worker runs (0.5.14+)
         if v1 is not None and v1[0] == "eager":  # the v1 frozen worker's seed forward
             return Applicability(REFUSED, f"{why}: {v1[1]}: no HIP allow-list gates it, so "
                                  "this fix cannot capture it")

@@ -29,15 +29,24 @@ V1_WORKER = "srt/speculative/frozen_kv_mtp_worker.py"
 PROMOTES = ("EAGLE", "NEXTN")
 
 
-def alias_file(target: Target) -> str | None:
-    """The first of ALIAS_FILES that assigns `is_gemma4_draft` (the alias reads the draft there)."""
+def _alias(target: Target) -> tuple[str, list[tuple[ast.Assign, str]]] | None:
+    """(the first of ALIAS_FILES that assigns `is_gemma4_draft`, each such assignment with the
+    architecture names it tests): where the alias reads the draft."""
     for rel in ALIAS_FILES:
         tree = parse_file(target.file(rel))
-        if tree is not None and any(isinstance(n, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "is_gemma4_draft" for t in n.targets)
-                for n in walk_all(tree)):
-            return rel
+        assigns = [n for n in walk_all(tree) if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "is_gemma4_draft" for t in n.targets)] \
+            if tree is not None else []
+        if assigns:
+            return rel, [(n, c.value) for n in assigns for c in walk_all(n.value)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)]
     return None
+
+
+def alias_file(target: Target) -> str | None:
+    """The first of ALIAS_FILES that assigns `is_gemma4_draft` (the alias reads the draft there)."""
+    a = _alias(target)
+    return a[0] if a else None
 
 
 def gemma4_draft(target: Target, cfg: SpecConfig) -> tuple[str, Where] | None:
@@ -45,15 +54,10 @@ def gemma4_draft(target: Target, cfg: SpecConfig) -> tuple[str, Where] | None:
     names one of the architectures `is_gemma4_draft` tests, in a release that has the test."""
     if not cfg.draft_model:
         return None
-    rel = alias_file(target)
-    tree = parse_file(target.file(rel)) if rel else None
-    if rel is None or tree is None:
+    alias = _alias(target)
+    if alias is None or not alias[1]:
         return None
-    found = [(n, c.value) for n in walk_all(tree) if isinstance(n, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id == "is_gemma4_draft" for t in n.targets)
-        for c in walk_all(n.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
-    if not found:
-        return None
+    rel, found = alias
     try:
         params = json.loads((Path(cfg.draft_model) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
