@@ -18,12 +18,11 @@ from pathlib import Path
 
 from diag.context import SpecConfig
 from diag.probes.source import parse_file, walk_all
-from diag.probes.startup.resolve import Where, find_line
+from diag.probes.startup.resolve import SERVER_ARGS, SPEC_HOOK_FILE, Where, find_line
 from diag.target import Target
 
-SPEC_HOOK_FILE = "srt/arg_groups/speculative_hook.py"
 # where the alias lives: the hook from 0.5.13, server_args.py before (0.5.12 :319-351)
-ALIAS_FILES = (SPEC_HOOK_FILE, "srt/server_args.py")
+ALIAS_FILES = (SPEC_HOOK_FILE, SERVER_ARGS)
 WORKER = "srt/speculative/frozen_kv_mtp_worker_v2.py"
 V1_WORKER = "srt/speculative/frozen_kv_mtp_worker.py"
 PROMOTES = ("EAGLE", "NEXTN")
