@@ -398,6 +398,21 @@ def test_gemma4_assistant_draft_refuses_eagle3(tmp_path, version):
     assert all(v.mode != phases.REFUSED for v in verdicts("Gemma4AssistantForCausalLM", "EAGLE"))
 
 
+def test_gemma4_assistant_draft_refuses_eagle3_where_0_5_12_keeps_the_alias(tmp_path):
+    """0.5.12 keeps the alias in server_args.py: `is_gemma4_draft = "Gemma4AssistantForCausalLM"
+    in (...)` (:333-335; no Unified assistant yet), `if speculative_algorithm == "EAGLE3" and
+    is_gemma4_draft:` (:337) `raise ValueError(` (:338). Read by hand."""
+    d = tmp_path / "draft"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Gemma4AssistantForCausalLM"]}))
+    cfg = SpecConfig(attention_backend="triton", draft_model=str(d), environ={},
+                     speculative_algorithm="EAGLE3", speculative_eagle_topk=1,
+                     speculative_num_steps=3)
+    got = phases.phase_verdicts(release_target("0.5.12"), "hip", cfg, "triton")
+    assert {(v.mode, str(v.where)) for v in got} == {
+        (phases.REFUSED, "sglang/srt/server_args.py:338")}
+
+
 # DeepSeek-V4.1 (config.json `model_type: deepseek_v41`, architecture DeepseekV4ForCausalLM)
 # takes only DSPARK: `validate_deepseek_v41_features` lists ("speculative decoding other than
 # DSpark", `speculative_algorithm is not None and ....upper() != "DSPARK"`) and raises in a loop

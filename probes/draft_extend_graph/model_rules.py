@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from diag.context import SpecConfig
 from diag.probes.draft_extend_graph.model_backends import model_backend_assert
 from diag.probes.source import parse_file, walk_all
-from diag.probes.startup.frozen_kv_mtp import gemma4_draft
+from diag.probes.startup.frozen_kv_mtp import SPEC_HOOK_FILE, alias_file, gemma4_draft
 from diag.probes.startup.resolve import (
     DSV2_OVERRIDES,
     DSV4_HOOK,
@@ -40,7 +40,6 @@ Refusal = tuple[str, str, "Where | None"]
 
 IQUEST_OVERRIDES = "srt/arg_groups/model_overrides/iquest_q1.py"
 PARALLEL_HOOK = "srt/arg_groups/parallel_hook.py"
-SPEC_HOOK_FILE = "srt/arg_groups/speculative_hook.py"
 MINICPM_OVERRIDES = "srt/arg_groups/model_overrides/minicpm.py"
 KIMI_K3_FILES = ("srt/arg_groups/model_overrides/kimi_k3.py", "srt/arg_groups/overrides.py")
 
@@ -336,12 +335,13 @@ def gemma4_draft_eagle3(target: Target, cfg: SpecConfig) -> Refusal | None:
     """A Gemma4 assistant draft model refuses EAGLE3: `_resolve_speculative_algorithm_alias`
     reads the draft's config.json architectures, `is_gemma4_draft = any(arch in
     ("Gemma4AssistantForCausalLM", ...))`, and `if speculative_algorithm == "EAGLE3" and
-    is_gemma4_draft: raise ValueError(...)` (0.5.13 arg_groups/speculative_hook.py:34-39, 0.5.19
+    is_gemma4_draft: raise ValueError(...)` (0.5.12 server_args.py:337-342, 0.5.13
+    arg_groups/speculative_hook.py:34-39, 0.5.19
     :62-67, 0.5.23 :96-107; the Unified assistant counts too, 0.5.19 :57-60). EAGLE and NEXTN
     become FROZEN_KV_MTP there (probes.startup.frozen_kv_mtp)."""
     if (cfg.speculative_algorithm or "") != "EAGLE3" or not cfg.draft_model:
         return None
-    hit = _stmt_with(target, SPEC_HOOK_FILE, ast.Raise, "draft requires")
+    hit = _stmt_with(target, alias_file(target) or SPEC_HOOK_FILE, ast.Raise, "draft requires")
     g = gemma4_draft(target, cfg) if hit is not None else None
     if hit is None or g is None:
         return None
