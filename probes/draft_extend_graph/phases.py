@@ -15,13 +15,19 @@ objects of a GPU build). What no input decides is `depends`, with the condition 
 
 from __future__ import annotations
 
-import ast
 import os
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
 from diag.probes import backends
 from diag.probes import gate as gate_mod
+from diag.probes.draft_extend_graph.fallbacks import (  # noqa: F401  (re-exported)
+    CAN_RUN,
+    DP_VOTE,
+    Facts,
+    Fallback,
+    runner_fallbacks,
+)
 from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exported)
     BACKEND_TOPK_GUARD,
     DEPENDS,
@@ -33,7 +39,6 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     extend_topk_guard,
     refusal,
 )
-from diag.probes.source import parse_file, walk_all
 from diag.probes.startup import default_backend
 from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
@@ -74,29 +79,17 @@ VERIFY_RUNNER = "srt/model_executor/runner/decode_cuda_graph_runner.py"
 # the target's decode runner before model_executor/runner/ (0.5.9 - 0.5.13.post1; 0.5.9
 # model_executor/cuda_graph_runner.py:287 captures TARGET_VERIFY, `can_run` at :385)
 OLD_VERIFY_RUNNER = "srt/model_executor/cuda_graph_runner.py"
-# the runners' replay test: `can_run_graph` from 0.5.14, `can_run` before (0.5.9
-# eagle_draft_extend_cuda_graph_runner.py:190, 0.5.12.post1 :228)
-CAN_RUN = ("can_run_graph", "can_run")
+# the multi-layer worker's draft-extend runner (MultiLayerEagleDraftExtendCudaGraphRunner, the
+# first replay test of the file; its multi-step wrapper asks runners[0]: 0.5.23 :976-977) and
+# the FROZEN_KV_MTP worker's draft runner (0.5.23 frozen_kv_mtp_worker_v2.py:399)
+MULTI_EXTEND_RUNNER = "srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py"
+FROZEN_RUNNER = "srt/speculative/frozen_kv_mtp_cuda_graph_runner.py"
 
 # Backends that serve one model family only: without --model, that family is the model (the
 # backend DeepSeek-V4 picks, arg_groups/deepseek_v4_hook.py `_default_dsv4_attention_backend`;
 # the DSA backend DeepSeek-V3.2-style models get, arg_groups/model_overrides/deepseek_v2.py).
 IMPLIED_MODEL = {"dsv4": "DeepseekV4ForCausalLM", "compressed": "DeepseekV4ForCausalLM",
                  "dsa": "DeepseekV32ForCausalLM", "nsa": "DeepseekV32ForCausalLM"}
-
-
-@dataclass
-class Fallback:
-    """A run-time condition under which a captured phase still runs a pass eager."""
-
-    condition: str
-    reason: str  # as the live counters name it: batch-above-captured | runner-declined | ...
-    file: str
-    line: int
-
-    def to_dict(self) -> dict:
-        return {"condition": self.condition, "reason": self.reason, "file": self.file,
-                "line": self.line}
 
 
 @dataclass
@@ -121,58 +114,19 @@ class PhaseVerdict:
 # --------------------------------------------------------------------------- runtime fallbacks
 
 
-def fallbacks(target: Target, rel: str, cfg: SpecConfig) -> list[Fallback]:
-    """The runner's fallbacks that can happen under `cfg`: the data-parallel vote only with
-    DP attention (`require_mlp_sync()` is false without it)."""
-    out = _fallbacks_of(target, rel)
+def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
+              ) -> list[Fallback]:
+    """The runner's fallbacks that can happen under `cfg` (`fallbacks.runner_fallbacks`): the
+    data-parallel vote only with DP attention (`require_mlp_sync()` is false without it)."""
+    out = runner_fallbacks(target, rel, Facts(cfg.speculative_algorithm, arch))
     if cfg.enable_dp_attention is False:
-        return [f for f in out if not f.condition.startswith("data-parallel vote")]
+        return [f for f in out if not f.condition.startswith(DP_VOTE)]
     w = find_line(target, "srt/utils/common.py", r"def require_mlp_sync")
     for f in out:
-        if f.condition.startswith("data-parallel vote") and cfg.enable_dp_attention is None:
+        if f.condition.startswith(DP_VOTE) and cfg.enable_dp_attention is None:
             f.condition += (" (only with --enable-dp-attention: require_mlp_sync()"
                             + (f", {w})" if w else ")"))
     return out
-
-
-def _fallbacks_of(target: Target, rel: str) -> list[Fallback]:
-    """Why `can_run_graph` of a runner declines a batch: each `return False` condition, the
-    largest-captured-size comparison, the no-padding path, the data-parallel vote."""
-    path = target.file(rel)
-    tree = parse_file(path)
-    if tree is None:
-        return []
-    file = target.relpath(path)
-    out: list[Fallback] = []
-    for fn in (n for n in walk_all(tree) if isinstance(n, ast.FunctionDef)
-               and n.name in CAN_RUN):
-        for node in walk_all(fn):
-            if isinstance(node, ast.If) and any(
-                    isinstance(s, ast.Return) and isinstance(s.value, ast.Constant)
-                    and s.value.value is False for s in node.body):
-                out.append(Fallback(ast.unparse(node.test)[:160], "runner-declined", file,
-                                    node.lineno))
-            elif isinstance(node, ast.Compare) and any(
-                    isinstance(c, ast.Attribute) and c.attr == "max_bs"
-                    for c in node.comparators):
-                out.append(Fallback("batch above the largest captured size "
-                                    f"({ast.unparse(node)})", "batch-above-captured", file,
-                                    node.lineno))
-            elif isinstance(node, ast.IfExp) and "disable_padding" in ast.unparse(node.test):
-                out.append(Fallback("--disable-cuda-graph-padding: only a batch of a captured "
-                                    "size replays", "runner-declined", file, node.lineno))
-            elif isinstance(node, ast.Attribute) and node.attr in (
-                    "can_run_decode_cuda_graph", "can_run_dp_draft_cuda_graph"):
-                out.append(Fallback(f"data-parallel vote: every DP rank must be able to "
-                                    f"replay ({node.attr})", "runner-declined", file,
-                                    node.lineno))
-            elif isinstance(node, ast.Attribute) and "tbo" in node.attr:
-                out.append(Fallback(f"two-batch overlap ({node.attr})", "runner-declined",
-                                    file, node.lineno))
-        break
-    seen: set[str] = set()
-    return [f for f in sorted(out, key=lambda f: f.line)
-            if not (f.condition in seen or seen.add(f.condition))]
 
 
 # --------------------------------------------------------------------------- the verdicts
@@ -239,12 +193,13 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     verdicts.append(out("target-verify", GRAPH,
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
-                        w, fallbacks(target, vr, cfg)))
+                        w, fallbacks(target, vr, cfg, model.arch)))
     if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
-        return verdicts + _frozen(target, cfg, frozen, frozen_why, out)
+        return verdicts + _frozen(target, cfg, frozen, frozen_why, out,
+                                  fallbacks(target, FROZEN_RUNNER, cfg, model.arch))
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
-    dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg)
+    dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg, model.arch)
     if multi:
         mw = find_line(target, gate_mod.MULTI_LAYER_FILE, r"self\.cuda_graph_runner = None$")
         verdicts.append(out("draft-decode", EAGER, f"{multi_why}: the multi-layer worker builds "
@@ -289,13 +244,15 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     if g is not None and g[1] is not None and g[2] is not None:
         reason += (f"; {backend}'s SPEC_V2 topk guard ({g[0]}) does not fire: the draft-extend "
                    f"backend is built without topk ({g[1]}), default 1 ({g[2]})")
+    er = MULTI_EXTEND_RUNNER if multi and target.file(MULTI_EXTEND_RUNNER).is_file() \
+        else EXTEND_RUNNER
     verdicts.append(out("draft-extend", mode, reason, gw,
-                        fallbacks(target, EXTEND_RUNNER, cfg) if mode == GRAPH else None))
+                        fallbacks(target, er, cfg, model.arch) if mode == GRAPH else None))
     return verdicts
 
 
 def _frozen(target: Target, cfg: SpecConfig, frozen: bool | None, why: str,
-            out) -> list[PhaseVerdict]:
+            out, dd_fallbacks: list[Fallback]) -> list[PhaseVerdict]:
     """draft-decode and draft-extend of the FROZEN_KV_MTP worker (probes.startup.frozen_kv_mtp):
     its own draft graph runner, captured on a GPU; no draft-extend pass (the v2 worker), or the
     v1 worker's seed step (`v1_seed`: eager, or no pass of its own). `frozen` None: no
@@ -332,7 +289,8 @@ def _frozen(target: Target, cfg: SpecConfig, frozen: bool | None, why: str,
         if frozen is None:
             mode, reason = DEPENDS, (f"with --speculative-algorithm EAGLE or NEXTN: {mode} "
                                      f"({reason}); pass --speculative-algorithm")
-        res.append(out(phase, mode, reason, w))
+        res.append(out(phase, mode, reason, w,
+                       dd_fallbacks if phase == "draft-decode" and mode == GRAPH else None))
     return res
 
 
