@@ -158,7 +158,7 @@ class _Reader:
             elif _is_true(v.body):
                 self.part(v.orelse, name, guards + (f"not ({test})",))
             else:
-                self.add(f"{ast.unparse(v)} is false", DECLINED, v.lineno, guards)
+                self.add(f"{ast.unparse(v)} does not hold", DECLINED, v.lineno, guards)
             return
         if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.And):
             for sub in v.values:
@@ -178,7 +178,7 @@ class _Reader:
                 self.add(f"{DP_VOTE}: every DP rank must be able to replay ({v.attr})",
                          DECLINED, v.lineno, guards, decided=True)
             return
-        self.add(f"{ast.unparse(v)} is false" + (f" ({name})" if name else ""), DECLINED,
+        self.add((f"{name}: " if name else "") + f"{ast.unparse(v)} does not hold", DECLINED,
                  v.lineno, guards)
 
     # -------------------------------------------------------------------------- conditions
