@@ -301,7 +301,7 @@ def multi_layer(target: Target, cfg: SpecConfig, model: Model) -> tuple[bool | N
     EAGLE worker); None when the algorithm is not given."""
     if cfg.enable_multi_layer_eagle is not None:
         return cfg.enable_multi_layer_eagle, "the server runs multi-layer EAGLE"
-    w = multi_layer_archs(target).get(model.arch or "")
+    w = multi_layer_archs(target).get(model.arch) if model.arch else None
     if w is None:
         return False, ""
     why = f"{model.arch} switches multi-layer EAGLE on ({w})"
