@@ -35,13 +35,18 @@ class SpecConfig:
     enable_dp_attention: bool | None = None
     dcp_size: int | None = None
     enable_multi_layer_eagle: bool | None = None  # a server's (some models switch it on)
+    # the overlap scheduler and two-batch overlap decide whether decode-side batches carry the
+    # host lengths (probes.startup.host_lengths); None: not given
+    disable_overlap_schedule: bool | None = None
+    enable_two_batch_overlap: bool | None = None
     source: str = "options"  # "options" | "server"
 
     # the fields that describe a configuration (everything but the bookkeeping `source`)
     _FACTS = ("attention_backend", "draft_attention_backend", "speculative_num_steps",
               "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
               "page_size", "model", "draft_model", "environ", "tp_size", "dp_size",
-              "enable_dp_attention", "dcp_size", "enable_multi_layer_eagle")
+              "enable_dp_attention", "dcp_size", "enable_multi_layer_eagle",
+              "disable_overlap_schedule", "enable_two_batch_overlap")
 
     @property
     def given(self) -> bool:
@@ -57,6 +62,10 @@ class SpecConfig:
         def text(name: str) -> str | None:  # a name of another type is not taken as one
             v = args.get(name)
             return v if isinstance(v, str) and v else None
+
+        def flag(name: str) -> bool | None:
+            v = args.get(name)
+            return v if isinstance(v, bool) else None
 
         dpa = args.get("enable_dp_attention")
         mle = args.get("enable_multi_layer_eagle")
@@ -77,6 +86,8 @@ class SpecConfig:
             enable_dp_attention=dpa if isinstance(dpa, bool) else None,
             dcp_size=num("dcp_size"),
             enable_multi_layer_eagle=mle if isinstance(mle, bool) else None,
+            disable_overlap_schedule=flag("disable_overlap_schedule"),
+            enable_two_batch_overlap=flag("enable_two_batch_overlap"),
             source="server",
         )
 

@@ -118,6 +118,19 @@ class BackendInfo:
         names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
         return self._methods(names, method) if self._methods and names else []
 
+    # (class names, attribute) -> [(class, True | False | None, words, "file:line")]
+    _attrs: Callable[[list[str], str], list[tuple]] | None = field(
+        default=None, repr=False, compare=False)
+
+    def class_attr(self, attr: str, role: str) -> list[tuple]:
+        """What each class built for `role` (target | draft-extend | decode) sets `attr` to, in
+        its own body or a base's: (class, True | False | None (not a constant), words,
+        "file:line"; "" where no class of its chain sets it, None where the chain was not
+        read)."""
+        names = {"target": self.attention_classes, "draft-extend": self.draft_extend_classes,
+                 "decode": self.decode_classes}[role]
+        return self._attrs(names, attr) if self._attrs and names else []
+
     def capability(self, method: str, attr: str = EXTEND_ATTR) -> list[tuple]:
         names = self.draft_extend_classes if attr == EXTEND_ATTR else self.decode_classes
         return self._capability(names, method) if self._capability and names else []
@@ -289,6 +302,76 @@ class _Resolver:
             else:
                 out.append((n, None, f"{owner}.{method}() decides in a body of "
                                      f"{len(body)} statements", where))
+        return out
+
+    def attr_of(self, name: str, mod: _Module, dotted: str, attr: str, depth: int = 0
+                ) -> tuple[str, list[ast.stmt], str] | None:
+        """(defining class, the statements that set `attr` there, its module) for
+        `name.attr`, following the bases: a class-level assignment, or `self.attr = ...` in
+        one of its methods."""
+        if depth > 6:
+            return None
+        where, node, wd = mod, mod.classes.get(name), dotted
+        if node is None and name in mod.imports:
+            wd = mod.imports[name]
+            where = self.module(wd)
+            node = where.classes.get(mod.import_names.get(name, name)) if where else None
+        if node is None or where is None:
+            return None
+        sets: list[ast.stmt] = [
+            st for st in node.body if isinstance(st, (ast.Assign, ast.AnnAssign))
+            and any(isinstance(t, ast.Name) and t.id == attr
+                    for t in (st.targets if isinstance(st, ast.Assign) else [st.target]))]
+        for fn in (n for n in node.body if isinstance(n, ast.FunctionDef)):
+            sets += [st for st in walk_all(fn) if isinstance(st, (ast.Assign, ast.AugAssign,
+                                                                   ast.AnnAssign))
+                     and any(isinstance(t, ast.Attribute) and t.attr == attr
+                             and isinstance(t.value, ast.Name) and t.value.id == "self"
+                             for t in (st.targets if isinstance(st, ast.Assign)
+                                       else [st.target]))]
+        if sets:
+            return node.name, sets, wd
+        unresolved = False
+        for b in node.bases:
+            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
+                else None
+            hit = self.attr_of(bname, where, wd, attr, depth + 1) if bname else None
+            if hit is not None and hit[1]:
+                return hit
+            unresolved = unresolved or hit is None and bname not in ("object", "ABC")
+        # found, and no class of its resolved chain sets it: (the class, [], its module);
+        # None where a base could not be read
+        return None if unresolved else (node.name, [], wd)
+
+    def attrs(self, names: list[str], attr: str, mod: _Module, dotted: str) -> list[tuple]:
+        """Per class: what `attr` is, a constant bool where every statement that sets it in
+        the defining class sets the same constant (a conditional or computed one: None)."""
+        out = []
+        for n in names:
+            hit = self.attr_of(n, self.seen_in.get(n, mod), dotted, attr)
+            if hit is None:
+                out.append((n, None, f"no {attr} found on {n} or its bases", None))
+                continue
+            owner, sets, wd = hit
+            file = self.target.relpath(self._mods.path(wd))
+            if not sets:
+                out.append((n, None, f"no class of {n}'s chain sets {attr} ({owner})", ""))
+                continue
+            vals = {st.value.value if isinstance(st, (ast.Assign, ast.AnnAssign))
+                    and isinstance(st.value, ast.Constant) and isinstance(st.value.value, bool)
+                    else None for st in sets}
+            last = sets[-1]
+            text = ast.unparse(last).strip()
+            where = f"{file}:{last.lineno}"
+            if len(vals) == 1 and None not in vals:
+                out.append((n, vals.pop(), f"{owner}: {text}", where))
+            else:
+                odd = next(st for st in sets if not (isinstance(st, (ast.Assign, ast.AnnAssign))
+                                                     and isinstance(st.value, ast.Constant)))\
+                    if any(not (isinstance(st, (ast.Assign, ast.AnnAssign))
+                                and isinstance(st.value, ast.Constant)) for st in sets) else last
+                out.append((n, None, f"{owner}: {ast.unparse(odd).strip()}",
+                            f"{file}:{odd.lineno}"))
         return out
 
     def all_ancestors(self, names: list[str], mod: _Module) -> list[str]:
@@ -478,6 +561,7 @@ def _read_backend_map(target: Target, platform: str, mla: bool | None = None,
                                                  dotted=_dotted(target, fpath))
             info._methods = functools.partial(res.methods, mod=fmod,
                                               dotted=_dotted(target, fpath))
+            info._attrs = functools.partial(res.attrs, mod=fmod, dotted=_dotted(target, fpath))
     for old, (new, where) in backend_aliases(target, res.skipped).items():
         if new in out:
             out[old] = dataclasses.replace(out[new], name=old, alias_of=(new, where),

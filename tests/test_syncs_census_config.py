@@ -310,9 +310,9 @@ def test_the_dsa_eager_length_read_never_runs_on_a_prefill(release, version, lin
     A prefill batch always carries the host lengths: ScheduleBatch.prepare_for_extend sets them
     (0.5.23 managers/schedule_batch.py:2888, 0.5.19 :2545) and a mixed chunk under speculative
     decoding rebuilds them (0.5.23 :3303-3311, 0.5.19 :2921-2941). So on target-extend the read
-    is unreachable; on the decode-side phases the spec-v2 relay may null the mirror
-    (0.5.23 managers/overlap_utils.py:615-619): there it stays an upper bound with its
-    condition."""
+    is unreachable; on the decode-side phases the spec-v2 relay nulls the mirror under the
+    overlap scheduler (0.5.23 managers/overlap_utils.py:615-619; tests/test_host_lengths.py):
+    without the server's overlap setting it stays an upper bound with that condition."""
     ctx = Context(target=release(version), platform="hip", execute=False,
                   config=SpecConfig(attention_backend="dsa", speculative_algorithm="EAGLE",
                                     speculative_num_steps=3, speculative_eagle_topk=1))
@@ -323,7 +323,7 @@ def test_the_dsa_eager_length_read_never_runs_on_a_prefill(release, version, lin
     assert at not in {x["at"] for x in phases["target-extend"]["depends"]}
     for phase in ("target-verify", "draft-decode"):
         dep = {x["at"]: x["condition"] for x in phases[phase]["depends"]}
-        assert "whether the caller sets seq_lens_cpu" in dep[at]
+        assert "under the overlap scheduler None" in dep[at] and "--overlap-schedule" in dep[at]
     [gone] = [u for u in phases["target-extend"]["unreachable"] if u["at"] == at]
     assert gone["syncs"] == 1 and "seq_lens_cpu is set on every target-extend batch" in gone["reason"]
     assert at not in phases["target-extend"]["at"]

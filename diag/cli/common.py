@@ -155,6 +155,12 @@ def config_options(f: Callable) -> Callable:
         click.option("--enable-dp-attention/--no-dp-attention", default=None,
                      help="The server runs with --enable-dp-attention (or not: some models "
                           "refuse it). Default: not given."),
+        click.option("--disable-overlap-schedule/--overlap-schedule", default=None,
+                     help="The server runs without the overlap scheduler (or with it). "
+                          "Default: not given (SGLang turns it off by itself in some cases)."),
+        click.option("--enable-two-batch-overlap/--no-two-batch-overlap", default=None,
+                     help="The server runs with --enable-two-batch-overlap (or not). Default: "
+                          "not given, read as SGLang's default (off)."),
         click.option("--dp", "dp_size", type=pos, metavar="N", help="The server's --dp-size."),
         click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
     ]

@@ -57,6 +57,7 @@ from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     Where,
     find_first,
     find_line,
+    multi_layer,
     multi_layer_archs,
     read_model,
     resolve_page_size,
@@ -292,21 +293,6 @@ def _frozen(target: Target, cfg: SpecConfig, frozen: bool | None, why: str,
         res.append(out(phase, mode, reason, w,
                        dd_fallbacks if phase == "draft-decode" and mode == GRAPH else None))
     return res
-
-
-def multi_layer(target: Target, cfg: SpecConfig, model: Model) -> tuple[bool | None, str]:
-    """Whether the multi-layer EAGLE worker runs, and why: a server says it
-    (`enable_multi_layer_eagle`), else the model switches it on for `--speculative-algorithm
-    EAGLE` (`resolve.multi_layer_archs`; NEXTN is renamed to EAGLE only after, so it keeps the
-    EAGLE worker); None when the algorithm is not given."""
-    if cfg.enable_multi_layer_eagle is not None:
-        return cfg.enable_multi_layer_eagle, "the server runs multi-layer EAGLE"
-    w = multi_layer_archs(target).get(model.arch) if model.arch else None
-    if w is None:
-        return False, ""
-    why = f"{model.arch} switches multi-layer EAGLE on ({w})"
-    algo = (cfg.speculative_algorithm or "").upper()
-    return (None if not algo else algo == "EAGLE"), why
 
 
 def _mla_split(info: backends.BackendInfo) -> bool:

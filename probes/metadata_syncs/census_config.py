@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diag.context import SpecConfig
+from diag.probes.startup.host_lengths import DECODE_SIDE
 
 _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
         "<": operator.lt, "<=": operator.le}
@@ -37,9 +38,9 @@ _INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
 # (0.5.23 managers/schedule_batch.py:2879, 2888; 0.5.19 :2545), a mixed chunk under speculative
 # decoding rebuilds it from the requests (0.5.23 :3303-3311, 3349; 0.5.19 :2921-2941, its
 # merge_batch would null it), and ForwardBatch.init_new hands it on
-# (0.5.23 model_executor/forward_batch_info.py:1013). Not the decode-side phases: under the
-# spec-v2 relay FutureMap.resolve_seq_lens_cpu nulls it where every backend opts out of the
-# host lengths (0.5.23 managers/overlap_utils.py:615-619), so there it stays undecided.
+# (0.5.23 model_executor/forward_batch_info.py:1013). The decode-side phases are decided by the
+# spec-v2 relay instead (probes.startup.host_lengths: FutureMap.resolve_seq_lens_cpu nulls it
+# where every backend opts out of the host lengths, 0.5.23 managers/overlap_utils.py:615-619).
 _EXTEND_SEQ_LENS = "sglang/srt/managers/schedule_batch.py:2888"
 _EXTEND_SEQ_LENS_19 = "sglang/srt/managers/schedule_batch.py:2545"
 MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
@@ -72,10 +73,11 @@ def _value(cfg: SpecConfig, fact: str) -> Any:
 
 
 def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
-                 platform: str | None = None, models: dict[str, Any] | None = None
-                 ) -> tuple[bool | None, str]:
+                 platform: str | None = None, models: dict[str, Any] | None = None,
+                 relay: Any = None) -> tuple[bool | None, str]:
     """(True | False | None (undecided), words) for one guard on one forward mode; `models`:
-    the served models' facts (`model_facts.windows`), else no model fact is decided."""
+    the served models' facts (`model_facts.windows`), else no model fact is decided; `relay`:
+    whether decode-side batches carry `seq_lens_cpu` (`probes.startup.host_lengths.Mirror`)."""
     fact, op, value, where, text = g[:5]
     if fact == "model:sliding_window_size":
         from diag.probes.metadata_syncs.model_facts import DRAFT_MODES
@@ -98,6 +100,13 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
     if fact.startswith("mirror:"):
         name = fact.split(":", 1)[1]
         set_at = MIRRORS_SET.get((version or "", name), {}).get(mode)
+        if set_at is None and name == "seq_lens_cpu" and mode in DECODE_SIDE \
+                and relay is not None:
+            if relay.holds is None:
+                return None, f"`{text}` ({where}): {relay.why}"
+            holds = (op == "is not") == relay.holds
+            return holds, f"release: {name} {'set' if relay.holds else 'None'} on {mode} " \
+                          f"batches: {relay.why}"
         if set_at is None:
             return None, f"`{text}` ({where}): whether the caller sets {name}"
         holds = op == "is not"  # the mirror is set: `is not None` holds, `is None` does not
@@ -109,12 +118,13 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
 
 
 def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
-           platform: str | None = None, models: dict[str, Any] | None = None) -> Decision:
+           platform: str | None = None, models: dict[str, Any] | None = None,
+           relay: Any = None) -> Decision:
     """A census site on one forward mode, for the configuration: a guard decided false makes it
     unreachable (every path passes each of its guards), all decided true live, else depends."""
     undecided, held, on_config = [], [], False
     for g in site.guards:
-        ok, why = decide_guard(g, cfg, mode, version, platform, models)
+        ok, why = decide_guard(g, cfg, mode, version, platform, models, relay)
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
@@ -126,5 +136,6 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
 
 def decide_modes(site: Any, cfg: SpecConfig, modes: list[str] | tuple[str, ...],
                  version: str | None, platform: str | None = None,
-                 models: dict[str, Any] | None = None) -> dict[str, Decision]:
-    return {m: decide(site, cfg, m, version, platform, models) for m in modes}
+                 models: dict[str, Any] | None = None, relay: Any = None
+                 ) -> dict[str, Decision]:
+    return {m: decide(site, cfg, m, version, platform, models, relay) for m in modes}

@@ -52,7 +52,8 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
 
 def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
                  cfg: Any = None, version: str | None = None, platform: str | None = None,
-                 models: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                 models: dict[str, Any] | None = None, relay: Any = None
+                 ) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
     each decided for the configuration `cfg` (probes.metadata_syncs.census_config): a site behind a test the
     configuration makes false is left out (listed in `unreachable` with the reason), one no
@@ -69,7 +70,8 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
         classes = roles[side]
         mine = [s for s in sites if s.backend in classes and mode in s.paths]
         on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
-        decided = [(s, decide(s, cfg, mode, version, platform, models)) for s in on_path]
+        decided = [(s, decide(s, cfg, mode, version, platform, models, relay))
+                   for s in on_path]
         live = [s for s, d in decided if d.status != "unreachable"]
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
         runs = runs_decode if phase == "draft-decode" else 1
@@ -86,6 +88,22 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
                                      "reason": d.reason}
                                     for s, d in decided if d.status == "unreachable"]})
     return out
+
+
+def relay_of(target: Any, platform: str, cfg: Any, name: str, draft: str | None) -> Any:
+    """Whether decode-side batches carry `seq_lens_cpu` for the backends under audit
+    (probes.startup.host_lengths), for the worker the per-phase verdicts find."""
+    from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
+    from diag.probes.startup.host_lengths import decode_seq_lens_cpu
+    from diag.probes.startup.resolve import multi_layer, read_model
+
+    try:
+        model = read_model(target, cfg.model)
+    except ValueError:
+        model = read_model(target, None)
+    worker = "frozen" if frozen_kv_mtp(target, cfg)[0] is not False else (
+        "multi-layer" if multi_layer(target, cfg, model)[0] is not False else "eagle")
+    return decode_seq_lens_cpu(target, platform, cfg, name, draft, model.mla, worker)
 
 
 def site_status(s: Any) -> str:
@@ -138,6 +156,7 @@ class MetadataSyncsProbe(Probe):
         name, ran = audited_backend(target, ctx.platform, cfg)
         paths = audited_paths(cfg.speculative_num_steps)
         draft_name = cfg.draft_attention_backend or name
+        relay = relay_of(target, ctx.platform, cfg, name, draft_name) if name else None
         if name:  # the configuration under audit: the target verifies, the draft extends/decodes
             target_roles = backend_classes(target, name, ctx.platform)
             draft_roles = backend_classes(target, draft_name, ctx.platform)
@@ -175,7 +194,7 @@ class MetadataSyncsProbe(Probe):
             if id(s) not in decided:
                 modes = sorted(modes_of(s.backend) & set(s.paths)) or list(s.paths)
                 decided[id(s)] = decide_modes(s, cfg, modes, target.version, ctx.platform,
-                                              models)
+                                              models, relay)
             return decided[id(s)]
 
         def ruled_out(s) -> bool:
@@ -212,7 +231,7 @@ class MetadataSyncsProbe(Probe):
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (docs/probes/metadata-syncs.md)
             for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
-                                  target.version, ctx.platform, models):
+                                  target.version, ctx.platform, models, relay):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
                 gone = "".join(f"; {u['at'].rsplit('/', 1)[-1]} unreachable ({u['reason']})"

@@ -513,3 +513,18 @@ def _arch_test(test: ast.AST, arch: str, algorithm: str | None) -> bool | None:
             isinstance(right, ast.Constant):
         return (algorithm or "").upper() == right.value
     return None
+
+
+def multi_layer(target: Target, cfg: SpecConfig, model: Model) -> tuple[bool | None, str]:
+    """Whether the multi-layer EAGLE worker runs, and why: a server says it
+    (`enable_multi_layer_eagle`), else the model switches it on for `--speculative-algorithm
+    EAGLE` (`resolve.multi_layer_archs`; NEXTN is renamed to EAGLE only after, so it keeps the
+    EAGLE worker); None when the algorithm is not given."""
+    if cfg.enable_multi_layer_eagle is not None:
+        return cfg.enable_multi_layer_eagle, "the server runs multi-layer EAGLE"
+    w = multi_layer_archs(target).get(model.arch) if model.arch else None
+    if w is None:
+        return False, ""
+    why = f"{model.arch} switches multi-layer EAGLE on ({w})"
+    algo = (cfg.speculative_algorithm or "").upper()
+    return (None if not algo else algo == "EAGLE"), why
