@@ -52,7 +52,11 @@ from diag.kit.steps.base import PROMPTS, wait_for  # noqa: E402,F401 (the lane's
 
 FIX = "profiler-controlled-teardown"
 KILL = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
-EAGER_COST_WINDOWS = 20  # `diag bench eager-cost` pairs (and as many for its floor), batch 1
+# `diag bench eager-cost` pairs (and as many for its floor), batch 1, each window one request of
+# 3 x tokens as the overhead windows (the per-request costs a third as often): its interval was
+# +-10-15 % with 20 windows of three 64-token requests (lane-h200-run12/13), wider than the
+# prediction check's +-10 % bar
+EAGER_COST_WINDOWS = 30
 MAX_BS = 16  # --cuda-graph-max-bs-decode: the largest batch every runner captures (the
 # overhead is measured at batch 1 and batch 16, both captured)
 
@@ -386,8 +390,8 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         # what draft-extend eager costs, inside the diag server: forced eager and released
         # between batches (`diag bench eager-cost`), paired windows at batch 1 like the rounds
         r = diag_cli("bench", "eager-cost", "--run-dir", str(d.run_dir), "--server", d.url,
-                     "--windows", str(EAGER_COST_WINDOWS), "--requests-per-window", "3",
-                     "--tokens", str(tokens), "--json", timeout=300)
+                     "--windows", str(EAGER_COST_WINDOWS), "--requests-per-window", "1",
+                     "--tokens", str(3 * tokens), "--json", timeout=300)
         ec = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
         res["eager_cost_in_server"] = ec or {"rc": r.returncode, "stderr": r.stderr[-400:]}
         stage.done("stop four servers, eager cost in the diag server")
