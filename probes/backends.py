@@ -357,19 +357,14 @@ class _Resolver:
             if not sets:
                 out.append((n, None, f"no class of {n}'s chain sets {attr} ({owner})", ""))
                 continue
-            vals = {st.value.value if isinstance(st, (ast.Assign, ast.AnnAssign))
-                    and isinstance(st.value, ast.Constant) and isinstance(st.value.value, bool)
-                    else None for st in sets}
-            last = sets[-1]
-            text = ast.unparse(last).strip()
-            where = f"{file}:{last.lineno}"
-            if len(vals) == 1 and None not in vals:
-                out.append((n, vals.pop(), f"{owner}: {text}", where))
-            else:
-                odd = next(st for st in sets if not (isinstance(st, (ast.Assign, ast.AnnAssign))
-                                                     and isinstance(st.value, ast.Constant)))\
-                    if any(not (isinstance(st, (ast.Assign, ast.AnnAssign))
-                                and isinstance(st.value, ast.Constant)) for st in sets) else last
+            consts = [st for st in sets if isinstance(st, (ast.Assign, ast.AnnAssign))
+                      and isinstance(st.value, ast.Constant) and isinstance(st.value.value, bool)]
+            if len(consts) == len(sets) and len({c.value.value for c in consts}) == 1:
+                last = sets[-1]
+                out.append((n, consts[0].value.value, f"{owner}: {ast.unparse(last).strip()}",
+                            f"{file}:{last.lineno}"))
+            else:  # computed, or constants that differ: cite the first that is not one
+                odd = next((st for st in sets if st not in consts), sets[-1])
                 out.append((n, None, f"{owner}: {ast.unparse(odd).strip()}",
                             f"{file}:{odd.lineno}"))
         return out
