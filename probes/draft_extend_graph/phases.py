@@ -22,7 +22,6 @@ from diag.context import SpecConfig
 from diag.probes import backends
 from diag.probes import gate as gate_mod
 from diag.probes.draft_extend_graph.fallbacks import (  # noqa: F401  (re-exported)
-    CAN_RUN,
     DP_VOTE,
     Facts,
     Fallback,
