@@ -15,7 +15,7 @@ import click
 from diag import __version__
 from diag.errors import EXIT_FINDINGS, EXIT_OK, EXIT_OPERATIONAL
 from diag.findings import SEVERITY, Finding, Status
-from diag.schemas import SCHEMA_VERSION
+from diag.schemas import SCHEMA_VERSION, finite
 
 FAIL_ON = {"warn": 1, "fail": 2}
 
@@ -66,7 +66,7 @@ def to_json(findings: list[Finding], header: dict[str, Any], fail_on: str,
         "summary": counts(findings),
         "findings": [f.to_dict() for f in findings],
     }
-    return json.dumps(doc, indent=2, default=str)
+    return json.dumps(finite(doc), indent=2, default=str)
 
 
 DEFAULT_WIDTH = 100  # the report's width when stdout is not a terminal and COLUMNS is unset

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ def _get(url: str, path: str, timeout: float, accept: str) -> bytes:
     req = urllib.request.Request(full, headers={"Accept": accept, "User-Agent": "diag"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (user's URL)
-            body = resp.read(MAX_BYTES + 1)
+            body = read_within(resp, time.monotonic() + timeout, f"GET {full}", timeout)
     except urllib.error.HTTPError as e:
         raise ServerBadAnswer(f"GET {full}: HTTP {e.code} {e.reason}") from e
     except urllib.error.URLError as e:
@@ -136,6 +137,22 @@ def _get(url: str, path: str, timeout: float, accept: str) -> bytes:
     if len(body) > MAX_BYTES:
         raise ServerBadAnswer(f"GET {full}: answer larger than {MAX_BYTES} bytes")
     return body
+
+
+def read_within(resp: Any, deadline: float, what: str, timeout: float) -> bytes:
+    """The answer's body (up to MAX_BYTES + 1), read by pieces: `timeout` bounds the whole
+    answer, not each read (a server that sends a byte a second never ends otherwise)."""
+    parts: list[bytes] = []
+    size = 0
+    while size <= MAX_BYTES:
+        if time.monotonic() > deadline:
+            raise ServerTimeout(f"{what}: no whole answer within {timeout:g} s")
+        chunk = resp.read1(min(1 << 20, MAX_BYTES + 1 - size))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 def get_server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
@@ -157,8 +174,8 @@ def get_server_info(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, A
     not_sglang = f"{normalize_url(url)} is not an SGLang server: {path}"
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise NotSGLang(f"{not_sglang} is not JSON ({e})") from e
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise NotSGLang(f"{not_sglang} is not JSON ({clip(str(e))})") from e
     if not isinstance(doc, dict):
         raise NotSGLang(f"{not_sglang} is not a JSON object ({type(doc).__name__})")
     nested = doc.get("server_args")
@@ -279,7 +296,10 @@ def attach(ctx: Any, timeout: float = DEFAULT_TIMEOUT_S) -> None:
     fields = tuple(n for n in SpecConfig._FACTS if n != "environ")
     had_options = any(getattr(cfg, n) is not None for n in fields)
     took = False
+    left_out = ctx.cache.get("sources") or {}  # the engine's model not readable here (facts)
     for name in fields:
+        if name == "model" and "model" in left_out:
+            continue
         if getattr(cfg, name) is None and getattr(live, name) is not None:
             setattr(cfg, name, getattr(live, name))
             took = True

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import functools
 import os
+import re
 import select
 import sys
 import traceback
@@ -242,7 +243,7 @@ def exit_os_error(e: OSError, verbose: bool = False) -> NoReturn:
         exit_broken_pipe()
     if verbose:
         traceback.print_exc()
-    where = f": {e.filename}" if e.filename else ""
+    where = f": {clip(e.filename)}" if e.filename else ""  # a 100,000-character path: cut
     if e.errno in OPERATIONAL_ERRNOS:
         what = e.strerror or str(e)
         if not e.filename:
@@ -270,7 +271,9 @@ def guarded(f: Callable) -> Callable:
         except DiagError as e:
             if verbose:
                 traceback.print_exc()
-            click.echo(f"diag: error: {e}", err=True)
+            # a user's input echoed back (a 100,000-character path or URL) is cut to 80
+            click.echo(f"diag: error: {re.sub(r'[^ ]{200,}', lambda m: clip(m[0]), str(e))}",
+                       err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("diag: interrupted", err=True)
@@ -336,7 +339,7 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
                      speculative_num_steps=speculative_num_steps,
                      speculative_algorithm=speculative_algorithm,
                      **{k: v for k, v in facts.items() if v is not None})
-    info = _server_info(server_url) if server_url else None
+    info, server_err = _server_info(server_url) if server_url else (None, None)
     res = None
     if run_dir or info is not None:  # the engine's own release, platform and configuration
         from diag.engine.facts import resolve as engine_facts
@@ -345,11 +348,13 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
         sglang, platform = res.sglang, res.platform
     tgt = _resolve_target(sglang, res)
     target_mod.check_tree(tgt)
+    if res and "model" in res.sources:  # the engine's model path is here but is no model
+        log(res.sources["model"])
     plat = platform or default_platform()
     from diag.cli.validate import check_config
 
     check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed
-    if cfg.model is not None and not (res and "configuration" in res.sources):
+    if facts.get("model") is not None:  # typed (the engine's own is checked where it is taken)
         _check_model(tgt, cfg.model)
     if facts.get("draft_model") is not None:  # typed: a path with a config.json (exit 2)
         _need_config("--draft-model", facts["draft_model"], "the draft model's directory")
@@ -361,22 +366,26 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     if server_url:  # read once for every probe; unreachable → ServerError (exit 3)
         from diag import server
 
-        server.attach(ctx)
+        if server_err is None:
+            server.attach(ctx)
+        else:  # not asked twice (a server past the timeout would cost it twice)
+            ctx.server_url = server.normalize_url(server_url)
+            ctx.cache["server_error"] = server_err
     return ctx
 
 
-def _server_info(url: str) -> dict | None:
-    """`/server_info` once; nothing answering is exit 3 (as `server.attach`), a bad answer is
-    left to the probes (None)."""
+def _server_info(url: str) -> tuple[dict | None, str | None]:
+    """(`/server_info`, None) once; nothing answering is exit 3 (as `server.attach`), a bad
+    answer is left to the probes: (None, what failed)."""
     from diag import server
     from diag.errors import ServerError
 
     try:
-        return server.get_server_info(url)
+        return server.get_server_info(url), None
     except (server.ServerUnreachable, server.NotSGLang):
         raise
-    except ServerError:
-        return None
+    except ServerError as e:
+        return None, str(e)
 
 
 def _resolve_target(sglang: str | None, res: Any):

@@ -19,7 +19,7 @@ from diag.cli.common import (
     guarded,
     target_options,
 )
-from diag.schemas import SCHEMA_VERSION
+from diag.schemas import SCHEMA_VERSION, finite
 
 
 @click.group()
@@ -39,7 +39,7 @@ def list_(as_json: bool, **target_kw) -> None:
     from diag.engine.facts import describe
     from diag.fixes.advice import resolve
 
-    ctx = build_context(**target_kw, execute=False)
+    ctx = _server_read(build_context(**target_kw, execute=False))
     resolved = resolve(ctx)
     live_view = _engine_live(ctx.run_dir, ctx.server_url, ctx.cache.get("server_info"))
     preds = {p.fix: p for p in live_view.predictions} if live_view else {}
@@ -56,11 +56,12 @@ def list_(as_json: bool, **target_kw) -> None:
                          "source": live_view.label}})
     sources = ctx.cache.get("sources") or {}
     if as_json:
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "target": ctx.target.to_dict(),
-                               "platform": ctx.platform, "config": vars(ctx.config),
-                               "sources": sources,
-                               "live": live_view.to_dict() if live_view else None,
-                               "fixes": rows}, indent=2))
+        click.echo(json.dumps(finite({"schema_version": SCHEMA_VERSION,
+                                      "target": ctx.target.to_dict(),
+                                      "platform": ctx.platform, "config": vars(ctx.config),
+                                      "sources": sources,
+                                      "live": live_view.to_dict() if live_view else None,
+                                      "fixes": rows}), indent=2))
         return
     click.echo(click.style(f"{ctx.target.describe()}, platform {ctx.platform}"
                            + _config_text(ctx.config), bold=True))
@@ -73,6 +74,19 @@ def list_(as_json: bool, **target_kw) -> None:
         if r["id"] in preds:
             click.echo(f"{'':<32} {'':<11} predicted from {live_view.label}: "
                        f"{live_view.prediction_text(preds[r['id']])}")
+
+
+def _server_read(ctx):
+    """The context, when the --server given could be read. A server that answered with a
+    failure (HTTP 500, no whole answer within the timeout) has no finding to carry it here (as
+    `diagnose` has): its configuration would silently be none, so it is exit 3, one line."""
+    from diag.errors import ServerError
+
+    err = ctx.cache.get("server_error") if ctx.server_url else None
+    if err:
+        raise ServerError(f"--server: {err}: the server's configuration cannot be read (give "
+                          "it as options, without --server)")
+    return ctx
 
 
 def _engine_live(run_dir: str | None, server_url: str | None, info: dict | None = None):
@@ -201,7 +215,7 @@ def _here(fix_id: str, action: str, as_json: bool, target_kw: dict) -> None:
     from diag.fixes import orchestrator
 
     if action == "apply":
-        ctx = build_context(**target_kw, run_dir=None, execute=False)
+        ctx = _server_read(build_context(**target_kw, run_dir=None, execute=False))
         res = orchestrator.apply([fix_id], platform=ctx.platform, config=ctx.config)
         o = res[fix_id]
         state, reason, ok = o.state, o.reason, o.ok
@@ -324,7 +338,7 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None,
                 proc["predictions"] = [x.to_dict() for x in v.predictions] if v else []
                 proc["live"] = v.to_dict() if v else None
             runs.append(doc)
-        click.echo(json.dumps({"schema_version": SCHEMA_VERSION, "runs": runs},
+        click.echo(json.dumps(finite({"schema_version": SCHEMA_VERSION, "runs": runs}),
                               indent=2, default=str))
         return
     if not states:
@@ -495,7 +509,7 @@ def check(required: tuple[str, ...], dry: bool, python: str | None, as_json: boo
         python = found
     from diag.fixes.advice import resolve
 
-    ctx = build_context(**target_kw, execute=False)
+    ctx = _server_read(build_context(**target_kw, execute=False))
     phase_rows = None
     if phase_req:
         from diag.engine.fix_check import phase_requirements

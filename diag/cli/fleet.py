@@ -36,9 +36,10 @@ def fleet(url: str, window_s: int, timeout: float, as_json: bool) -> None:
     import json
 
     from diag.engine.fleet import collect, render
+    from diag.schemas import finite
 
     report = collect(url, window_s=window_s, timeout=timeout)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(finite(report.to_dict()), indent=2, sort_keys=True))
     else:
         click.echo(render(report))

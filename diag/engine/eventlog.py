@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.engine.events import Fold, empty_lost
+from diag.schemas import loads_finite
 
 ENV_MAX_BYTES = "DIAG_EVENTS_MAX_BYTES"  # cap of one events file (default 8 MiB)
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
@@ -56,7 +57,7 @@ def read_state_file(run_dir: Path, pid: int) -> dict[str, Any] | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        doc = json.loads(os.read(fd, STATE_BYTES).decode("utf-8", "replace").strip() or "null")
+        doc = loads_finite(os.read(fd, STATE_BYTES).decode("utf-8", "replace").strip() or "null")
     except (OSError, ValueError):
         return None
     finally:

@@ -702,7 +702,10 @@ def lost_text(counters: dict[str, Any]) -> str:
     if not sec.get("events"):
         return ""
     since = sec.get("since")
-    when = _time.strftime(" since %H:%M:%S", _time.localtime(since)) if since else ""
+    try:  # a time no clock gives (1e300, NaN) is said as not known, never a crash
+        when = _time.strftime(" since %H:%M:%S", _time.localtime(since)) if since else ""
+    except (TypeError, ValueError, OverflowError, OSError):
+        when = ""
     why = f" ({sec['reason']})" if sec.get("reason") else ""
     return f"events lost{when}: {sec['events']}{why}"
 

@@ -48,9 +48,9 @@ def parse_cmd(argv: Any) -> dict[str, Any]:
     `--tp=2`, flags), typed as `/server_info` gives them; plus `device`."""
     from diag.server import ARG_TYPES
 
-    if not isinstance(argv, list):
-        return {}
-    words = [str(w) for w in argv]
+    if not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
+        return {}  # not a command line (a damaged run.json): never `--attention-backend ['x']`
+    words = list(argv)
     out: dict[str, Any] = {}
     for i, w in enumerate(words):
         if not w.startswith("--"):
@@ -216,6 +216,7 @@ def resolve(sglang: str | None, platform: str | None, config: Any, run_dir: str 
                 break
     facts_fields = tuple(n for n in SpecConfig._FACTS if n != "environ")
     had = any(getattr(config, n) is not None for n in facts_fields)
+    typed_model = config.model is not None
     took = []
     for f in facts:
         live = SpecConfig.from_server_args(f.args)
@@ -228,6 +229,14 @@ def resolve(sglang: str | None, platform: str | None, config: Any, run_dir: str 
             config.disable_cuda_graph = got = True
         if got:
             took.append(f)
+    if config.model is not None and not typed_model:
+        from diag.probes.startup.resolve import model_problem
+
+        why = model_problem(config.model)
+        if why:  # its path is here, but no model (a server elsewhere, a folder reused)
+            sources["model"] = f"the engine's model {config.model} is not readable here " \
+                               f"({why.split(': ', 1)[-1]}): audited without it (pass --model)"
+            config.model = None
     if took:
         config.source = "+".join((["options"] if had else [])
                                  + ["server" if f is srv else "run dir" for f in took])

@@ -10,6 +10,7 @@ Headless (no click, no textual) so the TUI can use it as one more source.
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
@@ -23,6 +24,7 @@ from typing import Any
 from diag.engine import events
 from diag.errors import DiagError, ServerError
 from diag.schemas import SCHEMA_VERSION
+from diag.server import MAX_BYTES, read_within
 
 BY = "job, instance"
 # Before/after figures for at most this many changes (the most recent): each costs two windows
@@ -58,7 +60,8 @@ class Prometheus:
         full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(full, timeout=self.timeout) as resp:
-                body = resp.read()
+                body = read_within(resp, time.monotonic() + self.timeout,
+                                   f"Prometheus at {self.url}", self.timeout)
         except urllib.error.HTTPError as e:
             body = e.read()
             try:
@@ -70,9 +73,14 @@ class Prometheus:
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             reason = getattr(e, "reason", e)
             raise ServerError(f"Prometheus at {self.url} is unreachable: {reason}") from None
+        except http.client.HTTPException as e:  # cut short, a bad status line
+            raise ServerError(f"Prometheus at {self.url} broke off its answer "
+                              f"({type(e).__name__}: {_clip(e)})") from None
+        if len(body) > MAX_BYTES:
+            raise ServerError(f"Prometheus at {self.url}: answer larger than {MAX_BYTES} bytes")
         try:
             doc = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ServerError(f"{self.url} did not answer like a Prometheus API "
                               f"({path} returned no JSON)") from None
         unlike = f"{self.url} did not answer like a Prometheus API ({path}"
@@ -128,8 +136,9 @@ def _series_shape(r: Any) -> bool:
     def pair(p: Any) -> bool:
         return isinstance(p, list) and len(p) == 2 and _value(p[0]) is not None
 
-    if not isinstance(r, dict) or not isinstance(r.get("metric", {}), dict):
-        return False
+    if not isinstance(r, dict) or not isinstance(r.get("metric", {}), dict) \
+            or not all(isinstance(v, str) for v in r.get("metric", {}).values()):
+        return False  # Prometheus's label values are strings
     if "value" in r and not pair(r["value"]):
         return False
     try:

@@ -13,6 +13,7 @@ internal_states[].avg_spec_accept_length) and its per-token time (`/metrics`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -286,6 +287,8 @@ def counters_from_metrics(families: list) -> dict[str, Any]:
     for fam in families or []:
         for s in fam.samples:
             n, lab, v = s.name, s.labels, float(s.value)
+            if not math.isfinite(v) or v < 0:  # not a count nor seconds (NaN, +Inf, -1)
+                continue
             mode = lab.get("mode", "other")
             if n in (PREFIX + "draft_extend_passes_total", PREFIX + "draft_extend_passes"):
                 slot(de, mode)["passes"] += int(v)
@@ -311,7 +314,8 @@ def token_ms(families: list) -> float | None:
                 s += float(smp.value)
             elif smp.name == ITL + "_count":
                 c += float(smp.value)
-    return 1e3 * s / c if c else None
+    ms = 1e3 * s / c if c else None
+    return ms if ms is not None and math.isfinite(ms) and ms > 0 else None  # NaN, -5/-1: none
 
 
 def accept_length(info: Any) -> float | None:

@@ -61,7 +61,7 @@ from diag.engine.eventlog import (  # noqa: F401  (the writer's names, where rea
 )
 from diag.engine.events import UNKNOWN, Fold
 from diag.errors import DiagError
-from diag.schemas import SCHEMA_VERSION
+from diag.schemas import SCHEMA_VERSION, loads_finite
 
 # Environment the agent reads (set by `diag run`, or by hand for the plugin / in-process use).
 ENV_RUN_DIR = "DIAG_RUN_DIR"  # where to write events and read control requests
@@ -150,7 +150,7 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     if fh is None:
         return {}
     with contextlib.suppress(OSError, ValueError), fh:
-        doc = json.loads(fh.read(1 << 20).decode("utf-8", "replace"))
+        doc = loads_finite(fh.read(1 << 20).decode("utf-8", "replace"))
         if isinstance(doc, dict):
             return doc
     return {}
@@ -379,6 +379,21 @@ def open_regular(path: Path):
     return os.fdopen(fd, "rb")
 
 
+def _not_regular(path: Path) -> str | None:
+    """What is at `path` when it is there and not a regular file (never followed); None when
+    nothing is there or it is a regular file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a link"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return what
+    return None
+
+
 def _first_event(path: Path) -> dict[str, Any] | None:
     """The first complete event of a file, without reading the rest (up to 8 MiB)."""
     fh = open_regular(path)
@@ -387,7 +402,7 @@ def _first_event(path: Path) -> dict[str, Any] | None:
     try:
         with fh:
             line = fh.readline(DEFAULT_MAX_BYTES)
-        ev = json.loads(line.decode("utf-8", "replace")) if line.endswith(b"\n") else None
+        ev = loads_finite(line.decode("utf-8", "replace")) if line.endswith(b"\n") else None
     except (OSError, ValueError):
         return None
     return ev if isinstance(ev, dict) else None
@@ -399,14 +414,14 @@ def decode_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     written after it) gives the event written after the half, and says a half line was
     skipped; a line that is no event at all gives None."""
     try:
-        doc = json.loads(raw)
+        doc = loads_finite(raw)
         return (doc, None) if isinstance(doc, dict) else (None, "a line that is not an object")
     except (ValueError, RecursionError):
         pass
     at = raw.find(b'{"', 1)
     while at > 0:  # the event glued after the half: its object starts at a later '{"'
         try:
-            doc = json.loads(raw[at:])
+            doc = loads_finite(raw[at:])
             if isinstance(doc, dict) and "kind" in doc:
                 return doc, "a half line skipped"
         except (ValueError, RecursionError):
@@ -431,10 +446,13 @@ class _Tail:
         self.offset = 0
 
     def read(self) -> tuple[list[bytes], str | None]:
-        """(new complete lines, None | "replaced" | "truncated" | "removed")."""
+        """(new complete lines, None | "replaced" | "truncated" | "removed" | what the path is
+        when it is there but no regular file: "a directory", "a link", ...)."""
         fh = open_regular(self.path)
         if fh is None:
-            return [], ("removed" if self.ident is not None else None)
+            if self.ident is not None:
+                return [], "removed"
+            return [], _not_regular(self.path)
         try:
             with fh:
                 st = os.fstat(fh.fileno())
@@ -488,6 +506,8 @@ class ProcessReader:
             lines, what = tail.read()
             if what in ("replaced", "truncated"):
                 return None
+            if what and what != "removed":  # said once, however often it is polled
+                self.problems[f"{tail.path.name} is {what}, not a file: not read"] = 1
             for raw in lines:
                 doc, why = decode_line(raw)
                 if why:
@@ -575,7 +595,8 @@ def state_problems(st: dict[str, Any]) -> list[str]:
             v = doc.get(k)
             if k not in doc:
                 continue
-            if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
+            if (isinstance(v, bool) and bool not in types) or not isinstance(v, types) or (
+                    isinstance(v, float) and not math.isfinite(v)):  # NaN, Infinity
                 names = [_TYPE_NAMES[t] for t in types if not (t is int and float in types)]
                 out.append(f"{where}{k} is not {' or '.join(names)}")
             elif isinstance(v, (int, float)) and not isinstance(v, bool) and v < (
@@ -657,7 +678,7 @@ class RunReader:
         d = check_run_dir(self.run_dir)
         meta = read_meta(d)
         state = RunState(run_dir=str(d), meta=meta)
-        rid = meta.get("run_id")
+        rid = meta.get("run_id") if isinstance(meta.get("run_id"), str) else None  # else damaged
         new: list[events.Event] = []
         for pid in pids_in(d):
             reader = self.procs.get(pid)

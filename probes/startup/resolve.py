@@ -141,31 +141,49 @@ def _mla_branch(tree: ast.Module, arch: str, target: Target) -> Where | None:
     return None
 
 
+def _model_config(model: str) -> tuple[str, dict, str] | None:
+    """(architecture, config parameters, source) of a model path or family name; None for a
+    path that is not on this machine. ValueError: a path here without a readable config.json
+    naming an architecture."""
+    p = Path(model)
+    if os.sep in model and not p.exists():  # a server's model path, not on this machine
+        return None
+    cfg_file = p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
+    if cfg_file is None:
+        arch = FAMILIES.get(model.lower(), model)
+        return arch, dict(FAMILY_PARAMS.get(arch, {})), f"family {model!r} -> {arch}"
+    try:
+        params = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"--model {model}: cannot read {cfg_file.name} ({e})") from None
+    archs = params.get("architectures") if isinstance(params, dict) else None
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise ValueError(f"--model {model}: config.json names no architectures")
+    return archs[0], params, f"{cfg_file}"
+
+
+def model_problem(model: str | None) -> str | None:
+    """Why `model` cannot be read here as a model (`read_model` would raise), or None."""
+    try:
+        _model_config(model) if model else None
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def read_model(target: Target, model: str | None) -> Model:
     """Architecture and the config parameters that matter, from a path's config.json or a name;
     MLA and DSA as the release's model_config.py decides them for that architecture."""
     if not model:
         return Model(None, None)
-    params: dict = {}
-    p = Path(model)
-    if os.sep in model and not p.exists():  # a server's model path, not on this machine
+    got = _model_config(model)
+    if got is None:
         return Model(None, None, source=f"{model} (not readable here: MLA/MHA unknown)")
-    cfg_file = p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
-    if cfg_file is not None:
-        try:
-            params = json.loads(cfg_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"--model {model}: cannot read {cfg_file.name} ({e})") from None
-        archs = params.get("architectures") or []
-        if not archs or not isinstance(archs[0], str):
-            raise ValueError(f"--model {model}: config.json names no architectures")
-        arch, source = archs[0], f"{cfg_file}"
-    else:
-        arch = FAMILIES.get(model.lower(), model)
-        params = dict(FAMILY_PARAMS.get(arch, {}))
-        source = f"family {model!r} -> {arch}"
+    arch, params, source = got
     m = Model(arch, False, source=source)
-    m.index_kpool = int(params.get("index_kpool", 1) or 1)
+    kpool = params.get("index_kpool")  # a config.json of another shape: SGLang's default
+    m.index_kpool = kpool if isinstance(kpool, int) and not isinstance(kpool, bool) \
+        and kpool > 0 else 1
     m.params = params
     tree = parse_file(target.file(MODEL_CONFIG))
     m.mla_where = _mla_branch(tree, arch, target) if tree is not None else None

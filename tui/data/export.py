@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from diag.bench import Stats
+from diag.schemas import finite
 from diag.tui.data.common import NA
 from diag.tui.data.findings import FindingView
 from diag.tui.data.fixes import FixView
@@ -64,5 +65,5 @@ def export_doc(header: Header, findings: list[FindingView], fix_rows: list[FixVi
 
 def write_export(doc: dict[str, Any], path: str) -> str:
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=2, default=str)
+        json.dump(finite(doc), fh, indent=2, default=str)
     return path

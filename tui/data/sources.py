@@ -4,6 +4,7 @@ the engine's processes and fix requests), the series the charts plot.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,10 +115,19 @@ def engine_fix_states(state: Any) -> dict[str, str]:
 def engine_acks(state: Any) -> dict[str, str]:
     """The newest control acknowledgement per fix, as one line."""
     latest: dict[str, dict[str, Any]] = {}
+
+    def ts(ack: dict[str, Any]) -> float:  # an ack's time as written may be of any type
+        t = ack.get("ts")
+        try:
+            t = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+        except OverflowError:
+            return 0.0
+        return t if math.isfinite(t) else 0.0
+
     for p in state.processes.values():
         for ack in p.acks.values():
             fid = ack.get("fix")
-            if fid and ack.get("ts", 0) >= latest.get(fid, {}).get("ts", 0):
+            if isinstance(fid, str) and fid and ts(ack) >= ts(latest.get(fid, {})):
                 latest[fid] = ack
     return {fid: (f"ack pid {a.get('pid')}: {a.get('action')} "
                   f"{'ok' if a.get('ok') else 'FAILED'} → {a.get('state')}"

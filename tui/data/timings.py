@@ -103,6 +103,11 @@ def engine_view(events: list[dict[str, Any]]) -> tuple[list[TimingRow], list[Syn
         e, kind = ev.raw or ev.to_dict(), ev.name  # as written (absent keys stay absent)
         if kind not in kinds:
             continue
+        typed = ev.fields()
+        damaged = [k for k in ev.extra if k in typed]  # read problems: the fold's value, as
+        if damaged:  # `diag fix status` takes it (a count of the wrong type counts nothing)
+            e = {k: v for k, v in e.items() if k not in damaged}
+            e.update({k: typed[k] for k in damaged if typed[k] is not None})
         # a counter that folds its passes in the engine says how many one event holds
         # (`passes`, `calls`): its values are per pass, each pass weighing one
         n_in = max(1, min(int(_num_or(e.get("passes"), _num_or(e.get("calls"), 1))), 1000))
