@@ -154,3 +154,28 @@ def test_a_command_line_with_items_of_another_type_is_not_read_as_one(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "['x']" not in r.stdout + r.stderr
     assert "run.json" not in r.stdout.splitlines()[2]  # the configuration is not from it
+
+
+def test_the_engine_agent_takes_no_run_id_of_another_type(tmp_path, monkeypatch):
+    """A run.json damaged before the engine starts (`run_id` a list): the agent binds no run id
+    rather than one that never equals a string (it would then call the run another's)."""
+    from diag.engine import agent as agent_mod
+
+    d = rundir.create_run_dir(tmp_path / "run")
+    (d / "run.json").write_text(json.dumps({"run_id": ["x"], "cmd": []}))
+    monkeypatch.delenv(rundir.ENV_RUN_ID, raising=False)
+    a = agent_mod.Agent("api")
+    try:
+        a._bind(d)
+        assert a.run_id is None
+    finally:
+        from diag import telemetry
+
+        telemetry.remove_sink(a.writer)
+
+
+@pytest.mark.parametrize("option", ["--tp", "--dp", "--dcp", "--page-size",
+                                    "--speculative-eagle-topk"])
+def test_a_count_no_server_runs_is_a_usage_error(option):
+    r = _diag("diagnose", "--sglang", "/nonexistent", option, "99999999999999999999999")
+    assert r.returncode == 2 and option in r.stderr and "Traceback" not in r.stderr

@@ -260,7 +260,8 @@ class Agent:
         st = os.stat(d)
         self._dir_id = (st.st_dev, st.st_ino)
         if self.run_id is None:
-            self.run_id = rundir.read_meta(d).get("run_id")
+            rid = rundir.read_meta(d).get("run_id")
+            self.run_id = rid if isinstance(rid, str) else None  # a damaged run.json: none
         self.writer = rundir.EventWriter(d, run_id=self.run_id)
         self.writer.on_lost = _count_lost
         self.reader = control.Reader(d)
