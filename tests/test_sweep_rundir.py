@@ -113,6 +113,9 @@ def test_an_events_file_that_is_no_file_is_said_not_silently_empty(tmp_path, mak
     r = _diag("fix", "status", "--run-dir", str(d))
     assert r.returncode == 0, r.stderr
     assert f"read problem: events-{PID}.jsonl is {what}, not a file: not read (1x)" in r.stdout
+    # its role is not guessed from events that were never read
+    assert "role not known (its events were not read)" in r.stdout
+    assert "not an engine process" not in r.stdout
 
 
 @pytest.mark.parametrize("line", [

@@ -362,7 +362,9 @@ def status(run_dir: str | None, as_json: bool, log_file: str | None,
             click.echo("  no process has written events yet")
         for p in s.processes.values():
             argv = _words(p.argv)[:60]
-            role = "engine process" if p.engine else "not an engine process"
+            unread = any(k.endswith("not a file: not read") for k in (p.problems or {}))
+            role = "engine process" if p.engine else (
+                "role not known (its events were not read)" if unread else "not an engine process")
             if p.rank:
                 role += f" {p.rank}"
             d = died[s.run_dir].get(p.pid)
