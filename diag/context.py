@@ -55,9 +55,10 @@ class SpecConfig:
 
     @classmethod
     def from_server_args(cls, args: dict[str, Any]) -> SpecConfig:
-        def num(name: str) -> int | None:
+        def num(name: str) -> int | None:  # a count out of any server's range: not taken
             v = args.get(name)
-            return v if isinstance(v, int) and not isinstance(v, bool) else None
+            return v if isinstance(v, int) and not isinstance(v, bool) \
+                and 0 <= v <= (1 << 20) else None
 
         def text(name: str) -> str | None:  # a name of another type is not taken as one
             v = args.get(name)

@@ -62,11 +62,20 @@ _JSON_WORDS = {list: "a list", dict: "an object", str: "a string", bool: "a bool
                int: "a number", float: "a number"}
 
 
+# the counts diag reads are sizes and step numbers: a negative one, or one past this, is no
+# value a server ran with (SGLang's own checks refuse it at start)
+MAX_COUNT = 1 << 20
+
+
 def odd_argument(args: dict[str, Any]) -> str | None:
-    """The first server argument diag reads whose value is not of SGLang's type, said in a
-    phrase (`attention_backend is a list (['dsa', 'x']), not a string`); None when all are."""
+    """The first server argument diag reads whose value is not of SGLang's type, or a count
+    out of any range a server runs with, said in a phrase (`attention_backend is a list
+    (['dsa', 'x']), not a string`); None when all are."""
     for name, types in ARG_TYPES.items():
         v = args.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and int in types and \
+                not 0 <= v <= MAX_COUNT:
+            return f"{name} is {clip(repr(v))}, not a count a server runs with (0 to {MAX_COUNT})"
         if v is None or (isinstance(v, types) and not (isinstance(v, bool) and bool not in types)):
             continue
         shown = repr(v)

@@ -184,3 +184,19 @@ def test_a_100k_character_input_is_echoed_cut_in_one_line(argv):
     assert r.returncode in (2, 3), r.stderr[:300]
     line = _one_line(r.stderr)
     assert len(line) < 400 and "…" in line, line[:300]
+
+
+@pytest.mark.parametrize("value", [-3, 10 ** 30])
+def test_a_count_no_server_runs_with_is_not_taken_as_its_configuration(value):
+    """`speculative_num_steps` of -3 or 10**30 is no value SGLang starts with: exit 3 naming it
+    (as an argument of the wrong type is), never a verdict for that many steps."""
+    doc = {"version": "0.5.23", "attention_backend": "triton", "speculative_algorithm": "EAGLE",
+           "speculative_num_steps": value}
+    with OddServer(_body(json.dumps(doc).encode())) as s:
+        r, _ = _run("diagnose", "--sglang", "0.5.23", "--server", s.url, "--no-execute")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "speculative_num_steps is" in r.stderr and "not a count a server runs with" in r.stderr
+    from diag.context import SpecConfig
+
+    assert SpecConfig.from_server_args({"speculative_num_steps": value}).speculative_num_steps \
+        is None
