@@ -9,11 +9,15 @@ malformed JSON or Prometheus text) become findings in the probes.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,12 +128,94 @@ def normalize_url(url: str) -> str:
     return url.rstrip("/")
 
 
+class _Watchdog:
+    """Shuts the connection's socket at the deadline: a server that sends its status line or
+    headers a byte at a time gets each read within the socket's timeout, so nothing else
+    bounds the whole answer. The blocked read then ends, and `fired` says why."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline, self.fired = deadline, False
+        self._socks: list[socket.socket] = []
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    def arm(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            if self._timer is None:
+                self._timer = threading.Timer(max(0.0, self.deadline - time.monotonic()),
+                                              self._fire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._socks:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+
+
+def _watched(base: type, dog: _Watchdog) -> type:
+    class Watched(base):  # type: ignore[misc,valid-type]
+        def connect(self) -> None:
+            super().connect()
+            dog.arm(self.sock)
+
+    return Watched
+
+
+class _HTTP(urllib.request.HTTPHandler):
+    def __init__(self, dog: _Watchdog) -> None:
+        super().__init__()
+        self.dog = dog
+
+    def http_open(self, req):  # noqa: ANN001, ANN201 (urllib's API)
+        return self.do_open(_watched(http.client.HTTPConnection, self.dog), req)
+
+
+class _HTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, dog: _Watchdog) -> None:
+        super().__init__()
+        self.dog = dog
+
+    def https_open(self, req):  # noqa: ANN001, ANN201 (urllib's API)
+        return self.do_open(_watched(http.client.HTTPSConnection, self.dog), req,
+                            context=self._context)
+
+
+@contextlib.contextmanager
+def open_within(req: Any, timeout: float, what: str) -> Iterator[tuple[Any, float]]:
+    """`urlopen(req)` whose whole answer, status line and headers included, is bounded by
+    `timeout`: (the response, its deadline for `read_within`). Past it: ServerTimeout."""
+    # a little past the socket's own timeout: a server silent for `timeout` is that timeout
+    # ("no answer"); one that trickles is cut here
+    dog = _Watchdog(time.monotonic() + timeout + min(1.0, timeout / 4))
+    opener = urllib.request.build_opener(_HTTP(dog), _HTTPS(dog))
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            yield resp, dog.deadline - min(1.0, timeout / 4)
+        if dog.fired:  # the body was cut at the deadline: never a half answer read as whole
+            raise ServerTimeout(f"{what}: no whole answer within {timeout:g} s")
+    except (OSError, http.client.HTTPException) as e:
+        if dog.fired:
+            raise ServerTimeout(f"{what}: no whole answer within {timeout:g} s") from e
+        raise
+    finally:
+        dog.cancel()
+
+
 def _get(url: str, path: str, timeout: float, accept: str) -> bytes:
     full = normalize_url(url) + path
     req = urllib.request.Request(full, headers={"Accept": accept, "User-Agent": "diag"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (user's URL)
-            body = read_within(resp, time.monotonic() + timeout, f"GET {full}", timeout)
+        with open_within(req, timeout, f"GET {full}") as (resp, deadline):
+            body = read_within(resp, deadline, f"GET {full}", timeout)
     except urllib.error.HTTPError as e:
         raise ServerBadAnswer(f"GET {full}: HTTP {e.code} {e.reason}") from e
     except urllib.error.URLError as e:

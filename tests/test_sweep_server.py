@@ -200,3 +200,26 @@ def test_a_count_no_server_runs_with_is_not_taken_as_its_configuration(value):
 
     assert SpecConfig.from_server_args({"speculative_num_steps": value}).speculative_num_steps \
         is None
+
+
+def _slow_headers(h: BaseHTTPRequestHandler) -> None:
+    """The status line and headers a byte every 0.2 s: every read gets something in time."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Pad: " + b"a" * 200
+    for i in range(len(head)):
+        h.wfile.write(head[i:i + 1])
+        h.wfile.flush()
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("cmd", [
+    ("fix", "list", "--sglang", "0.5.23", "--server"),
+    ("fleet", "--prometheus"),
+])
+def test_headers_sent_a_byte_at_a_time_time_out_as_a_whole(cmd):
+    """The whole answer is bounded, its status line and headers too (the socket's timeout
+    bounds each read only): exit 3 in one line, within the timeout, never a hang."""
+    with OddServer(_slow_headers) as s:
+        r, took = _run(*cmd, s.url, timeout=60)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "no whole answer within" in _one_line(r.stderr)
+    assert took < 25

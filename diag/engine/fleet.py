@@ -24,7 +24,7 @@ from typing import Any
 from diag.engine import events
 from diag.errors import DiagError, ServerError
 from diag.schemas import SCHEMA_VERSION
-from diag.server import MAX_BYTES, read_within
+from diag.server import MAX_BYTES, open_within, read_within
 
 BY = "job, instance"
 # Before/after figures for at most this many changes (the most recent): each costs two windows
@@ -59,9 +59,8 @@ class Prometheus:
     def _get(self, path: str, params: dict[str, str]) -> Any:
         full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(full, timeout=self.timeout) as resp:
-                body = read_within(resp, time.monotonic() + self.timeout,
-                                   f"Prometheus at {self.url}", self.timeout)
+            with open_within(full, self.timeout, f"Prometheus at {self.url}") as (resp, end):
+                body = read_within(resp, end, f"Prometheus at {self.url}", self.timeout)
         except urllib.error.HTTPError as e:
             body = e.read()
             try:
