@@ -243,31 +243,35 @@ class _Resolver:
             return []
         out: list[str] = []
         for b in node.bases:
-            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
-                else None
+            bname = _base_name(b)
             if bname and bname not in out:
                 out.append(bname)
                 out += [a for a in self.ancestors(bname, where, depth + 1) if a not in out]
         return out
 
-    def method_of(self, name: str, mod: _Module, dotted: str, method: str, depth: int = 0
-                  ) -> tuple[str, ast.FunctionDef, str] | None:
-        """(defining class, the method, its module) for `name.method`, following the bases."""
-        if depth > 6:
-            return None
+    def _class(self, name: str, mod: _Module, dotted: str
+               ) -> tuple[ast.ClassDef, _Module, str] | None:
+        """(the class `name` as `mod` sees it, the module defining it, that module's dotted
+        name): defined there or imported."""
         where, node, wd = mod, mod.classes.get(name), dotted
         if node is None and name in mod.imports:
             wd = mod.imports[name]
             where = self.module(wd)
             node = where.classes.get(mod.import_names.get(name, name)) if where else None
-        if node is None or where is None:
+        return None if node is None or where is None else (node, where, wd)
+
+    def method_of(self, name: str, mod: _Module, dotted: str, method: str, depth: int = 0
+                  ) -> tuple[str, ast.FunctionDef, str] | None:
+        """(defining class, the method, its module) for `name.method`, following the bases."""
+        found = self._class(name, mod, dotted) if depth <= 6 else None
+        if found is None:
             return None
+        node, where, wd = found
         m = _method(node, method)
         if m is not None:
             return node.name, m, wd
         for b in node.bases:
-            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
-                else None
+            bname = _base_name(b)
             hit = self.method_of(bname, where, wd, method, depth + 1) if bname else None
             if hit is not None:
                 return hit
@@ -309,15 +313,10 @@ class _Resolver:
         """(defining class, the statements that set `attr` there, its module) for
         `name.attr`, following the bases: a class-level assignment, or `self.attr = ...` in
         one of its methods."""
-        if depth > 6:
+        found = self._class(name, mod, dotted) if depth <= 6 else None
+        if found is None:
             return None
-        where, node, wd = mod, mod.classes.get(name), dotted
-        if node is None and name in mod.imports:
-            wd = mod.imports[name]
-            where = self.module(wd)
-            node = where.classes.get(mod.import_names.get(name, name)) if where else None
-        if node is None or where is None:
-            return None
+        node, where, wd = found
         sets: list[ast.stmt] = [
             st for st in node.body if isinstance(st, (ast.Assign, ast.AnnAssign))
             and any(isinstance(t, ast.Name) and t.id == attr
@@ -333,8 +332,7 @@ class _Resolver:
             return node.name, sets, wd
         unresolved = False
         for b in node.bases:
-            bname = b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) \
-                else None
+            bname = _base_name(b)
             hit = self.attr_of(bname, where, wd, attr, depth + 1) if bname else None
             if hit is not None and hit[1]:
                 return hit
@@ -416,6 +414,10 @@ class _Resolver:
 
 def _ends(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
+
+
+def _base_name(b: ast.expr) -> str | None:
+    return b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else None
 
 
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
