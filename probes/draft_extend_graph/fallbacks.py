@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from diag.probes.source import parse_file, walk_all
@@ -97,8 +97,11 @@ class _Reader:
         self.out: list[Fallback] = []
         self._seen_fns: set[str] = set()
         self._facts: dict[str, frozenset[str] | None] = {}  # read once per runner
+        # name -> its assignments in the function being read (`_assignments`)
+        self.assigns: dict[str, list[tuple[ast.Assign, tuple[str, ...]]]] = {}
 
-    def _read(self, what: str, fn) -> frozenset[str] | None:
+    def _read(self, what: str, fn: Callable[[Target], frozenset[str] | None]
+              ) -> frozenset[str] | None:
         if what not in self._facts:
             self._facts[what] = fn(self.target)
         return self._facts[what]
