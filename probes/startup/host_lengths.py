@@ -60,8 +60,7 @@ def decode_seq_lens_cpu(target: Target, platform: str, cfg: SpecConfig, backend:
         return Mirror(None, "the attention backend is not known")
     if cfg.enable_two_batch_overlap:
         tbo = find_line(target, RELAY, r"enable_two_batch_overlap")
-        return _under_overlap(cfg, True, f"two-batch overlap needs the host lengths ({tbo})",
-                              nulls)
+        return _under_overlap(cfg, True, f"two-batch overlap needs the host lengths ({tbo})")
     if (cfg.speculative_algorithm or "").upper() == "NGRAM":
         return Mirror(True, f"NGRAM needs the host lengths ({decide})")
     bm = backends.backend_map(target, platform, mla=mla)
@@ -85,7 +84,7 @@ def decode_seq_lens_cpu(target: Target, platform: str, cfg: SpecConfig, backend:
                 value, text, where = True, f"{cls} sets none: the default", default
             if value is True:
                 why = f"the {words} backend {cls} needs the host lengths ({text}, {where})"
-                return _under_overlap(cfg, True, why, nulls)
+                return _under_overlap(cfg, True, why)
             if value is None:
                 unknown.append(f"{words} backend {cls}: {text}" + (f" ({where})" if where
                                                                     else ""))
@@ -95,10 +94,11 @@ def decode_seq_lens_cpu(target: Target, platform: str, cfg: SpecConfig, backend:
         return Mirror(None, "; ".join(unknown))
     why = (f"every backend opts out of the host lengths: {', '.join(dict.fromkeys(said))}; "
            f"the relay nulls them ({nulls})")
-    return _under_overlap(cfg, False, why, nulls)
+    return _under_overlap(cfg, False, why)
 
 
-def _under_overlap(cfg: SpecConfig, holds: bool, why: str, nulls: str) -> Mirror:
+def _under_overlap(cfg: SpecConfig, holds: bool, why: str) -> Mirror:
+    """The decision where the overlap scheduler is known to run; else not decided."""
     if cfg.disable_overlap_schedule is False:
         return Mirror(holds, f"{why}, under the overlap scheduler")
     if cfg.disable_overlap_schedule:
