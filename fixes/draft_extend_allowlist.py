@@ -312,11 +312,18 @@ class DraftExtendAllowlistFix(Fix):
         if platform not in ("hip", "cuda"):
             return Applicability(NOT_NEEDED, f"no draft-extend gate to extend on {platform}")
         plat = platform.upper()
-        default = read_gate(target)
+        if config is not None:  # the worker this configuration runs (topk, switch, flag)
+            from diag.probes.draft_extend_graph.phases import gate_for
+
+            default = gate_for(target, config)
+        else:
+            default = read_gate(target)
         if default.worker == "v1" and (default.hip_policy if platform == "hip"
                                        else default.cuda_policy) == "any":
+            how = f" ({default.selection})" if config is not None and default.selection else \
+                " by default"
             return Applicability(NOT_NEEDED, f"no {plat} gate: this release runs the v1 EAGLE "
-                                 "worker by default, which captures draft-extend on every "
+                                 f"worker{how}, which captures draft-extend on every "
                                  "non-NPU device")
         gate = read_gate(target, "v2")
         if not gate.recognised:

@@ -8,8 +8,10 @@ an `isinstance` allow-list). The gate moved between methods and was renamed acro
 `supports_hip_draft_extend_graph` in 0.5.18, :403), so everything here is found by name and shape, never by line, and SGLang is never
 imported. Parts:
 
-- `select_worker(target, environ, server_args)`: which EAGLE worker runs (v1 or v2, where a
-  release has both: `SGLANG_ENABLE_SPEC_V2`, or a server's `disable_overlap_schedule`);
+- `select_worker(target, environ, server_args, topk, overlap_off)`: which EAGLE worker runs (v1
+  or v2, where a release has both: `SGLANG_ENABLE_SPEC_V2`, the topk and
+  --disable-overlap-schedule as the release's server_args weighs them (`overlap_rule`), or a
+  server's `disable_overlap_schedule`);
 - `read_gate(target, environ=..., server_args=...)` → `GateInfo`: where that worker's gate is
   and what it admits, per platform, every name in it resolved (`_Scope`), or why not
   (`broken` for a worker file that is missing, empty or does not parse);
@@ -143,6 +145,9 @@ class GateInfo:
     # How the release picks this worker, e.g. "SGLANG_ENABLE_SPEC_V2 unset (default False)
     # -> v1 (sglang/srt/speculative/spec_info.py:81)"; None where there is one worker only.
     selection: str | None = None
+    # (why, server_args.py line) where the release refuses to start this worker with the topk
+    # under audit (`start_refusal`); None otherwise, and always for a running server.
+    start_refused: tuple[str, int] | None = None
     # Names of the CUDA allow-list that could not be followed: CUDA verdicts are then unknown.
     cuda_unresolved: list[str] = field(default_factory=list)
     # Policy "capability" (sglang PR #36324): the gate asks the backend itself, through this
@@ -218,8 +223,48 @@ def _worker_imports(target: Target) -> tuple[dict[str, int], int | None]:
     return found, overlap
 
 
+SERVER_ARGS_FILE = "srt/server_args.py"
+_V1_FALLBACK = re.compile(r'spec_v1_reason = "spec v2 currently only supports topk = 1"')
+_V2_RAISES = re.compile(r'"Spec v2 currently only supports topk = 1')
+_ENV_TEST = re.compile(r"envs\.SGLANG_ENABLE_SPEC_V2\.get\(\)")
+
+
+@dataclass
+class OverlapRule:
+    """How server_args sets the overlap scheduler for EAGLE, and with it the worker
+    (spec_info.py: `enable_overlap = not server_args.disable_overlap_schedule`).
+
+    `forced` (0.5.9 server_args.py:2368-2389): SGLANG_ENABLE_SPEC_V2 alone decides, the user's
+    --disable-overlap-schedule is overwritten, and topk > 1 with the v2 worker raises at start.
+    `fallback` (0.5.11 :3463-3474, 0.5.12.post1 :3748-3761): topk > 1 or the switch read false
+    turn the scheduler off (the v1 worker); so does --disable-overlap-schedule."""
+
+    shape: str  # forced | fallback
+    topk_line: int
+    env_line: int | None
+
+
+def overlap_rule(target: Target) -> OverlapRule | None:
+    """The release's `OverlapRule`, found by its lines in server_args.py; None where neither
+    shape is there (one worker only, or a shape not known: the switch alone is read)."""
+    path = target.file(SERVER_ARGS_FILE)
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    env = [i + 1 for i, t in enumerate(lines) if _ENV_TEST.search(t)]
+    for i, text in enumerate(lines):
+        if _V1_FALLBACK.search(text):
+            return OverlapRule("fallback", i + 1, next((n for n in env if n > i + 1), None))
+        if _V2_RAISES.search(text):
+            before = [n for n in env if n <= i + 1]
+            return OverlapRule("forced", i, before[-1] if before else None)  # the raise line
+    return None
+
+
 def select_worker(target: Target, environ: dict[str, str] | None = None,
-                  server_args: dict | None = None) -> tuple[str, str | None]:
+                  server_args: dict | None = None, topk: int | None = None,
+                  overlap_off: bool | None = None) -> tuple[str, str | None]:
     """Which EAGLE worker the release runs ("v1" | "v2") and, where it has both, why.
 
     Both workers (up to 0.5.12.post1): spec_info.py takes the v2 worker when the overlap
@@ -245,13 +290,36 @@ def select_worker(target: Target, environ: dict[str, str] | None = None,
     on = env_bool(value, default)
     env_where = (f"{target.relpath(target.file(ENVIRON_FILE))}:{d[1]}" if d else "no default found")
     shown = f"{SPEC_V2_ENV}={value!r}" if value is not None else f"{SPEC_V2_ENV} unset"
+    why = f"{shown} (EnvBool({default}), {env_where})"
+    rule = overlap_rule(target)
+    if rule is not None and rule.shape == "fallback" and on:
+        sa = f"{target.relpath(target.file(SERVER_ARGS_FILE))}:{rule.topk_line}"
+        if topk is not None and topk > 1:
+            on, why = False, f"--speculative-eagle-topk {topk} > 1 turns the overlap scheduler off ({sa})"
+        elif overlap_off:
+            on, why = False, f"--disable-overlap-schedule, {why}"
+    elif rule is not None and rule.shape == "forced" and overlap_off is not None:
+        why += (f"; --{'disable-' if overlap_off else ''}overlap-schedule is overwritten by it "
+                f"({target.relpath(target.file(SERVER_ARGS_FILE))}:{rule.env_line or rule.topk_line})")
     return ("v2" if on else "v1"), (
-        f"{shown} (EnvBool({default}), {env_where}) -> "
-        f"{'v2 eagle_worker_v2.py' if on else 'v1 eagle_worker.py'} ({where})")
+        f"{why} -> {'v2 eagle_worker_v2.py' if on else 'v1 eagle_worker.py'} ({where})")
+
+
+def start_refusal(target: Target, worker: str, topk: int | None) -> tuple[str, int] | None:
+    """(why, server_args line) where the release refuses to start this worker with this topk:
+    0.5.9's v2 worker with topk > 1 (`raise ValueError("Spec v2 currently only supports
+    topk = 1 ...")`, server_args.py:2380)."""
+    rule = overlap_rule(target) if worker == "v2" and topk is not None and topk > 1 else None
+    if rule is None or rule.shape != "forced":
+        return None
+    sa = target.relpath(target.file(SERVER_ARGS_FILE))
+    return (f"the v2 worker ({SPEC_V2_ENV} on) raises ValueError for --speculative-eagle-topk "
+            f"{topk} > 1 at start ({sa}:{rule.topk_line})", rule.topk_line)
 
 
 def read_gate(target: Target, worker: str = "default", environ: dict[str, str] | None = None,
-              server_args: dict | None = None) -> GateInfo:
+              server_args: dict | None = None, topk: int | None = None,
+              overlap_off: bool | None = None) -> GateInfo:
     """The gate of the worker the release runs (`worker="v2"|"v1"` to choose).
 
     `environ`/`server_args` pick the worker on releases with both (see `select_worker`);
@@ -259,11 +327,13 @@ def read_gate(target: Target, worker: str = "default", environ: dict[str, str] |
     """
     selection = None
     if worker == "default":
-        worker, selection = select_worker(target, environ, server_args)
+        worker, selection = select_worker(target, environ, server_args, topk, overlap_off)
     rel = V2_FILE if worker == "v2" else V1_FILE
     path = target.file(rel)
     info = _read_worker_gate(target, path, worker)
     info.selection = selection
+    if selection is not None and not server_args:
+        info.start_refused = start_refusal(target, worker, topk)
     info.spec_v2_default = spec_v2_is_default(target)
     info.multi_layer = _read_multi_layer(target)
     return info

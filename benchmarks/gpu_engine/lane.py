@@ -215,7 +215,7 @@ class Stages:
         self.last = now
 
 
-def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80)) -> dict:
+def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 64)) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"checks": [], "timings": {}, "servers": {}, "device": device_info(),
                  "commit": os.environ.get("LANE_COMMIT"), "windows": windows, "stages": {}}
@@ -412,9 +412,13 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 80
         # of short ones: each request's own costs (HTTP, admission, prefill) come a third as
         # often; lane-h200-run10's windows of three 64-token requests spread +-14 % (log sd)
         # at batch 1 and +-12 % at batch 16, against +-3 % for one 256-token request in
-        # overhead-h200-run5
+        # overhead-h200-run5. Batch 16: 16 requests of 4 x tokens (lane-h200-run10..13's 80
+        # windows of 2 x tokens spread +-7-12 % a pair, intervals +-1.0-2.9 %, two of four upper
+        # bounds past the bar; overhead-h200-run5/-bs16-run6's 256 tokens: +-1.0-1.3 % at 80),
+        # 64 pairs: the time of 80 shorter ones, with half the switches asked (only where the
+        # state changes)
         for label, conc, waves, wins, toks in (("batch 1", 1, 1, windows[0], 3 * tokens),
-                                               ("batch 16", 16, 1, windows[1], 2 * tokens)):
+                                               ("batch 16", 16, 1, windows[1], 4 * tokens)):
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
                          "--windows", str(wins), "--requests-per-window", str(conc * waves),
                          "--tokens", str(toks), "--concurrency", str(conc), "--json",
@@ -1056,7 +1060,7 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=60,
                     help="diag bench overhead's pairs of windows per condition (batch 1; "
                          "--only overhead: every batch)")
-    ap.add_argument("--windows-batch16", type=int, default=80,
+    ap.add_argument("--windows-batch16", type=int, default=64,
                     help="the full lane's pairs of windows per condition at batch 16")
     ap.add_argument("--only", choices=("crash", "overhead", "allowlist", "kit"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "

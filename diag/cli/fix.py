@@ -112,9 +112,13 @@ def _engine_live(run_dir: str | None, server_url: str | None, info: dict | None 
 def _config_text(cfg) -> str:
     parts = [f"--{k.replace('_', '-')} {v}" for k, v in vars(cfg).items()
              if k in ("attention_backend", "draft_attention_backend", "speculative_num_steps",
-                      "speculative_algorithm") and v is not None]
+                      "speculative_algorithm", "speculative_eagle_topk",
+                      "speculative_num_draft_tokens", "page_size", "model") and v is not None]
     if cfg.disable_cuda_graph:
         parts.append("--disable-cuda-graph")
+    if cfg.disable_overlap_schedule is not None:  # it picks the worker in some releases
+        parts.append("--disable-overlap-schedule" if cfg.disable_overlap_schedule
+                     else "--overlap-schedule")
     return f", {' '.join(parts)} ({cfg.source})" if parts else ", no configuration given"
 
 

@@ -687,7 +687,7 @@ class Agent:
         """A valid request, or None: an unreadable or invalid one is rejected with the reason
         (a `control_ack`, ok false, state `rejected`); a non-regular file is skipped. A switch
         of a probe's counter is for the processes that run one: another that is no engine
-        process skips it quietly (`diag bench overhead` switches before every window; each
+        process skips it quietly (`diag bench overhead` switches before most windows; each
         answered with a warning, the server's log filled with them)."""
         from diag import fixes
 

@@ -73,7 +73,10 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
                 acks += sw.send(DE_EAGER, side == "B", ack_timeout)
                 spt, _n = overhead.window(url, requests, tokens, concurrency, timeout, pool)
                 (eager if side == "B" else graph).append(spt)
-            for side in (first, "B" if first == "A" else "A"):  # the floor: graph both times
+            # the floor: graph both times (after an AB pair the draft extend is still forced
+            # eager: released first)
+            acks += sw.send(DE_EAGER, False, ack_timeout)
+            for side in (first, "B" if first == "A" else "A"):
                 spt, _n = overhead.window(url, requests, tokens, concurrency, timeout, pool)
                 (floor_b if side == "B" else floor_a).append(spt)
             progress(f"pair {i + 1}/{windows} done")

@@ -8,7 +8,9 @@ next batch boundary: `diag.engine.agent`), and the same load runs in paired wind
 the counters off (A), one with the condition's counters on (B), in alternating order (AB, BA,
 ...). Per pair the per-token time ratio B/A; reported: the median ratio with its bootstrap 95 %
 interval (`diag.paired`), per condition (all counters, each alone), next to the noise floor of
-the same method with nothing switched (A against A, the requests sent all the same).
+the same method with nothing switched (A against A, the requests sent all the same). A
+counter is asked to switch only where its state changes: the state every engine process last
+acknowledged is in place already, and asking again only cost time between windows.
 
 A window is `requests` greedy requests of `tokens` new tokens (`ignore_eos`), sent in waves of
 `concurrency` (a wave's requests go together and the next wave waits for all of them: the batch
@@ -59,31 +61,45 @@ def engine_probes(run_dir: Path) -> tuple[list[str], list[int]]:
 class Switcher:
     """Switches the counters of the engine processes `pids` and waits for their answers with
     readers kept across switches (`rundir.wait_ack(readers=...)`: each poll reads only the new
-    bytes). Why: a switch before every window, and an engine's events file grows the whole run;
+    bytes). Why: a switch before most windows, and an engine's events file grows the whole run;
     read whole for every request, the switches took a second each and more as the run went on."""
 
     def __init__(self, run_dir: Path, pids: list[int]) -> None:
         self.run_dir, self.pids = run_dir, pids
         self.readers: dict[int, rundir.ProcessReader] = {}
+        # each control's state as every engine process last acknowledged it: a window whose
+        # state is already in place is not preceded by a request (half the switches of a run,
+        # ~0.1-0.2 s each at the agent's 0.2 s poll, went to asking for the state in place)
+        self.acked_state: dict[str, bool] = {}
 
     def acked(self, rid: str) -> bool:
         return any(r.fold.acks.get(rid) is not None for r in self.readers.values())
 
     def switch(self, probes: list[str], on: set[str], timeout: float) -> int:
-        """Ask every engine process to set each probe's counter on (in `on`) or off; wait for
-        each one's acknowledgement. How many; a DiagError (exit 3) when one is missing or not
-        ok."""
+        """Ask every engine process to set each probe's counter on (in `on`) or off, where its
+        acknowledged state differs; wait for each one's acknowledgement. How many; a DiagError
+        (exit 3) when one is missing or not ok."""
         rids = {p: rundir.request(self.run_dir, PROBE_PREFIX + p,
                                   "apply" if p in on else "revert", acked=self.acked)
-                for p in probes}
-        return sum(self._wait(f"probe {p}", rid, timeout) for p, rid in rids.items())
+                for p in probes if self.acked_state.get(PROBE_PREFIX + p) != (p in on)}
+        n = 0
+        for p, rid in rids.items():
+            self.acked_state.pop(PROBE_PREFIX + p, None)  # unknown until every process answers
+            n += self._wait(f"probe {p}", rid, timeout)
+            self.acked_state[PROBE_PREFIX + p] = p in on
+        return n
 
     def send(self, control_id: str, apply: bool, timeout: float) -> int:
         """One control request (`control_id`, apply or revert) to every engine process, waited
         for like a switch; how many acknowledged."""
+        if self.acked_state.get(control_id) == apply:
+            return 0
         rid = rundir.request(self.run_dir, control_id, "apply" if apply else "revert",
                              acked=self.acked)
-        return self._wait(control_id, rid, timeout)
+        self.acked_state.pop(control_id, None)
+        n = self._wait(control_id, rid, timeout)
+        self.acked_state[control_id] = apply
+        return n
 
     def _wait(self, what: str, rid: str, timeout: float) -> int:
         acks = rundir.wait_ack(self.run_dir, rid, timeout=timeout, interval=0.02,

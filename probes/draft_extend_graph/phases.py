@@ -136,6 +136,15 @@ def env_of(cfg: SpecConfig) -> dict[str, str]:
     return dict(os.environ) if cfg.environ is None else dict(cfg.environ)
 
 
+def gate_for(target: Target, cfg: SpecConfig, server_args: dict | None = None
+             ) -> gate_mod.GateInfo:
+    """The gate of the worker this configuration runs: the switch in its environment, its topk
+    and overlap setting as the release weighs them (`gate.select_worker`), or the server's."""
+    return gate_mod.read_gate(target, environ=env_of(cfg), server_args=server_args,
+                              topk=cfg.speculative_eagle_topk,
+                              overlap_off=cfg.disable_overlap_schedule)
+
+
 def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                    gate: gate_mod.GateInfo | None = None,
                    config_label: str = UNDER_AUDIT,
@@ -148,7 +157,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                "--model overrides]" if not cfg.model and backend in IMPLIED_MODEL else "")
     page = resolve_page_size(target, platform, cfg, model, env, backend,
                              env_given=cfg.environ is not None)
-    gate = gate or gate_mod.read_gate(target, environ=env)
+    gate = gate or gate_for(target, cfg)
     bm = backends.backend_map(target, platform, mla=model.mla)
     info = bm.get(backend)
 
@@ -162,6 +171,10 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         why = (f"sglang {target.version} has no draft backend for {backend!r}: EAGLE refuses it "
                f"at start ({w or gate_mod.DRAFT_UTILS_FILE})")
         return [out(p, REFUSED, why, w) for p in PHASES]
+    if gate.start_refused is not None:
+        why, line = gate.start_refused
+        w = Where(target.relpath(target.file(gate_mod.SERVER_ARGS_FILE)), line)
+        return [out(p, REFUSED, why + implied, w) for p in PHASES]
     ref = refusal(target, backend, cfg, model, page, info)
     if ref is not None:
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
@@ -198,7 +211,8 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         return verdicts + _frozen(target, cfg, frozen, frozen_why, out,
                                   fallbacks(target, FROZEN_RUNNER, cfg, model.arch))
     # draft-decode: a runner only with more than one step
-    w = find_line(target, gate_mod.V2_FILE, r"self\.speculative_num_steps > 1")
+    w = find_line(target, gate_mod.V1_FILE if gate.worker == "v1" else gate_mod.V2_FILE,
+                  r"self\.speculative_num_steps > 1")
     dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg, model.arch)
     if multi:
         mw = find_line(target, gate_mod.MULTI_LAYER_FILE, r"self\.cuda_graph_runner = None$")

@@ -22,6 +22,8 @@ from diag.probes.draft_extend_graph.phases import (
     PhaseVerdict,
     audited_verdicts,
     default_hint,
+    env_of,
+    gate_for,
     read_model,
 )
 from diag.probes.draft_extend_graph.phases import multi_layer as phases_multi_layer
@@ -34,7 +36,6 @@ from diag.probes.gate import (
     Verdict,
     env_bool,
     parse_problem,
-    read_gate,
     verdict,
 )
 from diag.target import Target
@@ -92,8 +93,7 @@ class DraftExtendGraphProbe(Probe):
     def _verdict(self, ctx: Context) -> Finding:
         t, plat, cfg = ctx.target, ctx.platform, ctx.config
         info = ctx.cache.get("server_info")
-        gate = read_gate(t, environ=dict(os.environ),
-                         server_args=_srv().server_args(info) if isinstance(info, dict) else None)
+        gate = gate_for(t, cfg, _srv().server_args(info) if isinstance(info, dict) else None)
         if gate.broken:
             return self._broken(gate.problem, gate.file, gate.line,
                                 f"the {gate.worker} EAGLE worker of this tree: {gate.broken}",
@@ -115,7 +115,7 @@ class DraftExtendGraphProbe(Probe):
                 hint="this release changed the gate's shape: report it with the file above",
                 fixes=[], unrecognised=True)
         bm = backend_map(t, plat)
-        killed = kill_switch_set(gate)
+        killed = kill_switch_set(gate, env_of(cfg))
         multi = bool(_multi_layer(t, cfg))
         ev: list[Evidence] = [location(gate.file, gate.line, f"{gate.worker_class}.{gate.method}",
                                        _gate_detail(gate, plat))]
