@@ -121,7 +121,6 @@ def _caller(skip_dirs: tuple[str, ...]) -> tuple[str, str, int]:
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
     """Cached: asked on every wrapped builder call, and it cannot change within a process."""
     try:
