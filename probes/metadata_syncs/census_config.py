@@ -97,8 +97,8 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         if platform is None or op not in ("==", "!="):
             return None, f"`{text}` ({where}): the platform"
         return (platform == value) == (op == "=="), f"platform: {platform} (`{text}`, {where})"
-    if fact.startswith("mirror:"):
-        name = fact.split(":", 1)[1]
+    if fact.startswith("mirror:"):  # also a helper's parameter its callers bind to one
+        name = fact.split(":", 1)[1]  # (census.guards.param_mirrors)
         set_at = MIRRORS_SET.get((version or "", name), {}).get(mode)
         if set_at is None and name == "seq_lens_cpu" and mode in DECODE_SIDE \
                 and relay is not None:

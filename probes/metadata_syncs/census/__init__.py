@@ -27,7 +27,10 @@ predicates (`forward_mode.is_target_verify()`, `is_draft_extend_v2()`, `== Forwa
 local derived from the mode such as `_GraphBucket.of(forward_mode)`), capture flags, asserts and
 early returns narrow them; a helper gets the union of its callers' pairs at the call sites, an
 entry point what its name says (`*verify*`, `*draft_extend*`, `*decode*`, `*capture*`).
-A parameter every caller in the file passes as `None` or as a host value is read as such.
+A parameter every caller in the file passes as `None` or as a host value is read as such; a
+private method's parameter every caller binds to a host mirror of the batch
+(`forward_batch.seq_lens_cpu`, on the replay path of `x if in_capture else ...`) is that
+mirror in its guards (`mirror:seq_lens_cpu`, which the configuration decides).
 A forward-mode test the census cannot read makes the site's path `cannot-tell`.
 
 What it cannot tell (by construction): types are guessed from names, annotations, assignments in

@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import ast
 
-from diag.probes.metadata_syncs.census.paths import _CAPTURE_FLAG, _kids, _last_name, _mode_expr
+from diag.probes.metadata_syncs.census.paths import (
+    _CAPTURE_FLAG,
+    _kids,
+    _last_name,
+    _mode_expr,
+    assigned_names,
+)
 from diag.probes.metadata_syncs.census.sites import Guard, _src
+from diag.probes.source import inner as _inner
 from diag.probes.source import unparse as _unparse
 from diag.probes.source import walk_all as _walk
 
@@ -36,9 +43,11 @@ _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", 
 _NEGATE = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "is": "is not",
            "is not": "is", "true": "false", "false": "true"}
 _SWAP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+# (parameter, host mirror) pairs of one function (`param_mirrors`); a tuple: a memo key
+MirrorParams = tuple[tuple[str, str], ...]
 
 
-def _guard_atom(e: ast.AST, where: str) -> Guard | None:
+def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = ()) -> Guard | None:
     flag = e.func if isinstance(e, ast.Call) and not e.args and not e.keywords else e
     if isinstance(flag, (ast.Name, ast.Attribute)) and _last_name(flag) in PLATFORM_NAMES:
         return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
@@ -50,6 +59,10 @@ def _guard_atom(e: ast.AST, where: str) -> Guard | None:
     name = _last_name(left) if isinstance(left, (ast.Attribute, ast.Name)) else ""
     if not isinstance(right, ast.Constant):
         return None
+    bound = dict(mirrors).get(name) if mirrors and isinstance(left, ast.Name) else None
+    if bound and right.value is None and op in ("is", "is not"):
+        # a parameter every caller binds to the batch's mirror (`param_mirrors`): its test
+        return (f"mirror:{bound}", op, None, where, _src(e, 60))
     if name in CONFIG_NAMES and isinstance(right.value, int) and \
             not isinstance(right.value, bool) and op in _SWAP:
         return (CONFIG_NAMES[name], op, right.value, where, _src(e, 60))
@@ -75,27 +88,30 @@ def _data_atom(e: ast.AST, where: str) -> Guard | None:
     return (f"data:{_src(e, 60)}", "true", None, where, _src(e, 60))
 
 
-def guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
+def guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams = ()
+              ) -> tuple[Guard, ...]:
     """The guards a branch on `e` puts on its body (`holds`) or its `else`: every atom of a
-    conjunction on the body, every negated atom of a disjunction on the `else`. Kept on the
-    node (the fixpoint reads each test again on every pass)."""
+    conjunction on the body, every negated atom of a disjunction on the `else`; `mirrors`: the
+    parameters of the function holding `e` that are a host mirror (`param_mirrors`). Kept on
+    the node (the fixpoint reads each test again on every pass)."""
     memo = getattr(e, "_diag_guards", None)
     if memo is None:
         memo = e._diag_guards = {}  # type: ignore[attr-defined]
-    key = (where, holds)
+    key = (where, holds, mirrors)
     if key not in memo:
-        memo[key] = _guards_of(e, where, holds)
+        memo[key] = _guards_of(e, where, holds, mirrors)
     return memo[key]
 
 
-def _guards_of(e: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
+def _guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams
+               ) -> tuple[Guard, ...]:
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-        return guards_of(e.operand, where, not holds)
+        return guards_of(e.operand, where, not holds, mirrors)
     if isinstance(e, ast.BoolOp):
         if isinstance(e.op, ast.And) == holds:  # `a and b` true / `a or b` false: each part
-            return tuple(g for v in e.values for g in guards_of(v, where, holds))
+            return tuple(g for v in e.values for g in guards_of(v, where, holds, mirrors))
         return ()
-    g = _guard_atom(e, where) or _data_atom(e, where)
+    g = _guard_atom(e, where, mirrors) or _data_atom(e, where)
     if g is None:
         return ()
     if holds:
@@ -162,3 +178,160 @@ def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
 def _ends(stmts: list[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], (ast.Return, ast.Raise, ast.Continue,
                                                   ast.Break))
+
+
+# --- parameters bound to a host mirror ----------------------------------------------------
+# A helper may test its parameter, not the batch: `_apply_cuda_graph_metadata(..., seq_lens_cpu,
+# ...)` reads `seq_lens_cpu.max().item() if seq_lens_cpu is not None else ...
+# torch.max(seq_lens).item()` (sglang 0.5.23 aiter_backend.py:2969-2975; 0.5.19 :1844-1846),
+# and its one caller binds it to the batch's mirror on the replay path (`seq_lens_cpu =
+# forward_batch.seq_lens.cpu() if in_capture else forward_batch.seq_lens_cpu`, 0.5.23
+# :1992-1994, passed at :2007; 0.5.19 :1171-1173, :1186). Such a test is the mirror's own
+# (`mirror:seq_lens_cpu`), which the configuration decides; any other argument leaves it data.
+_BATCH = "ForwardBatch"
+
+
+def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> MirrorParams:
+    """The parameters of `fn`, a private method of `cls`, that every call of it in the module
+    binds to one host mirror of the batch (`forward_batch.<x>_cpu`, read through a local and a
+    capture-flag conditional, `argument_mirror`) and that `fn` never rebinds. Conservative: a
+    public method may be called from outside the module (the runners), so none; a call from
+    outside `cls` (or a subclass of it in the module that inherits `fn`), through another
+    object or with `*args` / `**kwargs`, none either."""
+    if not fn.name.startswith("_") or fn.name.startswith("__") or fn not in cls.body or \
+            any(_last_name(d) == "staticmethod" for d in fn.decorator_list):
+        return ()
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    found: dict[str, str | None] = {}
+    for (owner, method), call in _module_calls(tree).get(fn.name, []):
+        home = classes.get(owner)
+        caller = next((m for m in home.body if isinstance(m, ast.FunctionDef)
+                       and m.name == method), None) if home is not None else None
+        args = _bind(fn, call)
+        if caller is None or args is None or not _self_call(call) or \
+                not _inherits(classes, owner, cls.name, fn.name):
+            return ()
+        for p in args:
+            m = argument_mirror(args[p], caller, call.lineno)
+            found[p] = m if found.get(p, m) == m else None
+    rebound = assigned_names(fn)
+    return tuple(sorted((p, m) for p, m in found.items() if m and p not in rebound))
+
+
+def argument_mirror(e: ast.AST | None, caller: ast.FunctionDef, line: int,
+                    depth: int = 0) -> str | None:
+    """The host mirror an argument is on the per-step (replay) path: `forward_batch.<x>_cpu`
+    (`forward_batch` a parameter of the caller), a local the caller assigns once from one
+    before the call, or `A if in_capture else forward_batch.<x>_cpu` with `in_capture` a
+    capture flag the caller takes, default False (graph replays call without it; the census's
+    per-step phase has every capture flag false). None for anything else."""
+    if e is None or depth > 4:
+        return None
+    if isinstance(e, ast.Attribute) and e.attr.endswith("_cpu") and _is_batch(e.value, caller):
+        return e.attr
+    if isinstance(e, ast.Name):
+        return argument_mirror(_assigned_once(caller, e.id, line), caller, line, depth + 1)
+    if isinstance(e, ast.IfExp):
+        test, replay = e.test, e.orelse
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test, replay = test.operand, e.body
+        if isinstance(test, ast.Name) and _CAPTURE_FLAG.search(test.id) and \
+                _off_by_default(caller, test.id):
+            return argument_mirror(replay, caller, line, depth + 1)
+    return None
+
+
+def _module_calls(tree: ast.Module) -> dict[str, list[tuple[tuple[str, str], ast.Call]]]:
+    """Every `f(...)` / `x.f(...)` in the module's functions: f -> [((class, method), call)]
+    (class "" for a module function, `Outer.Inner` for a nested class), from one walk of the
+    module (kept on the tree)."""
+    out = getattr(tree, "_diag_module_calls", None)
+    if out is not None:
+        return out
+    out = {}
+
+    def visit(owner: str, body: list[ast.stmt]) -> None:
+        for st in body:
+            if isinstance(st, ast.ClassDef):
+                visit(f"{owner}.{st.name}" if owner else st.name, st.body)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for n in _inner(st):
+                    name = _last_name(n.func) if isinstance(n, ast.Call) else ""
+                    if name:
+                        out.setdefault(name, []).append(((owner, st.name), n))
+
+    visit("", tree.body)
+    tree._diag_module_calls = out  # type: ignore[attr-defined]
+    return out
+
+
+def _inherits(classes: dict[str, ast.ClassDef], owner: str, cls: str, name: str,
+              depth: int = 0) -> bool:
+    """`self.<name>` in class `owner` is `cls`'s method: `owner` is `cls`, or derives from it
+    through classes of the module none of which defines `name` again."""
+    if owner == cls:
+        return True
+    c = classes.get(owner)
+    if c is None or depth > 8 or any(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                                     and m.name == name for m in c.body):
+        return False
+    bases = [b.id for b in c.bases if isinstance(b, ast.Name)]
+    return len(bases) == len(c.bases) == 1 and _inherits(classes, bases[0], cls, name,
+                                                           depth + 1)
+
+
+def _self_call(call: ast.Call) -> bool:
+    f = call.func
+    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self"
+
+
+def _params(fn: ast.FunctionDef) -> tuple[list[ast.arg], dict[str, ast.AST]]:
+    """(positional parameters less `self`, keyword-only ones, all in order; name -> default)."""
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    defaults = {p.arg: d for p, d in zip(pos[::-1], a.defaults[::-1])}
+    defaults |= {p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None}
+    return pos[1:] + a.kwonlyargs, defaults
+
+
+def _bind(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.AST | None] | None:
+    """`fn`'s parameters -> the argument a `self.fn(...)` call passes (or the default; None
+    when neither); None when `*args` / `**kwargs` hide which is which."""
+    if any(isinstance(x, ast.Starred) for x in call.args) or \
+            any(k.arg is None for k in call.keywords):
+        return None
+    params, defaults = _params(fn)
+    given: dict[str, ast.AST] = {p.arg: x for p, x in zip(params, call.args)}
+    given |= {k.arg: k.value for k in call.keywords if k.arg}
+    return {p.arg: given.get(p.arg, defaults.get(p.arg)) for p in params}
+
+
+def _is_batch(e: ast.AST, caller: ast.FunctionDef) -> bool:
+    """`e` is the caller's ForwardBatch parameter (by name or annotation), never rebound."""
+    if not isinstance(e, ast.Name) or e.id in assigned_names(caller):
+        return False
+    params, _ = _params(caller)
+    return any(p.arg == e.id and (p.arg == "forward_batch" or (
+        p.annotation is not None and _BATCH in _unparse(p.annotation))) for p in params)
+
+
+def _assigned_once(caller: ast.FunctionDef, name: str, line: int) -> ast.AST | None:
+    """The value of `name = value`, the caller's one binding of `name` (not a parameter),
+    before `line`; None when it is bound otherwise, twice, or not at all."""
+    if any(p.arg == name for p in _params(caller)[0]):
+        return None
+    stores = [n for n in _inner(caller) if isinstance(n, ast.Name) and n.id == name
+              and isinstance(n.ctx, (ast.Store, ast.Del))]
+    binds = [n for n in _inner(caller) if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+    if len(stores) != 1 or len(binds) != 1 or binds[0].lineno >= line:
+        return None
+    return binds[0].value
+
+
+def _off_by_default(caller: ast.FunctionDef, flag: str) -> bool:
+    """`flag` is a parameter of the caller that defaults to False and is never rebound."""
+    _, defaults = _params(caller)
+    d = defaults.get(flag)
+    return isinstance(d, ast.Constant) and d.value is False and \
+        flag not in assigned_names(caller)

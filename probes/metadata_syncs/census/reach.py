@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
-from diag.probes.metadata_syncs.census.guards import call_site_guards, common_guards
+from diag.probes.metadata_syncs.census.guards import (
+    MirrorParams,
+    call_site_guards,
+    common_guards,
+    param_mirrors,
+)
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
@@ -172,6 +177,14 @@ def _is_seed(qual: str) -> bool:
     return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
 
 
+def _mirror_params(tree: ast.Module, classes: dict[str, ast.ClassDef], qual: str,
+                   fn: ast.FunctionDef) -> MirrorParams:
+    """`guards.param_mirrors` of a builder that is a method of a class of this module (a
+    module function or another module's helper: none)."""
+    cls = classes.get(qual.split(".", 1)[0]) if "." in qual else None
+    return param_mirrors(tree, cls, fn) if cls is not None else ()
+
+
 def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
              ) -> tuple[list[str], list[_Scan]]:
     """Walk every builder until what reaches each one (the union over its callers' branches,
@@ -192,6 +205,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     classes = getattr(resolve, "classes", {})
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
+    mirrors = {id(fn): _mirror_params(tree, classes, qual, fn) for qual, _, fn in builders}
     # A scan depends only on its builder and these inputs: one whose inputs did not change
     # since the last pass is the scan that pass made (so it is kept, not redone).
     made: dict[tuple[str, str], tuple[tuple, _Scan]] = {}
@@ -205,7 +219,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 scans[key] = made[key][1]
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
-            s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)])
+            s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)],
+                      mirrors[id(fn)])
             s.run(inputs[0], inputs[1], inputs[4])
             scans[key] = s
             made[key] = (inputs, s)

@@ -8,7 +8,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from diag.probes.metadata_syncs.census.guards import _ends, guards_of
+from diag.probes.metadata_syncs.census.guards import MirrorParams, _ends, guards_of
 from diag.probes.metadata_syncs.census.kinds import _classify, _FnInfo, _Kinds
 from diag.probes.metadata_syncs.census.paths import (
     ALL,
@@ -82,8 +82,9 @@ class _Scan:
     def __init__(self, fn: ast.FunctionDef, qual: str, backend: str, rel: str,
                  facts: dict[str, str], resolve: Any,
                  params: dict[str, tuple[frozenset, frozenset]] | None = None,
-                 info: _FnInfo | None = None) -> None:
+                 info: _FnInfo | None = None, mirrors: MirrorParams = ()) -> None:
         self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
+        self.mirrors = mirrors  # parameters its callers bind to a host mirror (guards.py)
         self.resolve = resolve
         helpers = getattr(resolve, "mode_helpers", {})
         if info is None:
@@ -144,6 +145,10 @@ class _Scan:
         finally:
             del self.known[len(self.known) - n:]
 
+    def guards_of(self, test: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
+        """`guards.guards_of`, with the parameters this builder's callers bind to a mirror."""
+        return guards_of(test, where, holds, self.mirrors)
+
     def _where(self, node: ast.AST) -> str:
         return f"{self.rel}:{getattr(node, 'lineno', 0)}"
 
@@ -165,7 +170,7 @@ class _Scan:
                 self.forget(assigned_names(st))
             if isinstance(st, ast.If) and _ends(st.body) and not st.orelse:
                 # `if self.dcp_size == 1: return`: what follows runs where it does not hold
-                more = guards_of(st.test, self._where(st), False)
+                more = self.guards_of(st.test, self._where(st), False)
                 self.stack.extend(more)
                 pushed += len(more)
                 learned += self.learn(st.test, False)
@@ -196,9 +201,9 @@ class _Scan:
             c = self.cond(st.test)
             unk = unknown or c.unknown
             w = self._where(st)
-            return self.branch(st.test, True, guards_of(st.test, w, True), st.body,
+            return self.branch(st.test, True, self.guards_of(st.test, w, True), st.body,
                                state & c.true, unk) | \
-                self.branch(st.test, False, guards_of(st.test, w, False), st.orelse,
+                self.branch(st.test, False, self.guards_of(st.test, w, False), st.orelse,
                             state & c.false, unk)
         if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             self.expr(st.iter if not isinstance(st, ast.While) else st.test, state, unknown)
@@ -251,7 +256,7 @@ class _Scan:
             c = self.cond(e.test)
             w = self._where(e)
             for part, holds, st in ((e.body, True, c.true), (e.orelse, False, c.false)):
-                more = guards_of(e.test, w, holds)
+                more = self.guards_of(e.test, w, holds)
                 self.stack.extend(more)
                 n = self.learn(e.test, holds)
                 self.expr(part, state & st, unknown or c.unknown)
@@ -265,7 +270,7 @@ class _Scan:
                 c = cond(v, self.facts, self.env)
                 state = state & (c.true if isinstance(e.op, ast.And) else c.false)
                 unknown = unknown or c.unknown
-                more = guards_of(v, self._where(e), isinstance(e.op, ast.And))
+                more = self.guards_of(v, self._where(e), isinstance(e.op, ast.And))
                 self.stack.extend(more)
                 pushed += len(more)
             if pushed:
@@ -444,7 +449,7 @@ class _Scan:
         if verdict == "syncs":
             why += f"; output_size is None where `{_src(out_size.test, 40)}` is " \
                 f"{'true' if none_body else 'false'}: PyTorch reads the total back (2 syncs)"
-        more = guards_of(out_size.test, self._where(out_size), none_body)
+        more = self.guards_of(out_size.test, self._where(out_size), none_body)
         self.stack.extend(more)
         self.add(call, bare, unknown or c.unknown, "repeat_interleave", verdict, why, 2)
         del self.stack[len(self.stack) - len(more):]

@@ -1,0 +1,200 @@
+"""A guard on a helper's *parameter* that every caller binds to the batch's host mirror is that
+mirror's guard (probes/metadata_syncs/census/guards.py `param_mirrors`), against lines READ BY
+HAND in the release wheels, never produced by running diag.
+
+sglang 0.5.23 layers/attention/aiter_backend.py: `AiterAttnBackend.init_forward_metadata_out_graph(
+self, forward_batch, in_capture: bool = False)` :1986-1990 sets `seq_lens_cpu =
+(forward_batch.seq_lens.cpu() if in_capture else forward_batch.seq_lens_cpu)` :1992-1994 and
+calls `self._apply_cuda_graph_metadata(` :2000 with `seq_lens_cpu=seq_lens_cpu` :2007, the only
+call of it in the module. `def _apply_cuda_graph_metadata(` :2937 reads `max_kv_len = (
+seq_lens_cpu.max().item()` :2969-2970 `if seq_lens_cpu is not None` :2971 `else None if
+forward_mode.is_target_verify() and self._use_unified_verify else torch.max(seq_lens).item()`
+:2972-2974: the device read at :2974 runs only where the batch has no `seq_lens_cpu`.
+0.5.19: the caller :1166 (local :1171-1173, call :1179, passed :1186), the helper :1819, the
+conditional :1843-1846 (`torch.max(seq_lens).item()` at :1846). 0.5.17: :853, :859, :866, :874;
+:1500, :1525-1528. 0.5.18: :861, :867, :874, :882; :1508, :1533-1536.
+No class of aiter_backend.py sets `needs_cpu_seq_lens` (0.5.23 mentions it only in a comment,
+:2054): AiterAttnBackend and AiterMultiStepDraftBackend keep the AttentionBackend default
+`needs_cpu_seq_lens: bool = True` (base_attn_backend.py 0.5.23 :163, 0.5.19 :140, 0.5.18 :117,
+0.5.17 :102), so under the overlap scheduler the spec-v2 relay keeps `seq_lens_cpu` on
+decode-side batches (tests/test_host_lengths.py) and the read at :2974 cannot run there.
+
+Negative (a caller passes something else): `MambaAttnBackendBase._replayssm_track_flush_mask(
+self, seq_lens_cpu, bs)` (layers/attention/hybrid_linear_attn_backend.py 0.5.23 :595, 0.5.19
+:424) tests `if seq_lens_cpu is None:` (0.5.23 :602, 0.5.19 :431) before `return mask.cpu()`
+(0.5.23 :609, 0.5.19 :438); `_forward_metadata` passes `forward_batch.seq_lens_cpu` (0.5.23
+:245-246, 0.5.19 :179-180) but `_replay_metadata` passes its own parameter `seq_lens_cpu`
+(0.5.23 :839, 0.5.19 :666): the guard stays a data guard. That `_replay_metadata` (0.5.23 :747,
+0.5.19 :576) gets `forward_batch.seq_lens_cpu if not in_capture else None` from both its
+callers, `MambaAttnBackendBase.init_forward_metadata_out_graph` (0.5.23 :368-378, 0.5.19
+:278-288) and the subclass `Mamba2AttnBackend`'s (0.5.23 :1085-1095, 0.5.19 :887-897), which
+does not define `_replay_metadata` again: its parameter is the mirror.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from diag.context import SpecConfig
+from diag.probes.metadata_syncs.census.count import census
+from diag.probes.metadata_syncs.census.guards import param_mirrors
+from diag.probes.metadata_syncs.census_config import decide
+from diag.probes.metadata_syncs.probe import relay_of
+from diag.probes.source import find_def, parse_file
+from tests.conftest import release_target
+
+pytestmark = pytest.mark.release
+AITER = "sglang/srt/layers/attention/aiter_backend.py"
+MAMBA = "sglang/srt/layers/attention/hybrid_linear_attn_backend.py"
+BASE = "sglang/srt/layers/attention/base_attn_backend.py"
+# release -> the conditional's first line (the guard's place), the device read, the base default
+HAND = {"0.5.23": {"test": 2970, "site": 2974, "base": 163},
+        "0.5.19": {"test": 1844, "site": 1846, "base": 140},
+        "0.5.18": {"test": 1534, "site": 1536, "base": 117},
+        "0.5.17": {"test": 1526, "site": 1528, "base": 102}}
+MAMBA_HAND = {"0.5.23": {"test": 602, "site": 609}, "0.5.19": {"test": 431, "site": 438}}
+DECODE_SIDE = ("draft-extend", "target-verify", "decode")
+
+
+def _cfg(**kw) -> SpecConfig:
+    base = dict(attention_backend="aiter", speculative_num_steps=3, speculative_eagle_topk=1,
+                environ={})
+    base.update(kw)
+    return SpecConfig(**base)
+
+
+def _site(version: str, file: str, line: int, backend: str | None = None):
+    sites = [s for s in census(release_target(version)).sites
+             if s.file == file and s.line == line and s.verdict == "syncs"
+             and (backend is None or s.backend == backend)]
+    assert sites, f"{file}:{line} not in the census of {version}"
+    return sites[0]
+
+
+def _relay(version: str, **kw):
+    return relay_of(release_target(version), "hip", _cfg(**kw), "aiter", "aiter")
+
+
+@pytest.mark.parametrize("version", sorted(HAND))
+def test_the_parameter_guard_is_the_mirror_guard(version):
+    h = HAND[version]
+    s = _site(version, AITER, h["site"], "AiterAttnBackend")
+    assert s.function == "AiterAttnBackend._apply_cuda_graph_metadata"
+    assert s.path_class == "per-step" and set(DECODE_SIDE) <= set(s.paths)
+    mine = [g for g in s.guards if g[3] == f"{AITER}:{h['test']}"]
+    # the `else` of `seq_lens_cpu is not None`: the mirror is None
+    assert [g[:3] for g in mine] == [("mirror:seq_lens_cpu", "is", None)], s.guards
+    assert not any(g[0].startswith("data:") and "seq_lens_cpu" in g[0] for g in s.guards)
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_under_the_overlap_scheduler_the_read_cannot_run_on_decode_side_steps(version):
+    h = HAND[version]
+    s = _site(version, AITER, h["site"], "AiterAttnBackend")
+    cfg = _cfg(disable_overlap_schedule=False)
+    relay = _relay(version, disable_overlap_schedule=False)
+    assert relay.holds is True and f"{BASE}:{h['base']}" in relay.why
+    for mode in DECODE_SIDE:
+        d = decide(s, cfg, mode, version, "hip", None, relay)
+        assert d.status == "unreachable", (mode, d)
+        assert f"seq_lens_cpu set on {mode} batches" in d.reason
+        assert f"{BASE}:{h['base']}" in d.reason
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("overlap", [None, True])
+def test_without_the_overlap_fact_it_depends_on_the_relay(version, overlap):
+    """Not given (or --disable-overlap-schedule, whose path the relay reader does not read):
+    the site stays in the bound, with the relay's reason, not a data condition."""
+    h = HAND[version]
+    s = _site(version, AITER, h["site"], "AiterAttnBackend")
+    cfg = _cfg(disable_overlap_schedule=overlap)
+    relay = _relay(version, disable_overlap_schedule=overlap)
+    assert relay.holds is None
+    for mode in DECODE_SIDE:
+        d = decide(s, cfg, mode, version, "hip", None, relay)
+        assert d.status == "depends" and not d.on_config, (mode, d)
+        assert f"`not (seq_lens_cpu is not None)` ({AITER}:{h['test']}): " \
+               f"{relay.why}" in d.reason
+        flag = "--disable-overlap-schedule" if overlap else "--overlap-schedule"
+        assert flag in d.reason
+
+
+@pytest.mark.parametrize("version", sorted(MAMBA_HAND))
+def test_a_caller_that_passes_something_else_leaves_a_data_guard(version):
+    h = MAMBA_HAND[version]
+    s = _site(version, MAMBA, h["site"])
+    assert s.function == "MambaAttnBackendBase._replayssm_track_flush_mask"
+    mine = [g for g in s.guards if g[3] == f"{MAMBA}:{h['test']}"]
+    assert [g[:2] for g in mine] == [("data:seq_lens_cpu is None", "false")], s.guards
+    assert not any(g[0].startswith("mirror:") for g in mine)
+    # a relay that decides `mirror:seq_lens_cpu` decides nothing here
+    relay = _relay(version, disable_overlap_schedule=False)
+    assert relay.holds is True
+    d = decide(s, _cfg(disable_overlap_schedule=False), "decode", version, "hip", None, relay)
+    assert d.status == "depends"
+    assert f"`not (seq_lens_cpu is None)` ({MAMBA}:{h['test']})" in d.reason
+
+
+@pytest.mark.parametrize("version", sorted(MAMBA_HAND))
+def test_which_parameters_are_a_mirror(version):
+    """The flush mask's parameter is not (one caller passes a parameter); `_replay_metadata`'s
+    is (`forward_batch.seq_lens_cpu if not in_capture else None` from the class and from a
+    subclass that inherits it); aiter's helper's is."""
+    t = release_target(version)
+
+    def mirrors(file: str, qual: str) -> tuple:
+        tree = parse_file(t.root / file)
+        cls = find_def(tree, qual.split(".")[0])
+        fn = find_def(tree, qual)
+        assert isinstance(cls, ast.ClassDef) and isinstance(fn, ast.FunctionDef)
+        return param_mirrors(tree, cls, fn)
+
+    assert mirrors(MAMBA, "MambaAttnBackendBase._replayssm_track_flush_mask") == ()
+    assert mirrors(MAMBA, "MambaAttnBackendBase._replay_metadata") == (
+        ("seq_lens_cpu", "seq_lens_cpu"),)
+    assert mirrors(AITER, "AiterAttnBackend._apply_cuda_graph_metadata") == (
+        ("seq_lens_cpu", "seq_lens_cpu"),)
+    # a public entry point may be called from outside the module: never
+    assert mirrors(AITER, "AiterAttnBackend.init_forward_metadata_out_graph") == ()
+
+
+def _phases(version: str, *flags: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "diag", "diagnose", "--sglang", version, "--platform", "hip",
+         "--attention-backend", "aiter", "--speculative-num-steps", "3",
+         "--speculative-eagle-topk", "1", "--env", "SGLANG_USE_AITER=1", "--json", *flags],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode in (0, 1), out.stderr
+    rows = {}
+    for f in json.loads(out.stdout)["findings"]:
+        if f["probe"] == "metadata-syncs":
+            for e in f["evidence"]:
+                d = e.get("data") or {}
+                if "syncs_per_step" in d:
+                    rows[d["phase"]] = d
+    return rows
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_the_metadata_syncs_finding(version):
+    """End to end (`diag diagnose --json`): with --overlap-schedule the read is unreachable on
+    every decode-side phase (and out of the count); not given, it depends on the relay."""
+    site = f"{AITER}:{HAND[version]['site']}"
+    on = _phases(version, "--overlap-schedule")
+    for phase in ("draft-extend", "target-verify", "draft-decode"):
+        row = on[phase]
+        assert site not in row["at"] and site not in [d["at"] for d in row["depends"]], row
+        assert site in [u["at"] for u in row["unreachable"]], row
+    for phase in ("draft-extend", "draft-decode"):
+        assert on[phase]["syncs_per_step"] == 0 and on[phase]["exact"] is True, on[phase]
+    unknown = _phases(version)
+    for phase in ("draft-extend", "target-verify", "draft-decode"):
+        dep = [d for d in unknown[phase]["depends"] if d["at"] == site]
+        assert dep and "--overlap-schedule" in dep[0]["condition"], unknown[phase]
+        assert unknown[phase]["exact"] is False
