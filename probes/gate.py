@@ -28,6 +28,7 @@ backend registry, the other half, is already apart (`probes.backends`).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +230,7 @@ _V2_RAISES = re.compile(r'"Spec v2 currently only supports topk = 1')
 _ENV_TEST = re.compile(r"envs\.SGLANG_ENABLE_SPEC_V2\.get\(\)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OverlapRule:
     """How server_args sets the overlap scheduler for EAGLE, and with it the worker
     (spec_info.py: `enable_overlap = not server_args.disable_overlap_schedule`).
@@ -249,7 +250,17 @@ def overlap_rule(target: Target) -> OverlapRule | None:
     shape is there (one worker only, or a shape not known: the switch alone is read)."""
     path = target.file(SERVER_ARGS_FILE)
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        st = path.stat()
+    except OSError:
+        return None
+    return _overlap_rule(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _overlap_rule(path: str, _mtime: int, _size: int) -> OverlapRule | None:
+    """`overlap_rule` of one file version (asked once per backend and phase: read once)."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
     except OSError:
         return None
     env = [i + 1 for i, t in enumerate(lines) if _ENV_TEST.search(t)]
