@@ -22,6 +22,12 @@ def clip(text: object, limit: int = ECHO_CHARS) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def one_line(text: object) -> str:
+    """`text` with every run of whitespace (newlines, a server's CR LF) made one space: a
+    message from a library or a server is one line on stderr and in a finding."""
+    return " ".join(str(text).split())
+
+
 def echo(value: object) -> str:
     """`repr(value)` for a message, cut (`clip`)."""
     return clip(repr(value))

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from diag.errors import ServerError, clip, echo
+from diag.errors import ServerError, clip, echo, one_line
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_BYTES = 32 * 1024 * 1024  # a /metrics page of a big server is a few MB
@@ -99,10 +99,17 @@ def check_url(url: str) -> str:
         raise ValueError("empty URL (expected http://HOST:PORT)")
     if any(c.isspace() for c in text):
         raise ValueError(f"{echo(url)} contains a space")
-    full = normalize_url(text)
-    parts = urllib.parse.urlsplit(full)
+    try:
+        full = normalize_url(text)
+        parts = urllib.parse.urlsplit(full)
+    except ValueError as e:  # an unclosed IPv6 bracket
+        raise ValueError(f"{echo(url)}: {e}") from None
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"{echo(url)}: scheme {clip(parts.scheme)}:// is not http:// or https://")
+    if parts.username is not None or parts.password is not None:  # never echoed: a secret
+        shown = f"{parts.scheme}://…@{parts.netloc.rpartition('@')[2]}"
+        raise ValueError(f"{clip(shown)}: a user or password in the URL is not supported "
+                         "(diag sends no credentials)")
     if not parts.hostname:
         raise ValueError(f"{echo(url)}: no host (expected http://HOST:PORT)")
     try:
@@ -170,6 +177,25 @@ def _watched(base: type, dog: _Watchdog) -> type:
     return Watched
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: it is an HTTP error (`redirected`), since what answers
+    elsewhere is not the server the user named, and a loop would cost several requests."""
+
+    def http_error_302(self, *args: Any) -> None:  # noqa: D102 (urllib's API)
+        return None
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+
+def redirected(e: urllib.error.HTTPError) -> str:
+    """` (a redirect to LOCATION: …)` for a 3xx answer, else ""."""
+    if not 300 <= e.code < 400:
+        return ""
+    where = one_line(e.headers.get("Location") or "") if e.headers else ""
+    return (f" (a redirect{' to ' + clip(where) if where else ''}: diag does not follow "
+            "redirects; pass the URL of the server itself)")
+
+
 class _HTTP(urllib.request.HTTPHandler):
     def __init__(self, dog: _Watchdog) -> None:
         super().__init__()
@@ -196,7 +222,7 @@ def open_within(req: Any, timeout: float, what: str) -> Iterator[tuple[Any, floa
     # a little past the socket's own timeout: a server silent for `timeout` is that timeout
     # ("no answer"); one that trickles is cut here
     dog = _Watchdog(time.monotonic() + timeout + min(1.0, timeout / 4))
-    opener = urllib.request.build_opener(_HTTP(dog), _HTTPS(dog))
+    opener = urllib.request.build_opener(_HTTP(dog), _HTTPS(dog), _NoRedirect)
     try:
         with opener.open(req, timeout=timeout) as resp:
             yield resp, dog.deadline - min(1.0, timeout / 4)
@@ -217,16 +243,17 @@ def _get(url: str, path: str, timeout: float, accept: str) -> bytes:
         with open_within(req, timeout, f"GET {full}") as (resp, deadline):
             body = read_within(resp, deadline, f"GET {full}", timeout)
     except urllib.error.HTTPError as e:
-        raise ServerBadAnswer(f"GET {full}: HTTP {e.code} {e.reason}") from e
+        raise ServerBadAnswer(f"GET {full}: HTTP {e.code} {one_line(e.reason)}{redirected(e)}"
+                              ) from e
     except urllib.error.URLError as e:
         reason = e.reason
         if isinstance(reason, TimeoutError):
             raise ServerTimeout(f"GET {full}: no answer within {timeout:g} s") from e
-        raise ServerUnreachable(f"GET {full}: cannot connect ({reason})") from e
+        raise ServerUnreachable(f"GET {full}: cannot connect ({one_line(reason)})") from e
     except TimeoutError as e:
         raise ServerTimeout(f"GET {full}: no answer within {timeout:g} s") from e
     except (OSError, http.client.HTTPException) as e:  # reset mid-answer, bad status line
-        raise ServerBadAnswer(f"GET {full}: {type(e).__name__}: {e}") from e
+        raise ServerBadAnswer(f"GET {full}: {type(e).__name__}: {clip(one_line(e))}") from e
     except ValueError as e:  # a URL urllib cannot use
         raise ServerUnreachable(f"{full}: not a usable URL ({e})") from e
     if len(body) > MAX_BYTES:

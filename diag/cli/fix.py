@@ -167,12 +167,17 @@ def _control(fix_id: str, action: str, run_dir: str, pid: int | None, timeout: f
     # and helpers are listed with what they answered by then, and do not decide the exit code.
     acks = rundir.wait_ack(d, rid, pid=pid, timeout=timeout, engines_only=pid is None)
     procs = rundir.read_state(d).processes
+    # a process live at the request that exited before it answered (killed mid-wait) is
+    # listed as such: it never holds the fix, and the exit 4 says why
+    gone = {p for p in live if p not in acks and (pid is None or p == pid)}
+    acks = {**acks, **dict.fromkeys(gone)}
     waited = rundir.waited_for(procs, acks) if pid is None else set(acks)
     engines = {p for p in acks if procs.get(p) and procs[p].engine}
     rows = []
     for p, ev in sorted(acks.items()):
         reason = ev.get("reason") if ev else (
-            f"no acknowledgement within {timeout:g} s" if p in waited
+            "exited before it acknowledged" if p in gone
+            else f"no acknowledgement within {timeout:g} s" if p in waited
             else rundir.not_waited_reason(procs.get(p), bool(engines)))
         rank = procs[p].rank if procs.get(p) else None
         rows.append({"pid": p, "engine": p in engines, "rank": rank, "acknowledged": ev is not None,

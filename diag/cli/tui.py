@@ -79,9 +79,13 @@ def tui(sglang: str | None, platform: str | None, attention_backend: str | None,
 
         if width is None:
             width = shutil.get_terminal_size((80, 24)).columns
-        click.echo(render_once(sglang=sglang, platform=platform, run_dir=run_dir,
-                               server_url=server_url, execute=execute, width=width,
-                               config=config), nl=False)
+        frame = render_once(sglang=sglang, platform=platform, run_dir=run_dir,
+                            server_url=server_url, execute=execute, width=width, config=config)
+        if run_dir:  # removed or renamed while the frame was read: exit 3, as when not there
+            from diag.engine.rundir import check_run_dir
+
+            check_run_dir(run_dir)
+        click.echo(frame, nl=False)
         if trace_paths:  # tab 5's content, as `diag trace` prints it
             from diag.probes.trace.render import render
             from diag.probes.trace.report import build

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.engine import events
-from diag.errors import DiagError, ServerError
+from diag.errors import DiagError, ServerError, one_line
 from diag.schemas import SCHEMA_VERSION
-from diag.server import MAX_BYTES, open_within, read_within
+from diag.server import MAX_BYTES, check_url, open_within, read_within, redirected
 
 BY = "job, instance"
 # Before/after figures for at most this many changes (the most recent): each costs two windows
@@ -52,26 +52,34 @@ class Prometheus:
     def __init__(self, url: str, timeout: float = 5.0) -> None:
         url = url.strip().rstrip("/")
         if not re.match(r"^https?://[^/\s]+", url):
-            raise DiagError(f"--prometheus {url!r} is not an http(s) URL", exit_code=2)
+            raise DiagError(f"--prometheus {_clip(repr(url))} is not an http(s) URL",
+                            exit_code=2)
+        try:  # a host and a port 1-65535, no credentials, as --server (a usage error)
+            check_url(url)
+            parts = urllib.parse.urlsplit(url)
+        except ValueError as e:
+            raise DiagError(f"--prometheus {e}", exit_code=2) from None
+        if parts.query or parts.fragment:  # the API's paths go after it: a query would end it
+            raise DiagError(f"--prometheus {_clip(repr(url))}: a query (?…) or fragment (#…) is "
+                            "not part of a Prometheus base URL", exit_code=2)
         self.url = url
         self.timeout = timeout
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
         full = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        what = f"Prometheus at {self.url}"
+        end = time.monotonic() + self.timeout
         try:
-            with open_within(full, self.timeout, f"Prometheus at {self.url}") as (resp, end):
-                body = read_within(resp, end, f"Prometheus at {self.url}", self.timeout)
+            with open_within(full, self.timeout, what) as (resp, end):
+                body = read_within(resp, end, what, self.timeout)
         except urllib.error.HTTPError as e:
-            body = e.read()
-            try:
-                err = json.loads(body).get("error")
-            except (ValueError, AttributeError):
-                err = None
-            raise ServerError(f"Prometheus at {self.url} answered HTTP {e.code}"
-                              + (f": {err}" if err else "")) from None
+            raise ServerError(f"{what} answered HTTP {e.code}{redirected(e)}"
+                              + self._error_text(e, end)) from None
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             reason = getattr(e, "reason", e)
-            raise ServerError(f"Prometheus at {self.url} is unreachable: {reason}") from None
+            if isinstance(reason, TimeoutError):  # it took the connection: not unreachable
+                raise ServerError(f"{what}: no answer within {self.timeout:g} s") from None
+            raise ServerError(f"{what} is unreachable: {_clip(one_line(reason))}") from None
         except http.client.HTTPException as e:  # cut short, a bad status line
             raise ServerError(f"Prometheus at {self.url} broke off its answer "
                               f"({type(e).__name__}: {_clip(e)})") from None
@@ -97,6 +105,17 @@ class Prometheus:
         if data is not None and not isinstance(data, dict):
             raise ServerError(f"{unlike}: data is {_json_kind(data)}, not an object)")
         return self._result(data or {}, path)
+
+    def _error_text(self, e: urllib.error.HTTPError, deadline: float) -> str:
+        """`: ERROR` from an error answer's JSON body, read within the same deadline as an
+        answer (a body sent a byte at a time must not hold the command); "" without one."""
+        try:
+            body = read_within(e, deadline, "", self.timeout)
+            err = json.loads(body).get("error")
+        except (ServerError, OSError, http.client.HTTPException, ValueError, AttributeError,
+                RecursionError):
+            return ""
+        return f": {_clip(one_line(err))}" if err else ""
 
     def _result(self, data: Any, path: str) -> list[dict]:
         """`data.result` as a list of series objects, or ServerError: an answer of another
@@ -126,7 +145,7 @@ def _json_kind(v: Any) -> str:
 
 
 def _clip(v: Any, limit: int = 80) -> str:
-    s = str(v)
+    s = one_line(v)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
