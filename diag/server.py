@@ -2,9 +2,10 @@
 
 Why a module of its own: the probes, the CLI and the TUI all read the same two endpoints and
 must fail the same way. Every failure is a `ServerError` whose message says what went wrong in
-one line: `ServerUnreachable` (nothing answers: connection refused, unknown host) is an
-operational error for the CLI (exit 3); `ServerTimeout` and `ServerBadAnswer` (HTTP errors,
-malformed JSON or Prometheus text) become findings in the probes.
+one line: `ServerUnreachable` (nothing answers: connection refused, unknown host) and
+`ServerTimeout` on `/server_info` (no whole answer in time) are operational errors for the CLI
+(exit 3); `ServerBadAnswer` (HTTP errors, malformed JSON or Prometheus text) and a timeout on a
+later read become findings in the probes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class ServerTimeout(ServerError):
 
 class ServerBadAnswer(ServerError):
     """The server answered, but not with what SGLang serves (HTTP error, malformed body)."""
+
+
+class Redirected(ServerBadAnswer):
+    """The server answered 3xx: the URL is not the server's own (never followed). The user
+    named it: exit 3, on every command."""
 
 
 class NotSGLang(ServerBadAnswer):
@@ -243,8 +249,9 @@ def _get(url: str, path: str, timeout: float, accept: str) -> bytes:
         with open_within(req, timeout, f"GET {full}") as (resp, deadline):
             body = read_within(resp, deadline, f"GET {full}", timeout)
     except urllib.error.HTTPError as e:
-        raise ServerBadAnswer(f"GET {full}: HTTP {e.code} {one_line(e.reason)}{redirected(e)}"
-                              ) from e
+        why = redirected(e)
+        raise (Redirected if why else ServerBadAnswer)(
+            f"GET {full}: HTTP {e.code} {one_line(e.reason)}{why}") from e
     except urllib.error.URLError as e:
         reason = e.reason
         if isinstance(reason, TimeoutError):

@@ -213,6 +213,7 @@ def _slow_headers(h: BaseHTTPRequestHandler) -> None:
 
 @pytest.mark.parametrize("cmd", [
     ("fix", "list", "--sglang", "0.5.23", "--server"),
+    ("diagnose", "--sglang", "0.5.23", "--no-execute", "--server"),
     ("fleet", "--prometheus"),
 ])
 def test_headers_sent_a_byte_at_a_time_time_out_as_a_whole(cmd):

@@ -376,14 +376,19 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
 
 
 def _server_info(url: str) -> tuple[dict | None, str | None]:
-    """(`/server_info`, None) once; nothing answering is exit 3 (as `server.attach`), a bad
-    answer is left to the probes: (None, what failed)."""
+    """(`/server_info`, None) once; nothing answering is exit 3 (as `server.attach`), and so
+    is a server that takes the connection but sends no whole answer in time, or redirects
+    elsewhere (no more audited than a refused one: exit 0 on warnings would pass a CI gate); an
+    answer
+    that says something failed (HTTP 500, a body that is not JSON) is left to the probes:
+    (None, what failed)."""
     from diag import server
     from diag.errors import ServerError
 
     try:
         return server.get_server_info(url), None
-    except (server.ServerUnreachable, server.NotSGLang):
+    except (server.ServerUnreachable, server.NotSGLang, server.ServerTimeout,
+            server.Redirected):
         raise
     except ServerError as e:
         return None, str(e)
