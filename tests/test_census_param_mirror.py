@@ -34,9 +34,6 @@ does not define `_replay_metadata` again: its parameter is the mirror.
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -47,6 +44,7 @@ from diag.probes.metadata_syncs.census_config import decide
 from diag.probes.metadata_syncs.probe import relay_of
 from diag.probes.source import find_def, parse_file
 from tests.conftest import release_target
+from tests.syncs_rows import phase_rows
 
 pytestmark = pytest.mark.release
 AITER = "sglang/srt/layers/attention/aiter_backend.py"
@@ -165,20 +163,7 @@ def test_which_parameters_are_a_mirror(version):
 
 
 def _phases(version: str, *flags: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "diag", "diagnose", "--sglang", version, "--platform", "hip",
-         "--attention-backend", "aiter", "--speculative-num-steps", "3",
-         "--speculative-eagle-topk", "1", "--env", "SGLANG_USE_AITER=1", "--json", *flags],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode in (0, 1), out.stderr
-    rows = {}
-    for f in json.loads(out.stdout)["findings"]:
-        if f["probe"] == "metadata-syncs":
-            for e in f["evidence"]:
-                d = e.get("data") or {}
-                if "syncs_per_step" in d:
-                    rows[d["phase"]] = d
-    return rows
+    return phase_rows(version, "aiter", "SGLANG_USE_AITER=1", *flags)
 
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])

@@ -17,15 +17,12 @@ base_attn_backend.py :140; the builder's `.max().item()` at :797 under `if ... i
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from diag.context import SpecConfig
 from diag.probes.startup.host_lengths import decode_seq_lens_cpu
 from tests.conftest import release_target
+from tests.syncs_rows import phase_rows
 
 pytestmark = pytest.mark.release
 HAND = {"0.5.23": {"nulls": 615, "tbo": 39, "dsa": (505, 4173), "base": 163, "site": 1115},
@@ -90,21 +87,7 @@ def test_a_release_without_the_relay_decides_nothing():
 
 
 def _phases(version: str, *flags: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "diag", "diagnose", "--sglang", version, "--platform", "hip",
-         "--attention-backend", "dsa", "--speculative-num-steps", "3",
-         "--speculative-eagle-topk", "1", "--env", "SGLANG_USE_AITER=0", "--json", *flags],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode in (0, 1), out.stderr
-    doc = json.loads(out.stdout)
-    rows = {}
-    for f in doc["findings"]:
-        if f["probe"] == "metadata-syncs":
-            for e in f["evidence"]:
-                d = e.get("data") or {}
-                if "syncs_per_step" in d:
-                    rows[d["phase"]] = d
-    return rows
+    return phase_rows(version, "dsa", "SGLANG_USE_AITER=0", *flags)
 
 
 @pytest.mark.parametrize("version", sorted(HAND))

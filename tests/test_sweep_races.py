@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_agent_faults import _agent, _end, _wait
-from test_sweep_server import OddServer, _info, _one_line, _routes
+from test_sweep_server import OddServer, _drip, _info, _one_line, _routes
 
 from diag.engine import rundir
 
@@ -118,13 +118,7 @@ def _raw(data: bytes):
 def _error_dripped(h) -> None:
     """HTTP 500 whose body comes a byte every 0.2 s: `fleet` read it unbounded (60 s), then
     exit 70 (IncompleteRead)."""
-    h.send_response(500)
-    h.send_header("Content-Length", "100000")
-    h.end_headers()
-    for _ in range(300):
-        h.wfile.write(b" ")
-        h.wfile.flush()
-        time.sleep(0.2)
+    _drip(h, 500)
 
 
 REDIRECTS = [

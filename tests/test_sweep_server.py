@@ -52,9 +52,9 @@ class OddServer:
         self.httpd.server_close()
 
 
-def _drip(h: BaseHTTPRequestHandler) -> None:
+def _drip(h: BaseHTTPRequestHandler, status: int = 200) -> None:
     """A byte every 0.2 s of a 100 kB answer: each read gets something, the answer never ends."""
-    h.send_response(200)
+    h.send_response(status)
     h.send_header("Content-Type", "application/json")
     h.send_header("Content-Length", "100000")
     h.end_headers()
