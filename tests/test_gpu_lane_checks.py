@@ -446,6 +446,11 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
     # batch 16 over the bar: 1.023 (1.012-1.037), floor 1.000 (0.989-1.016)
     ("lane-h200-run13", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
                          "batch 16"}),
+    # 2026-12-05 11:26 UTC, 1bb2ecb, on an H100 (no H200 could be started): batch 16 in windows
+    # of 16 x 256 tokens met, 1.011 (1.002-1.016); batch 1 over the bar by its interval, 1.009
+    # (0.988-1.033; pairs spread 12.8 %); prediction -5.3 %: 26 of 27
+    ("lane-h100-run14", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                         "batch 1"}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -491,7 +496,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
             (t["measured_eager_cost"]["ms_per_token"], t["measured_eager_cost"]["lo"],
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
-                                 "21b53a7", "f2bff3b", "b560163", "66eb112"}
+                                 "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb"}
     assert doc["start"].startswith("all five")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
         sets = [set(v) for v in doc["cpus"]["servers"].values()] + [set(doc["cpus"]["client"])]
