@@ -82,9 +82,10 @@ class Switcher:
         rids = {p: rundir.request(self.run_dir, PROBE_PREFIX + p,
                                   "apply" if p in on else "revert", acked=self.acked)
                 for p in probes if self.acked_state.get(PROBE_PREFIX + p) != (p in on)}
+        for p in rids:  # unknown until every process answers (a wait that fails leaves it so)
+            self.acked_state.pop(PROBE_PREFIX + p, None)
         n = 0
         for p, rid in rids.items():
-            self.acked_state.pop(PROBE_PREFIX + p, None)  # unknown until every process answers
             n += self._wait(f"probe {p}", rid, timeout)
             self.acked_state[PROBE_PREFIX + p] = p in on
         return n
