@@ -8,6 +8,11 @@ from typing import Any
 
 from diag.target import Target
 
+# the counts a configuration holds are sizes and step numbers: a negative one, or one past this,
+# is no value a server runs with (SGLang takes any positive integer; its own checks refuse the
+# rest at start): a typo or garbage, never taken
+MAX_COUNT = 1 << 20
+
 
 @dataclass
 class SpecConfig:
@@ -58,7 +63,7 @@ class SpecConfig:
         def num(name: str) -> int | None:  # a count out of any server's range: not taken
             v = args.get(name)
             return v if isinstance(v, int) and not isinstance(v, bool) \
-                and 0 <= v <= (1 << 20) else None
+                and 0 <= v <= MAX_COUNT else None
 
         def text(name: str) -> str | None:  # a name of another type is not taken as one
             v = args.get(name)

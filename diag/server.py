@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from diag.context import MAX_COUNT
 from diag.errors import ServerError, clip, echo, one_line
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -72,9 +73,6 @@ _JSON_WORDS = {list: "a list", dict: "an object", str: "a string", bool: "a bool
                int: "a number", float: "a number"}
 
 
-# the counts diag reads are sizes and step numbers: a negative one, or one past this, is no
-# value a server ran with (SGLang's own checks refuse it at start)
-MAX_COUNT = 1 << 20
 
 
 def odd_argument(args: dict[str, Any]) -> str | None:

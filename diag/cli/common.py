@@ -136,8 +136,9 @@ def _env_pairs(_ctx: click.Context, _param: click.Parameter, value: tuple[str, .
 
 def config_options(f: Callable) -> Callable:
     """The facts SGLang resolves a configuration from (diagnose, probe, fix check)."""
-    # SGLang takes any positive integer; past 2**20 no server runs it (a typo or garbage: exit 2)
-    pos = click.IntRange(min=1, max=1 << 20)
+    from diag.context import MAX_COUNT  # past it no server runs a count (a typo: exit 2)
+
+    pos = click.IntRange(min=1, max=MAX_COUNT)
     opts = [
         click.option("--speculative-eagle-topk", type=pos, metavar="N",
                      help="The server's --speculative-eagle-topk."),
