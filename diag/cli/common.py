@@ -379,10 +379,9 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
 def _server_info(url: str) -> tuple[dict | None, str | None]:
     """(`/server_info`, None) once; nothing answering is exit 3 (as `server.attach`), and so
     is a server that takes the connection but sends no whole answer in time, or redirects
-    elsewhere (no more audited than a refused one: exit 0 on warnings would pass a CI gate); an
-    answer
-    that says something failed (HTTP 500, a body that is not JSON) is left to the probes:
-    (None, what failed)."""
+    elsewhere (no more audited than a refused one: exit 0 on warnings would pass a CI gate);
+    an answer that says something failed (HTTP 500, a body that is not JSON) is left to the
+    probes: (None, what failed)."""
     from diag import server
     from diag.errors import ServerError
 
