@@ -451,6 +451,15 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
     # (0.988-1.033; pairs spread 12.8 %); prediction -5.3 %: 26 of 27
     ("lane-h100-run14", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
                          "batch 1"}),
+    # 2026-12-05 12:43 UTC, 689fa87 (HEAD), on a slower, noisier H100 (plain 2.47 ms/token, IQR
+    # 0.78, against run 14's 1.87): the lane's 560 s ran out during batch 16, so 25 checks
+    # decided; batch 1 1.020 (0.976-1.096) with its floor 0.956 (0.896-0.997); prediction +17.9 %
+    # inside the measured cost's own interval (0.700, 0.557-0.893)
+    ("lane-h100-run15", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                         "batch 1",
+                         "prediction from the kill-switch server's own counters within 10 % of "
+                         "the eager cost measured inside the diag server",
+                         "lane ran to the end"}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -463,7 +472,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     doc = json.loads((DATA / folder / "lane.json").read_text())
     by_name = {c["name"]: c for c in doc["checks"]}
     assert {n for n, c in by_name.items() if c["ok"] is False} == failing
-    assert len(doc["checks"]) == (15 if folder == "lane-h200-run4" else 27)
+    assert len(doc["checks"]) == {"lane-h200-run4": 15, "lane-h100-run15": 25}.get(folder, 27)
     for label, bench in doc["in_server"].items():
         row = next(r for r in bench["results"] if r["condition"] == "all")
         again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
@@ -496,7 +505,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
             (t["measured_eager_cost"]["ms_per_token"], t["measured_eager_cost"]["lo"],
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
-                                 "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb"}
+                                 "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
+                                 "689fa87"}
     assert doc["start"].startswith("all five")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
         sets = [set(v) for v in doc["cpus"]["servers"].values()] + [set(doc["cpus"]["client"])]
