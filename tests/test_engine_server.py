@@ -328,6 +328,22 @@ def test_bench_overhead_switches_the_counters_inside_the_server(server):
     assert doc2["acks"] == 6 * len(on) * len(engines)
     assert sum(1 for a in after.acks.values() if a.get("fix") is None and a.get("ok")) >= \
         switches
+    # --max-seconds: no pair starts once the budget is spent (two at least); the result says
+    # how many ran of how many asked, and its interval is of those
+    r = _cli("bench", "overhead", "--run-dir", str(server.run_dir), "--server", server.url,
+             "--windows", "200", "--requests-per-window", "1", "--tokens", "2", "--no-shares",
+             "--max-seconds", "1", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc3 = _valid(json.loads(r.stdout), "overhead")
+    assert doc3["windows_asked"] == 200 and doc3["max_seconds"] == 1
+    assert 2 <= doc3["windows"] < 200
+    assert doc3["results"][0]["pairs"] == doc3["noise_floor"]["pairs"] == doc3["windows"]
+    assert doc3["agent_own"]["wall_s"] >= 1 or doc3["windows"] == 2
+    text = _cli("bench", "overhead", "--run-dir", str(server.run_dir), "--server", server.url,
+                "--windows", "200", "--requests-per-window", "1", "--tokens", "2",
+                "--no-shares", "--max-seconds", "1", timeout=600)
+    assert text.returncode == 0, text.stderr
+    assert "of 200 asked, stopped at --max-seconds 1" in text.stdout.splitlines()[0]
 
 
 def test_bench_eager_cost_forces_and_releases_draft_extend_inside_the_server(server):

@@ -643,3 +643,20 @@ def test_lane_summary_renders_recorded_runs_and_stage_times(run, monkeypatch):
     assert res["stages"] == {"start five servers": 2.5, "timed rounds": 27.5}
     assert "wall seconds by stage: start five servers 2; timed rounds 28 (in all 30.0)" \
         in lane.summary(res)
+
+
+# ------------------------------------------ the counters' cost stages' time budgets (run 14/15)
+def test_overhead_budgets_fit_run14_and_end_run15_inside_the_limit():
+    """Run 14's host reached batch 1 at 278 s and spent 88 s and 149 s on the two stages: the
+    budgets leave it as it ran. Run 15's slower host reached batch 1 at 292 s and ran past
+    560 s in batch 16: with the budgets both stages end inside the limit, LATE_S kept."""
+    import lane
+
+    b1 = lane.overhead_budget(560, 278, True)
+    assert 84 <= b1 <= 95  # run 14's batch 1 took 88 s, its start and warm-up included
+    assert lane.overhead_budget(560, 278 + 88, False) >= 149 - 5
+    r15_b1 = lane.overhead_budget(560, 292, True)
+    r15_b16 = lane.overhead_budget(560, 292 + r15_b1 + 5, False)
+    assert 292 + r15_b1 + 5 + r15_b16 + lane.LATE_S <= 560
+    assert lane.overhead_budget(0, 100, True) is None  # no limit: every pair asked
+    assert lane.overhead_budget(560, 600, False) == 1.0  # past it: the two pairs' minimum

@@ -215,6 +215,22 @@ class Stages:
         self.last = now
 
 
+# the time kept after the counters' cost stages (classic profile, sampled requests, stopping:
+# 10 s in run 14) and each bench's own start and warm-up; batch 1's share of the time left
+# for both stages (run 14: 88 s and 149 s)
+LATE_S = 40.0
+BATCH1_SHARE = 88 / (88 + 149)
+
+
+def overhead_budget(limit: float, elapsed: float, first: bool) -> float | None:
+    """Seconds for one counters' cost stage's pairs: of what the lane's limit leaves after
+    LATE_S, batch 1 (`first`) its share, batch 16 the rest; None without a limit."""
+    if not limit:
+        return None
+    left = limit - elapsed - LATE_S
+    return round(max(1.0, (BATCH1_SHARE if first else 1.0) * left), 1)
+
+
 def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 64)) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"checks": [], "timings": {}, "servers": {}, "device": device_info(),
@@ -417,12 +433,21 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 64
         # bounds past the bar; overhead-h200-run5/-bs16-run6's 256 tokens: +-1.0-1.3 % at 80),
         # 64 pairs: the time of 80 shorter ones, with half the switches asked (only where the
         # state changes)
+        # a slower host must still decide every check inside the lane's limit (LANE_TIMEOUT,
+        # device.sh): each stage gets a time budget for its pairs (`--max-seconds`), batch 1
+        # its share of what is left by the two stages' times on run 14's host (88 s, 149 s),
+        # LATE_S kept for what follows. Run 15's host (plain 2.47 ms/token against 1.87) ran
+        # out of time in batch 16 with 60 + 64 pairs.
+        limit = float(os.environ.get("LANE_TIMEOUT") or 0)
         for label, conc, waves, wins, toks in (("batch 1", 1, 1, windows[0], 3 * tokens),
                                                ("batch 16", 16, 1, windows[1], 4 * tokens)):
+            secs = overhead_budget(limit, time.monotonic() - t0, label == "batch 1")
+            budget = ["--max-seconds", str(secs)] if secs else []
+            res.setdefault("overhead_budget_s", {})[label] = secs
             r = diag_cli("bench", "overhead", "--run-dir", str(d.run_dir), "--server", d.url,
                          "--windows", str(wins), "--requests-per-window", str(conc * waves),
                          "--tokens", str(toks), "--concurrency", str(conc), "--json",
-                         "--no-shares", timeout=360)
+                         "--no-shares", *budget, timeout=360)
             doc = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
             res["in_server"][label] = doc or {"rc": r.returncode, "stderr": r.stderr[-400:]}
             add(checks.check_overhead_bar(f"--probe all per token <= {checks.OVERHEAD_BAR} "

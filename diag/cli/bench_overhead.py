@@ -53,16 +53,20 @@ def window_options(windows: int, windows_help: str, requests: int, tokens: int,
 @click.option("--shares/--no-shares", default=True, show_default=True,
               help="Also each counter alone (its share); --no-shares: every counter together "
                    "and the noise floor only, twice the pairs in the same time.")
+@click.option("--max-seconds", type=click.FloatRange(1, 86400), default=None,
+              help="A time budget for the timed pairs: no pair starts once it is spent (two "
+                   "at least); the result says how many ran.")
 @guarded
 def overhead(run_dir: str, server: str, windows: int, requests: int, tokens: int,
-             concurrency: int, probes: tuple[str, ...], shares: bool, as_json: bool) -> None:
+             concurrency: int, probes: tuple[str, ...], shares: bool, max_seconds: float | None,
+             as_json: bool) -> None:
     """What the runtime counters cost per token, switched off and on inside one live server
     between batches, in paired windows, next to the noise floor of the same method."""
     from diag.engine import overhead as ov
 
     doc = ov.measure(run_dir, server, windows=windows, requests=requests, tokens=tokens,
                      concurrency=concurrency, probes=list(probes) or None, shares=shares,
-                     progress=log)
+                     max_seconds=max_seconds, progress=log)
     click.echo(json.dumps(doc, indent=2) if as_json else ov.render(doc))
 
 

@@ -158,9 +158,12 @@ def agent_seconds(run_dir: Path, pids: list[int]) -> float:
 
 def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
             tokens: int = 32, concurrency: int = 1, probes: list[str] | None = None,
-            ack_timeout: float = 30.0, shares: bool = True,
+            ack_timeout: float = 30.0, shares: bool = True, max_seconds: float | None = None,
             progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """The paired-windows measurement (module docstring) as a document (overhead-v1.json)."""
+    """The paired-windows measurement (module docstring) as a document (overhead-v1.json).
+    `max_seconds` bounds the timed pairs (a job with a time limit): no pair starts once it is
+    spent (two pairs at least), and `windows` says how many ran. Stopping on time, never on a
+    result, leaves the interval honest: it is only as wide as the pairs that ran."""
     d = rundir.check_run_dir(run_dir)
     found, pids = engine_probes(d)
     chosen = list(probes) if probes else found
@@ -183,7 +186,10 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
     try:
         window(url, concurrency, tokens, concurrency, timeout, pool)  # warm-up (one wave)
         agent0, wall0 = agent_seconds(d, pids), time.perf_counter()
+        done = 0
         for i, (first, _second) in enumerate(paired.order(windows)):
+            if max_seconds is not None and i >= 2 and time.perf_counter() - wall0 >= max_seconds:
+                break
             for name, on in conditions:
                 a, b = samples[name]
                 for side in (first, "B" if first == "A" else "A"):
@@ -191,7 +197,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
                     spt, n = window(url, requests, tokens, concurrency, timeout, pool)
                     (b if side == "B" else a).append(spt)
                     made += n
-            progress(f"pair {i + 1}/{windows} done")
+            done = i + 1
+            progress(f"pair {done}/{windows} done")
         wall = time.perf_counter() - wall0
     finally:
         acks += sw.switch(chosen, set(chosen), ack_timeout)  # leave the counters on
@@ -208,7 +215,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
                         "within_noise": r.within(floor), "off_s_per_token": a,
                         "on_s_per_token": b})
     return {"schema_version": SCHEMA_VERSION, "kind": "overhead", "server": url,
-            "run_dir": str(d), "windows": windows, "requests_per_window": requests,
+            "run_dir": str(d), "windows": done, "windows_asked": windows,
+            "max_seconds": max_seconds, "requests_per_window": requests,
             "tokens": tokens, "concurrency": concurrency, "probes": chosen,
             "engine_processes": pids, "acks": acks, "results": results,
             "agent_own": {"seconds": agent, "wall_s": wall, "share": agent / wall if wall else None,
@@ -219,7 +227,10 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
 
 def render(doc: dict[str, Any]) -> str:
     f = doc["noise_floor"]
-    lines = [f"counters' cost per token, inside one server ({doc['windows']} paired windows of "
+    asked = doc.get("windows_asked", doc["windows"])
+    cut = f" of {asked} asked, stopped at --max-seconds {doc['max_seconds']:g}" \
+        if asked != doc["windows"] else ""
+    lines = [f"counters' cost per token, inside one server ({doc['windows']}{cut} paired windows of "
              f"{doc['requests_per_window']} requests x {doc['tokens']} tokens, concurrency "
              f"{doc['concurrency']}; ratio on/off, median with its 95 % interval)"]
     for r in doc["results"]:
