@@ -215,14 +215,51 @@ class PageSize:
     if_true: int | None = None  # the page size when the condition holds
 
 
-# `_mla_backend_page_constraints` (arg_groups/overrides.py): backends that force page size 64,
-# and the sizes each keeps when given (found by the warning each logs).
+# `_mla_backend_page_constraints` (arg_groups/overrides.py; server_args.py up to 0.5.14):
+# backends that change the page size, found by the warning each logs. The size set and the
+# sizes kept are read at the rule (`if page_size not in [16, 32, 64, 128]:`, `!= 64`), since
+# they moved: trtllm_mha kept 16/32/64 (0.5.9 server_args.py:1904, 0.5.15 overrides.py:1575)
+# and 16/32/64/128 from 0.5.17 (0.5.23 overrides.py:1183-1187, where SGLang's own argument
+# handling gives 64 for a page size not given).
 BACKEND_PAGE = {
-    "flashmla": (r"FlashMLA only supports a page_size of 64", ()),
-    "trtllm_mla": (r"TensorRT-LLM MLA only supports page_size of 32 or 64", (32, 64)),
-    "cutedsl_mla": (r"CuteDSL MLA only supports page_size of 32 or 64", (32, 64)),
-    "hpc_ops": (r"HPC-Ops attention only supports a page_size of 64", (64,)),
+    "flashmla": r"FlashMLA only supports a page_size of 64",
+    "cutlass_mla": r"Cutlass MLA only supports a page_size of 128",
+    "trtllm_mla": r"TensorRT-LLM MLA only supports page_size of 32 or 64",
+    "cutedsl_mla": r"CuteDSL MLA only supports page_size of 32 or 64",
+    "trtllm_mha": r"TensorRT-LLM MHA only supports page_size of",
+    "hpc_ops": r"HPC-Ops attention only supports a page_size of 64",
 }
+_TO = re.compile(r"(?:to|page_size =|page_size=)\s*(\d+)")
+
+
+def backend_page_rule(target: Target, backend: str | None
+                      ) -> tuple[int, tuple[int, ...], Where] | None:
+    """(the page size the backend's rule sets, the sizes it keeps, where) for `backend`, read
+    at the rule's warning in this release; None when the release has no such rule."""
+    pattern = BACKEND_PAGE.get(backend or "")
+    w = None
+    for rel in (OVERRIDES, SERVER_ARGS):
+        w = find_line(target, rel, pattern) if pattern else None
+        if w is not None:
+            break
+    if w is None:
+        return None
+    try:
+        lines = (target.root / w.file).read_text(encoding="utf-8",
+                                                 errors="replace").splitlines()
+    except OSError:
+        return None
+    here = lines[w.line - 1]
+    m = _TO.search(here.split("changing", 1)[-1]) or _TO.search(
+        " ".join(lines[w.line:w.line + 3]))
+    forced = int(m.group(1)) if m else 64
+    kept: tuple[int, ...] = ()
+    for back in range(w.line - 2, max(0, w.line - 6), -1):
+        g = re.search(r"page_size (not in \[([\d,\s]+)\]|!= (\d+))", lines[back])
+        if g:
+            kept = tuple(int(x) for x in (g.group(2) or g.group(3)).split(","))
+            break
+    return forced, kept, w
 
 
 def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Model,
@@ -264,11 +301,12 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
         q = _qwen3vl_page(target, env, env_given)
         if q is not None:
             return q
-    rule = BACKEND_PAGE.get(backend or "")
-    w = find_line(target, OVERRIDES, rule[0]) if rule else None
-    if rule and w is not None and not (rule[1] and cfg.page_size in rule[1]):
+    rule = backend_page_rule(target, backend)
+    if rule is not None and not (rule[1] and cfg.page_size in rule[1]):
+        forced, kept, w = rule
         given = f" (--page-size {cfg.page_size} overridden)" if cfg.page_size else ""
-        return PageSize(64, f"{backend} forces page_size 64{given} ({w})", w)
+        keeps = f"; it keeps {', '.join(map(str, kept))}" if kept and kept != (forced,) else ""
+        return PageSize(forced, f"{backend} forces page_size {forced}{given}{keeps} ({w})", w)
     if cfg.page_size is not None:
         return PageSize(cfg.page_size, f"--page-size {cfg.page_size}")
     w = find_line(target, OVERRIDES, r"def _page_size_default")

@@ -1,0 +1,213 @@
+"""diag's start-up resolution against SGLang's OWN argument handling, run on this CPU.
+
+Why: the hand-read tables check diag against a person's reading of the source; this checks it
+against the code itself. `tests/resolve_child.py` runs the real release's
+`ServerArgs(...).resolve_once()` (0.5.23 srt/server_args.py:250-290, the pipeline of
+srt/arg_groups/pipeline.py) under SGLang's own platform override (`override_platform`,
+srt/runtime_context.py:1908-1930) for an MI300 (HIP), an H100 (CUDA SM90 with FlashInfer) and
+a B200 (CUDA SM100), and for each case diag must agree on three facts:
+
+- the attention backend SGLang runs: diag's one backend where it decides one, else SGLang's is
+  among diag's candidates (diag cannot know the GPU generation; its conditions name it);
+- the page size: equal where diag decides it, else SGLang's is the value diag names for its
+  condition or the default 1;
+- the start: where SGLang's argument handling raises, no phase may be `graph` or `eager` in
+  diag's per-phase verdicts (`refused`, or `depends` naming the condition); where it starts,
+  no phase may be `refused` by an argument-handling rule (server_args.py, arg_groups/): a
+  backend's own refusal comes later, when the worker builds it, and this run does not get there.
+
+Two releases: 0.5.19 (the first with `override_platform`, srt/runtime_context.py:1800-1860,
+and the first with DSA in the HIP gate) and 0.5.23; a fact a release does not know (0.5.19 has
+no is_sm110 or is_mps) is left out. Older releases test `is_hip()` and the device directly and
+stay checked by the hand-read tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from diag.context import SpecConfig
+from diag.probes.draft_extend_graph.model_rules import DEPENDS, REFUSED
+from diag.probes.draft_extend_graph.phases import audited_verdicts
+from diag.probes.startup.default_backend import resolve_backend
+from diag.probes.startup.resolve import read_model, resolve_page_size
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_PY = Path(os.environ.get("DIAG_SGLANG_VENV", REPO / ".venv-sglang")) / "bin" / "python"
+VERSIONS = ("0.5.19", "0.5.23")
+
+# model configs (config.json inputs): the families whose start-up rules differ
+MODELS = {
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+              "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "num_hidden_layers": 2, "vocab_size": 1000},
+    "dsv3": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+             "num_hidden_layers": 2, "hidden_size": 256, "vocab_size": 1000,
+             "num_attention_heads": 128, "num_key_value_heads": 128},
+    "dsv32": {"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+              "num_hidden_layers": 2, "hidden_size": 256, "vocab_size": 1000,
+              "num_attention_heads": 128, "num_key_value_heads": 128, "index_topk": 2048,
+              "index_head_dim": 128, "index_n_heads": 64},
+    "dsv4": {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+             "num_hidden_layers": 2, "hidden_size": 256, "vocab_size": 1000,
+             "sliding_window": 128, "index_head_dim": 128, "compress_ratios": [0, 4]},
+    "qwen4": {"architectures": ["Qwen4ExpForConditionalGeneration"], "model_type": "qwen4_exp",
+              "text_config": {"num_hidden_layers": 2, "hidden_size": 256, "vocab_size": 1000}},
+}
+_OFF = dict(is_npu=False, is_xpu=False, is_musa=False, is_mps=False, is_sm110=False,
+            is_sm120=False, has_amx=False)
+GPUS = {  # SGLang's platform facts (srt/runtime_context.py:1824-1846) of three cards
+    "mi300": ("hip", dict(_OFF, is_hip=True, is_cuda=False, is_sm90=False, is_sm100=False,
+                          is_sm100_or_sm110=False, is_blackwell=False,
+                          is_hopper_with_cuda_12_3=False, has_flashinfer=False, device_sm=0,
+                          device_capability=[9, 4])),
+    "h100": ("cuda", dict(_OFF, is_hip=False, is_cuda=True, is_sm90=True, is_sm100=False,
+                          is_sm100_or_sm110=False, is_blackwell=False,
+                          is_hopper_with_cuda_12_3=True, has_flashinfer=True, device_sm=90,
+                          device_capability=[9, 0])),
+    "b200": ("cuda", dict(_OFF, is_hip=False, is_cuda=True, is_sm90=False, is_sm100=True,
+                          is_sm100_or_sm110=True, is_blackwell=True,
+                          is_hopper_with_cuda_12_3=False, has_flashinfer=True, device_sm=100,
+                          device_capability=[10, 0])),
+}
+BACKENDS = {"hip": (None, "triton", "aiter", "dsa", "qsa"),
+            "cuda": (None, "triton", "fa3", "flashinfer", "dsa", "qsa", "trtllm_mha",
+                     "flashmla")}
+SHAPES = ((3, 1, 4), (3, 4, 8), (1, 1, 2))  # steps, topk, draft tokens
+ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"}), "cuda": ({},)}
+ARG_FILES = ("srt/server_args.py", "srt/arg_groups/")
+
+
+def _known(target, arch: str) -> bool:
+    """The release has a model class of this name (0.5.19 has no Qwen4Exp)."""
+    return any(f"class {arch}(" in f.read_text(errors="replace")
+               for f in target.file("srt/models").glob("*.py"))
+
+
+def _cases(models: Path, names: list[str] | None = None) -> list[dict]:
+    out = []
+    for m in names or MODELS:
+        for gpu, (plat, facts) in GPUS.items():
+            for backend in BACKENDS[plat]:
+                for steps, topk, draft in SHAPES:
+                    for env in ENVS[plat]:
+                        args = dict(model_path=str(models / m), skip_tokenizer_init=True,
+                                    speculative_algorithm="EAGLE", device="cuda",
+                                    speculative_num_steps=steps, speculative_eagle_topk=topk,
+                                    speculative_num_draft_tokens=draft,
+                                    attention_backend=backend)
+                        out.append({"id": f"{m} {gpu} {backend or 'default'} steps{steps} "
+                                          f"topk{topk} {'aiter' if env else ''}".strip(),
+                                    "model": m, "platform": plat, "facts": facts,
+                                    "env": env, "args": args})
+    return out
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def sglang_said(request, tmp_path_factory, release):
+    """Every case resolved by the release itself, in one child process."""
+    if not VENV_PY.exists():
+        pytest.fail(f"{VENV_PY} missing: scripts/sglang-env.sh builds it (scripts/test.sh does)")
+    models = tmp_path_factory.mktemp("models")
+    for name, cfg in MODELS.items():
+        (models / name).mkdir()
+        (models / name / "config.json").write_text(json.dumps(cfg))
+    target = release(request.param)
+    cases = _cases(models, [m for m, c in MODELS.items() if _known(target, c["architectures"][0])])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "DIAG_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(target.root), str(REPO / "tests" / "standins")])
+    p = subprocess.run([str(VENV_PY), str(REPO / "tests" / "resolve_child.py")],
+                       input="".join(json.dumps(c) + "\n" for c in cases), text=True,
+                       capture_output=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    said = {d["id"]: d for d in map(json.loads, p.stdout.splitlines())}
+    assert len(said) == len(cases)
+    return target, cases, said
+
+
+def _cfg(case: dict) -> SpecConfig:
+    a = case["args"]
+    return SpecConfig(attention_backend=a["attention_backend"], speculative_algorithm="EAGLE",
+                      speculative_num_steps=a["speculative_num_steps"],
+                      speculative_eagle_topk=a["speculative_eagle_topk"],
+                      speculative_num_draft_tokens=a["speculative_num_draft_tokens"],
+                      model=a["model_path"], environ=dict(case["env"]))
+
+
+def test_the_grid_ran_and_both_outcomes_occur(sglang_said):
+    """The child resolved every case; some start and some are refused, so each check below
+    has cases to judge. Errors other than SGLang's refusals (a model config too thin for
+    its config class) would hide cases: none."""
+    _, cases, said = sglang_said
+    errors = [d["error"] for d in said.values() if "error" in d]
+    assert errors and len(errors) < len(cases)
+    assert not [e for e in errors if e["environment"]], "an error of this machine hid cases"
+    odd = [e for e in errors if e["type"] not in ("ValueError", "AssertionError",
+                                                  "NotImplementedError", "RuntimeError")]
+    assert not odd, odd[:3]
+
+
+def test_backend_is_sglangs_or_among_the_candidates(sglang_said):
+    target, cases, said = sglang_said
+    wrong = []
+    for c in cases:
+        r = said[c["id"]].get("resolved")
+        if r is None:
+            continue
+        cfg = _cfg(c)
+        choice = resolve_backend(target, c["platform"], cfg, read_model(target, cfg.model))
+        got = r["attention_backend"]
+        names = {x.backend for x in choice.candidates}
+        if (choice.backend or None) not in (got, None) or got not in names:
+            wrong.append(f"{c['id']}: SGLang {got}, diag {choice.backend or sorted(map(str, names))}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_page_size_is_sglangs(sglang_said):
+    target, cases, said = sglang_said
+    wrong = []
+    for c in cases:
+        r = said[c["id"]].get("resolved")
+        if r is None:
+            continue
+        cfg = _cfg(c)
+        model = read_model(target, cfg.model)
+        page = resolve_page_size(target, c["platform"], cfg, model, dict(c["env"]),
+                                 r["attention_backend"], env_given=True)
+        ok = page.value == r["page_size"] if page.value is not None else \
+            r["page_size"] in (page.if_true, 1)
+        if not ok:
+            wrong.append(f"{c['id']} ({r['attention_backend']}): SGLang {r['page_size']}, "
+                         f"diag {page.value} ({page.why})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_start_refusals_agree_with_sglangs(sglang_said):
+    target, cases, said = sglang_said
+    wrong, refused_exact = [], 0
+    for c in cases:
+        d = said[c["id"]]
+        audit = audited_verdicts(target, c["platform"], _cfg(c))
+        assert audit is not None, c["id"]
+        modes = {pv.phase: pv.mode for pv in audit.verdicts}
+        if "error" in d:
+            ran = {p: m for p, m in modes.items() if m not in (REFUSED, DEPENDS)}
+            if ran:
+                wrong.append(f"{c['id']}: SGLang refuses ({d['error']['message'][:120]}), "
+                             f"diag {ran}")
+            refused_exact += all(m == REFUSED for m in modes.values())
+        else:
+            at_args = [pv for pv in audit.verdicts if pv.mode == REFUSED and pv.where is not None
+                       and str(pv.where.file).startswith(ARG_FILES)]
+            if at_args:
+                pv = at_args[0]
+                wrong.append(f"{c['id']}: SGLang starts ({d['resolved']['attention_backend']}, "
+                             f"page {d['resolved']['page_size']}), diag refuses {pv.phase} at "
+                             f"{pv.where}: {pv.reason[:160]}")
+    assert not wrong, "\n".join(wrong)
+    assert refused_exact > 0
