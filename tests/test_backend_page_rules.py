@@ -40,3 +40,23 @@ def test_trtllm_mha_page_size_not_given_is_64_and_a_kept_size_stays(release):
     p = resolve_page_size(release("0.5.9"), "cuda", SpecConfig(page_size=128), llama, {},
                           "trtllm_mha")
     assert p.value == 64
+
+
+@pytest.mark.parametrize("version,line", [("0.5.20", 74), ("0.5.23", 71)])
+def test_qwen4_exp_without_a_backend_on_cuda_follows_the_gpu(release, version, line):
+    """Qwen4-Exp, no --attention-backend, on CUDA: under `get_platform().is_sm100` the model's
+    override sets page_size 1 (triton) or 64 (trtllm_mha) whatever --page-size says (0.5.20
+    arg_groups/model_overrides/qwen4_exp.py:60-74, 0.5.23 :57-71): `depends`, cited there.
+    With a backend given, or on HIP, the override does not run: the page given."""
+    t = release(version)
+    qwen4 = Model(arch="Qwen4ExpForConditionalGeneration", mla=False,
+                  params={"text_config": {"num_hidden_layers": 2}}, source="config.json")
+    p = resolve_page_size(t, "cuda", SpecConfig(page_size=64), qwen4, {}, None)
+    assert p.value is None and p.if_true == 64
+    assert (p.where.file, p.where.line) == \
+        ("sglang/srt/arg_groups/model_overrides/qwen4_exp.py", line)
+    assert "SM100" in p.condition and "elsewhere 64" in p.condition
+    given = resolve_page_size(t, "cuda", SpecConfig(page_size=64, attention_backend="fa3"),
+                              qwen4, {}, "fa3")
+    assert given.value == 64
+    assert resolve_page_size(t, "hip", SpecConfig(page_size=64), qwen4, {}, None).value == 64

@@ -78,8 +78,11 @@ GPUS = {  # SGLang's platform facts (srt/runtime_context.py:1824-1846) of three 
 BACKENDS = {"hip": (None, "triton", "aiter", "dsa", "qsa"),
             "cuda": (None, "triton", "fa3", "flashinfer", "dsa", "qsa", "trtllm_mha",
                      "flashmla")}
-SHAPES = ((3, 1, 4), (3, 4, 8), (1, 1, 2))  # steps, topk, draft tokens
-ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"}), "cuda": ({},)}
+# steps, topk, draft tokens, --page-size (a page > 1 with topk > 1: the page-tree rule)
+SHAPES = ((3, 1, 4, None), (3, 4, 8, None), (1, 1, 2, None), (3, 4, 8, 64))
+ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"},
+                {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}),
+        "cuda": ({},)}
 ARG_FILES = ("srt/server_args.py", "srt/arg_groups/")
 
 
@@ -94,15 +97,16 @@ def _cases(models: Path, names: list[str] | None = None) -> list[dict]:
     for m in names or MODELS:
         for gpu, (plat, facts) in GPUS.items():
             for backend in BACKENDS[plat]:
-                for steps, topk, draft in SHAPES:
+                for steps, topk, draft, page in SHAPES:
                     for env in ENVS[plat]:
                         args = dict(model_path=str(models / m), skip_tokenizer_init=True,
                                     speculative_algorithm="EAGLE", device="cuda",
                                     speculative_num_steps=steps, speculative_eagle_topk=topk,
                                     speculative_num_draft_tokens=draft,
-                                    attention_backend=backend)
+                                    attention_backend=backend, page_size=page)
+                        envs = " ".join(f"{k}={v}" for k, v in env.items())
                         out.append({"id": f"{m} {gpu} {backend or 'default'} steps{steps} "
-                                          f"topk{topk} {'aiter' if env else ''}".strip(),
+                                          f"topk{topk} page{page} {envs}".strip(),
                                     "model": m, "platform": plat, "facts": facts,
                                     "env": env, "args": args})
     return out
@@ -136,7 +140,7 @@ def _cfg(case: dict) -> SpecConfig:
                       speculative_num_steps=a["speculative_num_steps"],
                       speculative_eagle_topk=a["speculative_eagle_topk"],
                       speculative_num_draft_tokens=a["speculative_num_draft_tokens"],
-                      model=a["model_path"], environ=dict(case["env"]))
+                      page_size=a["page_size"], model=a["model_path"], environ=dict(case["env"]))
 
 
 def test_the_grid_ran_and_both_outcomes_occur(sglang_said):

@@ -283,7 +283,8 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
         if w:
             return PageSize(forced, f"{model.arch} (DSA) forces page_size {forced} ({w})", w)
     if model.arch == QWEN4_ARCH:
-        q = _qwen4_page(target, model)
+        q = _qwen4_page(target, model) or (_qwen4_sm100_page(target, cfg)
+                                           if platform == "cuda" else None)
         if q is not None:
             return q
     if model.arch in MINIMAX_M3_ARCHS and platform == "cuda" and cfg.page_size is None:
@@ -337,6 +338,26 @@ def _qwen4_page(target: Target, model: Model) -> PageSize | None:
         return None
     return PageSize(64, f"{model.arch} with a compressed QSA profile (indexer_n_heads) forces "
                         f"page_size 64 ({w})", w)
+
+
+def _qwen4_sm100_page(target: Target, cfg: SpecConfig) -> PageSize | None:
+    """Qwen4-Exp on SM100 without --attention-backend: the model's override picks triton or
+    trtllm_mha and sets page_size 1 or 64 to match, whatever --page-size says (0.5.20
+    arg_groups/model_overrides/qwen4_exp.py:60-74, 0.5.23 :57-71); SGLang's own handling gives
+    page 1 with --page-size 64 there. The GPU generation is not an input: `depends`. The
+    compressed-QSA override (`_qwen4_page`) comes after it and wins."""
+    if cfg.attention_backend is not None:
+        return None
+    w = find_line(target, QWEN4_OVERRIDES,
+                  r'overrides\["page_size"\] = 64 if sm100_default_attn_backend == "trtllm_mha"')
+    if w is None:
+        return None
+    given = cfg.page_size if cfg.page_size is not None else 1
+    return PageSize(None, f"{QWEN4_ARCH} without --attention-backend: the page size follows "
+                          "the GPU", w, if_true=64,
+                    condition=f"on SM100 (Blackwell) the model's override runs triton with "
+                              f"page_size 1 or trtllm_mha with 64, whatever --page-size says "
+                              f"({w}); elsewhere {given}; pass --attention-backend to decide")
 
 
 def _qwen3vl_page(target: Target, env: dict[str, str], env_given: bool) -> PageSize | None:
