@@ -509,3 +509,32 @@ def test_exaone4s_sliding_window_is_read_from_its_config(tmp_path, version, wher
     assert_all(got(sliding_window_pattern="LLLG"), "refused", where, "model hook asserts")
     assert_none(got(sliding_window_pattern=None))
     assert_all(got(), "depends", where, "sliding_window_pattern is not None")
+
+
+# DeepSeek-V4 with EAGLE and no --speculative-eagle-topk: the model's hook asserts
+# `speculative_eagle_topk == 1` on the value as given, before SGLang picks its own topk, so
+# None fails it. 0.5.12: `_handle_model_specific_adjustments` (server_args.py:929) calls
+# `apply_deepseek_v4_defaults`, which asserts at arg_groups/deepseek_v4_hook.py:40-42, before
+# `_handle_speculative_decoding` (:976). 0.5.17: the same assert at deepseek_v4_hook.py:153-155.
+# Read by hand; 0.5.19 and 0.5.23 also by running their argument handling
+# (tests/test_startup_against_sglang.py).
+V4_TOPK_ASSERT = {"0.5.12": "arg_groups/deepseek_v4_hook.py:42",
+                  "0.5.17": "arg_groups/deepseek_v4_hook.py:155"}
+
+
+@pytest.mark.parametrize("version", sorted(V4_TOPK_ASSERT))
+def test_deepseek_v4_without_a_topk_is_refused_unless_one_is_given(version):
+    t = release_target(version)
+    at = f"sglang/srt/{V4_TOPK_ASSERT[version]}"
+
+    def verdicts(topk: int | None) -> list:
+        cfg = SpecConfig(attention_backend="dsv4", model="deepseek-v4", environ={},
+                         speculative_algorithm="EAGLE", speculative_eagle_topk=topk,
+                         speculative_num_steps=3)
+        return phases.phase_verdicts(t, "hip", cfg, "dsv4")
+
+    unknown = verdicts(None)
+    assert {v.mode for v in unknown} == {phases.DEPENDS}
+    assert all(at in v.reason and "gave no --speculative-eagle-topk" in v.reason
+               for v in unknown)
+    assert all(v.mode != phases.DEPENDS or at not in v.reason for v in verdicts(1))

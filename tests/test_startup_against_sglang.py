@@ -35,7 +35,7 @@ from diag.context import SpecConfig
 from diag.probes.draft_extend_graph.model_rules import DEPENDS, REFUSED
 from diag.probes.draft_extend_graph.phases import audited_verdicts
 from diag.probes.startup.default_backend import resolve_backend
-from diag.probes.startup.resolve import read_model, resolve_page_size
+from diag.probes.startup.resolve import auto_params, read_model, resolve_page_size
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_PY = Path(os.environ.get("DIAG_SGLANG_VENV", REPO / ".venv-sglang")) / "bin" / "python"
@@ -79,7 +79,9 @@ BACKENDS = {"hip": (None, "triton", "aiter", "dsa", "qsa"),
             "cuda": (None, "triton", "fa3", "flashinfer", "dsa", "qsa", "trtllm_mha",
                      "flashmla")}
 # steps, topk, draft tokens, --page-size (a page > 1 with topk > 1: the page-tree rule)
-SHAPES = ((3, 1, 4, None), (3, 4, 8, None), (1, 1, 2, None), (3, 4, 8, 64))
+# (none of the three given: SGLang's own choice, `auto_params`)
+SHAPES = ((3, 1, 4, None), (3, 4, 8, None), (1, 1, 2, None), (3, 4, 8, 64),
+          (None, None, None, None))
 ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"},
                 {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}),
         "cuda": ({},)}
@@ -215,3 +217,23 @@ def test_start_refusals_agree_with_sglangs(sglang_said):
                              f"{pv.where}: {pv.reason[:160]}")
     assert not wrong, "\n".join(wrong)
     assert refused_exact > 0
+
+
+def test_own_choice_of_steps_topk_and_draft_tokens_is_sglangs(sglang_said):
+    """None of --speculative-num-steps, -eagle-topk, -num-draft-tokens given: SGLang picks
+    them by the architecture (`_auto_choose_speculative_params`); diag's reading of that
+    function gives the same three numbers wherever SGLang started."""
+    target, cases, said = sglang_said
+    wrong, seen = [], 0
+    for c in cases:
+        r = said[c["id"]].get("resolved")
+        if r is None or c["args"]["speculative_num_steps"] is not None:
+            continue
+        seen += 1
+        arch = MODELS[c["model"]]["architectures"][0]
+        mine = auto_params(target, arch, "EAGLE")
+        theirs = (r["speculative_num_steps"], r["speculative_eagle_topk"],
+                  r["speculative_num_draft_tokens"])
+        if mine is None or mine[0] != theirs:
+            wrong.append(f"{c['id']}: SGLang {theirs}, diag {mine}")
+    assert seen and not wrong, "\n".join(wrong)

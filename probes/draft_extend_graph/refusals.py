@@ -231,6 +231,18 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
         if q is not None:
             found.append(q)
     topk = cfg.speculative_eagle_topk
+    if topk is None and model.dsv4 and \
+            (cfg.speculative_algorithm or "EAGLE").upper() in ("EAGLE", "NEXTN"):
+        # the model's hook runs before SGLang picks its own topk and asserts
+        # `speculative_eagle_topk == 1` on the value given: None fails it (0.5.12
+        # deepseek_v4_hook.py:40-42 from server_args.py:929, before :976; 0.5.23 :155-158 from
+        # model_hook.py, before pipeline.py:306); found running 0.5.19's and 0.5.23's own
+        # argument handling (tests/test_startup_against_sglang.py)
+        w = find_line(target, DSV4_HOOK, r"topk == 1 is supported")
+        if w:
+            found.append((DEPENDS, f"refused at start if the server gave no "
+                                   f"--speculative-eagle-topk: {model.arch}'s hook asserts "
+                                   f"topk == 1 before SGLang picks its own ({w})", w))
     auto = auto_params(target, model.arch, cfg.speculative_algorithm) if topk is None and \
         model.arch and cfg.speculative_num_steps is None and \
         cfg.speculative_num_draft_tokens is None else None
