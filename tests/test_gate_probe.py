@@ -172,10 +172,19 @@ def test_factory_none_is_eager_with_its_line(release):
 
 def test_alias_is_resolved_and_said(release):
     release("0.5.18")
-    f = _doc(probe("--sglang", "0.5.18", "--attention-backend", "compressed", "--json"))
+    f = _doc(probe("--sglang", "0.5.18", "--attention-backend", "compressed",
+                   "--speculative-eagle-topk", "1", "--json"))
     f = f["findings"][0]
     assert f["status"] == "ok" and "unknown" not in f["summary"]
     assert "'compressed' is rewritten to 'dsv4' (sglang/srt/server_args.py:4164)" in f["summary"]
+    # without a topk the implied DeepSeek-V4's hook decides the start: its assert
+    # `speculative_eagle_topk == 1` runs on the value given (0.5.18
+    # arg_groups/deepseek_v4_hook.py:150-152), so a server that gave none is refused
+    f = _doc(probe("--sglang", "0.5.18", "--attention-backend", "compressed", "--json"))
+    f = f["findings"][0]
+    assert f["status"] == "warn"
+    assert "gave no --speculative-eagle-topk" in f["summary"]
+    assert "sglang/srt/arg_groups/deepseek_v4_hook.py:152" in f["summary"]
 
 
 def test_server_overlap_setting_selects_the_worker(release):

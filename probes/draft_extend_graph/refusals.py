@@ -235,8 +235,8 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
             (cfg.speculative_algorithm or "EAGLE").upper() in ("EAGLE", "NEXTN"):
         # the model's hook runs before SGLang picks its own topk and asserts
         # `speculative_eagle_topk == 1` on the value given: None fails it (0.5.12
-        # deepseek_v4_hook.py:40-42 from server_args.py:929, before :976; 0.5.23 :155-158 from
-        # model_hook.py, before pipeline.py:306); found running 0.5.19's and 0.5.23's own
+        # deepseek_v4_hook.py:40-42 from server_args.py:929, before :976; 0.5.23 :156-157 from
+        # model_hook.py at pipeline.py:225, before :306); found running 0.5.19's and 0.5.23's own
         # argument handling (tests/test_startup_against_sglang.py)
         w = find_line(target, DSV4_HOOK, r"topk == 1 is supported")
         if w:
