@@ -24,6 +24,7 @@ stay checked by the hand-read tables.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -86,6 +87,10 @@ ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"},
                 {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}),
         "cuda": ({},)}
 ARG_FILES = ("srt/server_args.py", "srt/arg_groups/")
+# MTP (NEXTN) where the model carries its own draft layers; EAGLE3 where a draft model does
+ALGORITHMS = {"llama": ("EAGLE", "EAGLE3"), "dsv3": ("EAGLE", "NEXTN"),
+              "dsv32": ("EAGLE", "NEXTN"), "dsv4": ("EAGLE", "NEXTN", "EAGLE3"),
+              "qwen4": ("EAGLE",)}
 
 
 def _known(target, arch: str) -> bool:
@@ -99,16 +104,17 @@ def _cases(models: Path, names: list[str] | None = None) -> list[dict]:
     for m in names or MODELS:
         for gpu, (plat, facts) in GPUS.items():
             for backend in BACKENDS[plat]:
-                for steps, topk, draft, page in SHAPES:
+                for (steps, topk, draft, page), algo in itertools.product(SHAPES,
+                                                                           ALGORITHMS[m]):
                     for env in ENVS[plat]:
                         args = dict(model_path=str(models / m), skip_tokenizer_init=True,
-                                    speculative_algorithm="EAGLE", device="cuda",
+                                    speculative_algorithm=algo, device="cuda",
                                     speculative_num_steps=steps, speculative_eagle_topk=topk,
                                     speculative_num_draft_tokens=draft,
                                     attention_backend=backend, page_size=page)
                         envs = " ".join(f"{k}={v}" for k, v in env.items())
-                        out.append({"id": f"{m} {gpu} {backend or 'default'} steps{steps} "
-                                          f"topk{topk} page{page} {envs}".strip(),
+                        out.append({"id": f"{m} {algo} {gpu} {backend or 'default'} "
+                                          f"steps{steps} topk{topk} page{page} {envs}".strip(),
                                     "model": m, "platform": plat, "facts": facts,
                                     "env": env, "args": args})
     return out
@@ -138,7 +144,8 @@ def sglang_said(request, tmp_path_factory, release):
 
 def _cfg(case: dict) -> SpecConfig:
     a = case["args"]
-    return SpecConfig(attention_backend=a["attention_backend"], speculative_algorithm="EAGLE",
+    return SpecConfig(attention_backend=a["attention_backend"],
+                      speculative_algorithm=a["speculative_algorithm"],
                       speculative_num_steps=a["speculative_num_steps"],
                       speculative_eagle_topk=a["speculative_eagle_topk"],
                       speculative_num_draft_tokens=a["speculative_num_draft_tokens"],
@@ -231,7 +238,7 @@ def test_own_choice_of_steps_topk_and_draft_tokens_is_sglangs(sglang_said):
             continue
         seen += 1
         arch = MODELS[c["model"]]["architectures"][0]
-        mine = auto_params(target, arch, "EAGLE")
+        mine = auto_params(target, arch, c["args"]["speculative_algorithm"])
         theirs = (r["speculative_num_steps"], r["speculative_eagle_topk"],
                   r["speculative_num_draft_tokens"])
         if mine is None or mine[0] != theirs:
