@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -44,7 +45,7 @@ class Target:
     def relpath(self, path: Path | str) -> str:
         """A path as users see it: `sglang/...` relative to the root."""
         try:
-            return str(Path(path).resolve().relative_to(self.root.resolve()))
+            return str(_resolved(str(path)).relative_to(_resolved(str(self.root))))
         except (ValueError, RuntimeError, OSError):  # outside the root, or a symlink loop
             return os.path.relpath(path, self.root) if os.path.isabs(path) else str(path)
 
@@ -150,3 +151,10 @@ def read_version(root: Path) -> str | None:
         if m:
             return m.group(1)
     return None
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolved(path: str) -> Path:
+    """Path.resolve, once per path a run: every cited line resolves its file (250,000 calls in
+    a 1,200-configuration audit)."""
+    return Path(path).resolve()

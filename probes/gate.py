@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's callers use them)
@@ -45,7 +45,7 @@ from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's calle
     backend_map,
     platform_truth,
 )
-from diag.probes.source import parse_file, parse_problem, walk_all
+from diag.probes.source import parse_file, parse_problem, reads, unchanged, walk_all
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
@@ -341,13 +341,22 @@ def read_gate(target: Target, worker: str = "default", environ: dict[str, str] |
         worker, selection = select_worker(target, environ, server_args, topk, overlap_off)
     rel = V2_FILE if worker == "v2" else V1_FILE
     path = target.file(rel)
-    info = _read_worker_gate(target, path, worker)
+    key = (str(target.root), str(path), worker)
+    kept = _GATES.get(key)
+    if kept is None or not unchanged(kept[1]):  # one read while its files are unchanged
+        with reads() as files:  # (11 ms a read; every verdict asks)
+            parse_file(path)  # recorded even when missing: a file that appears is a change
+            kept = _GATES[key] = (_read_worker_gate(target, path, worker), frozenset(files))
+    info = replace(kept[0])
     info.selection = selection
     if selection is not None and not server_args:
         info.start_refused = start_refusal(target, worker, topk)
     info.spec_v2_default = spec_v2_is_default(target)
     info.multi_layer = _read_multi_layer(target)
     return info
+
+
+_GATES: dict[tuple, tuple[GateInfo, frozenset]] = {}
 
 
 def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:

@@ -30,6 +30,36 @@ _BY_TEXT: dict[str, ast.Module] = {}
 _INDEX: dict[int, tuple[ast.Module, ModuleIndex]] = {}
 
 
+_READS: list[set[tuple[str, int, int]]] = []  # open `reads()` records
+
+
+@contextlib.contextmanager
+def reads() -> Iterator[set[tuple[str, int, int]]]:
+    """The files `parse_file` is asked for inside the block, as (path, mtime, size); a path
+    that cannot be read is recorded as (path, 0, -1). Why: a result computed from several files
+    can be kept while `unchanged` says every one of them is as it was."""
+    seen: set[tuple[str, int, int]] = set()
+    _READS.append(seen)
+    try:
+        yield seen
+    finally:
+        _READS.remove(seen)
+
+
+def unchanged(files: Iterable[tuple[str, int, int]]) -> bool:
+    """Every file of a `reads()` record is as it was read."""
+    for path, mtime, size in files:
+        try:
+            st = Path(path).stat()
+        except OSError:
+            if size != -1:
+                return False
+            continue
+        if (st.st_mtime_ns, st.st_size) != (mtime, size):
+            return False
+    return True
+
+
 def parse_file(path: Path) -> ast.Module | None:
     """Parsed module, cached by (real path, mtime, size); None when it cannot be read or parsed
     (`parse_problem` says why)."""
@@ -37,7 +67,11 @@ def parse_file(path: Path) -> ast.Module | None:
         st = path.stat()
         real = path.resolve()  # a linked copy of a tree shares the parse
     except OSError:
+        for seen in _READS:
+            seen.add((str(path), 0, -1))
         return None
+    for seen in _READS:
+        seen.add((str(path), st.st_mtime_ns, st.st_size))
     key = (str(real), st.st_mtime_ns, st.st_size)
     tree = _BY_FILE.get(key)
     if tree is None:

@@ -59,6 +59,19 @@ MODELS = {
              "sliding_window": 128, "index_head_dim": 128, "compress_ratios": [0, 4]},
     "qwen4": {"architectures": ["Qwen4ExpForConditionalGeneration"], "model_type": "qwen4_exp",
               "text_config": {"num_hidden_layers": 2, "hidden_size": 256, "vocab_size": 1000}},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
+              "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "vocab_size": 1000, "head_dim": 64},
+    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "deepseek_v32",
+             "num_hidden_layers": 2, "hidden_size": 256, "vocab_size": 1000,
+             "num_attention_heads": 64, "num_key_value_heads": 64, "index_topk": 2048,
+             "index_head_dim": 128, "index_n_heads": 32},
+    "qwen3vl": {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+                "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 256,
+                                "num_attention_heads": 4, "num_key_value_heads": 2,
+                                "num_hidden_layers": 2, "vocab_size": 1000, "head_dim": 64,
+                                "intermediate_size": 512},
+                "vision_config": {"depth": 1}},
 }
 _OFF = dict(is_npu=False, is_xpu=False, is_musa=False, is_mps=False, is_sm110=False,
             is_sm120=False, has_amx=False)
@@ -84,13 +97,15 @@ BACKENDS = {"hip": (None, "triton", "aiter", "dsa", "qsa"),
 SHAPES = ((3, 1, 4, None), (3, 4, 8, None), (1, 1, 2, None), (3, 4, 8, 64),
           (None, None, None, None))
 ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"},
-                {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d"}),
+                {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d",
+                 "SGLANG_USE_AITER_UNIFIED_ATTN": "1"}),
         "cuda": ({},)}
 ARG_FILES = ("srt/server_args.py", "srt/arg_groups/")
 # MTP (NEXTN) where the model carries its own draft layers; EAGLE3 where a draft model does
 ALGORITHMS = {"llama": ("EAGLE", "EAGLE3"), "dsv3": ("EAGLE", "NEXTN"),
               "dsv32": ("EAGLE", "NEXTN"), "dsv4": ("EAGLE", "NEXTN", "EAGLE3"),
-              "qwen4": ("EAGLE",)}
+              "qwen4": ("EAGLE",), "qwen3": ("EAGLE", "EAGLE3"), "glm5": ("EAGLE", "NEXTN"),
+              "qwen3vl": ("EAGLE",)}
 
 
 def _known(target, arch: str) -> bool:

@@ -9,6 +9,7 @@ release may hold it, by its text, and cited at the line it was found.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
@@ -128,17 +129,45 @@ def _tuple_in_func(tree: ast.Module, func: str) -> list[str]:
     return []
 
 
-def _mla_branch(tree: ast.Module, arch: str, target: Target) -> Where | None:
-    """The `self.attention_arch = AttentionArch.MLA` line under an `if` naming `arch`."""
+@dataclass
+class _ConfigIndex:
+    """What read_model asks of a release's model_config.py, from one walk: the line of each
+    architecture's `self.attention_arch = AttentionArch.MLA` branch, and the DSA tuples. Why:
+    read_model runs for every verdict (and twice per audited configuration); walking the file
+    each time cost 0.15 s a call."""
+
+    mla: dict[str, int]
+    tuples: dict[str, list[str]]
+
+
+@functools.lru_cache(maxsize=16)
+def _config_index(path: str, _mtime: int, _size: int) -> _ConfigIndex | None:
+    tree = parse_file(Path(path))
+    if tree is None:
+        return None
+    mla: dict[str, int] = {}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.If) or not any(
-                isinstance(c, ast.Constant) and c.value == arch for c in ast.walk(node.test)):
+        if not isinstance(node, ast.If):
             continue
-        for stmt in node.body:
-            if isinstance(stmt, ast.Assign) and "AttentionArch.MLA" in ast.unparse(stmt.value) \
-                    and "attention_arch" in ast.unparse(stmt.targets[0]):
-                return Where(target.relpath(target.file(MODEL_CONFIG)), stmt.lineno)
-    return None
+        line = next((st.lineno for st in node.body if isinstance(st, ast.Assign)
+                     and "AttentionArch.MLA" in ast.unparse(st.value)
+                     and "attention_arch" in ast.unparse(st.targets[0])), None)
+        if line is None:
+            continue
+        for c in ast.walk(node.test):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                mla.setdefault(c.value, line)
+    return _ConfigIndex(mla, {fn: _tuple_in_func(tree, fn)
+                              for fn in ("is_deepseek_dsa", "is_deepseek_nsa")})
+
+
+def config_index(target: Target) -> _ConfigIndex | None:
+    path = target.file(MODEL_CONFIG)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _config_index(str(path), st.st_mtime_ns, st.st_size)
 
 
 def _model_config(model: str) -> tuple[str, dict, str] | None:
@@ -185,12 +214,13 @@ def read_model(target: Target, model: str | None) -> Model:
     m.index_kpool = kpool if isinstance(kpool, int) and not isinstance(kpool, bool) \
         and kpool > 0 else 1
     m.params = params
-    tree = parse_file(target.file(MODEL_CONFIG))
-    m.mla_where = _mla_branch(tree, arch, target) if tree is not None else None
+    index = config_index(target)
+    line = index.mla.get(arch) if index is not None else None
+    m.mla_where = Where(target.relpath(target.file(MODEL_CONFIG)), line) if line else None
     m.mla = m.mla_where is not None
     # `is_deepseek_dsa` (0.5.14+), `is_deepseek_nsa` before (0.5.9 configs/model_config.py:54)
     for fn in ("is_deepseek_dsa", "is_deepseek_nsa"):
-        if tree is not None and arch in _tuple_in_func(tree, fn) \
+        if index is not None and arch in index.tuples[fn] \
                 and params.get("index_topk") is not None:
             m.dsa = True
             m.dsa_where = find_line(target, MODEL_CONFIG, rf"def {fn}\b")
