@@ -16,7 +16,7 @@ objects of a GPU build). What no input decides is `depends`, with the condition 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from diag.context import SpecConfig
 from diag.probes import backends
@@ -36,6 +36,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     REFUSED,
     SPEC_HOOK,
     extend_topk_guard,
+    only_starting_topk,
     refusal,
 )
 from diag.probes.startup import default_backend
@@ -150,7 +151,24 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                    config_label: str = UNDER_AUDIT,
                    _multi: tuple[bool, str] | None = None) -> list[PhaseVerdict]:
     """target-verify, draft-decode and draft-extend for `backend` under `cfg` (`_multi`: the
-    worker decided by the caller, when the algorithm left it open)."""
+    worker decided by the caller, when the algorithm left it open). Where one value of an input
+    not given is the only one SGLang starts with (`only_starting_topk`), the phases are that
+    value's, the reason saying so."""
+    model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
+    only = only_starting_topk(target, cfg, model)
+    if only is None:
+        return _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi)
+    # the gate read again for topk 1 (the worker a release picks may follow the topk)
+    out = _phase_verdicts(target, platform, replace(cfg, speculative_eagle_topk=1), backend,
+                          None, config_label, _multi)
+    for pv in out:
+        pv.reason += f" [{only[0]}]"
+    return out
+
+
+def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
+                    gate: gate_mod.GateInfo | None, config_label: str,
+                    _multi: tuple[bool, str] | None) -> list[PhaseVerdict]:
     env = env_of(cfg)
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
     implied = (f" [model family implied by --attention-backend {backend}: {model.arch}; "

@@ -219,6 +219,24 @@ def _qsa(target: Target, cfg: SpecConfig, model: Model) -> Refusal | None:
                      + (f"; the ratio is >= 2 ({rw})" if rw else "")), w
 
 
+def only_starting_topk(target: Target, cfg: SpecConfig, model: Model) -> tuple[str, Where] | None:
+    """DeepSeek-V4 with EAGLE and no --speculative-eagle-topk: the model's hook asserts
+    `speculative_eagle_topk == 1` on the value as given, before SGLang picks its own, so None
+    fails it (0.5.12 deepseek_v4_hook.py:40-42 from server_args.py:929, before :976; 0.5.23
+    :156-157 from model_hook.py at pipeline.py:225, before :306; found running 0.5.19's and
+    0.5.23's own argument handling, tests/test_startup_against_sglang.py). Only topk 1 starts:
+    the phases of a server that runs are those of topk 1. (note, where) then, else None."""
+    if cfg.speculative_eagle_topk is not None or not model.dsv4 or \
+            (cfg.speculative_algorithm or "EAGLE").upper() not in ("EAGLE", "NEXTN"):
+        return None
+    w = find_line(target, DSV4_HOOK, r"topk == 1 is supported")
+    if w is None:
+        return None
+    return (f"--speculative-eagle-topk not given: read for topk 1, the only one that starts; "
+            f"{model.arch}'s hook asserts topk == 1 on the value given, so a server started "
+            f"without it is refused at start ({w})", w)
+
+
 def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
             page: PageSize, info: backends.BackendInfo | None = None) -> Refusal | None:
     """(mode, reason, where) when the start is refused (or refused only under a condition:
@@ -231,18 +249,6 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
         if q is not None:
             found.append(q)
     topk = cfg.speculative_eagle_topk
-    if topk is None and model.dsv4 and \
-            (cfg.speculative_algorithm or "EAGLE").upper() in ("EAGLE", "NEXTN"):
-        # the model's hook runs before SGLang picks its own topk and asserts
-        # `speculative_eagle_topk == 1` on the value given: None fails it (0.5.12
-        # deepseek_v4_hook.py:40-42 from server_args.py:929, before :976; 0.5.23 :156-157 from
-        # model_hook.py at pipeline.py:225, before :306); found running 0.5.19's and 0.5.23's own
-        # argument handling (tests/test_startup_against_sglang.py)
-        w = find_line(target, DSV4_HOOK, r"topk == 1 is supported")
-        if w:
-            found.append((DEPENDS, f"refused at start if the server gave no "
-                                   f"--speculative-eagle-topk: {model.arch}'s hook asserts "
-                                   f"topk == 1 before SGLang picks its own ({w})", w))
     auto = auto_params(target, model.arch, cfg.speculative_algorithm) if topk is None and \
         model.arch and cfg.speculative_num_steps is None and \
         cfg.speculative_num_draft_tokens is None else None
