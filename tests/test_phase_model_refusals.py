@@ -43,6 +43,16 @@ def assert_none(got: dict) -> None:
         assert v.mode not in (phases.REFUSED, phases.DEPENDS), (v.phase, v.mode, v.reason)
 
 
+def assert_default_noted(got: dict, where: str, *words: str) -> None:
+    """A rule that refuses only with a parallelism option not given (SGLang's default passes):
+    a server that runs has the default, so the verdicts are the default's, each naming the
+    rule and where it is."""
+    assert_none(got)
+    for v in got.values():
+        for w in ("a server that starts runs the default", SRT + where, *words):
+            assert w in v.reason, (v.phase, w, v.reason)
+
+
 # --------------------------------------------------------------------------- 1. DeepSeek-V4
 
 # DeepSeek-V4's hook, run by the model hook before handle_speculative_decoding upper-cases the
@@ -122,9 +132,10 @@ def test_dsa_with_dcp_refuses_topk_above_1(version, backend):
                         dcp_size=2),
                phases.REFUSED, DSA_DCP, "DSA with DCP requires --speculative-eagle-topk 1",
                "--dcp-size 2")
-    # --dcp not given: SGLang's default 1 passes, so `depends`, the condition in words
-    assert_all(verdicts(version, backend, model="deepseek-v32", speculative_eagle_topk=4),
-               phases.DEPENDS, DSA_DCP, "if --dcp-size > 1")
+    # --dcp not given: SGLang's default 1 passes, and a server that runs has it: the
+    # default's verdicts, the rule named
+    assert_default_noted(verdicts(version, backend, model="deepseek-v32",
+                                  speculative_eagle_topk=4), DSA_DCP, "if --dcp-size > 1")
     for facts in ({"dcp_size": 1, "speculative_eagle_topk": 4},  # :19 returns early
                   {"dcp_size": 2, "speculative_eagle_topk": 1},  # topk 1 passes
                   {"dcp_size": 2, "speculative_eagle_topk": None}):  # None passes too
@@ -269,10 +280,10 @@ def test_iquest_q1_refusals(version):
                phases.REFUSED, at["topk"], "requires --speculative-eagle-topk 1")
     assert_all(verdicts(version, "fa3", **{**Q1, "enable_dp_attention": True, "dp_size": 2}),
                phases.REFUSED, at["dp"], "does not support DP attention")
-    # not given: `depends`, cited at the first rule (context parallelism), the other named
+    # not given: the defaults pass, so the defaults' verdicts, both rules named
     got = verdicts(version, "fa3", model="IQuestQ1ForCausalLM", speculative_eagle_topk=1)
-    assert_all(got, phases.DEPENDS, at["cp"], "if --dcp-size > 1",
-               "also refused at start with DP attention")
+    assert_default_noted(got, at["cp"], "if --dcp-size > 1",
+                         "refused at start with DP attention")
     # 0.5.20: no iquest_q1.py
     assert_none(verdicts("0.5.20", "triton", **{**Q1, "speculative_eagle_topk": 2,
                                                 "dcp_size": 2}))
@@ -283,8 +294,8 @@ def test_iquest_q1_dp_attention_follows_the_dp_size_from_0_5_22():
     one = {**Q1, "enable_dp_attention": True, "dp_size": 1}
     assert_all(verdicts("0.5.21", "fa3", **one), phases.REFUSED, f"{IQ}:37")
     assert_none(verdicts("0.5.23", "fa3", **one))
-    assert_all(verdicts("0.5.23", "fa3", **{**one, "dp_size": None}), phases.DEPENDS,
-               f"{IQ}:38", "if --dp-size > 1", "parallel_hook.py:56")
+    assert_default_noted(verdicts("0.5.23", "fa3", **{**one, "dp_size": None}), f"{IQ}:38",
+                         "if --dp-size > 1", "parallel_hook.py:56")
     assert_all(verdicts("0.5.23", "fa3", **one, source="server"), phases.REFUSED, f"{IQ}:38")
 
 
@@ -314,7 +325,9 @@ def test_kimi_k3_dcp_takes_only_its_decode_backends(version):
     assert m == {(phases.REFUSED, f"sglang/srt/{KIMI_RAISE[version]}")}, got
     assert "triton is refused" in got[0].reason
     m, got = modes("triton", None)  # --dcp not given: SGLang's default 1 passes
-    assert {x[0] for x in m} == {phases.DEPENDS} and "--dcp-size > 1" in got[0].reason
+    assert {x[0] for x in m} & {phases.DEPENDS, phases.REFUSED} == set()
+    assert "a server that starts runs the default" in got[0].reason
+    assert "--dcp-size > 1" in got[0].reason and KIMI_RAISE[version] in got[0].reason
     assert not any("Kimi-K3" in v.reason for v in modes("triton", 1)[1])
     m, got = modes("cutedsl_mla", 2)  # allowed, but needs the server's FlashInfer
     assert {x[0] for x in m} == {phases.DEPENDS}, got
@@ -359,7 +372,8 @@ def test_minicpm_refuses_dp_attention(version):
         return
     assert modes("--enable-dp-attention", "--dp", "2") == {("refused", at)}
     assert {m for m, _ in modes("--no-dp-attention")} == {"graph"}
-    assert modes() == {("depends", at)}  # not given: the condition
+    # not given: SGLang's default (no DP attention) passes: the default's verdicts
+    assert {m for m, _ in modes()} == {"graph"}
     one = modes("--enable-dp-attention", "--dp", "1")
     if version == "0.5.23":  # attention-DP width 1 passes attn_dp_enabled_of
         assert {m for m, _ in one} == {"graph"}

@@ -156,19 +156,24 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     value's, the reason saying so."""
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
     only = only_starting_topk(target, cfg, model)
+    notes: list[str] = []
     if only is None:
-        return _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi)
-    # the gate read again for topk 1 (the worker a release picks may follow the topk)
-    out = _phase_verdicts(target, platform, replace(cfg, speculative_eagle_topk=1), backend,
-                          None, config_label, _multi)
+        out = _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi,
+                              notes)
+    else:  # the gate read again for topk 1 (the worker a release picks may follow the topk)
+        out = _phase_verdicts(target, platform, replace(cfg, speculative_eagle_topk=1),
+                              backend, None, config_label, _multi, notes)
+        notes.insert(0, only[0])
     for pv in out:
-        pv.reason += f" [{only[0]}]"
+        for note in notes:
+            if note not in pv.reason:
+                pv.reason += f" [{note}]"
     return out
 
 
 def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                     gate: gate_mod.GateInfo | None, config_label: str,
-                    _multi: tuple[bool, str] | None) -> list[PhaseVerdict]:
+                    _multi: tuple[bool, str] | None, notes: list[str]) -> list[PhaseVerdict]:
     env = env_of(cfg)
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
     implied = (f" [model family implied by --attention-backend {backend}: {model.arch}; "
@@ -193,7 +198,7 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
         why, line = gate.start_refused
         w = Where(target.relpath(target.file(gate_mod.SERVER_ARGS_FILE)), line)
         return [out(p, REFUSED, why + implied, w) for p in PHASES]
-    ref = refusal(target, backend, cfg, model, page, info)
+    ref = refusal(target, backend, cfg, model, page, info, notes)
     if ref is not None:
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
     frozen, frozen_why = frozen_kv_mtp(target, cfg)

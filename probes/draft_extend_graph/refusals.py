@@ -238,10 +238,14 @@ def only_starting_topk(target: Target, cfg: SpecConfig, model: Model) -> tuple[s
 
 
 def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
-            page: PageSize, info: backends.BackendInfo | None = None) -> Refusal | None:
+            page: PageSize, info: backends.BackendInfo | None = None,
+            notes: list[str] | None = None) -> Refusal | None:
     """(mode, reason, where) when the start is refused (or refused only under a condition:
     mode `depends`), else None. The model's own rules (model_rules.py) run first: the model
-    hook comes before the speculative options are resolved and any backend is built."""
+    hook comes before the speculative options are resolved and any backend is built. A rule
+    that refuses only with a parallelism option set that was not given (its SGLang default
+    passes) does not refuse: a server that runs has the default, so the verdicts are the
+    default's; the rule goes to `notes` for the reasons."""
     rules = model_refusals(target, backend, cfg, model)
     found: list[Refusal] = list(rules.found)  # in the order the start meets them
     if backend == "qsa":
@@ -265,7 +269,7 @@ def refusal(target: Target, backend: str, cfg: SpecConfig, model: Model,
                                                   auto[0][1])]
     elif topk is not None and topk > 1:
         found += _topk_refusals(target, backend, cfg, model, page, info, topk)
-    return _pick(found, rules.if_set)
+    return _pick(found, rules.if_set, notes)
 
 
 def _topk_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model,
@@ -306,16 +310,19 @@ def _topk_refusals(target: Target, backend: str, cfg: SpecConfig, model: Model,
     return found
 
 
-def _pick(found: list[Refusal], if_set: list[Refusal]) -> Refusal | None:
+def _pick(found: list[Refusal], if_set: list[Refusal], notes: list[str] | None = None
+          ) -> Refusal | None:
     """A refusal whatever the rest, else the first condition that could refuse at SGLang's
-    defaults, else the first that refuses only with a parallelism option set; the conditions
-    of the latter are named in the reason (`; also refused at start if ...`)."""
+    defaults, the conditions that refuse only with a parallelism option set named in its
+    reason (`; also refused at start if ...`); with only those, no refusal: they go to
+    `notes`."""
     hit = next((f for f in found if f[0] == REFUSED), None)
     if hit is not None:
         return hit
-    pool = found + if_set
-    if not pool:
+    if not found:
+        if notes is not None:
+            notes += [f"a server that starts runs the default: {f[1]}" for f in if_set]
         return None
-    mode, reason, where = pool[0]
-    also = "".join(f"; also {f[1]}" for f in if_set if f is not pool[0])
+    mode, reason, where = found[0]
+    also = "".join(f"; also {f[1]}" for f in if_set)
     return mode, reason + also, where
