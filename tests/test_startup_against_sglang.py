@@ -109,6 +109,12 @@ ALGORITHMS = {"llama": ("EAGLE", "EAGLE3"), "dsv3": ("EAGLE", "NEXTN"),
               "qwen3vl": ("EAGLE",)}
 
 
+# parallelism, for the DSA models whose own rules read it (DCP with topk > 1)
+PARALLEL = ({"dcp_size": 2, "tp_size": 2},
+            {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2})
+PARALLEL_MODELS = ("dsv32", "glm5")
+
+
 def _known(target, arch: str) -> bool:
     """The release has a model class of this name (0.5.19 has no Qwen4Exp)."""
     return any(f"class {arch}(" in f.read_text(errors="replace")
@@ -133,6 +139,9 @@ def _cases(models: Path, names: list[str] | None = None) -> list[dict]:
                                           f"steps{steps} topk{topk} page{page} {envs}".strip(),
                                     "model": m, "platform": plat, "facts": facts,
                                     "env": env, "args": args})
+                        if m in PARALLEL_MODELS and not env and page is None and steps == 3:
+                            out += [{**out[-1], "id": f"{out[-1]['id']} {sorted(par.items())}",
+                                     "args": {**args, **par}} for par in PARALLEL]
     return out
 
 
@@ -165,7 +174,9 @@ def _cfg(case: dict) -> SpecConfig:
                       speculative_num_steps=a["speculative_num_steps"],
                       speculative_eagle_topk=a["speculative_eagle_topk"],
                       speculative_num_draft_tokens=a["speculative_num_draft_tokens"],
-                      page_size=a["page_size"], model=a["model_path"], environ=dict(case["env"]))
+                      page_size=a["page_size"], model=a["model_path"], environ=dict(case["env"]),
+                      tp_size=a.get("tp_size"), dcp_size=a.get("dcp_size"),
+                      dp_size=a.get("dp_size"), enable_dp_attention=a.get("enable_dp_attention"))
 
 
 def test_the_grid_ran_and_both_outcomes_occur(sglang_said):
