@@ -192,14 +192,18 @@ def test_the_grid_ran_and_both_outcomes_occur(sglang_said):
     assert not odd, odd[:3]
 
 
-def test_backend_is_sglangs_or_among_the_candidates(sglang_said):
+def _started(sglang_said):
+    """(target, case, what SGLang resolved, the case's SpecConfig) for each case that started."""
     target, cases, said = sglang_said
-    wrong = []
     for c in cases:
         r = said[c["id"]].get("resolved")
-        if r is None:
-            continue
-        cfg = _cfg(c)
+        if r is not None:
+            yield target, c, r, _cfg(c)
+
+
+def test_backend_is_sglangs_or_among_the_candidates(sglang_said):
+    wrong = []
+    for target, c, r, cfg in _started(sglang_said):
         choice = resolve_backend(target, c["platform"], cfg, read_model(target, cfg.model))
         got = r["attention_backend"]
         names = {x.backend for x in choice.candidates}
@@ -209,13 +213,8 @@ def test_backend_is_sglangs_or_among_the_candidates(sglang_said):
 
 
 def test_page_size_is_sglangs(sglang_said):
-    target, cases, said = sglang_said
     wrong = []
-    for c in cases:
-        r = said[c["id"]].get("resolved")
-        if r is None:
-            continue
-        cfg = _cfg(c)
+    for target, c, r, cfg in _started(sglang_said):
         model = read_model(target, cfg.model)
         page = resolve_page_size(target, c["platform"], cfg, model, dict(c["env"]),
                                  r["attention_backend"], env_given=True)
@@ -261,11 +260,9 @@ def test_own_choice_of_steps_topk_and_draft_tokens_is_sglangs(sglang_said):
     """None of --speculative-num-steps, -eagle-topk, -num-draft-tokens given: SGLang picks
     them by the architecture (`_auto_choose_speculative_params`); diag's reading of that
     function gives the same three numbers wherever SGLang started."""
-    target, cases, said = sglang_said
     wrong, seen = [], 0
-    for c in cases:
-        r = said[c["id"]].get("resolved")
-        if r is None or c["args"]["speculative_num_steps"] is not None:
+    for target, c, r, _ in _started(sglang_said):
+        if c["args"]["speculative_num_steps"] is not None:
             continue
         seen += 1
         arch = MODELS[c["model"]]["architectures"][0]
