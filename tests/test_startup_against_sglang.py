@@ -41,7 +41,9 @@ from diag.probes.startup.resolve import auto_params, read_model, resolve_page_si
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_PY = Path(os.environ.get("DIAG_SGLANG_VENV", REPO / ".venv-sglang")) / "bin" / "python"
-VERSIONS = ("0.5.19", "0.5.23")
+# DIAG_ORACLE_RELEASES=0.5.20,0.5.21,0.5.22 runs others (each from 0.5.19 imports here)
+VERSIONS = tuple(v for v in os.environ.get("DIAG_ORACLE_RELEASES", "").split(",") if v) \
+    or ("0.5.19", "0.5.23")
 
 # model configs (config.json inputs): the families whose start-up rules differ
 MODELS = {
