@@ -36,6 +36,17 @@ KEYS = ("attention_backend", "decode_attention_backend", "prefill_attention_back
         "disable_cuda_graph", "speculative_draft_attention_backend")
 
 
+def standin_device_capability(facts: dict):
+    """STAND-IN for torch.cuda.get_device_capability (a CPU build of torch has no device):
+    the case's `device_capability` fact, the one the platform override gives SGLang too."""
+    cap = tuple(facts.get("device_capability") or (0, 0))
+
+    def get_device_capability(_device=None) -> tuple:
+        return cap
+
+    return get_device_capability
+
+
 def main() -> int:
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
@@ -51,8 +62,7 @@ def main() -> int:
         saved = {k: os.environ.get(k) for k in case.get("env", {})}
         os.environ.update(case.get("env", {}))
         out: dict = {"id": case["id"]}
-        cap = tuple(case["facts"].get("device_capability") or (0, 0))
-        torch.cuda.get_device_capability = lambda _device=None, _cap=cap: _cap
+        torch.cuda.get_device_capability = standin_device_capability(case["facts"])
         try:
             with override_platform(**{k: v for k, v in case["facts"].items() if k in known}):
                 a = ServerArgs(**case["args"])
