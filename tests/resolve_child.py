@@ -6,7 +6,7 @@ resolved (or the error it raised at start) as JSON lines.
 Run with `.venv-sglang/bin/python tests/resolve_child.py` with the release tree and
 `tests/standins` (the torchvision STAND-IN: its CUDA wheels fail against CPU torch) on
 PYTHONPATH. The GPU is SGLang's own override, not a stand-in: `override_platform(**facts)`
-(0.5.23 srt/runtime_context.py:1908-1930) sets the platform facts every argument handler reads
+(0.5.23 srt/runtime_context.py:1950, the class at :1908-1947) sets the platform facts every argument handler reads
 through `get_platform()` (is_hip, is_cuda, is_sm90, has_flashinfer, ...). A case is
 {"id", "facts", "env", "args"}; args are ServerArgs fields.
 

@@ -2,9 +2,9 @@
 
 Why: the hand-read tables check diag against a person's reading of the source; this checks it
 against the code itself. `tests/resolve_child.py` runs the real release's
-`ServerArgs(...).resolve_once()` (0.5.23 srt/server_args.py:250-290, the pipeline of
+`ServerArgs(...).resolve_once()` (0.5.23 srt/server_args.py:244-315, the pipeline of
 srt/arg_groups/pipeline.py) under SGLang's own platform override (`override_platform`,
-srt/runtime_context.py:1908-1930) for an MI300 (HIP), an H100 (CUDA SM90 with FlashInfer) and
+srt/runtime_context.py:1950) for an MI300 (HIP), an H100 (CUDA SM90 with FlashInfer) and
 a B200 (CUDA SM100), and for each case diag must agree on three facts:
 
 - the attention backend SGLang runs: diag's one backend where it decides one, else SGLang's is
@@ -17,7 +17,7 @@ a B200 (CUDA SM100), and for each case diag must agree on three facts:
   no phase may be `refused` by an argument-handling rule (server_args.py, arg_groups/): a
   backend's own refusal comes later, when the worker builds it, and this run does not get there.
 
-Two releases: 0.5.19 (the first with `override_platform`, srt/runtime_context.py:1800-1860,
+Two releases: 0.5.19 (the first with `override_platform`, srt/runtime_context.py:1897,
 and the first with DSA in the HIP gate) and 0.5.23; a fact a release does not know (0.5.19 has
 no is_sm110 or is_mps) is left out. Older releases test `is_hip()` and the device directly and
 stay checked by the hand-read tables.
