@@ -73,8 +73,6 @@ _JSON_WORDS = {list: "a list", dict: "an object", str: "a string", bool: "a bool
                int: "a number", float: "a number"}
 
 
-
-
 def odd_argument(args: dict[str, Any]) -> str | None:
     """The first server argument diag reads whose value is not of SGLang's type, or a count
     out of any range a server runs with, said in a phrase (`attention_backend is a list

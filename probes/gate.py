@@ -45,7 +45,7 @@ from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's calle
     backend_map,
     platform_truth,
 )
-from diag.probes.source import parse_file, parse_problem, reads, unchanged, walk_all
+from diag.probes.source import file_state, kept, parse_file, parse_problem, walk_all
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
@@ -248,12 +248,8 @@ class OverlapRule:
 def overlap_rule(target: Target) -> OverlapRule | None:
     """The release's `OverlapRule`, found by its lines in server_args.py; None where neither
     shape is there (one worker only, or a shape not known: the switch alone is read)."""
-    path = target.file(SERVER_ARGS_FILE)
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return _overlap_rule(str(path), st.st_mtime_ns, st.st_size)
+    state = file_state(target.file(SERVER_ARGS_FILE))
+    return _overlap_rule(*state) if state else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -341,13 +337,11 @@ def read_gate(target: Target, worker: str = "default", environ: dict[str, str] |
         worker, selection = select_worker(target, environ, server_args, topk, overlap_off)
     rel = V2_FILE if worker == "v2" else V1_FILE
     path = target.file(rel)
-    key = (str(target.root), str(path), worker)
-    kept = _GATES.get(key)
-    if kept is None or not unchanged(kept[1]):  # one read while its files are unchanged
-        with reads() as files:  # (11 ms a read; every verdict asks)
-            parse_file(path)  # recorded even when missing: a file that appears is a change
-            kept = _GATES[key] = (_read_worker_gate(target, path, worker), frozenset(files))
-    info = replace(kept[0])
+    def read() -> GateInfo:  # 11 ms a read; every verdict asks
+        parse_file(path)  # recorded even when missing: a file that appears is a change
+        return _read_worker_gate(target, path, worker)
+
+    info = replace(kept(_GATES, (str(target.root), str(path), worker), read))
     info.selection = selection
     if selection is not None and not server_args:
         info.start_refused = start_refusal(target, worker, topk)
@@ -356,7 +350,7 @@ def read_gate(target: Target, worker: str = "default", environ: dict[str, str] |
     return info
 
 
-_GATES: dict[tuple, tuple[GateInfo, frozenset]] = {}
+_GATES: dict = {}  # source.kept's
 
 
 def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:

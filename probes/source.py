@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from diag.target import Target
 
@@ -58,6 +59,28 @@ def unchanged(files: Iterable[tuple[str, int, int]]) -> bool:
         if (st.st_mtime_ns, st.st_size) != (mtime, size):
             return False
     return True
+
+
+def file_state(path: Path) -> tuple[str, int, int] | None:
+    """(path, mtime, size): the key of a result read from one file version; None when the file
+    cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+def kept(cache: dict, key: object, compute: Callable[[], Any]) -> Any:
+    """`compute()` once per `key` while every file it parsed is unchanged (`reads`,
+    `unchanged`): a result read from several files of a release, asked for every verdict."""
+    hit = cache.get(key)
+    if hit is not None and unchanged(hit[1]):
+        return hit[0]
+    with reads() as files:
+        value = compute()
+    cache[key] = (value, frozenset(files))
+    return value
 
 
 def parse_file(path: Path) -> ast.Module | None:

@@ -24,7 +24,7 @@ import ast
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
-from diag.probes.source import last_name, parse_file, walk_all
+from diag.probes.source import kept, last_name, parse_file, walk_all
 from diag.probes.startup.resolve import (
     MODEL_HOOK,
     OVERRIDES,
@@ -435,21 +435,11 @@ def model_blocks(target: Target, arch: str) -> Blocks:
     d = target.file(MODEL_OVERRIDES_DIR)
     if d.is_dir():
         rels += [f"{MODEL_OVERRIDES_DIR}/{p.name}" for p in sorted(d.glob("*.py"))]
-    sig = []
-    for rel in (*rels, DSV4_HOOK):
-        try:
-            st = target.file(rel).stat()
-            sig.append((rel, st.st_mtime_ns, st.st_size))
-        except OSError:
-            sig.append((rel, 0, -1))
-    key = (str(target.root), arch, tuple(sig))
-    got = _BLOCKS.get(key)
-    if got is None:
-        got = _BLOCKS[key] = _model_blocks(target, arch, rels)
-    return got
+    return kept(_BLOCKS, (str(target.root), arch, tuple(rels)),
+                lambda: _model_blocks(target, arch, rels))
 
 
-_BLOCKS: dict[tuple, Blocks] = {}
+_BLOCKS: dict = {}  # source.kept's
 
 
 def _model_blocks(target: Target, arch: str, rels: list[str]) -> Blocks:

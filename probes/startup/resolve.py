@@ -18,7 +18,7 @@ from pathlib import Path
 
 from diag.context import SpecConfig
 from diag.probes.gate import env_bool
-from diag.probes.source import parse_file
+from diag.probes.source import file_state, parse_file
 from diag.target import Target
 
 SERVER_ARGS = "srt/server_args.py"
@@ -162,12 +162,8 @@ def _config_index(path: str, _mtime: int, _size: int) -> _ConfigIndex | None:
 
 
 def config_index(target: Target) -> _ConfigIndex | None:
-    path = target.file(MODEL_CONFIG)
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return _config_index(str(path), st.st_mtime_ns, st.st_size)
+    state = file_state(target.file(MODEL_CONFIG))
+    return _config_index(*state) if state else None
 
 
 def _model_config(model: str) -> tuple[str, dict, str] | None:
