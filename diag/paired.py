@@ -5,14 +5,15 @@ Why paired: on a shared host (or a GPU shared by servers) the speed drifts by mo
 per cent being measured. Timing A and B back to back, in alternating order (ABBA...), and taking
 the ratio within each pair cancels the drift; the median of those ratios, with a bootstrap 95 %
 interval over the pairs, says how sure the figure is. The same method applied to A against A
-(nothing switched) gives the noise floor: a difference inside it cannot be told from noise.
+(nothing switched) gives the noise floor: a difference inside it cannot be told from noise;
+`neighbours` finds those pairs among the windows of the alternating pairs themselves.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,6 +24,33 @@ RESAMPLES = 2000
 def order(pairs: int) -> list[tuple[str, str]]:
     """The order of each pair: AB, BA, AB, ... (alternating cancels a steady drift)."""
     return [("A", "B") if i % 2 == 0 else ("B", "A") for i in range(pairs)]
+
+
+def neighbours(states: Sequence[Hashable], values: Sequence[float]) -> tuple[list[float],
+                                                                             list[float]]:
+    """The noise floor's pairs from the windows as they ran: two adjacent windows in the same
+    state (nothing switched between them), each window in one pair at most, taken in turn
+    (earlier, later), (later, earlier), ... as the measured pairs alternate their order.
+
+    Why: in alternating pairs (AB, BA, AB, ...) every pair ends in the state the next one starts
+    in, so the same windows give a floor pair at each boundary (B|B, A|A) with no window spent
+    on it; timing A, A in windows of their own halved the measured pairs a time budget allows.
+    Returns (a, b): the floor is b/a per pair."""
+    if len(states) != len(values):
+        raise ValueError(f"{len(states)} states for {len(values)} windows")
+    a: list[float] = []
+    b: list[float] = []
+    i = 0
+    while i + 1 < len(values):
+        if states[i] == states[i + 1]:
+            first, second = (values[i], values[i + 1]) if len(a) % 2 == 0 else \
+                (values[i + 1], values[i])
+            a.append(first)
+            b.append(second)
+            i += 2
+        else:
+            i += 1
+    return a, b
 
 
 def ratios(base: Sequence[float], other: Sequence[float]) -> list[float]:

@@ -70,3 +70,18 @@ def test_within_the_floor():
     assert not paired.Ratio(1.05, 1.03, 1.07, 20).within(floor)
     assert paired.Ratio(1.0, 0.995, 1.005, 20).to_dict() == \
         {"ratio": 1.0, "lo": 0.995, "hi": 1.005, "pairs": 20}
+
+
+def test_neighbours_pairs_each_boundary_of_alternating_pairs_once():
+    """AB|BA|AB: the boundaries B|B and A|A are the floor's pairs (nothing switched between
+    them); each window in one pair at most; the order alternates like the measured pairs'."""
+    states = ["A", "B", "B", "A", "A", "B"]
+    values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    a, b = paired.neighbours(states, values)
+    assert (a, b) == ([2.0, 5.0], [3.0, 4.0])  # (earlier, later), then (later, earlier)
+    # three in a row make one pair, not two sharing a window
+    assert paired.neighbours(["A", "A", "A"], [1.0, 2.0, 3.0]) == ([1.0], [2.0])
+    # states that change at every window: no floor pair at all
+    assert paired.neighbours(["A", "B", "A", "B"], [1.0, 2.0, 3.0, 4.0]) == ([], [])
+    with pytest.raises(ValueError):
+        paired.neighbours(["A"], [1.0, 2.0])

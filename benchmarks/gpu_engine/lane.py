@@ -52,11 +52,12 @@ from diag.kit.steps.base import PROMPTS, wait_for  # noqa: E402,F401 (the lane's
 
 FIX = "profiler-controlled-teardown"
 KILL = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
-# `diag bench eager-cost` pairs (and as many for its floor), batch 1, each window one request of
-# 3 x tokens as the overhead windows (the per-request costs a third as often): its interval was
-# +-10-15 % with 20 windows of three 64-token requests (lane-h200-run12/13), wider than the
-# prediction check's +-10 % bar
-EAGER_COST_WINDOWS = 30
+# `diag bench eager-cost` pairs, batch 1, each window one request of 3 x tokens as the overhead
+# windows (the per-request costs a third as often): its interval was +-10-15 % with 20 windows
+# of three 64-token requests (lane-h200-run12/13), wider than the prediction check's +-10 % bar.
+# 60: the windows of runs 14-16's 30 pairs, whose floor timed a graph/graph pair of its own per
+# pair; the floor now pairs the neighbours of the alternating pairs (`paired.neighbours`)
+EAGER_COST_WINDOWS = 60
 MAX_BS = 16  # --cuda-graph-max-bs-decode: the largest batch every runner captures (the
 # overhead is measured at batch 1 and batch 16, both captured)
 
@@ -231,7 +232,7 @@ def overhead_budget(limit: float, elapsed: float, first: bool) -> float | None:
     return round(max(1.0, (BATCH1_SHARE if first else 1.0) * left), 1)
 
 
-def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 64)) -> dict:
+def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (120, 128)) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"checks": [], "timings": {}, "servers": {}, "device": device_info(),
                  "commit": os.environ.get("LANE_COMMIT"), "windows": windows, "stages": {}}
@@ -438,6 +439,11 @@ def run(work: Path, rounds: int, tokens: int, windows: tuple[int, int] = (60, 64
         # its share of what is left by the two stages' times on run 14's host (88 s, 149 s),
         # LATE_S kept for what follows. Run 15's host (plain 2.47 ms/token against 1.87) ran
         # out of time in batch 16 with 60 + 64 pairs.
+        # Pairs: 120 and 128 since run 16, in the windows of runs 14-16's 60 and 64. Until then
+        # every pair also timed an off/off pair of its own for the floor; the floor now pairs
+        # the neighbours in one state at the pairs' boundaries (`paired.neighbours`, no window
+        # of its own), and the on/off ratio gets twice the pairs: its interval ~1/sqrt(2) as
+        # wide. Runs 9-16 measured 1.009-1.023 with +-0.9-2.3 %: 8 of 15 upper bounds past 1.03.
         limit = float(os.environ.get("LANE_TIMEOUT") or 0)
         for label, conc, waves, wins, toks in (("batch 1", 1, 1, windows[0], 3 * tokens),
                                                ("batch 16", 16, 1, windows[1], 4 * tokens)):
@@ -1080,12 +1086,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu-lane"))
     ap.add_argument("--out", type=Path, default=None, help="write lane.json and summary.txt here")
-    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=60,
+                    help="interleaved rounds, one request to each server (40 until run 16: a "
+                         "burst on one server's cores over several rounds moved a median of 40 "
+                         "by 5-9 %%, lane-h100-run16's diag2/diag halves 1.067 and 1.311)")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--windows", type=int, default=60,
+    ap.add_argument("--windows", type=int, default=120,
                     help="diag bench overhead's pairs of windows per condition (batch 1; "
                          "--only overhead: every batch)")
-    ap.add_argument("--windows-batch16", type=int, default=64,
+    ap.add_argument("--windows-batch16", type=int, default=128,
                     help="the full lane's pairs of windows per condition at batch 16")
     ap.add_argument("--only", choices=("crash", "overhead", "allowlist", "kit"), default=None,
                     help="crash: only the profiler-crash check (plain vs under the fix); "

@@ -51,8 +51,9 @@ def window_options(windows: int, windows_help: str, requests: int, tokens: int,
 @click.option("--probe", "probes", multiple=True, metavar="ID",
               help="Only these probes' counters (default: every one on in the engine).")
 @click.option("--shares/--no-shares", default=True, show_default=True,
-              help="Also each counter alone (its share); --no-shares: every counter together "
-                   "and the noise floor only, twice the pairs in the same time.")
+              help="Also each counter alone (its share); --no-shares: every counter together, "
+                   "its noise floor from the pairs' boundaries: k + 2 times the pairs in the "
+                   "same time for k counters.")
 @click.option("--max-seconds", type=click.FloatRange(1, 86400), default=None,
               help="A time budget for the timed pairs: no pair starts once it is spent (two "
                    "at least); the result says how many ran.")

@@ -7,7 +7,9 @@ Here the diag server's own draft-extend is forced eager and released between bat
 batch boundary: `diag.engine.agent`, `probes.draft_extend_graph.runtime.FORCE`), the same load
 runs in paired windows (graph A, forced eager B, alternating order), and the result is the
 per-token difference B - A (ms/token, median with its bootstrap 95 % interval) and the ratio
-B/A, next to the noise floor of the same method (A against A). A forced pass takes SGLang's
+B/A, next to the noise floor of the same method: adjacent windows in one state, nothing
+switched between them (the boundaries of the alternating pairs, `paired.neighbours`). A
+forced pass takes SGLang's
 own eager path, the one a batch above the largest captured size takes; it is counted eager
 with the reason `forced-eager`. The draft-extend graph is released at the end, and a force not
 renewed lapses after `FORCE_HOLD_S` (a bench killed mid-way leaves no engine eager).
@@ -61,8 +63,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
     pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
     graph: list[float] = []
     eager: list[float] = []
-    floor_a: list[float] = []
-    floor_b: list[float] = []
+    states: list[bool] = []  # every window's state (forced eager or not), in the order they ran
+    spts: list[float] = []
     acks = 0
     forced0 = forced_passes(d, pids)
     try:
@@ -70,15 +72,12 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
         t0 = time.perf_counter()
         for i, (first, _second) in enumerate(paired.order(windows)):
             for side in (first, "B" if first == "A" else "A"):
-                acks += sw.send(DE_EAGER, side == "B", ack_timeout)
+                force = side == "B"
+                acks += sw.send(DE_EAGER, force, ack_timeout)  # sent where the state changes
                 spt, _n = overhead.window(url, requests, tokens, concurrency, timeout, pool)
-                (eager if side == "B" else graph).append(spt)
-            # the floor: graph both times (after an AB pair the draft extend is still forced
-            # eager: released first)
-            acks += sw.send(DE_EAGER, False, ack_timeout)
-            for side in (first, "B" if first == "A" else "A"):
-                spt, _n = overhead.window(url, requests, tokens, concurrency, timeout, pool)
-                (floor_b if side == "B" else floor_a).append(spt)
+                (eager if force else graph).append(spt)
+                states.append(force)
+                spts.append(spt)
             progress(f"pair {i + 1}/{windows} done")
         wall = time.perf_counter() - t0
     finally:
@@ -89,6 +88,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
     forced = forced_passes(d, pids) - forced0
     ratio = paired.paired_ratio(graph, eager)
     med, lo, hi = paired.difference(graph, eager)
+    # the floor: adjacent windows in one state (the boundaries B|B, A|A between pairs)
+    floor_a, floor_b = paired.neighbours(states, spts)
     floor = paired.paired_ratio(floor_a, floor_b)
     # nothing forced: the windows compared the graph with itself, so no cost was measured
     measured = forced > 0
@@ -102,7 +103,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
             "ratio": {**ratio.to_dict(), "within_noise": ratio.within(floor)}
             if measured else None,
             "graph_s_per_token": graph, "eager_s_per_token": eager,
-            "noise_floor": {**floor.to_dict(), "a_s_per_token": floor_a,
+            "noise_floor": {**floor.to_dict(), "basis": overhead.FLOOR_BASIS,
+                            "a_s_per_token": floor_a,
                             "b_s_per_token": floor_b}}
 
 

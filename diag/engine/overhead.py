@@ -8,8 +8,11 @@ next batch boundary: `diag.engine.agent`), and the same load runs in paired wind
 the counters off (A), one with the condition's counters on (B), in alternating order (AB, BA,
 ...). Per pair the per-token time ratio B/A; reported: the median ratio with its bootstrap 95 %
 interval (`diag.paired`), per condition (all counters, each alone), next to the noise floor of
-the same method with nothing switched (A against A, the requests sent all the same). A
-counter is asked to switch only where its state changes: the state every engine process last
+the same method with nothing switched: pairs of adjacent windows in one state, the requests
+sent all the same (`paired.neighbours`). Every pair ends in the state the next one starts in
+(AB|BA|AB), so each boundary is such a pair and the floor costs no window of its own; with
+per-counter shares no two conditions' neighbours share a state, and an off/off pair is timed
+per pair as well. A counter is asked to switch only where its state changes: the state every engine process last
 acknowledged is in place already, and asking again only cost time between windows.
 
 A window is `requests` greedy requests of `tokens` new tokens (`ignore_eos`), sent in waves of
@@ -41,6 +44,8 @@ from diag.errors import DiagError
 from diag.schemas import SCHEMA_VERSION
 
 PROMPT = [5, 6, 7, 8]
+FLOOR = "noise-floor"  # the condition with nothing on: a window pair of its own (with shares)
+FLOOR_BASIS = "adjacent windows in one state (nothing switched between them)"
 SWITCHABLE = ("on", "off")
 
 
@@ -177,8 +182,11 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
     conditions: list[tuple[str, set[str]]] = [("all", set(chosen))]
     if shares and len(chosen) > 1:
         conditions += [(p, {p}) for p in chosen]
-    conditions.append(("noise-floor", set()))
+        # between conditions no two neighbours share a state: a floor pair of its own per pair
+        conditions.append((FLOOR, set()))
     samples: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c, _ in conditions}
+    states: list[frozenset[str]] = []  # every window's counters, in the order they ran
+    spts: list[float] = []
     sw = Switcher(d, pids)
     acks = made = 0
     timeout = max(60.0, 4.0 * tokens)
@@ -193,9 +201,12 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
             for name, on in conditions:
                 a, b = samples[name]
                 for side in (first, "B" if first == "A" else "A"):
-                    acks += sw.switch(chosen, on if side == "B" else set(), ack_timeout)
+                    state = on if side == "B" else set()
+                    acks += sw.switch(chosen, state, ack_timeout)
                     spt, n = window(url, requests, tokens, concurrency, timeout, pool)
                     (b if side == "B" else a).append(spt)
+                    states.append(frozenset(state))
+                    spts.append(spt)
                     made += n
             done = i + 1
             progress(f"pair {done}/{windows} done")
@@ -205,10 +216,12 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
         if pool is not None:
             pool.shutdown()
     agent = max(0.0, agent_seconds(d, pids) - agent0)
-    floor_a, floor_b = samples["noise-floor"]
+    floor_a, floor_b = paired.neighbours(states, spts)
     floor = paired.paired_ratio(floor_a, floor_b)
     results = []
-    for name, on in conditions[:-1]:
+    for name, on in conditions:
+        if name == FLOOR:
+            continue
         a, b = samples[name]
         r = paired.paired_ratio(a, b)
         results.append({"condition": name, "probes_on": sorted(on), **r.to_dict(),
@@ -221,7 +234,7 @@ def measure(run_dir: str | Path, url: str, windows: int = 8, requests: int = 4,
             "engine_processes": pids, "acks": acks, "results": results,
             "agent_own": {"seconds": agent, "wall_s": wall, "share": agent / wall if wall else None,
                           "tokens": made, "s_per_token": agent / made if made else None},
-            "noise_floor": {**floor.to_dict(), "a_s_per_token": floor_a,
+            "noise_floor": {**floor.to_dict(), "basis": FLOOR_BASIS, "a_s_per_token": floor_a,
                             "b_s_per_token": floor_b}}
 
 
@@ -237,7 +250,8 @@ def render(doc: dict[str, Any]) -> str:
         what = "every counter" if r["condition"] == "all" else r["condition"]
         note = "  within the noise floor" if r["within_noise"] else ""
         lines.append(f"  {what:<24} {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}){note}")
-    lines.append(f"  {'noise floor (off/off)':<24} {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})")
+    lines.append(f"  {'noise floor':<24} {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f}, "
+                 f"{f['pairs']} pairs of neighbours in one state)")
     own = doc.get("agent_own") or {}
     if own.get("share") is not None:
         lines.append(f"  the agent's own work (poll, flush, control; on in every window): "
