@@ -388,6 +388,23 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
 
 
 # ------------------------------- the full lane at HEAD, 2026-12-04 (lane-h200-run4, lane-h200-run5)
+def _floor_is_the_boundaries(floor: dict, off: list[float], on: list[float]) -> None:
+    """The floor recorded since run 17, derived from the windows by hand: pairs ran AB, BA, AB,
+    ... (off then on, then on then off), so the boundary after pair i joins pair i's second
+    window and pair i+1's first: on|on after an even pair, off|off after an odd one; the k-th
+    floor pair is (earlier, later) for even k and (later, earlier) for odd k."""
+    from diag import paired
+
+    a, b = [], []
+    for i in range(len(off) - 1):
+        earlier, later = (on[i], on[i + 1]) if i % 2 == 0 else (off[i], off[i + 1])
+        a.append(earlier if i % 2 == 0 else later)
+        b.append(later if i % 2 == 0 else earlier)
+    assert (floor["a_s_per_token"], floor["b_s_per_token"]) == (a, b)
+    again = paired.paired_ratio(a, b)
+    assert floor["pairs"] == len(a) and again.ratio == pytest.approx(floor["ratio"])
+
+
 @pytest.mark.parametrize(("folder", "failing"), [
     # 15:39 UTC, commit 734cd55, every server --sleep-on-idle: the lane ran out of time (each
     # window pair took 4.5 s: switches waited on the sleeping scheduler); batch 1 over the bar
@@ -467,6 +484,16 @@ def test_run5_meets_the_bar_at_batch_1_and_16_and_its_profile_finds_diags_own_ti
     ("lane-h100-run16", {"two identical diag servers within the noise floor of two plain ones",
                          "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
                          "batch 16"}),
+    # 15:36 UTC, f9d9769 (HEAD): the floor from the pairs' boundaries, 120/128 overhead pairs
+    # asked (budgets 84.5/141.2 s: 113 and 120 ran), 60 eager-cost pairs, 60 rounds: 27 of 27;
+    # batch 1 1.009 (0.997-1.014), batch 16 1.009 (1.001-1.022), prediction -5.6 %, twins
+    # 1.027 (1.002-1.098) against plain twins 1.040 (0.965-1.155)
+    ("lane-h100-run17", set()),
+    # 15:46 UTC, f9d9769, right after on the same (warm) machine, every pair ran (120, 128):
+    # 27 of 27; batch 1 1.012
+    # (1.003-1.025), batch 16 1.008 (0.992-1.026), prediction +1.2 %, twins 0.882 (0.845-0.920)
+    # against plain twins 1.066 (1.007-1.131)
+    ("lane-h100-run18", set()),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -487,6 +514,13 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
         assert (again.lo, again.hi) == pytest.approx((row["lo"], row["hi"]), abs=0.02)
         name = f"--probe all per token <= 1.03 (upper bound), in-server paired windows, {label}"
         assert checks.check_overhead_bar("again", bench).ok is by_name[name]["ok"]
+        if "basis" in bench["noise_floor"]:  # since run 17: the floor of the pairs' boundaries
+            _floor_is_the_boundaries(bench["noise_floor"], row["off_s_per_token"],
+                                     row["on_s_per_token"])
+    inside = doc.get("eager_cost_in_server")
+    if inside and "basis" in inside["noise_floor"]:
+        _floor_is_the_boundaries(inside["noise_floor"], inside["graph_s_per_token"],
+                                 inside["eager_s_per_token"])
     t = doc["timings"]
     twins = checks.check_within_floor("again", t["paired"]["diag2_vs_diag"],
                                       t["paired"]["plain2_vs_plain"])
@@ -513,7 +547,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
-                                 "689fa87", "f87a910"}
+                                 "689fa87", "f87a910", "f9d9769"}
     assert doc["start"].startswith("all five")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
         sets = [set(v) for v in doc["cpus"]["servers"].values()] + [set(doc["cpus"]["client"])]
