@@ -123,3 +123,28 @@ def test_multi_step_draft_backend_sites_run_for_draft_decode_only(release, versi
     assert "decode" in s.paths
     assert not set(s.paths) & {"target-extend", "draft-extend", "target-verify", "other"}, \
         s.paths
+
+
+@pytest.mark.xfail(strict=True, reason="known miss (issue 38): the census does not carry what a "
+                   "caller sets on its argument (spec_info.kv_indptr, by the multi-step draft "
+                   "backend) into the callee's branches; a fix makes this pass, and strict "
+                   "xfail then fails until the mark is dropped")
+@pytest.mark.parametrize("version,sets,guard", [("0.5.19", 2111, 769), ("0.5.23", 2624, 891)])
+def test_triton_draft_decode_reaches_no_sync_site(release, version, sets, guard):
+    """Read by hand: EAGLE's draft decode builds its metadata through
+    `TritonMultiStepDraftBackend.init_forward_metadata` (eagle_worker_v2.py:711 in 0.5.23, :552
+    in 0.5.19), whose `common_template` sets `forward_batch.spec_info.kv_indptr` to a slice of
+    its own buffer (triton_backend.py:`sets`) before every per-step call; the per-step
+    `TritonAttnBackend.init_forward_metadata` then never takes the decode branch `if spec_info is
+    None or spec_info.kv_indptr is None` (:`guard`), which holds every sync site a decode batch
+    can reach (`_dcp_kv_indices`'s `.item()`, `update_sliding_window_buffer`'s size and slice
+    bounds); its `else` reads the spec input's own indices and syncs nothing. So a draft-decode
+    run of the triton backend does 0 syncs, on every configuration."""
+    ctx = Context(target=release(version), platform="cuda", execute=False,
+                  config=SpecConfig(attention_backend="triton", speculative_num_steps=3,
+                                    speculative_algorithm="EAGLE"))
+    [f] = run_probe(get_probe("metadata-syncs"), ctx)
+    dd = next(e.data for e in f.evidence if e.kind == "metric" and e.data
+              and e.data.get("phase") == "draft-decode")
+    assert "TritonMultiStepDraftBackend" in dd["backends"]
+    assert (dd["syncs_per_run"], dd["at"]) == (0, [])
