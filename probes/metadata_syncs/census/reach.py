@@ -18,6 +18,7 @@ from diag.probes.metadata_syncs.census.guards import (
     param_mirrors,
 )
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
+from diag.probes.metadata_syncs.census.objects import device_copies, method_of, objects
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
     NONE,
@@ -64,6 +65,10 @@ def _builders(tree: ast.Module, modules: Modules | None = None
         return None
 
     here = index(tree)
+    objs = objects(classes)
+    # a method reached through an object a backend holds (`self.updater.update(...)`) -> its
+    # class: the backend it runs as (its own `self`)
+    owner: dict[int, str] = {}
     homes: dict[int, tuple[str, ModuleIndex]] = {}  # helper def -> (its file, its module)
     bound: dict[tuple[int, str], Any] = {}  # (module, name) -> what it binds to
 
@@ -104,6 +109,15 @@ def _builders(tree: ast.Module, modules: Modules | None = None
             found = lookup(backend, f.attr, set())
             if found:
                 return f"{found[0]}.{f.attr}", found[1]
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and \
+                isinstance(f.value.value, ast.Name) and f.value.value.id == "self" and \
+                backend in classes:
+            held = method_of(objs, classes, backend, f.value.attr, f.attr)
+            if held is not None:
+                fn = lookup(held[0], held[1], set())
+                if fn is not None:
+                    owner[id(fn[1])] = held[0]
+                    return f"{fn[0]}.{held[1]}", fn[1]
         elif isinstance(f, ast.Name) and f.id in funcs:
             return f.id, funcs[f.id]
         elif isinstance(f, ast.Name):
@@ -112,6 +126,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
 
     resolve.homes = homes  # type: ignore[attr-defined]
     resolve.classes = classes  # type: ignore[attr-defined]
+    resolve.owner = owner  # type: ignore[attr-defined]
 
     resolve.mode_helpers = mode_helpers(tree)  # type: ignore[attr-defined]
     resolve.mode_guards = mode_guards(tree)  # type: ignore[attr-defined]
@@ -141,6 +156,9 @@ def _builders(tree: ast.Module, modules: Modules | None = None
         if backend not in devices:
             devices[backend] = class_device_attrs(classes[backend]) \
                 if backend in classes else set()
+            by = objs.built_by.get(backend)
+            if by is not None and by[0] != backend:  # what it copies from its builder
+                devices[backend] |= device_copies(objs, backend, device_attrs(by[0]))
         return devices[backend]
 
     resolve.device_attrs = device_attrs  # type: ignore[attr-defined]
@@ -159,7 +177,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
             if isinstance(n, ast.Call):
                 found = resolve(backend, n, fn)
                 if found:
-                    todo.append((found[0], backend, found[1]))
+                    todo.append((found[0], owner.get(id(found[1]), backend), found[1]))
     return list(out.values()), resolve
 
 

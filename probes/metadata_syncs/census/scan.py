@@ -361,7 +361,8 @@ class _Scan:
         if target is not None:
             (cqual, cfn) = target
             args, truth = self._args(cfn, call, state)
-            self.edges.append(_Edge((cqual, self.backend), state, unknown, args, truth,
+            callee = getattr(self.resolve, "owner", {}).get(id(cfn), self.backend)
+            self.edges.append(_Edge((cqual, callee), state, unknown, args, truth,
                                     f"{self.rel}:{call.lineno} {self.qual}",
                                     frozenset(self.stack)))
         self.check(call, state, unknown)
