@@ -191,6 +191,14 @@ def test_census_keeps_guards_and_finds_no_lookalike(release):
     ("self.sliding_window_size is not None and self.sliding_window_size > 0", True,
      [("model:sliding_window_size", "is not", None), ("model:sliding_window_size", ">", 0)]),
     ("in_capture", True, []),
+    # flashinfer's wrapper dispatch, as the backend sets it from the model (0.5.23
+    # flashinfer_backend.py:411-419)
+    ("self.attn_backend.dispatch_reason == WrapperDispatch.SLIDING_WINDOW", True,
+     [("model:sliding_window_size", "is not", None)]),
+    ("self.attn_backend.dispatch_reason == WrapperDispatch.SLIDING_WINDOW", False,
+     [("model:sliding_window_size", "is", None)]),
+    ("self.dispatch_reason == WrapperDispatch.CROSS_ATTENTION", False,
+     [("model:encoder_decoder", "!=", True)]),
 ])
 def test_guards_of_a_test(src, holds, want):
     got = guards_of(ast.parse(src, mode="eval").body, "f.py:1", holds)
@@ -327,3 +335,42 @@ def test_the_dsa_eager_length_read_never_runs_on_a_prefill(release, version, lin
     [gone] = [u for u in phases["target-extend"]["unreachable"] if u["at"] == at]
     assert gone["syncs"] == 1 and "seq_lens_cpu is set on every target-extend batch" in gone["reason"]
     assert at not in phases["target-extend"]["at"]
+
+
+FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
+
+
+def test_flashinfer_updaters_follow_the_models_wrapper_dispatch(release, tmp_path):
+    """flashinfer's updaters bind `self.update` by the backend's wrapper dispatch (0.5.23
+    flashinfer_backend.py:1615-1621 and 1906-1912), which the model decides (411-419): a
+    sliding window -> update_sliding_window, an encoder-decoder model (configs/model_config.py:
+    871, the list at 2540-2546) -> update_cross_attention, else update_single_wrapper. Read from
+    the source: for Llama target and EAGLE draft (no window, not encoder-decoder) the
+    sliding-window sums (2038, 2057), host copies (2118-2120) and the SWA pool's slice bounds
+    (2309/2311: only update_sliding_window passes use_sliding_window_kv_pool, 2081-2094; the
+    single wrapper leaves it False, 1967-1985) cannot run, nor the cross-attention sum (2177);
+    the single wrapper's ragged prefix sum (1962) runs on extends when use_ragged and no host
+    copy of the prefix lengths is handed in (1955-1962), which no configuration input decides.
+    A Whisper target runs the cross-attention updater on the target's phases (2177, inside the
+    loop over its two wrappers) while the EAGLE draft keeps the single wrapper."""
+    llama = LANE | {"attention_backend": "flashinfer", "dcp_size": 1,
+                    "model": _model(tmp_path, "LlamaForCausalLM"),
+                    "draft_model": _model(tmp_path, "LlamaForCausalLMEagle")}
+    _, phases = _phases(release, **llama)
+    swa = {f"{FLASHINFER}:{n}" for n in (2038, 2057, 2118, 2119, 2120, 2136, 2177, 2309, 2311)}
+    for p in ("target-extend", "draft-extend", "target-verify"):
+        at = set(phases[p]["at"])
+        assert not at & swa, (p, at & swa)
+    for p in ("target-extend", "draft-extend"):
+        deps = {x["at"]: x["condition"] for x in phases[p]["depends"]}
+        assert "`use_ragged`" in deps[f"{FLASHINFER}:1962"]
+        assert "extend_prefix_lens_cpu is not None" in deps[f"{FLASHINFER}:1962"]
+    gone = {x["at"]: x["reason"] for x in phases["target-verify"]["unreachable"]}
+    assert "LlamaForCausalLM: no sliding window" in gone[f"{FLASHINFER}:2057"]
+    assert f"{FLASHINFER}:1962" not in phases["target-verify"]["at"]  # use_ragged=False, 1033
+    whisper = llama | {"model": _model(tmp_path, "WhisperForConditionalGeneration")}
+    _, phases = _phases(release, **whisper)
+    tv = {x["at"]: x["condition"] for x in phases["target-verify"]["depends"]}
+    assert f"{FLASHINFER}:2177" in tv and "in a loop" in tv[f"{FLASHINFER}:2177"]
+    assert f"{FLASHINFER}:2177" not in phases["draft-extend"]["at"]
+    assert f"{FLASHINFER}:1962" in phases["draft-extend"]["at"]

@@ -12,6 +12,7 @@ cd "$(dirname "$0")/../.."
 out=${1:?OUTDIR}; shift
 mkdir -p "$out"
 C=$PWD/.carry/gpu; W=/tmp/gpu-lane; S=/tmp/gpu-site
+rm -rf $W  # a warm machine keeps the last run's work folder: its traces are not this run's
 mkdir -p $W $S/src
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S/py $C/whl/*.whl >$W/pip.log 2>&1 \
   || { echo "device.sh: wheel install failed"; tail -5 $W/pip.log; }

@@ -91,6 +91,15 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         else:
             holds = have is not None and bool(_CMP[op](have, value))
         return holds, f"model: {w.why} (`{text}`, {where})"
+    if fact == "model:encoder_decoder":
+        from diag.probes.metadata_syncs.model_facts import DRAFT_MODES
+
+        w = (models or {}).get("draft" if mode in DRAFT_MODES else "target")
+        if w is None or w.encoder_decoder is None:
+            return None, f"`{text}` ({where}): " + (
+                (w.encdec_why or w.why) if w else "the model (pass --model)")
+        return (w.encoder_decoder == value) == (op == "=="), \
+            f"model: {w.encdec_why} (`{text}`, {where})"
     if fact.startswith("data:"):
         return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
     if fact == "platform":

@@ -29,6 +29,9 @@ class Window:
     known: bool  # False: no input decides it
     value: int | None  # the sliding window size when known (None: no window)
     why: str
+    # whether SGLang serves it as an encoder-decoder model (`encoder_decoder`); None: unknown
+    encoder_decoder: bool | None = None
+    encdec_why: str = ""
 
 
 def _defines_window(target: Any, arch: str) -> str | None:
@@ -65,14 +68,65 @@ def _defines_window(target: Any, arch: str) -> str | None:
     return None
 
 
+_ENCDEC = re.compile(r"def is_encoder_decoder_model\([^)]*\)[^:]*:\s*models\s*=\s*\[([^\]]*)\]")
+
+
+def encoder_decoder(target: Any, arch: str) -> tuple[bool | None, str]:
+    """Whether the release serves `arch` as an encoder-decoder model: flashinfer then runs its
+    cross-attention updaters (0.5.23 flashinfer_backend.py:414-416, from
+    configs/model_config.py:871 `is_encoder_decoder_model`, the list at :2540-2546)."""
+    path = target.file("srt/configs/model_config.py")
+    try:
+        m = _ENCDEC.search(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        m = None
+    if m is None:
+        return None, f"{target.relpath(path)}: no is_encoder_decoder_model list found"
+    names = set(re.findall(r"[\"']([\w.]+)[\"']", m.group(1)))
+    yes = arch in names
+    return yes, f"{arch} is {'' if yes else 'not '}an encoder-decoder model " \
+        f"({target.relpath(path)}: is_encoder_decoder_model)"
+
+
 def window(target: Any, model: str | None, which: str) -> Window:
-    """The sliding window of the `which` ("target" or "draft") model, `model` its path."""
+    """The sliding window of the `which` ("target" or "draft") model, `model` its path, and
+    whether it is an encoder-decoder model."""
+    w = _window(target, model, which)
+    arch = _arch(model)
+    if arch is None:
+        return w
+    yes, why = encoder_decoder(target, arch)
+    return Window(w.known, w.value, w.why, yes, why)
+
+
+def _arch(model: str | None) -> str | None:
+    params = _config(model)
+    archs = (params or {}).get("architectures") or []
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
+def _config_file(model: str) -> Path | None:
+    p = Path(model)
+    return p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
+
+
+def _config(model: str | None) -> dict[str, Any] | None:
+    if not model:
+        return None
+    f = _config_file(model)
+    try:
+        params = json.loads(f.read_text(encoding="utf-8")) if f is not None else None
+    except (OSError, ValueError):
+        return None
+    return params if isinstance(params, dict) else None
+
+
+def _window(target: Any, model: str | None, which: str) -> Window:
     if not model:
         return Window(False, None, f"the {which} model's sliding window (" + (
             "pass --model" if which == "target" else "the draft model's path comes from "
             "--server") + ")")
-    p = Path(model)
-    cfg_file = p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
+    cfg_file = _config_file(model)
     if cfg_file is None or not cfg_file.is_file():
         return Window(False, None, f"the {which} model's sliding window ({model}: no "
                       "config.json readable here)")

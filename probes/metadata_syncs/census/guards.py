@@ -34,6 +34,11 @@ CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
 # What the served model decides (probes.metadata_syncs.model_facts): the backend's sliding
 # window, from the model runner (0.5.23 load_model_utils.py:144-157).
 MODEL_NAMES = {"sliding_window_size": "model:sliding_window_size"}
+# flashinfer's wrapper dispatch, a model fact as the backend sets it (0.5.23
+# flashinfer_backend.py:411-419): SLIDING_WINDOW where the model runner has a sliding window,
+# CROSS_ATTENTION for an encoder-decoder model (configs/model_config.py:871), else None.
+DISPATCH = {"SLIDING_WINDOW": ("model:sliding_window_size", "is not", None),
+            "CROSS_ATTENTION": ("model:encoder_decoder", "==", True)}
 # Platform flags (sglang.srt.utils `is_hip()` / `_is_hip = is_hip()` / `self.is_npu`): a test of
 # one is the platform under audit; diag audits hip and cuda, never npu or xpu.
 PLATFORM_NAMES = {"is_hip": "hip", "_is_hip": "hip", "is_cuda": "cuda", "_is_cuda": "cuda",
@@ -57,6 +62,11 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = ()) -> Guard | N
     if isinstance(left, ast.Constant) and op in _SWAP:
         left, right, op = right, left, _SWAP[op]
     name = _last_name(left) if isinstance(left, (ast.Attribute, ast.Name)) else ""
+    if name == "dispatch_reason" and isinstance(right, ast.Attribute) and \
+            right.attr in DISPATCH and op in ("==", "!=", "is", "is not"):
+        fact, dop, value = DISPATCH[right.attr]
+        dop = dop if op in ("==", "is") else _NEGATE[dop]
+        return (fact, dop, value, where, _src(e, 60))
     if not isinstance(right, ast.Constant):
         return None
     bound = dict(mirrors).get(name) if mirrors and isinstance(left, ast.Name) else None

@@ -9,10 +9,12 @@ instance alias binds (`self.update = self.update_single_wrapper`, :4909). The he
 attributes copied from the backend that built it (`self.kv_indptr = attn_backend.kv_indptr`,
 :4904, where the backend passed itself) are on the device where the backend's are.
 
-Only what the source says for certain: an attribute every assignment of which builds the same
-class of this module, an alias bound once and not under a branch (conditional aliases, as
-flashinfer's `update` of three methods, are left unresolved: which one runs is a configuration
-fact this module does not weigh).
+Only what the source says: an attribute every assignment of which builds the same class of
+this module. An alias bound under an `if`/`elif` chain of `__init__` (0.5.23
+flashinfer_backend.py:1615-1621: `self.update` is `update_sliding_window`,
+`update_cross_attention` or `update_single_wrapper` by the backend's `dispatch_reason`) resolves
+to every method it may bind, each with the tests that choose it as guards on the call
+(`choices`), which the configuration then decides or leaves undecided.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class Objects:
     aliases: dict[str, dict[str, str]] = field(default_factory=dict)
     built_by: dict[str, tuple[str, str]] = field(default_factory=dict)
     copied: dict[str, dict[str, str]] = field(default_factory=dict)  # C -> {attr: param.attr}
+    # C -> {name: ((method, ((test, holds), ...)), ...)}: an alias bound under an if chain
+    chosen: dict[str, dict[str, tuple[tuple[str, tuple[tuple[ast.expr, bool], ...]], ...]]] = \
+        field(default_factory=dict)
 
 
 def _self_attr(t: ast.AST) -> str | None:
@@ -52,6 +57,20 @@ def _assigns(cls: ast.ClassDef) -> list[tuple[ast.FunctionDef, ast.Assign]]:
 def _under_branch(fn: ast.FunctionDef, node: ast.AST) -> bool:
     """Whether `node` sits inside an `if`/`try`/loop of `fn` (not straight in its body)."""
     return node not in fn.body
+
+
+def _if_paths(stmts: list[ast.stmt], tests: tuple[tuple[ast.expr, bool], ...] = ()
+              ) -> list[tuple[ast.Assign, tuple[tuple[ast.expr, bool], ...]]]:
+    """Each assignment of `stmts` reached through `if`/`elif`/`else` only, with the tests on
+    the way (`(test, holds)`); those under a loop, `try` or `with` are left out."""
+    out = []
+    for st in stmts:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            out.append((st, tests))
+        elif isinstance(st, ast.If):
+            out += _if_paths(st.body, (*tests, (st.test, True)))
+            out += _if_paths(st.orelse, (*tests, (st.test, False)))
+    return out
 
 
 def _init_params(cls: ast.ClassDef) -> list[str]:
@@ -108,6 +127,19 @@ def objects(classes: dict[str, ast.ClassDef]) -> Objects:
         one = {a: next(iter(ms)) for a, ms in bound.items() if len(ms) == 1 and a not in branchy}
         if one:
             out.aliases[cname] = one
+        init = next((m for m in c.body if isinstance(m, ast.FunctionDef)
+                     and m.name == "__init__"), None)
+        if init is not None:
+            picks: dict[str, list[tuple[str, tuple[tuple[ast.expr, bool], ...]]]] = {}
+            for n, tests in _if_paths(init.body):
+                attr, meth = _self_attr(n.targets[0]), _self_attr(n.value)
+                if attr in branchy and meth in bound.get(attr, ()):
+                    picks.setdefault(attr, []).append((meth, tests))
+            # every binding of the name is one of these (none under a loop, none elsewhere)
+            whole = {a: tuple(ps) for a, ps in picks.items()
+                     if {m for m, _ in ps} == bound[a] and len(ps) > 1}
+            if whole:
+                out.chosen[cname] = whole
         if copied:
             out.copied[cname] = copied
     return out
@@ -118,12 +150,26 @@ def method_of(objs: Objects, classes: dict[str, ast.ClassDef], holder: str, attr
     """(class, method) a call `self.<attr>.<meth>(...)` in a method of `holder` runs, or None
     when the source does not say for certain."""
     cls = objs.held.get(holder, {}).get(attr)
-    if cls is None or cls not in classes:
-        return None
+    if cls is None or cls not in classes or meth in objs.chosen.get(cls, {}):
+        return None  # a conditional alias shadows the method of its name (`choices`)
     name = objs.aliases.get(cls, {}).get(meth, meth)
     if any(isinstance(m, ast.FunctionDef) and m.name == name for m in classes[cls].body):
         return cls, name
     return None
+
+
+def choices(objs: Objects, classes: dict[str, ast.ClassDef], holder: str, attr: str,
+            meth: str) -> list[tuple[str, str, tuple[tuple[ast.expr, bool], ...]]]:
+    """(class, method, tests) for each method a call `self.<attr>.<meth>(...)` may run where
+    `meth` is an alias bound under an if chain (`Objects.chosen`); [] otherwise."""
+    cls = objs.held.get(holder, {}).get(attr)
+    if cls is None or cls not in classes:
+        return []
+    names = {m.name for m in classes[cls].body if isinstance(m, ast.FunctionDef)}
+    picks = objs.chosen.get(cls, {}).get(meth, ())
+    if not picks or any(m not in names for m, _ in picks):
+        return []
+    return [(cls, m, tests) for m, tests in picks]
 
 
 def device_copies(objs: Objects, cls: str, backend_device: set[str]) -> set[str]:

@@ -18,7 +18,7 @@ from diag.probes.metadata_syncs.census.guards import (
     param_mirrors,
 )
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
-from diag.probes.metadata_syncs.census.objects import device_copies, method_of, objects
+from diag.probes.metadata_syncs.census.objects import choices, device_copies, method_of, objects
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
     NONE,
@@ -69,6 +69,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None
     # a method reached through an object a backend holds (`self.updater.update(...)`) -> its
     # class: the backend it runs as (its own `self`)
     owner: dict[int, str] = {}
+    # a held object's class -> the backend that holds it: its sites count for that backend
+    held_by: dict[str, str] = {}
     homes: dict[int, tuple[str, ModuleIndex]] = {}  # helper def -> (its file, its module)
     bound: dict[tuple[int, str], Any] = {}  # (module, name) -> what it binds to
 
@@ -117,6 +119,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
                 fn = lookup(held[0], held[1], set())
                 if fn is not None:
                     owner[id(fn[1])] = held[0]
+                    held_by.setdefault(held[0], held_by.get(backend, backend))
                     return f"{fn[0]}.{held[1]}", fn[1]
         elif isinstance(f, ast.Name) and f.id in funcs:
             return f.id, funcs[f.id]
@@ -124,6 +127,27 @@ def _builders(tree: ast.Module, modules: Modules | None = None
             return imported(here, f.id)
         return None
 
+    def alternatives(backend: str, call: ast.Call, where: ast.AST | None = None
+                     ) -> list[tuple[str, ast.FunctionDef, tuple[tuple[ast.expr, bool], ...]]]:
+        """(qualname, def, tests) of each method a call through a held object's conditional
+        alias may run (`objects.choices`); [] where `resolve` answers or nothing does."""
+        f = call.func
+        if (where is not None and id(where) in homes) or not (
+                isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
+                and isinstance(f.value.value, ast.Name) and f.value.value.id == "self"
+                and backend in classes):
+            return []
+        out = []
+        for cls, meth, tests in choices(objs, classes, backend, f.value.attr, f.attr):
+            fn = lookup(cls, meth, set())
+            if fn is not None:
+                owner[id(fn[1])] = cls
+                held_by.setdefault(cls, held_by.get(backend, backend))
+                out.append((f"{fn[0]}.{meth}", fn[1], tests))
+        return out
+
+    resolve.alternatives = alternatives  # type: ignore[attr-defined]
+    resolve.held_by = held_by  # type: ignore[attr-defined]
     resolve.homes = homes  # type: ignore[attr-defined]
     resolve.classes = classes  # type: ignore[attr-defined]
     resolve.owner = owner  # type: ignore[attr-defined]
@@ -178,6 +202,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None
                 found = resolve(backend, n, fn)
                 if found:
                     todo.append((found[0], owner.get(id(found[1]), backend), found[1]))
+                else:
+                    todo += [(q, owner[id(d)], d) for q, d, _ in alternatives(backend, n, fn)]
     return list(out.values()), resolve
 
 
@@ -220,6 +246,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     # the guards every reaching call to a helper passes (an entry point: none)
     guards: dict[tuple[str, str], frozenset] = {}
     called_from: dict[tuple[str, str], frozenset] = {}
+    # (parameter, truth) -> the guards every call that may pass it so holds: a branch on the
+    # parameter keeps its callers' guards (0.5.23 flashinfer_backend.py:2306: only the
+    # sliding-window updater passes use_sliding_window_kv_pool, :2081-2094)
+    pguards: dict[tuple[str, str], dict[tuple[str, bool], frozenset]] = {}
     classes = getattr(resolve, "classes", {})
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
@@ -232,13 +262,14 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
         for qual, backend, fn in builders:
             key = (qual, backend)
             inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
-                      truths.get(key) or {}, guards.get(key, frozenset()))
+                      truths.get(key) or {}, guards.get(key, frozenset()),
+                      pguards.get(key) or {})
             if key in made and made[key][0] == inputs:
                 scans[key] = made[key][1]
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
             s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)],
-                      mirrors[id(fn)])
+                      mirrors[id(fn)], inputs[5])
             s.run(inputs[0], inputs[1], inputs[4])
             scans[key] = s
             made[key] = (inputs, s)
@@ -247,6 +278,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
             for e in s.edges:
                 callers.setdefault(e.callee, []).append(e)
         new_entry, new_unknown, new_facts, new_truths, new_guards = {}, {}, {}, {}, {}
+        new_pguards: dict[tuple[str, str], dict[tuple[str, bool], frozenset]] = {}
         for key in keys:
             name = key[0].rsplit(".", 1)[-1]
             edges = callers.get(key, [])
@@ -278,11 +310,20 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
                                        frozenset().union(*(e.truth[p][1] for e in edges)))
                                    for p in pnames}
+                reach_all = [e for e in edges if e.state]
+                pg = {}
+                for p in pnames:
+                    for i, holds in ((0, True), (1, False)):
+                        some = [e.guards for e in reach_all if e.truth[p][i]]
+                        if some and len(some) < len(reach_all):
+                            pg[(p, holds)] = common_guards(some)
+                if pg:
+                    new_pguards[key] = pg
         if new_entry == entry and new_facts == facts and new_unknown == unknown and \
-                new_truths == truths and new_guards == guards:
+                new_truths == truths and new_guards == guards and new_pguards == pguards:
             break
-        entry, unknown, facts, truths, guards = (new_entry, new_unknown, new_facts, new_truths,
-                                                 new_guards)
+        entry, unknown, facts, truths, guards, pguards = (
+            new_entry, new_unknown, new_facts, new_truths, new_guards, new_pguards)
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
     callers: dict[tuple[str, str], list[_Edge]] = {}

@@ -45,6 +45,20 @@ _DYNAMIC_WHY = {"bincount": " (bincount on the device reads min() and max() back
                             "with or without minlength)"}
 
 
+def _param_atoms(test: ast.AST, holds: bool, params: dict) -> list[tuple[str, bool]]:
+    """(parameter, truth) each bare-parameter atom of `test` takes where the branch on it
+    goes `holds`: every atom of a conjunction that holds, of a disjunction that fails."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _param_atoms(test.operand, not holds, params)
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And) != holds:
+            return []
+        return [a for v in test.values for a in _param_atoms(v, holds, params)]
+    if isinstance(test, ast.Name) and test.id in params:
+        return [(test.id, holds)]
+    return []
+
+
 @dataclass
 class _Edge:
     """A call from one builder to another (a same-class method or a module function)."""
@@ -82,8 +96,10 @@ class _Scan:
     def __init__(self, fn: ast.FunctionDef, qual: str, backend: str, rel: str,
                  facts: dict[str, str], resolve: Any,
                  params: dict[str, tuple[frozenset, frozenset]] | None = None,
-                 info: _FnInfo | None = None, mirrors: MirrorParams = ()) -> None:
+                 info: _FnInfo | None = None, mirrors: MirrorParams = (),
+                 pguards: dict[tuple[str, bool], frozenset] | None = None) -> None:
         self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
+        self.pguards = pguards or {}  # (parameter, truth) -> its callers' guards (reach.py)
         self.mirrors = mirrors  # parameters its callers bind to a host mirror (guards.py)
         self.resolve = resolve
         helpers = getattr(resolve, "mode_helpers", {})
@@ -146,8 +162,16 @@ class _Scan:
             del self.known[len(self.known) - n:]
 
     def guards_of(self, test: ast.AST, where: str, holds: bool) -> tuple[Guard, ...]:
-        """`guards.guards_of`, with the parameters this builder's callers bind to a mirror."""
-        return guards_of(test, where, holds, self.mirrors)
+        """`guards.guards_of`, with the parameters this builder's callers bind to a mirror;
+        a branch on a parameter that only some callers may pass so adds those callers'
+        common guards (`pguards`)."""
+        own = guards_of(test, where, holds, self.mirrors)
+        if not self.pguards:
+            return own
+        more = [g for p in _param_atoms(test, holds, self.env["params"])
+                for g in self.pguards.get(p, ())]
+        return own + tuple(sorted(set(more) - set(own) - set(self.stack),
+                                  key=lambda g: (g[3], g[0], g[1])))
 
     def _where(self, node: ast.AST) -> str:
         return f"{self.rel}:{getattr(node, 'lineno', 0)}"
@@ -359,12 +383,18 @@ class _Scan:
     def call(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
         target = self.resolve(self.backend, call, self.fn)
         if target is not None:
-            (cqual, cfn) = target
+            picks = [(target[0], target[1], ())]
+        else:  # a conditional alias: each method it may bind, under the tests that choose it
+            alts = getattr(self.resolve, "alternatives", None)
+            picks = [(q, d, tuple(g for t, holds in tests
+                                  for g in guards_of(t, self._where(t), holds)))
+                     for q, d, tests in (alts(self.backend, call, self.fn) if alts else ())]
+        for cqual, cfn, chosen in picks:
             args, truth = self._args(cfn, call, state)
             callee = getattr(self.resolve, "owner", {}).get(id(cfn), self.backend)
             self.edges.append(_Edge((cqual, callee), state, unknown, args, truth,
                                     f"{self.rel}:{call.lineno} {self.qual}",
-                                    frozenset(self.stack)))
+                                    frozenset(self.stack) | frozenset(chosen)))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
@@ -421,7 +451,9 @@ class _Scan:
                 "it, or no caller reaches it)")
         elif pclass == "capture-only" and verdict != "host-mirror":
             verdict, why = "capture-only", "runs only while a graph is captured"
-        self.sites.append(Site(self.rel, call.lineno, self.qual, self.backend, _src(call), kind,
+        # a helper object's method counts for the backend that holds it (census.objects)
+        backend = getattr(self.resolve, "held_by", {}).get(self.backend, self.backend)
+        self.sites.append(Site(self.rel, call.lineno, self.qual, backend, _src(call), kind,
                                verdict, why, syncs, call.col_offset,
                                step_paths(state), pclass,
                                guards=tuple(dict.fromkeys(self.stack))))
