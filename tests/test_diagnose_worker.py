@@ -152,3 +152,24 @@ def test_diagnose_pauses_the_collector_and_gives_it_back(release):
             gc.unfreeze()
     assert seen == {"paused": True, "torch probe": True, "source probe": False}
     assert gc.isenabled()
+
+
+@pytest.mark.release
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is new in Python 3.11")
+def test_a_stray_module_in_the_working_folder_does_not_reach_the_worker(release, tmp_path):
+    """`python -m` puts the working folder first on the worker's path: a user's `timeit.py`
+    (torch imports timeit) would break its torch import. The worker starts with PYTHONSAFEPATH,
+    so its probes run as they do from any other folder."""
+    release("0.5.17")
+    (tmp_path / "timeit.py").write_text("raise SystemExit('a stray timeit.py was imported')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1", DIAG_PROBE_WORKER="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    p = subprocess.run([sys.executable, "-c", _SCRIPT, "0.5.17"], capture_output=True,
+                       text=True, env=env, timeout=300, cwd=tmp_path)
+    out, _, last = p.stdout.rpartition("TORCH-IN-PARENT")
+    assert last.strip() == "False", p.stderr[-2000:]  # the worker, not the parent, ran torch
+    findings = json.loads(out)["findings"]
+    ms = [e for f in findings if f["probe"] == "metadata-syncs" for e in f["evidence"]
+          if e.get("kind") == "metric" and "measured syncs per call" in e.get("metric", "")]
+    assert {e["value"] for e in ms} == {2}  # the builder ran in the worker, as in the test above

@@ -50,7 +50,9 @@ def start(probes: list[str]) -> subprocess.Popen | None:
     from diag.home import home
 
     root = str(home())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    # PYTHONSAFEPATH (3.11+): `-m` would put the user's working folder first on the path, where
+    # a stray `timeit.py` or `torch/` would shadow what the worker imports
+    env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONPATH=os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     try:
         return subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker", *probes],

@@ -330,13 +330,28 @@ def _assigned_once(caller: ast.FunctionDef, name: str, line: int) -> ast.AST | N
     before `line`; None when it is bound otherwise, twice, or not at all."""
     if any(p.arg == name for p in _params(caller)[0]):
         return None
-    stores = [n for n in _inner(caller) if isinstance(n, ast.Name) and n.id == name
-              and isinstance(n.ctx, (ast.Store, ast.Del))]
-    binds = [n for n in _inner(caller) if isinstance(n, ast.Assign) and len(n.targets) == 1
-             and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
-    if len(stores) != 1 or len(binds) != 1 or binds[0].lineno >= line:
+    stores, binds = _name_binds(caller).get(name, (0, []))
+    if stores != 1 or len(binds) != 1 or binds[0].lineno >= line:
         return None
     return binds[0].value
+
+
+def _name_binds(caller: ast.FunctionDef) -> dict[str, tuple[int, list[ast.Assign]]]:
+    """name -> (how many stores or deletes of it, its `name = value` assignments) in the
+    caller, from one walk kept on the node (each argument of each call asked again)."""
+    out = getattr(caller, "_diag_binds", None)
+    if out is None:
+        out = {}
+        for n in _inner(caller):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                k, b = out.get(n.id, (0, []))
+                out[n.id] = (k + 1, b)
+            elif isinstance(n, ast.Assign) and len(n.targets) == 1 and \
+                    isinstance(n.targets[0], ast.Name):
+                k, b = out.get(n.targets[0].id, (0, []))
+                out[n.targets[0].id] = (k, [*b, n])
+        caller._diag_binds = out  # type: ignore[attr-defined]
+    return out
 
 
 def _off_by_default(caller: ast.FunctionDef, flag: str) -> bool:

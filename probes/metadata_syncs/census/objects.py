@@ -20,24 +20,8 @@ to every method it may bind, each with the tests that choose it as guards on the
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 
-from diag.probes.source import inner as _inner
-
-
-@dataclass
-class Objects:
-    """What one module's classes hold: `held[B][attr]` the class B's `self.attr` is built
-    from; `aliases[C][name]` the method C's `self.name` is bound to; `built_by[C]` the backend
-    class that builds C and the parameter of C.__init__ it passes itself as."""
-
-    held: dict[str, dict[str, str]] = field(default_factory=dict)
-    aliases: dict[str, dict[str, str]] = field(default_factory=dict)
-    built_by: dict[str, tuple[str, str]] = field(default_factory=dict)
-    copied: dict[str, dict[str, str]] = field(default_factory=dict)  # C -> {attr: param.attr}
-    # C -> {name: ((method, ((test, holds), ...)), ...)}: an alias bound under an if chain
-    chosen: dict[str, dict[str, tuple[tuple[str, tuple[tuple[ast.expr, bool], ...]], ...]]] = \
-        field(default_factory=dict)
+Tests = tuple[tuple[ast.expr, bool], ...]  # the (test, holds) of the ifs on the way
 
 
 def _self_attr(t: ast.AST) -> str | None:
@@ -46,127 +30,155 @@ def _self_attr(t: ast.AST) -> str | None:
     return None
 
 
-def _assigns(cls: ast.ClassDef) -> list[tuple[ast.FunctionDef, ast.Assign]]:
-    out = []
-    for m in cls.body:
-        if isinstance(m, ast.FunctionDef):
-            out += [(m, n) for n in _inner(m) if isinstance(n, ast.Assign) and len(n.targets) == 1]
-    return out
-
-
-def _under_branch(fn: ast.FunctionDef, node: ast.AST) -> bool:
-    """Whether `node` sits inside an `if`/`try`/loop of `fn` (not straight in its body)."""
-    return node not in fn.body
-
-
-def _if_paths(stmts: list[ast.stmt], tests: tuple[tuple[ast.expr, bool], ...] = ()
-              ) -> list[tuple[ast.Assign, tuple[tuple[ast.expr, bool], ...]]]:
-    """Each assignment of `stmts` reached through `if`/`elif`/`else` only, with the tests on
-    the way (`(test, holds)`); those under a loop, `try` or `with` are left out."""
-    out = []
+def _stmt_assigns(stmts: list[ast.stmt], tests: Tests = (), plain: bool = True
+                  ) -> list[tuple[ast.Assign, Tests, bool]]:
+    """Each one-target assignment among `stmts` and the statements nested in them (not in a
+    nested def or class), with the `if` tests on the way and whether only `if`s lead to it
+    (`plain`: not under a loop, `try` or `with`). Statements only: cheap beside a full walk."""
+    out: list[tuple[ast.Assign, Tests, bool]] = []
     for st in stmts:
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
-            out.append((st, tests))
+            out.append((st, tests, plain))
         elif isinstance(st, ast.If):
-            out += _if_paths(st.body, (*tests, (st.test, True)))
-            out += _if_paths(st.orelse, (*tests, (st.test, False)))
+            out += _stmt_assigns(st.body, (*tests, (st.test, True)), plain)
+            out += _stmt_assigns(st.orelse, (*tests, (st.test, False)), plain)
+        elif isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            out += _stmt_assigns(st.body + st.orelse if hasattr(st, "orelse") else st.body,
+                                 tests, False)
+        elif isinstance(st, ast.Try):
+            for part in (st.body, st.orelse, st.finalbody, *(h.body for h in st.handlers)):
+                out += _stmt_assigns(part, tests, False)
     return out
 
 
-def _init_params(cls: ast.ClassDef) -> list[str]:
-    init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"),
-                None)
-    return [a.arg for a in init.args.args] if init is not None else []
+def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    return {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+
+
+class Objects:
+    """What one module's classes hold, read per class when first asked (most classes never
+    are): `held(B)[attr]` the class B's `self.attr` is built from; `aliases(C)[name]` the method
+    C's `self.name` is bound to; `chosen(C)[name]` the methods an alias bound under an if chain
+    may be, with the tests that choose each; `built_by[C]` the backend class that builds C and
+    the parameter of C.__init__ it passes itself as; `copied(C)[attr]` the `param.attr` C's
+    `__init__` copies."""
+
+    def __init__(self, classes: dict[str, ast.ClassDef]) -> None:
+        self.classes = classes
+        self.built_by: dict[str, tuple[str, str]] = {}
+        self._held: dict[str, dict[str, str]] = {}
+        self._own: dict[str, tuple[dict[str, str], dict[str, tuple[tuple[str, Tests], ...]],
+                                   dict[str, str]]] = {}
+
+    def held(self, b: str) -> dict[str, str]:
+        if b not in self._held:
+            self._held[b] = self._read_held(b)
+        return self._held[b]
+
+    def _read_held(self, bname: str) -> dict[str, str]:
+        b = self.classes.get(bname)
+        if b is None:
+            return {}
+        seen: dict[str, set[str | None]] = {}
+        for m in _methods(b).values():
+            for n, _tests, _plain in _stmt_assigns(m.body):
+                attr = _self_attr(n.targets[0])
+                if attr is None:
+                    continue
+                v = n.value
+                if isinstance(v, ast.Constant) and v.value is None:
+                    continue  # `self.x = None` first, the object later: still one class
+                made = v.func.id if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) \
+                    and v.func.id in self.classes else None
+                seen.setdefault(attr, set()).add(made)
+                if made is not None:
+                    self._note_builder(bname, made, v)
+        return {a: next(iter(cs)) for a, cs in seen.items()  # type: ignore[misc]
+                if len(cs) == 1 and None not in cs}
+
+    def _note_builder(self, bname: str, made: str, call: ast.Call) -> None:
+        init = _methods(self.classes[made]).get("__init__")
+        params = [a.arg for a in init.args.args] if init is not None else []
+        passed = [i for i, a in enumerate(call.args) if isinstance(a, ast.Name) and a.id == "self"]
+        kw = [k.arg for k in call.keywords if isinstance(k.value, ast.Name)
+              and k.value.id == "self" and k.arg]
+        p = params[passed[0] + 1] if passed and passed[0] + 1 < len(params) else \
+            (kw[0] if kw else None)
+        if p is not None:
+            self.built_by.setdefault(made, (bname, p))
+
+    def own(self, cname: str) -> tuple[dict[str, str], dict[str, tuple[tuple[str, Tests], ...]],
+                                       dict[str, str]]:
+        """(aliases, chosen, copied) of class `cname`."""
+        if cname not in self._own:
+            self._own[cname] = self._read_own(cname)
+        return self._own[cname]
+
+    def _read_own(self, cname: str) -> tuple[dict[str, str],
+                                             dict[str, tuple[tuple[str, Tests], ...]],
+                                             dict[str, str]]:
+        c = self.classes.get(cname)
+        if c is None:
+            return {}, {}, {}
+        names = _methods(c)
+        bound: dict[str, set[str]] = {}
+        branchy: set[str] = set()
+        picks: dict[str, list[tuple[str, Tests]]] = {}
+        unplain: set[str] = set()
+        copied: dict[str, str] = {}
+        for fn in names.values():
+            for n, tests, plain in _stmt_assigns(fn.body):
+                attr = _self_attr(n.targets[0])
+                if attr is None:
+                    continue
+                meth = _self_attr(n.value)
+                if meth is not None and meth in names:
+                    bound.setdefault(attr, set()).add(meth)
+                    if tests or not plain:
+                        branchy.add(attr)
+                    if fn.name == "__init__" and plain:
+                        picks.setdefault(attr, []).append((meth, tests))
+                    else:
+                        unplain.add(attr)
+                elif fn.name == "__init__" and isinstance(n.value, ast.Attribute) and \
+                        isinstance(n.value.value, ast.Name):
+                    copied[attr] = f"{n.value.value.id}.{n.value.attr}"
+        aliases = {a: next(iter(ms)) for a, ms in bound.items()
+                   if len(ms) == 1 and a not in branchy}
+        # every binding of the name is one of these: in __init__, under ifs only
+        chosen = {a: tuple(ps) for a, ps in picks.items()
+                  if a in branchy and a not in unplain and len(ps) > 1}
+        return aliases, chosen, copied
 
 
 def objects(classes: dict[str, ast.ClassDef]) -> Objects:
-    """The module's `Objects` (module docstring)."""
-    out = Objects()
-    for bname, b in classes.items():
-        seen: dict[str, set[str | None]] = {}
-        for _fn, n in _assigns(b):
-            attr = _self_attr(n.targets[0])
-            if attr is None:
-                continue
-            v = n.value
-            if isinstance(v, ast.Constant) and v.value is None:
-                continue  # `self.x = None` first, the object later: still one class
-            made = v.func.id if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and \
-                v.func.id in classes else None
-            seen.setdefault(attr, set()).add(made)
-            if made is not None:
-                params = _init_params(classes[made])
-                passed = [i for i, a in enumerate(v.args) if isinstance(a, ast.Name)
-                          and a.id == "self"]
-                kw = [k.arg for k in v.keywords if isinstance(k.value, ast.Name)
-                      and k.value.id == "self" and k.arg]
-                p = params[passed[0] + 1] if passed and passed[0] + 1 < len(params) else \
-                    (kw[0] if kw else None)
-                if p is not None:
-                    out.built_by.setdefault(made, (bname, p))
-        held = {a: next(iter(cs)) for a, cs in seen.items() if len(cs) == 1 and None not in cs}
-        if held:
-            out.held[bname] = held  # type: ignore[assignment]
-    for cname, c in classes.items():
-        bound: dict[str, set[str]] = {}
-        branchy: set[str] = set()
-        copied: dict[str, str] = {}
-        for fn, n in _assigns(c):
-            attr = _self_attr(n.targets[0])
-            if attr is None:
-                continue
-            meth = _self_attr(n.value)
-            if meth is not None and any(isinstance(m, ast.FunctionDef) and m.name == meth
-                                        for m in c.body):
-                bound.setdefault(attr, set()).add(meth)
-                if _under_branch(fn, n):
-                    branchy.add(attr)
-            elif fn.name == "__init__" and isinstance(n.value, ast.Attribute) and \
-                    isinstance(n.value.value, ast.Name):
-                copied[attr] = f"{n.value.value.id}.{n.value.attr}"
-        one = {a: next(iter(ms)) for a, ms in bound.items() if len(ms) == 1 and a not in branchy}
-        if one:
-            out.aliases[cname] = one
-        init = next((m for m in c.body if isinstance(m, ast.FunctionDef)
-                     and m.name == "__init__"), None)
-        if init is not None:
-            picks: dict[str, list[tuple[str, tuple[tuple[ast.expr, bool], ...]]]] = {}
-            for n, tests in _if_paths(init.body):
-                attr, meth = _self_attr(n.targets[0]), _self_attr(n.value)
-                if attr in branchy and meth in bound.get(attr, ()):
-                    picks.setdefault(attr, []).append((meth, tests))
-            # every binding of the name is one of these (none under a loop, none elsewhere)
-            whole = {a: tuple(ps) for a, ps in picks.items()
-                     if {m for m, _ in ps} == bound[a] and len(ps) > 1}
-            if whole:
-                out.chosen[cname] = whole
-        if copied:
-            out.copied[cname] = copied
-    return out
+    """The module's `Objects` (module docstring), read lazily."""
+    return Objects(classes)
 
 
 def method_of(objs: Objects, classes: dict[str, ast.ClassDef], holder: str, attr: str,
               meth: str) -> tuple[str, str] | None:
     """(class, method) a call `self.<attr>.<meth>(...)` in a method of `holder` runs, or None
     when the source does not say for certain."""
-    cls = objs.held.get(holder, {}).get(attr)
-    if cls is None or cls not in classes or meth in objs.chosen.get(cls, {}):
+    cls = objs.held(holder).get(attr)
+    if cls is None or cls not in classes:
+        return None
+    aliases, chosen, _ = objs.own(cls)
+    if meth in chosen:
         return None  # a conditional alias shadows the method of its name (`choices`)
-    name = objs.aliases.get(cls, {}).get(meth, meth)
-    if any(isinstance(m, ast.FunctionDef) and m.name == name for m in classes[cls].body):
-        return cls, name
-    return None
+    name = aliases.get(meth, meth)
+    return (cls, name) if name in _methods(classes[cls]) else None
 
 
 def choices(objs: Objects, classes: dict[str, ast.ClassDef], holder: str, attr: str,
-            meth: str) -> list[tuple[str, str, tuple[tuple[ast.expr, bool], ...]]]:
+            meth: str) -> list[tuple[str, str, Tests]]:
     """(class, method, tests) for each method a call `self.<attr>.<meth>(...)` may run where
-    `meth` is an alias bound under an if chain (`Objects.chosen`); [] otherwise."""
-    cls = objs.held.get(holder, {}).get(attr)
+    `meth` is an alias bound under an if chain (`Objects.own`); [] otherwise."""
+    cls = objs.held(holder).get(attr)
     if cls is None or cls not in classes:
         return []
-    names = {m.name for m in classes[cls].body if isinstance(m, ast.FunctionDef)}
-    picks = objs.chosen.get(cls, {}).get(meth, ())
+    picks = objs.own(cls)[1].get(meth, ())
+    names = _methods(classes[cls])
     if not picks or any(m not in names for m, _ in picks):
         return []
     return [(cls, m, tests) for m, tests in picks]
@@ -179,5 +191,5 @@ def device_copies(objs: Objects, cls: str, backend_device: set[str]) -> set[str]
     if by is None:
         return set()
     param = by[1]
-    return {a for a, src in objs.copied.get(cls, {}).items()
+    return {a for a, src in objs.own(cls)[2].items()
             if src.split(".", 1)[0] == param and src.split(".", 1)[1] in backend_device}

@@ -47,7 +47,11 @@ def _builders(tree: ast.Module, modules: Modules | None = None
     funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
 
     def methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-        return {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+        out = getattr(cls, "_diag_methods", None)  # kept on the node: asked per call
+        if out is None:
+            out = cls._diag_methods = {  # type: ignore[attr-defined]
+                m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+        return out
 
     def lookup(cls_name: str, meth: str, seen: set[str]) -> tuple[str, ast.FunctionDef] | None:
         cls = classes.get(cls_name)
