@@ -376,3 +376,9 @@ def test_flashinfer_updaters_follow_the_models_wrapper_dispatch(release, tmp_pat
     assert f"{FLASHINFER}:2177" in tv and "in a loop" in tv[f"{FLASHINFER}:2177"]
     assert f"{FLASHINFER}:2177" not in phases["draft-extend"]["at"]
     assert f"{FLASHINFER}:1962" in phases["draft-extend"]["at"]
+    # no model: which updater runs is not decided, and the condition says what would decide it
+    _, phases = _phases(release, **(LANE | {"attention_backend": "flashinfer", "dcp_size": 1}))
+    cond = {x["at"]: x["condition"] for x in phases["draft-extend"]["depends"]}
+    assert "the draft model's sliding window" in cond[f"{FLASHINFER}:1962"]
+    assert "whether the draft model is an encoder-decoder model" in cond[f"{FLASHINFER}:1962"]
+    assert "WrapperDispatch.CROSS_ATTENTION" in cond[f"{FLASHINFER}:1962"]

@@ -97,7 +97,7 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         w = (models or {}).get("draft" if mode in DRAFT_MODES else "target")
         if w is None or w.encoder_decoder is None:
             return None, f"`{text}` ({where}): " + (
-                (w.encdec_why or w.why) if w else "the model (pass --model)")
+                w.encdec_why if w else "the model (pass --model)")
         return (w.encoder_decoder == value) == (op == "=="), \
             f"model: {w.encdec_why} (`{text}`, {where})"
     if fact.startswith("data:"):

@@ -94,7 +94,11 @@ def window(target: Any, model: str | None, which: str) -> Window:
     w = _window(target, model, which)
     arch = _arch(model)
     if arch is None:
-        return w
+        return Window(w.known, w.value, w.why, None,
+                      f"whether the {which} model is an encoder-decoder model (" + (
+                          "pass --model" if not model and which == "target" else
+                          "the draft model's path comes from --server" if not model else
+                          f"{model}: no architecture readable here") + ")")
     yes, why = encoder_decoder(target, arch)
     return Window(w.known, w.value, w.why, yes, why)
 

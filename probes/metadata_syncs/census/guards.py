@@ -66,7 +66,7 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = ()) -> Guard | N
             right.attr in DISPATCH and op in ("==", "!=", "is", "is not"):
         fact, dop, value = DISPATCH[right.attr]
         dop = dop if op in ("==", "is") else _NEGATE[dop]
-        return (fact, dop, value, where, _src(e, 60))
+        return (fact, dop, value, where, _src(e, 90))
     if not isinstance(right, ast.Constant):
         return None
     bound = dict(mirrors).get(name) if mirrors and isinstance(left, ast.Name) else None
