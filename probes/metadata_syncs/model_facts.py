@@ -1,4 +1,5 @@
-"""What the served models decide for the census: whether a backend has a sliding window.
+"""What the served models decide for the census: whether a backend has a sliding window, and
+whether the model is an encoder-decoder one (flashinfer's wrapper dispatch, `encoder_decoder`).
 
 Why: builders test `self.sliding_window_size` (triton's window buffers: a device scalar as a
 size and as slice bounds, 0.5.23 triton_backend.py:2877/2897/2899), a value the model runner
