@@ -494,6 +494,28 @@ def _floor_is_the_boundaries(floor: dict, off: list[float], on: list[float]) -> 
     # (1.003-1.025), batch 16 1.008 (0.992-1.026), prediction +1.2 %, twins 0.882 (0.845-0.920)
     # against plain twins 1.066 (1.007-1.131)
     ("lane-h100-run18", set()),
+    # 2026-12-05 17:58 UTC, bb26b0d (HEAD's code: the census follows held objects and
+    # conditional aliases), a fresh H100: 27 of 27; batch 1 1.004 (0.994-1.018), batch 16 1.004
+    # (0.995-1.015), prediction -8.8 %, twins 0.995 (0.972-1.018) against plain twins 0.957
+    # (0.920-1.001); plain 1.613 ms/token
+    ("lane-h100-run19", set()),
+    # 18:07 UTC, bb26b0d, right after on the same (warm) machine, which ran slow and noisy
+    # (plain 1.841 ms/token, IQR 0.761; diag 2.373; eager/diag 0.957 across servers): 23 of 27,
+    # every functional check; twins 0.720 (0.681-0.841) against plain twins 0.941
+    # (0.849-1.001); prediction -11.6 % (0.517 vs 0.585 (0.505-0.642)); batch 1 1.015
+    # (1.005-1.034), its floor 1.013 (0.996-1.026); batch 16 1.011 (0.990-1.035)
+    ("lane-h100-run20", {"two identical diag servers within the noise floor of two plain ones",
+                         "prediction from the kill-switch server's own counters within 10 % of "
+                         "the eager cost measured inside the diag server",
+                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                         "batch 1",
+                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
+                         "batch 16"}),
+    # 18:16 UTC, bb26b0d, third on the same machine (plain 2.029 ms/token, IQR 0.333): 26 of 27;
+    # batch 1 1.009 (0.985-1.024), batch 16 0.996 (0.984-1.012); prediction +23.7 % (0.638 vs
+    # 0.515 (0.496-0.536)); twins 1.091 (1.016-1.208) against plain twins 1.109 (1.053-1.194)
+    ("lane-h100-run21", {"prediction from the kill-switch server's own counters within 10 % of "
+                         "the eager cost measured inside the diag server"}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -547,7 +569,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
-                                 "689fa87", "f87a910", "f9d9769"}
+                                 "689fa87", "f87a910", "f9d9769", "bb26b0d"}
     assert doc["start"].startswith("all five")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
         sets = [set(v) for v in doc["cpus"]["servers"].values()] + [set(doc["cpus"]["client"])]
