@@ -113,6 +113,7 @@ def parse_text(source: str, filename: str = "<unknown>") -> ast.Module:
     tree = _BY_TEXT.get(key)
     if tree is None:
         tree = _BY_TEXT[key] = ast.parse(source, filename)
+        tree._diag_source = source  # type: ignore[attr-defined]  # for text prefilters
     return tree
 
 

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 
 from diag.probes.metadata_syncs.census.paths import (
     _CAPTURE_FLAG,
@@ -213,7 +215,7 @@ def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> M
         return ()
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
     found: dict[str, str | None] = {}
-    for (owner, method), call in _module_calls(tree).get(fn.name, []):
+    for (owner, method), call in _calls_of(tree, fn.name):
         home = classes.get(owner)
         caller = next((m for m in home.body if isinstance(m, ast.FunctionDef)
                        and m.name == method), None) if home is not None else None
@@ -272,6 +274,47 @@ def _module_calls(tree: ast.Module) -> dict[str, list[tuple[tuple[str, str], ast
 
     visit("", tree.body)
     tree._diag_module_calls = out  # type: ignore[attr-defined]
+    return out
+
+
+def _calls_of(tree: ast.Module, name: str) -> list[tuple[tuple[str, str], ast.Call]]:
+    """`_module_calls(tree)[name]`, reading only the functions whose text holds `name(` (the
+    whole module's walk cost most of its functions a walk nothing else needs); kept on the
+    tree per name. Without the module's text (`source.parse_text` keeps it): the full index."""
+    memo = getattr(tree, "_diag_calls_of", None)
+    if memo is None:
+        memo = tree._diag_calls_of = {}  # type: ignore[attr-defined]
+    if name in memo:
+        return memo[name]
+    text = getattr(tree, "_diag_source", None)
+    if text is None:
+        memo[name] = _module_calls(tree).get(name, [])
+        return memo[name]
+    starts = getattr(tree, "_diag_line_starts", None)
+    if starts is None:
+        starts = tree._diag_line_starts = [0] + [  # type: ignore[attr-defined]
+            m.end() for m in re.finditer("\n", text)]
+    lines = sorted({bisect.bisect_right(starts, m.start())
+                    for m in re.finditer(rf"{re.escape(name)}\s*\(", text)})
+    out: list[tuple[tuple[str, str], ast.Call]] = []
+
+    def holds_one(st: ast.AST) -> bool:
+        first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", ()))])
+        i = bisect.bisect_left(lines, first)
+        return i < len(lines) and lines[i] <= (st.end_lineno or st.lineno)
+
+    def visit(owner: str, body: list[ast.stmt]) -> None:
+        for st in body:
+            if isinstance(st, ast.ClassDef):
+                if holds_one(st):
+                    visit(f"{owner}.{st.name}" if owner else st.name, st.body)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and holds_one(st):
+                out.extend(((owner, st.name), n) for n in _inner(st) if isinstance(n, ast.Call)
+                           and _last_name(n.func) == name)
+
+    if lines:
+        visit("", tree.body)
+    memo[name] = out
     return out
 
 
