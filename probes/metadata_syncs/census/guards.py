@@ -278,9 +278,9 @@ def _module_calls(tree: ast.Module) -> dict[str, list[tuple[tuple[str, str], ast
 
 
 def _calls_of(tree: ast.Module, name: str) -> list[tuple[tuple[str, str], ast.Call]]:
-    """`_module_calls(tree)[name]`, reading only the functions whose text holds `name(` (the
-    whole module's walk cost most of its functions a walk nothing else needs); kept on the
-    tree per name. Without the module's text (`source.parse_text` keeps it): the full index."""
+    """`_module_calls(tree)[name]`, reading only the functions whose text holds `name(`: the
+    full index walks every function of the module, most of which nothing else reads. Kept on
+    the tree per name; without the module's text (`source.parse_text` keeps it), the index."""
     memo = getattr(tree, "_diag_calls_of", None)
     if memo is None:
         memo = tree._diag_calls_of = {}  # type: ignore[attr-defined]
