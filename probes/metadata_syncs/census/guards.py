@@ -174,16 +174,77 @@ def _call_index(cls: ast.ClassDef, rel: str) -> dict[str, list[tuple[str, frozen
     return out
 
 
+def _self_calls(cls: ast.ClassDef, rel: str, name: str, tree: ast.Module | None
+                ) -> list[tuple[str, frozenset]]:
+    """`_call_index(cls, rel)[name]`, visiting only the methods whose text holds `name(`
+    (`tree`: the class's module, whose text `source.parse_text` keeps; without it, the whole
+    index). Kept on the class per name."""
+    lines = _match_lines(tree, name) if tree is not None else None
+    if lines is None:
+        return _call_index(cls, rel).get(name, [])
+    memo = getattr(cls, "_diag_self_calls", None)
+    if memo is None:
+        memo = cls._diag_self_calls = {}  # type: ignore[attr-defined]
+    if name in memo:
+        return memo[name]
+    out: list[tuple[str, frozenset]] = []
+
+    def visit(n: ast.AST, caller: str, stack: tuple) -> None:
+        if isinstance(n, (ast.If, ast.IfExp)):
+            visit(n.test, caller, stack)
+            w = f"{rel}:{n.lineno}"
+            for part, holds in ((n.body, True), (n.orelse, False)):
+                more = stack + guards_of(n.test, w, holds)
+                for x in (part if isinstance(part, list) else [part]):
+                    visit(x, caller, more)
+            return
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and \
+                n.func.attr == name:
+            out.append((caller, frozenset(stack)))
+        for c in _kids(n):
+            visit(c, caller, stack)
+
+    for m in cls.body:
+        if isinstance(m, ast.FunctionDef) and _spans_one(m, lines):
+            for st in m.body:
+                visit(st, m.name, ())
+    memo[name] = out
+    return out
+
+
+def _match_lines(tree: ast.Module, name: str) -> list[int] | None:
+    """The sorted lines of the module's text where `name(` stands (whitespace allowed before
+    the parenthesis); None without the text."""
+    text = getattr(tree, "_diag_source", None)
+    if text is None:
+        return None
+    starts = getattr(tree, "_diag_line_starts", None)
+    if starts is None:
+        starts = tree._diag_line_starts = [0] + [  # type: ignore[attr-defined]
+            m.end() for m in re.finditer("\n", text)]
+    return sorted({bisect.bisect_right(starts, m.start())
+                   for m in re.finditer(rf"{re.escape(name)}\s*\(", text)})
+
+
+def _spans_one(st: ast.AST, lines: list[int]) -> bool:
+    """Whether one of `lines` lies within `st` (its decorators included)."""
+    first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", ()))])
+    i = bisect.bisect_left(lines, first)
+    return i < len(lines) and lines[i] <= (st.end_lineno or st.lineno)
+
+
 def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
-                     seen: frozenset = frozenset()) -> frozenset:
+                     seen: frozenset = frozenset(), tree: ast.Module | None = None
+                     ) -> frozenset:
     """The guards on every in-class call of `self.<method>(...)` (a named builder called from
     `forward_*`, which the census does not walk): the tests around each call, and those of
     the caller's own callers, kept where every call site has them. A method no other method of
     the class calls is an entry point: no guard."""
     if depth > 4 or method in seen:
         return frozenset()
-    sites = [g | call_site_guards(cls, caller, rel, depth + 1, seen | {method})
-             for caller, g in _call_index(cls, rel).get(method, []) if caller != method]
+    sites = [g | call_site_guards(cls, caller, rel, depth + 1, seen | {method}, tree)
+             for caller, g in _self_calls(cls, rel, method, tree) if caller != method]
     return common_guards(sites) if sites else frozenset()
 
 
@@ -286,29 +347,19 @@ def _calls_of(tree: ast.Module, name: str) -> list[tuple[tuple[str, str], ast.Ca
         memo = tree._diag_calls_of = {}  # type: ignore[attr-defined]
     if name in memo:
         return memo[name]
-    text = getattr(tree, "_diag_source", None)
-    if text is None:
+    lines = _match_lines(tree, name)
+    if lines is None:
         memo[name] = _module_calls(tree).get(name, [])
         return memo[name]
-    starts = getattr(tree, "_diag_line_starts", None)
-    if starts is None:
-        starts = tree._diag_line_starts = [0] + [  # type: ignore[attr-defined]
-            m.end() for m in re.finditer("\n", text)]
-    lines = sorted({bisect.bisect_right(starts, m.start())
-                    for m in re.finditer(rf"{re.escape(name)}\s*\(", text)})
     out: list[tuple[tuple[str, str], ast.Call]] = []
-
-    def holds_one(st: ast.AST) -> bool:
-        first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", ()))])
-        i = bisect.bisect_left(lines, first)
-        return i < len(lines) and lines[i] <= (st.end_lineno or st.lineno)
 
     def visit(owner: str, body: list[ast.stmt]) -> None:
         for st in body:
             if isinstance(st, ast.ClassDef):
-                if holds_one(st):
+                if _spans_one(st, lines):
                     visit(f"{owner}.{st.name}" if owner else st.name, st.body)
-            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and holds_one(st):
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    _spans_one(st, lines):
                 out.extend(((owner, st.name), n) for n in _inner(st) if isinstance(n, ast.Call)
                            and _last_name(n.func) == name)
 

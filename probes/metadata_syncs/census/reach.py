@@ -300,7 +300,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
             elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
                 # a named builder only non-builders call (`forward_*`): their guards
                 new_guards[key] = called_from.setdefault(key, call_site_guards(
-                    classes[key[1]], name, rel))
+                    classes[key[1]], name, rel, tree=tree))
             if edges and not external:
                 agreed: dict[str, str] = {}
                 for pname in {p for e in edges for p in e.args}:
