@@ -147,9 +147,17 @@ def _call_index(cls: ast.ClassDef, rel: str) -> dict[str, list[tuple[str, frozen
     """`self.<name>(...)` calls in the class's methods: name -> [(caller, the guards around the
     call in the caller)], from one walk of the class (kept on the node)."""
     out = getattr(cls, "_diag_calls", None)
-    if out is not None:
-        return out
-    out = {}
+    if out is None:
+        out = cls._diag_calls = _self_call_sites(  # type: ignore[attr-defined]
+            cls, rel, [m for m in cls.body if isinstance(m, ast.FunctionDef)])
+    return out
+
+
+def _self_call_sites(cls: ast.ClassDef, rel: str, methods: list[ast.FunctionDef],
+                     name: str | None = None) -> dict[str, list[tuple[str, frozenset]]]:
+    """The `self.<x>(...)` calls in `methods` (only `self.<name>(...)` when given): x ->
+    [(caller, the guards around the call in the caller)]."""
+    out: dict[str, list[tuple[str, frozenset]]] = {}
 
     def visit(n: ast.AST, caller: str, stack: tuple) -> None:
         if isinstance(n, (ast.If, ast.IfExp)):
@@ -161,17 +169,30 @@ def _call_index(cls: ast.ClassDef, rel: str) -> dict[str, list[tuple[str, frozen
                     visit(x, caller, more)
             return
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
-                isinstance(n.func.value, ast.Name) and n.func.value.id == "self":
+                isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and \
+                name in (None, n.func.attr):
             out.setdefault(n.func.attr, []).append((caller, frozenset(stack)))
         for c in _kids(n):
             visit(c, caller, stack)
 
-    for m in cls.body:
-        if isinstance(m, ast.FunctionDef):
-            for st in m.body:
-                visit(st, m.name, ())
-    cls._diag_calls = out  # type: ignore[attr-defined]
+    for m in methods:
+        for st in m.body:
+            visit(st, m.name, ())
     return out
+
+
+def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
+                     seen: frozenset = frozenset(), tree: ast.Module | None = None
+                     ) -> frozenset:
+    """The guards on every in-class call of `self.<method>(...)` (a named builder called from
+    `forward_*`, which the census does not walk): the tests around each call, and those of
+    the caller's own callers, kept where every call site has them. A method no other method of
+    the class calls is an entry point: no guard."""
+    if depth > 4 or method in seen:
+        return frozenset()
+    sites = [g | call_site_guards(cls, caller, rel, depth + 1, seen | {method}, tree)
+             for caller, g in _self_calls(cls, rel, method, tree) if caller != method]
+    return common_guards(sites) if sites else frozenset()
 
 
 def _self_calls(cls: ast.ClassDef, rel: str, name: str, tree: ast.Module | None
@@ -185,32 +206,11 @@ def _self_calls(cls: ast.ClassDef, rel: str, name: str, tree: ast.Module | None
     memo = getattr(cls, "_diag_self_calls", None)
     if memo is None:
         memo = cls._diag_self_calls = {}  # type: ignore[attr-defined]
-    if name in memo:
-        return memo[name]
-    out: list[tuple[str, frozenset]] = []
-
-    def visit(n: ast.AST, caller: str, stack: tuple) -> None:
-        if isinstance(n, (ast.If, ast.IfExp)):
-            visit(n.test, caller, stack)
-            w = f"{rel}:{n.lineno}"
-            for part, holds in ((n.body, True), (n.orelse, False)):
-                more = stack + guards_of(n.test, w, holds)
-                for x in (part if isinstance(part, list) else [part]):
-                    visit(x, caller, more)
-            return
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
-                isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and \
-                n.func.attr == name:
-            out.append((caller, frozenset(stack)))
-        for c in _kids(n):
-            visit(c, caller, stack)
-
-    for m in cls.body:
-        if isinstance(m, ast.FunctionDef) and _spans_one(m, lines):
-            for st in m.body:
-                visit(st, m.name, ())
-    memo[name] = out
-    return out
+    if name not in memo:
+        memo[name] = _self_call_sites(cls, rel, [
+            m for m in cls.body if isinstance(m, ast.FunctionDef) and _spans_one(m, lines)],
+            name).get(name, [])
+    return memo[name]
 
 
 def _match_lines(tree: ast.Module, name: str) -> list[int] | None:
@@ -232,20 +232,6 @@ def _spans_one(st: ast.AST, lines: list[int]) -> bool:
     first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", ()))])
     i = bisect.bisect_left(lines, first)
     return i < len(lines) and lines[i] <= (st.end_lineno or st.lineno)
-
-
-def call_site_guards(cls: ast.ClassDef, method: str, rel: str, depth: int = 0,
-                     seen: frozenset = frozenset(), tree: ast.Module | None = None
-                     ) -> frozenset:
-    """The guards on every in-class call of `self.<method>(...)` (a named builder called from
-    `forward_*`, which the census does not walk): the tests around each call, and those of
-    the caller's own callers, kept where every call site has them. A method no other method of
-    the class calls is an entry point: no guard."""
-    if depth > 4 or method in seen:
-        return frozenset()
-    sites = [g | call_site_guards(cls, caller, rel, depth + 1, seen | {method}, tree)
-             for caller, g in _self_calls(cls, rel, method, tree) if caller != method]
-    return common_guards(sites) if sites else frozenset()
 
 
 def _ends(stmts: list[ast.stmt]) -> bool:
