@@ -405,85 +405,76 @@ def _floor_is_the_boundaries(floor: dict, off: list[float], on: list[float]) -> 
     assert floor["pairs"] == len(a) and again.ratio == pytest.approx(floor["ratio"])
 
 
+# the lane's check names (benchmarks/gpu_engine/checks.py), as the recorded runs name them
+BATCH1 = "--probe all per token <= 1.03 (upper bound), in-server paired windows, batch 1"
+BATCH16 = "--probe all per token <= 1.03 (upper bound), in-server paired windows, batch 16"
+PREDICTION = ("prediction from the kill-switch server's own counters within 10 % of the eager "
+              "cost measured inside the diag server")
+PREDICTION_ACROSS = ("prediction from the kill-switch server's own counters within 10 % of the "
+                     "measured eager cost")  # its name in runs 4-9
+TWINS = "two identical diag servers within the noise floor of two plain ones"
+
+
 @pytest.mark.parametrize(("folder", "failing"), [
     # 15:39 UTC, commit 734cd55, every server --sleep-on-idle: the lane ran out of time (each
     # window pair took 4.5 s: switches waited on the sleeping scheduler); batch 1 over the bar
-    ("lane-h200-run4", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                        "batch 1", "lane ran to the end"}),
+    ("lane-h200-run4", {BATCH1, "lane ran to the end"}),
     # 15:49 UTC, commit 6d7ea5c: 26 of 27 checks, batch 16's upper bound 1.039 over the bar
-    ("lane-h200-run5", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                        "batch 16"}),
+    ("lane-h200-run5", {BATCH16}),
     # 16:28 UTC, commit cbf4e5e (HEAD after the session's code changes): 24 of 27 checks; the
     # kill-switch prediction +55.8 % against a measured cost of 0.367 (0.291-0.466) ms/token,
     # both overhead bounds over 1.03 (1.038 and 1.040)
-    ("lane-h200-run6", {"prediction from the kill-switch server's own counters within 10 % of "
-                        "the measured eager cost",
-                        "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                        "batch 1",
-                        "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                        "batch 16"}),
+    ("lane-h200-run6", {PREDICTION_ACROSS,
+                        BATCH1,
+                        BATCH16}),
     # 18:38 UTC, commit 0aa4a40: servers pinned to 3 cores each, the counters' cost measured
     # with the other four stopped, the prediction with the metadata term: 25 of 27; prediction
     # -3.0 %, twins 1.006; both overhead bounds over the bar (1.033, 1.032; floor at batch 16
     # 1.019 (0.994-1.038): the diag server still on its 3 cores)
-    ("lane-h200-run7", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                        "batch 1",
-                        "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                        "batch 16"}),
+    ("lane-h200-run7", {BATCH1,
+                        BATCH16}),
     # 18:47 UTC, commit 78125c2: the diag server alone on every CPU but the client's: 26 of 27;
     # both overhead bounds met (1.016, 1.017), prediction -6.9 %; the twins outside the floor,
     # diag2/diag 0.938 (0.927-0.967): diag on cores 0-2 (CPU 0's housekeeping)
-    ("lane-h200-run8", {"two identical diag servers within the noise floor of two plain ones"}),
+    ("lane-h200-run8", {TWINS}),
     # 18:56 UTC, commit 21b53a7: the client on CPU 0: 26 of 27; twins and both overhead bounds
     # met (1.029, 1.026); the prediction +24.1 % against a measured 0.425 (0.352-0.659)
-    ("lane-h200-run9", {"prediction from the kill-switch server's own counters within 10 % of "
-                        "the measured eager cost"}),
+    ("lane-h200-run9", {PREDICTION_ACROSS}),
     # 2026-12-05 03:07 UTC, the tree of b560163 (the device copy's git said f2bff3b, the session's
     # first commit; the files were HEAD's): 25 of 27; both overhead bounds over the bar by a
     # hair (1.015 (1.002-1.030), 1.012 (0.979-1.040)); prediction +0.1 % of the in-server cost
-    ("lane-h200-run10", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 1",
-                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 16"}),
+    ("lane-h200-run10", {BATCH1,
+                         BATCH16}),
     # 03:16 UTC, b560163, right after: 23 of 27 on a noisy machine (per-token IQRs up to 0.86
     # ms; two plain servers 0.925 apart): twins 0.752, prediction -18.8 %, both overhead bounds
-    ("lane-h200-run11", {"two identical diag servers within the noise floor of two plain ones",
-                         "prediction from the kill-switch server's own counters within 10 % of "
-                         "the eager cost measured inside the diag server",
-                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 1",
-                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 16"}),
+    ("lane-h200-run11", {TWINS,
+                         PREDICTION,
+                         BATCH1,
+                         BATCH16}),
     # 2026-12-05 05:05 UTC, 66eb112: the counters timed before the diag server's CUDA profile,
     # windows of one longer request: 26 of 27; both overhead bounds met, 1.014 (1.004-1.025) and
     # 1.013 (1.005-1.023); the prediction +19.9 % (0.613 vs 0.511 (0.463-0.588) ms/token)
-    ("lane-h200-run12", {"prediction from the kill-switch server's own counters within 10 % of "
-                         "the eager cost measured inside the diag server"}),
+    ("lane-h200-run12", {PREDICTION}),
     # 05:14 UTC, 66eb112, right after: 26 of 27; prediction -6.6 %, batch 1 1.015 (1.005-1.023),
     # batch 16 over the bar: 1.023 (1.012-1.037), floor 1.000 (0.989-1.016)
-    ("lane-h200-run13", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 16"}),
+    ("lane-h200-run13", {BATCH16}),
     # 2026-12-05 11:26 UTC, 1bb2ecb, on an H100 (no H200 could be started): batch 16 in windows
     # of 16 x 256 tokens met, 1.011 (1.002-1.016); batch 1 over the bar by its interval, 1.009
     # (0.988-1.033; pairs spread 12.8 %); prediction -5.3 %: 26 of 27
-    ("lane-h100-run14", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 1"}),
+    ("lane-h100-run14", {BATCH1}),
     # 2026-12-05 12:43 UTC, 689fa87 (HEAD), on a slower, noisier H100 (plain 2.47 ms/token, IQR
     # 0.78, against run 14's 1.87): the lane's 560 s ran out during batch 16, so 25 checks
     # decided; batch 1 1.020 (0.976-1.096) with its floor 0.956 (0.896-0.997); prediction +17.9 %
     # inside the measured cost's own interval (0.700, 0.557-0.893)
-    ("lane-h100-run15", {"--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 1",
-                         "prediction from the kill-switch server's own counters within 10 % of "
-                         "the eager cost measured inside the diag server",
+    ("lane-h100-run15", {BATCH1,
+                         PREDICTION,
                          "lane ran to the end"}),
     # 13:51 UTC, f87a910, on an H100, the stages' time budgets in (104 s, 197 s: every pair
     # ran, 480 s in all): 25 of 27, every functional check; twins 1.095 (1.011-1.262) against
     # plain twins 1.008 (0.998-1.029); batch 16 1.013 (0.998-1.041), its floor 0.999
     # (0.984-1.020); batch 1 1.013 (1.003-1.022) met; prediction +8.7 %
-    ("lane-h100-run16", {"two identical diag servers within the noise floor of two plain ones",
-                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 16"}),
+    ("lane-h100-run16", {TWINS,
+                         BATCH16}),
     # 15:36 UTC, f9d9769 (HEAD): the floor from the pairs' boundaries, 120/128 overhead pairs
     # asked (budgets 84.5/141.2 s: 113 and 120 ran), 60 eager-cost pairs, 60 rounds: 27 of 27;
     # batch 1 1.009 (0.997-1.014), batch 16 1.009 (1.001-1.022), prediction -5.6 %, twins
@@ -504,18 +495,14 @@ def _floor_is_the_boundaries(floor: dict, off: list[float], on: list[float]) -> 
     # every functional check; twins 0.720 (0.681-0.841) against plain twins 0.941
     # (0.849-1.001); prediction -11.6 % (0.517 vs 0.585 (0.505-0.642)); batch 1 1.015
     # (1.005-1.034), its floor 1.013 (0.996-1.026); batch 16 1.011 (0.990-1.035)
-    ("lane-h100-run20", {"two identical diag servers within the noise floor of two plain ones",
-                         "prediction from the kill-switch server's own counters within 10 % of "
-                         "the eager cost measured inside the diag server",
-                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 1",
-                         "--probe all per token <= 1.03 (upper bound), in-server paired windows, "
-                         "batch 16"}),
+    ("lane-h100-run20", {TWINS,
+                         PREDICTION,
+                         BATCH1,
+                         BATCH16}),
     # 18:16 UTC, bb26b0d, third on the same machine (plain 2.029 ms/token, IQR 0.333): 26 of 27;
     # batch 1 1.009 (0.985-1.024), batch 16 0.996 (0.984-1.012); prediction +23.7 % (0.638 vs
     # 0.515 (0.496-0.536)); twins 1.091 (1.016-1.208) against plain twins 1.109 (1.053-1.194)
-    ("lane-h100-run21", {"prediction from the kill-switch server's own counters within 10 % of "
-                         "the eager cost measured inside the diag server"}),
+    ("lane-h100-run21", {PREDICTION}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -546,8 +533,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     t = doc["timings"]
     twins = checks.check_within_floor("again", t["paired"]["diag2_vs_diag"],
                                       t["paired"]["plain2_vs_plain"])
-    assert twins.ok is by_name["two identical diag servers within the noise floor of two plain "
-                               "ones"]["ok"]
+    assert twins.ok is by_name[TWINS]["ok"]
     # runs 4-9 judged the prediction against the cost across servers; since run 10, against the
     # cost measured inside the diag server (`diag bench eager-cost`)
     inside = doc.get("eager_cost_in_server")
