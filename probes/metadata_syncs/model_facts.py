@@ -92,8 +92,7 @@ def encoder_decoder(target: Any, arch: str) -> tuple[bool | None, str]:
 def window(target: Any, model: str | None, which: str) -> Window:
     """The sliding window of the `which` ("target" or "draft") model, `model` its path, and
     whether it is an encoder-decoder model."""
-    w = _window(target, model, which)
-    arch = _arch(model)
+    w, arch = _window(target, model, which)
     if arch is None:
         return Window(w.known, w.value, w.why, None,
                       f"whether the {which} model is an encoder-decoder model (" + (
@@ -104,59 +103,44 @@ def window(target: Any, model: str | None, which: str) -> Window:
     return Window(w.known, w.value, w.why, yes, why)
 
 
-def _arch(model: str | None) -> str | None:
-    params = _config(model)
-    archs = (params or {}).get("architectures") or []
-    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-
-
 def _config_file(model: str) -> Path | None:
     p = Path(model)
     return p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
 
 
-def _config(model: str | None) -> dict[str, Any] | None:
-    if not model:
-        return None
-    f = _config_file(model)
-    try:
-        params = json.loads(f.read_text(encoding="utf-8")) if f is not None else None
-    except (OSError, ValueError):
-        return None
-    return params if isinstance(params, dict) else None
-
-
-def _window(target: Any, model: str | None, which: str) -> Window:
+def _window(target: Any, model: str | None, which: str) -> tuple[Window, str | None]:
+    """The window, and the architecture config.json names (None when none is readable)."""
     if not model:
         return Window(False, None, f"the {which} model's sliding window (" + (
             "pass --model" if which == "target" else "the draft model's path comes from "
-            "--server") + ")")
+            "--server") + ")"), None
     cfg_file = _config_file(model)
     if cfg_file is None or not cfg_file.is_file():
         return Window(False, None, f"the {which} model's sliding window ({model}: no "
-                      "config.json readable here)")
+                      "config.json readable here)"), None
     try:
         params = json.loads(cfg_file.read_text(encoding="utf-8"))
         params = params if isinstance(params, dict) else {}
     except (OSError, ValueError):
-        return Window(False, None, f"the {which} model's sliding window ({cfg_file} unreadable)")
+        return Window(False, None,
+                      f"the {which} model's sliding window ({cfg_file} unreadable)"), None
     archs = params.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if arch is None:
         return Window(False, None, f"the {which} model's sliding window ({cfg_file} names no "
-                      "architecture)")
+                      "architecture)"), None
     where = _defines_window(target, arch)
     if where is not None:
-        return Window(False, None, f"{arch} sets its own sliding window ({where})")
+        return Window(False, None, f"{arch} sets its own sliding window ({where})"), arch
     if params.get("sliding_window") is not None or any(
             isinstance(t, str) and "sliding" in t for t in params.get("layer_types") or []):
         return Window(False, None, f"{arch}'s config.json has a sliding window: whether SGLang "
-                      "reads it as hybrid SWA")
+                      "reads it as hybrid SWA"), arch
     chunk = params.get("attention_chunk_size")
     if isinstance(chunk, int) and not isinstance(chunk, bool):
-        return Window(True, chunk, f"{arch}: attention_chunk_size {chunk}")
+        return Window(True, chunk, f"{arch}: attention_chunk_size {chunk}"), arch
     return Window(True, None, f"{arch}: no sliding window (no get_attention_sliding_window_size, "
-                  "no sliding_window or attention_chunk_size in config.json)")
+                  "no sliding_window or attention_chunk_size in config.json)"), arch
 
 
 def windows(target: Any, model: str | None, draft: str | None = None) -> dict[str, Window]:

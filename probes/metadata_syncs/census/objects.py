@@ -156,29 +156,28 @@ def objects(classes: dict[str, ast.ClassDef]) -> Objects:
     return Objects(classes)
 
 
-def method_of(objs: Objects, classes: dict[str, ast.ClassDef], holder: str, attr: str,
-              meth: str) -> tuple[str, str] | None:
+def method_of(objs: Objects, holder: str, attr: str, meth: str) -> tuple[str, str] | None:
     """(class, method) a call `self.<attr>.<meth>(...)` in a method of `holder` runs, or None
     when the source does not say for certain."""
     cls = objs.held(holder).get(attr)
-    if cls is None or cls not in classes:
+    if cls is None or cls not in objs.classes:
         return None
     aliases, chosen, _ = objs.own(cls)
     if meth in chosen:
         return None  # a conditional alias shadows the method of its name (`choices`)
     name = aliases.get(meth, meth)
-    return (cls, name) if name in _methods(classes[cls]) else None
+    return (cls, name) if name in _methods(objs.classes[cls]) else None
 
 
-def choices(objs: Objects, classes: dict[str, ast.ClassDef], holder: str, attr: str,
-            meth: str) -> list[tuple[str, str, Tests]]:
+def choices(objs: Objects, holder: str, attr: str, meth: str
+            ) -> list[tuple[str, str, Tests]]:
     """(class, method, tests) for each method a call `self.<attr>.<meth>(...)` may run where
     `meth` is an alias bound under an if chain (`Objects.own`); [] otherwise."""
     cls = objs.held(holder).get(attr)
-    if cls is None or cls not in classes:
+    if cls is None or cls not in objs.classes:
         return []
     picks = objs.own(cls)[1].get(meth, ())
-    names = _methods(classes[cls])
+    names = _methods(objs.classes[cls])
     if not picks or any(m not in names for m, _ in picks):
         return []
     return [(cls, m, tests) for m, tests in picks]
@@ -193,3 +192,11 @@ def device_copies(objs: Objects, cls: str, backend_device: set[str]) -> set[str]
     param = by[1]
     return {a for a, src in objs.own(cls)[2].items()
             if src.split(".", 1)[0] == param and src.split(".", 1)[1] in backend_device}
+
+
+def held_call(f: ast.AST) -> tuple[str, str] | None:
+    """(attr, meth) of a call's function `self.<attr>.<meth>`, else None."""
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and \
+            isinstance(f.value.value, ast.Name) and f.value.value.id == "self":
+        return f.value.attr, f.attr
+    return None

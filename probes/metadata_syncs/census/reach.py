@@ -18,7 +18,13 @@ from diag.probes.metadata_syncs.census.guards import (
     param_mirrors,
 )
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
-from diag.probes.metadata_syncs.census.objects import choices, device_copies, method_of, objects
+from diag.probes.metadata_syncs.census.objects import (
+    choices,
+    device_copies,
+    held_call,
+    method_of,
+    objects,
+)
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
     NONE,
@@ -115,10 +121,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None
             found = lookup(backend, f.attr, set())
             if found:
                 return f"{found[0]}.{f.attr}", found[1]
-        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and \
-                isinstance(f.value.value, ast.Name) and f.value.value.id == "self" and \
-                backend in classes:
-            held = method_of(objs, classes, backend, f.value.attr, f.attr)
+        elif backend in classes and (attr_meth := held_call(f)) is not None:
+            held = method_of(objs, backend, *attr_meth)
             if held is not None:
                 fn = lookup(held[0], held[1], set())
                 if fn is not None:
@@ -135,14 +139,12 @@ def _builders(tree: ast.Module, modules: Modules | None = None
                      ) -> list[tuple[str, ast.FunctionDef, tuple[tuple[ast.expr, bool], ...]]]:
         """(qualname, def, tests) of each method a call through a held object's conditional
         alias may run (`objects.choices`); [] where `resolve` answers or nothing does."""
-        f = call.func
-        if (where is not None and id(where) in homes) or not (
-                isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
-                and isinstance(f.value.value, ast.Name) and f.value.value.id == "self"
-                and backend in classes):
+        attr_meth = held_call(call.func)
+        if (where is not None and id(where) in homes) or attr_meth is None or \
+                backend not in classes:
             return []
         out = []
-        for cls, meth, tests in choices(objs, classes, backend, f.value.attr, f.attr):
+        for cls, meth, tests in choices(objs, backend, *attr_meth):
             fn = lookup(cls, meth, set())
             if fn is not None:
                 owner[id(fn[1])] = cls
