@@ -40,7 +40,7 @@ import pytest
 from diag.context import SpecConfig
 from diag.probes.metadata_syncs.census.count import census
 from diag.probes.metadata_syncs.census.guards import param_mirrors
-from diag.probes.metadata_syncs.census_config import decide
+from diag.probes.metadata_syncs.census_config import decide, release_paths
 from diag.probes.metadata_syncs.probe import relay_of
 from diag.probes.source import find_def, parse_file
 from tests.conftest import release_target
@@ -183,3 +183,39 @@ def test_the_metadata_syncs_finding(version):
         dep = [d for d in unknown[phase]["depends"] if d["at"] == site]
         assert dep and "--overlap-schedule" in dep[0]["condition"], unknown[phase]
         assert unknown[phase]["exact"] is False
+
+
+# Per forward mode (census/reach.py `mode_binds`), READ BY HAND: flashinfer's
+# `FlashInferIndicesUpdaterPrefill.update_single_wrapper` (0.5.23 flashinfer_backend.py:1936)
+# sums `paged_kernel_lens.sum().item()` (:1962) in the `else` of `if extend_prefix_lens_cpu is
+# not None:` (:1958). Its calls: the extend branch of init_forward_metadata passes
+# `extend_prefix_lens_cpu=forward_batch.extend_prefix_lens_cpu` (:1087; the call :1075), on
+# every mode but decode, idle and target-verify; target-verify's call leaves it None (:1026,
+# and :782 in init_forward_metadata_out_graph); the out_graph draft-extend call leaves it None
+# too (:808). So on target-extend the test is the batch's mirror, which ForwardBatch.init_new
+# sets from the host lists (model_executor/forward_batch_info.py:1240); on draft-extend the two
+# calls disagree. 0.5.19: the read :1914 under :1910, the mirror call :1026 (passed :1039),
+# set at forward_batch_info.py:907.
+FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
+PREFIX_HAND = {"0.5.23": {"site": 1962, "test": 1958, "call": 1075, "set": 1240},
+               "0.5.19": {"site": 1914, "test": 1910, "call": 1026, "set": 907}}
+
+
+@pytest.mark.parametrize("version", sorted(PREFIX_HAND))
+def test_a_parameter_bound_per_mode_is_the_mirror_on_the_modes_that_bind_it(version):
+    h = PREFIX_HAND[version]
+    s = _site(version, FLASHINFER, h["site"], "FlashInferAttnBackend")
+    [g] = [g for g in s.guards if g[3] == f"{FLASHINFER}:{h['test']}"]
+    assert (g[0], g[1]) == ("bind:extend_prefix_lens_cpu", "is")
+    per = {m: (b, at) for m, b, at in g[2]}
+    assert per["target-extend"] == ("mirror:extend_prefix_lens_cpu", f"{FLASHINFER}:{h['call']}")
+    assert per["target-verify"][0] == "none"
+    assert "draft-extend" not in per  # a call passing the mirror and one passing None
+    te = decide(s, SpecConfig(), "target-extend", version, "cuda")
+    assert te.status == "unreachable"
+    assert f"model_executor/forward_batch_info.py:{h['set']}" in te.reason
+    de = decide(s, SpecConfig(), "draft-extend", version, "cuda")
+    assert de.status == "depends" and "draft-extend calls pass as extend_prefix_lens_cpu" \
+        in de.reason
+    assert "draft-extend" in s.paths and release_paths(s, version) == tuple(
+        m for m in s.paths if m != "target-extend")

@@ -102,17 +102,23 @@ def test_lane_configuration_gives_zero_in_every_phase(release, lane):
 
 
 def test_dcp_two_makes_the_dcp_site_live(release, lane):
-    """With dcp 2 the site counts, but as a bound: it runs only when the caller passes no
-    `kv_indices` (triton_backend.py:498 `if kv_indices is None:`; 556 passes the graph buffer,
-    896 and 1065 do not), a condition no configuration input decides."""
+    """With dcp 2 the site counts: it runs only when the caller passes no `kv_indices`
+    (triton_backend.py:498 `if kv_indices is None:`). Read by hand, per mode: the extend
+    branch of init_forward_metadata (1065-1069) is the only call on an extend path and passes
+    none, so there the count is exact; on a decode batch the eager call (896-900) passes none
+    but the graph-buffer refresh `_update_decode_kv_buffers` (556-560) passes
+    `self.cuda_graph_kv_indices`, so draft decode stays a bound with that condition."""
     _, phases = _phases(release, **lane, dcp_size=2)
     totals = {p: d["syncs_per_step"] for p, d in phases.items()}
     assert totals == {"target-extend": 1, "draft-extend": 1, "target-verify": 0,
                       "draft-decode": 1}
-    for p in ("target-extend", "draft-extend", "draft-decode"):
-        assert phases[p]["at"] == [f"{TRITON}:500"] and not phases[p]["exact"]
-        [dep] = phases[p]["depends"]
-        assert dep["at"] == f"{TRITON}:500" and "kv_indices is None" in dep["condition"]
+    for p in ("target-extend", "draft-extend"):
+        assert phases[p]["at"] == [f"{TRITON}:500"] and phases[p]["exact"], phases[p]
+        assert not phases[p]["depends"]
+    dd = phases["draft-decode"]
+    assert dd["at"] == [f"{TRITON}:500"] and not dd["exact"]
+    [dep] = dd["depends"]
+    assert dep["at"] == f"{TRITON}:500" and "kv_indices is None" in dep["condition"]
     assert phases["target-verify"]["exact"]
 
 

@@ -16,7 +16,7 @@ from diag.context import Context, SpecConfig
 from diag.probes import get as get_probe
 from diag.probes.base import run_probe
 from diag.probes.metadata_syncs.census.count import census
-from diag.probes.metadata_syncs.census_config import decide
+from diag.probes.metadata_syncs.census_config import decide, release_paths
 
 pytestmark = pytest.mark.release
 TRUTH = json.loads((Path(__file__).parent / "groundtruth" / "hand_census.json").read_text())
@@ -39,7 +39,7 @@ def disagreements(c, version: str) -> list[str]:
                 and not ruled_out(s, version)]
         where = f"{t['file']}:{t['line']} {t['kind']} ({t['status']})"
         if t["status"] == "live":
-            got = [(s.syncs, sorted(s.paths)) for s in live]
+            got = [(s.syncs, sorted(release_paths(s, version))) for s in live]
             if (t["syncs"], sorted(t["phases"])) not in got:
                 wrong.append(f"{where}: want {t['syncs']} syncs on {t['phases']}, got {got} "
                              f"{[(s.verdict, s.path_class) for s in at]}")

@@ -43,7 +43,15 @@ _INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
 # where every backend opts out of the host lengths, 0.5.23 managers/overlap_utils.py:615-619).
 _EXTEND_SEQ_LENS = "sglang/srt/managers/schedule_batch.py:2888"
 _EXTEND_SEQ_LENS_19 = "sglang/srt/managers/schedule_batch.py:2545"
+# `extend_prefix_lens_cpu`, filled by the same branch of ForwardBatch.init_new (0.5.23
+# forward_batch_info.py:1240, 0.5.19 :907) from the scheduler's host lists on a target-extend
+# batch; the EAGLE draft extend's gpu-only path leaves it None (it sets extend_seq_lens_cpu
+# only: 0.5.23 eagle_worker_common.py:222), so draft-extend is not listed.
+_PREFIX_23 = "sglang/srt/model_executor/forward_batch_info.py:1240"
+_PREFIX_19 = "sglang/srt/model_executor/forward_batch_info.py:907"
 MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
+    ("0.5.23", "extend_prefix_lens_cpu"): {"target-extend": _PREFIX_23},
+    ("0.5.19", "extend_prefix_lens_cpu"): {"target-extend": _PREFIX_19},
     ("0.5.23", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS},
     ("0.5.19", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS_19},
     ("0.5.23", "extend_seq_lens_cpu"): {
@@ -106,6 +114,16 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         if platform is None or op not in ("==", "!="):
             return None, f"`{text}` ({where}): the platform"
         return (platform == value) == (op == "=="), f"platform: {platform} (`{text}`, {where})"
+    if fact.startswith("bind:"):  # a parameter whose callers bind it per mode (census.reach)
+        pname = fact.split(":", 1)[1]
+        got = {m: (b, at) for m, b, at in value or ()}.get(mode)
+        if got is None:
+            return None, f"`{text}` ({where}): what the {mode} calls pass as {pname}"
+        if got[0] == "none":
+            return op == "is", f"release: every {mode} call passes {pname}=None ({got[1]}; " \
+                               f"`{text}`, {where})"
+        return decide_guard((got[0], op, None, where, text), cfg, mode, version, platform,
+                            models, relay)
     if fact.startswith("mirror:"):  # also a helper's parameter its callers bind to one
         name = fact.split(":", 1)[1]  # (census.guards.param_mirrors)
         set_at = MIRRORS_SET.get((version or "", name), {}).get(mode)
@@ -137,10 +155,26 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
-        on_config = on_config or (ok is None and not g[0].startswith(("mirror:", "data:")))
+        on_config = on_config or (ok is None and not g[0].startswith(
+            ("mirror:", "data:", "bind:")))
     if undecided:
         return Decision("depends", "; ".join(undecided), on_config)
     return Decision("live", "; ".join(held))
+
+
+def release_paths(site: Any, version: str | None) -> tuple[str, ...]:
+    """The site's per-step paths (the census's, from the call graph) less those a fact of the
+    release alone rules out: a host mirror the release's callers always set on that mode
+    (`MIRRORS_SET`), or a parameter every call of that mode passes as None
+    (census.reach.mode_binds). 0.5.23 flashinfer_backend.py:1962 lies on the extend branch, but
+    its `.item()` runs only without `extend_prefix_lens_cpu`, which every target-extend batch
+    has (forward_batch_info.py:1240): not a target-extend path."""
+    facts = [g for g in site.guards if g[0].startswith(("mirror:", "bind:"))]
+    if not facts:
+        return tuple(site.paths)
+    cfg = SpecConfig()
+    return tuple(m for m in site.paths
+                 if all(decide_guard(g, cfg, m, version)[0] is not False for g in facts))
 
 
 def decide_modes(site: Any, cfg: SpecConfig, modes: list[str] | tuple[str, ...],

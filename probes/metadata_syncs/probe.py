@@ -140,7 +140,7 @@ class MetadataSyncsProbe(Probe):
     def run(self, ctx: Context) -> Finding:
         from diag.probes.metadata_syncs.census.count import census
         from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, DRAFT_EXTEND_BACKENDS
-        from diag.probes.metadata_syncs.census_config import decide_modes
+        from diag.probes.metadata_syncs.census_config import decide_modes, release_paths
         from diag.probes.metadata_syncs.model_facts import windows
 
         target = ctx.target
@@ -257,13 +257,14 @@ class MetadataSyncsProbe(Probe):
                 where = f"unreachable ({why_cfg})"
             elif why_cfg and r == "reaches":
                 where += f"; {why_cfg}"
-            paths_txt = ", ".join(s.paths) if s.paths else "no per-step path"
+            on = release_paths(s, target.version)  # less what the release rules out
+            paths_txt = ", ".join(on) if on else "no per-step path"
             ev.append(location(
                 s.file, s.line, s.function,
                 f"{s.kind}: {s.why} ({s.syncs} sync{'s' if s.syncs != 1 else ''} when it runs;"
                 f" {paths_txt}; {where}) `{s.call}`",
                 data={"builder": s.function, "backend": registry_name(s.backend),
-                      "call": s.kind, "syncs": s.syncs, "paths": list(s.paths), "reach": r,
+                      "call": s.kind, "syncs": s.syncs, "paths": list(on), "call_paths": list(s.paths), "reach": r,
                       "status": "unreachable" if r == "unreachable" else site_status(s),
                       "syncs_per_execution": s.syncs, "why": s.why,
                       "callers": list(s.callers), "source": "static",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from typing import Any
 
 from diag.probes.metadata_syncs.census.paths import (
     _CAPTURE_FLAG,
@@ -50,8 +51,9 @@ _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", 
 _NEGATE = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "is": "is not",
            "is not": "is", "true": "false", "false": "true"}
 _SWAP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
-# (parameter, host mirror) pairs of one function (`param_mirrors`); a tuple: a memo key
-MirrorParams = tuple[tuple[str, str], ...]
+# (parameter, host mirror) pairs of one function (`param_mirrors`), or (parameter, ((mode,
+# binding, calls), ...)) where the binding differs by mode (`reach.mode_binds`); a memo key
+MirrorParams = tuple[tuple[str, Any], ...]
 
 
 def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = ()) -> Guard | None:
@@ -73,6 +75,8 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = ()) -> Guard | N
         return None
     bound = dict(mirrors).get(name) if mirrors and isinstance(left, ast.Name) else None
     if bound and right.value is None and op in ("is", "is not"):
+        if isinstance(bound, tuple):  # what the calls bind it to, per mode (reach.mode_binds)
+            return (f"bind:{name}", op, bound, where, _src(e, 60))
         # a parameter every caller binds to the batch's mirror (`param_mirrors`): its test
         return (f"mirror:{bound}", op, None, where, _src(e, 60))
     if name in CONFIG_NAMES and isinstance(right.value, int) and \
@@ -408,10 +412,9 @@ def _is_batch(e: ast.AST, caller: ast.FunctionDef) -> bool:
 def _assigned_once(caller: ast.FunctionDef, name: str, line: int) -> ast.AST | None:
     """The value of `name = value`, the caller's one binding of `name` (not a parameter),
     before `line`; None when it is bound otherwise, twice, or not at all."""
-    if any(p.arg == name for p in _params(caller)[0]):
-        return None
     stores, binds = _name_binds(caller).get(name, (0, []))
-    if stores != 1 or len(binds) != 1 or binds[0].lineno >= line:
+    if stores != 1 or len(binds) != 1 or binds[0].lineno >= line or \
+            any(p.arg == name for p in _params(caller)[0]):
         return None
     return binds[0].value
 

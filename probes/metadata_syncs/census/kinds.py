@@ -80,6 +80,11 @@ class _Kinds:
             if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
                 return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
             return self.of(e.value, line, depth + 1)
+        if isinstance(e, ast.IfExp):  # `a if c else b`: what both sides agree on (a None
+            # side aside: where the value is used as a tensor, it is the other one)
+            sides = {self.of(x, line, depth + 1) for x in (e.body, e.orelse)
+                     if not (isinstance(x, ast.Constant) and x.value is None)}
+            return sides.pop() if len(sides) == 1 else "unknown"
         if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
             return self.of(e.operand, line, depth + 1)
         if isinstance(e, ast.Compare) and len(e.comparators) == 1:

@@ -34,6 +34,7 @@ from diag.probes.metadata_syncs.census.paths import (
     mode_guards,
     mode_helpers,
     seed_state,
+    step_paths,
 )
 from diag.probes.metadata_syncs.census.scan import _Edge, _Scan
 from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, _NAMED_BUILDER, ATTENTION_DIR
@@ -235,6 +236,29 @@ def _mirror_params(tree: ast.Module, classes: dict[str, ast.ClassDef], qual: str
     return param_mirrors(tree, cls, fn) if cls is not None else ()
 
 
+def mode_binds(edges: list[_Edge]) -> MirrorParams:
+    """(parameter, ((mode, "none" | "mirror:<x>", the calls' `file:line`s), ...)) for each
+    parameter some call binds to None or a host mirror: per forward mode, what every call
+    reaching that mode binds (a mode whose calls disagree, or bind anything else, is left
+    out: there the test stays data; a parameter the callee rebinds is not used). flashinfer's `update_single_wrapper` tests
+    `extend_prefix_lens_cpu is not None` (0.5.23 flashinfer_backend.py:1958): the extend branch
+    of init_forward_metadata passes the batch's mirror (:1087), the dllm branch of
+    init_forward_metadata_out_graph passes none (:794-802), so the test is the mirror's on a
+    target-extend and data only where both reach."""
+    out = []
+    for p in sorted({p for e in edges for p in e.binds}):
+        per: dict[str, dict[str, list[str]]] = {}
+        for e in edges:
+            b = e.binds.get(p, "other")
+            for m in step_paths(e.state):
+                per.setdefault(m, {}).setdefault(b, []).append(e.at.split(" ", 1)[0])
+        decided = tuple((m, b, ", ".join(dict.fromkeys(at))) for m, got in per.items()
+                        if len(got) == 1 for b, at in got.items() if b != "other")
+        if decided:
+            out.append((p, decided))
+    return tuple(out)
+
+
 def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
              ) -> tuple[list[str], list[_Scan]]:
     """Walk every builder until what reaches each one (the union over its callers' branches,
@@ -256,6 +280,9 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     # parameter keeps its callers' guards (0.5.23 flashinfer_backend.py:2306: only the
     # sliding-window updater passes use_sliding_window_kv_pool, :2081-2094)
     pguards: dict[tuple[str, str], dict[tuple[str, bool], frozenset]] = {}
+    # parameter -> what the calls reaching each mode bind it to, where they agree
+    # (`mode_binds`)
+    pbinds: dict[tuple[str, str], MirrorParams] = {}
     classes = getattr(resolve, "classes", {})
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
@@ -269,13 +296,15 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
             key = (qual, backend)
             inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
                       truths.get(key) or {}, guards.get(key, frozenset()),
-                      pguards.get(key) or {})
+                      pguards.get(key) or {}, pbinds.get(key, ()))
             if key in made and made[key][0] == inputs:
                 scans[key] = made[key][1]
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
             s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)],
-                      mirrors[id(fn)], inputs[5])
+                      mirrors[id(fn)] + tuple(b for b in inputs[6]
+                                              if b[0] not in dict(mirrors[id(fn)])),
+                      inputs[5])
             s.run(inputs[0], inputs[1], inputs[4])
             scans[key] = s
             made[key] = (inputs, s)
@@ -285,6 +314,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                 callers.setdefault(e.callee, []).append(e)
         new_entry, new_unknown, new_facts, new_truths, new_guards = {}, {}, {}, {}, {}
         new_pguards: dict[tuple[str, str], dict[tuple[str, bool], frozenset]] = {}
+        new_pbinds: dict[tuple[str, str], MirrorParams] = {}
         for key in keys:
             name = key[0].rsplit(".", 1)[-1]
             edges = callers.get(key, [])
@@ -325,11 +355,15 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                             pg[(p, holds)] = common_guards(some)
                 if pg:
                     new_pguards[key] = pg
+                if mb := mode_binds(reach_all):
+                    new_pbinds[key] = mb
         if new_entry == entry and new_facts == facts and new_unknown == unknown and \
-                new_truths == truths and new_guards == guards and new_pguards == pguards:
+                new_truths == truths and new_guards == guards and new_pguards == pguards \
+                and new_pbinds == pbinds:
             break
-        entry, unknown, facts, truths, guards, pguards = (
-            new_entry, new_unknown, new_facts, new_truths, new_guards, new_pguards)
+        entry, unknown, facts, truths, guards, pguards, pbinds = (
+            new_entry, new_unknown, new_facts, new_truths, new_guards, new_pguards,
+            new_pbinds)
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
     callers: dict[tuple[str, str], list[_Edge]] = {}

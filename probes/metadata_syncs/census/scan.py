@@ -8,7 +8,12 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from diag.probes.metadata_syncs.census.guards import MirrorParams, _ends, guards_of
+from diag.probes.metadata_syncs.census.guards import (
+    MirrorParams,
+    _ends,
+    argument_mirror,
+    guards_of,
+)
 from diag.probes.metadata_syncs.census.kinds import _classify, _FnInfo, _Kinds
 from diag.probes.metadata_syncs.census.paths import (
     ALL,
@@ -59,6 +64,25 @@ def _param_atoms(test: ast.AST, holds: bool, params: dict) -> list[tuple[str, bo
     return []
 
 
+def _rebound_before(fn: ast.FunctionDef, name: str, line: int) -> bool:
+    """`name` may be rebound in `fn` before a test on `line` runs: a store of it on an
+    earlier line, or anywhere in a loop that holds the test (a later pass sees it). What
+    the callers bind is then not what the test reads (0.5.23 deepseek_v4_backend.py:3064-3066
+    fills `max_seq_len_override` from the batch before testing it)."""
+    stores = getattr(fn, "_diag_stores", None)
+    if stores is None:
+        stores, loops = {}, []
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                stores.setdefault(n.id, []).append(n.lineno)
+            elif isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
+                loops.append((n.lineno, n.end_lineno or n.lineno))
+        fn._diag_stores = stores = (stores, loops)  # type: ignore[attr-defined]
+    at, loops = stores[0].get(name, []), stores[1]
+    return any(x < line for x in at) or any(
+        a <= line <= b and any(a <= x <= b for x in at) for a, b in loops)
+
+
 @dataclass
 class _Edge:
     """A call from one builder to another (a same-class method or a module function)."""
@@ -71,6 +95,9 @@ class _Edge:
     # callee parameter -> (pairs where the argument may be true, where it may be false)
     at: str = ""  # `file:line Caller.qualname` of the call
     guards: frozenset = frozenset()  # the guards around the call (and its caller's own)
+    # callee parameter -> "none" (None passed or left to a None default) | "mirror:<x>" (the
+    # batch's host mirror, `guards.argument_mirror`): what the call binds, for its modes
+    binds: dict[str, str] = field(default_factory=dict)
 
 
 # What `_Scan.expr` does nothing for: no call, subscript, test or lambda can lie under a name,
@@ -165,7 +192,11 @@ class _Scan:
         """`guards.guards_of`, with the parameters this builder's callers bind to a mirror;
         a branch on a parameter that only some callers may pass so adds those callers'
         common guards (`pguards`)."""
-        own = guards_of(test, where, holds, self.mirrors)
+        line = int(where.rpartition(":")[2] or 0)
+        mirrors = self.mirrors if not any(isinstance(m, tuple) for _, m in self.mirrors) \
+            else tuple((p, m) for p, m in self.mirrors
+                       if not isinstance(m, tuple) or not _rebound_before(self.fn, p, line))
+        own = guards_of(test, where, holds, mirrors)
         if not self.pguards:
             return own
         more = [g for p in _param_atoms(test, holds, self.env["params"])
@@ -390,15 +421,16 @@ class _Scan:
                                   for g in guards_of(t, self._where(t), holds)))
                      for q, d, tests in (alts(self.backend, call, self.fn) if alts else ())]
         for cqual, cfn, chosen in picks:
-            args, truth = self._args(cfn, call, state)
+            args, truth, binds = self._args(cfn, call, state)
             callee = getattr(self.resolve, "owner", {}).get(id(cfn), self.backend)
             self.edges.append(_Edge((cqual, callee), state, unknown, args, truth,
                                     f"{self.rel}:{call.lineno} {self.qual}",
-                                    frozenset(self.stack) | frozenset(chosen)))
+                                    frozenset(self.stack) | frozenset(chosen), binds))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
-              ) -> tuple[dict[str, str], dict[str, tuple[frozenset, frozenset]]]:
+              ) -> tuple[dict[str, str], dict[str, tuple[frozenset, frozenset]],
+                         dict[str, str]]:
         params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
         if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
             params = params[1:]
@@ -409,10 +441,12 @@ class _Scan:
         given: dict[str, ast.AST] = dict(zip(params, call.args))
         if any(isinstance(a, ast.Starred) for a in call.args) or \
                 any(k.arg is None for k in call.keywords):
-            return {}, {}  # *args / **kwargs: the census cannot match arguments to parameters
+            # *args / **kwargs: the census cannot match arguments to parameters
+            return {}, {}, {}
         given |= {k.arg: k.value for k in call.keywords if k.arg}
-        out = {}
+        out: dict[str, str] = {}
         truth = {}
+        binds: dict[str, str] = {}
         known = {k: h for k, h, _ in self.known if k is not None}
         for name in params + [a.arg for a in callee.args.kwonlyargs]:
             value = given.get(name, defaults.get(name))
@@ -421,8 +455,10 @@ class _Scan:
             value = _settled(value, known)
             c = cond(value, self.facts, self.env)
             truth[name] = (state & c.true, state & c.false)
+            if name in given and (m := argument_mirror(value, self.fn, call.lineno)):
+                binds[name] = f"mirror:{m}"
             if isinstance(value, ast.Constant) and value.value is None:
-                out[name] = "none"
+                out[name] = binds[name] = "none"
             elif name in given and self.kinds.of(value, call.lineno) == "host":
                 # a host value made here (`t.tolist()`, a list), or one the branches around
                 # the call prove set (`else` of `if fb.seq_lens_cpu is None`), is never None:
@@ -437,7 +473,7 @@ class _Scan:
                 out[name] = "tensor"
             else:
                 out[name] = "other"
-        return out, truth
+        return out, truth, binds
 
     def add(self, call: ast.Call, state: frozenset, unknown: bool, kind: str, verdict: str,
             why: str, n: int) -> None:
