@@ -79,15 +79,19 @@ def test_lane_configuration_gives_zero_in_every_phase(release, lane):
         "target-extend": 0, "draft-extend": 0, "target-verify": 0, "draft-decode": 0}
     assert all(d["exact"] and not d["depends"] for d in phases.values())
     gone = {p: {u["at"]: u["reason"] for u in d["unreachable"]} for p, d in phases.items()}
-    for p in ("target-extend", "draft-extend", "draft-decode"):
+    for p in ("target-extend", "draft-extend"):
         why = gone[p][f"{TRITON}:500"]
         assert why.startswith("config: dcp_size=1") and "self.dcp_size > 1" in why
+    # draft decode reaches none of them: the multi-step backend sets the spec input's
+    # kv_indptr before each per-step call (triton_backend.py:2624), the decode branch needs it
+    # unset (:891) and the graph path asserts no spec input (:1411)
+    assert not phases["draft-decode"]["unreachable"] and not phases["draft-decode"]["at"]
     for p in ("target-extend", "draft-extend"):
         why = gone[p][f"{TRITON}:1126"]
         assert why.startswith("release: extend_seq_lens_cpu is set") and \
             "forward_batch_info.py:1241" in why
-    for p in phases:  # the sliding-window buffers: neither model has a window
-        for line in (2877, 2897, 2899):
+    for p in ("target-extend", "draft-extend", "target-verify"):  # the sliding-window
+        for line in (2877, 2897, 2899):  # buffers: neither model has a window
             why = gone[p][f"{TRITON}:{line}"]
             assert why.startswith("model: LlamaForCausalLM") and "no sliding window" in why
     # the site itself, in the evidence: unreachable for this configuration, with the reason
@@ -105,20 +109,18 @@ def test_dcp_two_makes_the_dcp_site_live(release, lane):
     """With dcp 2 the site counts: it runs only when the caller passes no `kv_indices`
     (triton_backend.py:498 `if kv_indices is None:`). Read by hand, per mode: the extend
     branch of init_forward_metadata (1065-1069) is the only call on an extend path and passes
-    none, so there the count is exact; on a decode batch the eager call (896-900) passes none
-    but the graph-buffer refresh `_update_decode_kv_buffers` (556-560) passes
-    `self.cuda_graph_kv_indices`, so draft decode stays a bound with that condition."""
+    none, so there the count is exact; a draft-decode batch reaches neither the eager decode
+    call (896-900, under :891) nor the graph-buffer refresh (556-560, after the assert :1411)."""
     _, phases = _phases(release, **lane, dcp_size=2)
     totals = {p: d["syncs_per_step"] for p, d in phases.items()}
     assert totals == {"target-extend": 1, "draft-extend": 1, "target-verify": 0,
-                      "draft-decode": 1}
+                      "draft-decode": 0}
     for p in ("target-extend", "draft-extend"):
         assert phases[p]["at"] == [f"{TRITON}:500"] and phases[p]["exact"], phases[p]
         assert not phases[p]["depends"]
-    dd = phases["draft-decode"]
-    assert dd["at"] == [f"{TRITON}:500"] and not dd["exact"]
-    [dep] = dd["depends"]
-    assert dep["at"] == f"{TRITON}:500" and "kv_indices is None" in dep["condition"]
+    # a draft-decode batch has the spec input's kv_indptr set (triton_backend.py:2624): the
+    # decode branch (:891) and the graph path (asserting no spec input, :1411) are closed
+    assert phases["draft-decode"]["exact"] and not phases["draft-decode"]["at"]
     assert phases["target-verify"]["exact"]
 
 
@@ -136,7 +138,10 @@ def test_without_the_models_the_sliding_window_sites_are_an_upper_bound(release)
     failure)."""
     f, phases = _phases(release, **LANE, dcp_size=1)
     assert {p: d["syncs_per_step"] for p, d in phases.items()} == {
-        "target-extend": 3, "draft-extend": 3, "target-verify": 3, "draft-decode": 3}
+        "target-extend": 3, "draft-extend": 3, "target-verify": 3, "draft-decode": 0}
+    # draft decode reaches none of them, whatever the model (triton_backend.py:2624, 891,
+    # 1411: test_syncs_hand_census.py's test_triton_draft_decode_reaches_no_sync_site)
+    assert phases.pop("draft-decode")["exact"]
     for p, d in phases.items():
         assert not d["exact"]
         deps = {x["at"]: x["condition"] for x in d["depends"]}

@@ -125,10 +125,6 @@ def test_multi_step_draft_backend_sites_run_for_draft_decode_only(release, versi
         s.paths
 
 
-@pytest.mark.xfail(strict=True, reason="known miss (issue 38): the census does not carry what a "
-                   "caller sets on its argument (spec_info.kv_indptr, by the multi-step draft "
-                   "backend) into the callee's branches; a fix makes this pass, and strict "
-                   "xfail then fails until the mark is dropped")
 @pytest.mark.parametrize("version,sets,guard", [("0.5.19", 2111, 769), ("0.5.23", 2624, 891)])
 def test_triton_draft_decode_reaches_no_sync_site(release, version, sets, guard):
     """Read by hand: EAGLE's draft decode builds its metadata through
@@ -138,8 +134,12 @@ def test_triton_draft_decode_reaches_no_sync_site(release, version, sets, guard)
     `TritonAttnBackend.init_forward_metadata` then never takes the decode branch `if spec_info is
     None or spec_info.kv_indptr is None` (:`guard`), which holds every sync site a decode batch
     can reach (`_dcp_kv_indices`'s `.item()`, `update_sliding_window_buffer`'s size and slice
-    bounds); its `else` reads the spec input's own indices and syncs nothing. So a draft-decode
-    run of the triton backend does 0 syncs, on every configuration."""
+    bounds); its `else` reads the spec input's own indices and syncs nothing. The graph path's
+    decode branch, `_apply_cuda_graph_metadata` (the other way to those helpers on a decode
+    batch), asserts `spec_info is None` first ("Multi-step cuda graph init is not done here",
+    0.5.23 :1411, 0.5.19 :1270), so a draft-decode batch, whose spec input is set, never
+    passes it. So a draft-decode run of the triton backend does 0 syncs, on every
+    configuration."""
     ctx = Context(target=release(version), platform="cuda", execute=False,
                   config=SpecConfig(attention_backend="triton", speculative_num_steps=3,
                                     speculative_algorithm="EAGLE"))

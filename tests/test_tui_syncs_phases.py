@@ -37,7 +37,8 @@ def test_phase_rows_read_evidence_fields(release):
 def test_phase_line_marks_upper_bounds_and_exact_counts(release, tmp_path):
     """The triton lane configuration on 0.5.23 with its models (tests/test_syncs_census_config.py):
     every phase exact, 0; without the dcp size, the phases `_dcp_kv_indices`
-    (triton_backend.py:500) lies on are upper bounds (≤)."""
+    (triton_backend.py:500) lies on are upper bounds (≤); draft decode never reaches it (the
+    multi-step backend sets the spec input's kv_indptr first, :2624)."""
     import json
 
     models = {}
@@ -56,7 +57,7 @@ def test_phase_line_marks_upper_bounds_and_exact_counts(release, tmp_path):
     assert line(dcp_size=1) == ("syncs per step (static): target-extend 0 · draft-extend 0 · "
                                 "target-verify 0 · draft-decode 0×1")
     assert line() == ("syncs per step (static): target-extend ≤1 · draft-extend ≤1 · "
-                      "target-verify 0 · draft-decode ≤1×1")
+                      "target-verify 0 · draft-decode 0×1")
 
 
 def test_syncs_tab_shows_the_phase_line(release):

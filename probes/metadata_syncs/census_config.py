@@ -114,6 +114,21 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         if platform is None or op not in ("==", "!="):
             return None, f"`{text}` ({where}): the platform"
         return (platform == value) == (op == "=="), f"platform: {platform} (`{text}`, {where})"
+    if fact == "any":  # a disjunction of release facts: one holding is enough
+        got = [decide_guard(a, cfg, mode, version, platform, models, relay) for a in value]
+        if any(ok for ok, _ in got):
+            return True, next(why for ok, why in got if ok)
+        if all(ok is False for ok, _ in got):
+            return False, "; ".join(why for _, why in got)
+        return None, f"`{text}` ({where}): " + "; ".join(why for ok, why in got if ok is None)
+    if fact.startswith("spec:"):  # set by the multi-step owner (census.draft_steps)
+        attr = fact.split(":", 1)[1]
+        at = dict(value or ()).get(mode)
+        name = f"spec_info.{attr}" if attr else "spec_info"
+        if at is None:
+            return None, f"`{text}` ({where}): whether {name} is set on a {mode} batch"
+        return op == "is not", f"release: {name} is set before every draft-decode call " \
+                               f"({at}; `{text}`, {where})"
     if fact.startswith("bind:"):  # a parameter whose callers bind it per mode (census.reach)
         pname = fact.split(":", 1)[1]
         got = {m: (b, at) for m, b, at in value or ()}.get(mode)
@@ -156,7 +171,7 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
         on_config = on_config or (ok is None and not g[0].startswith(
-            ("mirror:", "data:", "bind:")))
+            ("mirror:", "data:", "bind:", "spec:", "any")))
     if undecided:
         return Decision("depends", "; ".join(undecided), on_config)
     return Decision("live", "; ".join(held))
@@ -165,11 +180,12 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
 def release_paths(site: Any, version: str | None) -> tuple[str, ...]:
     """The site's per-step paths (the census's, from the call graph) less those a fact of the
     release alone rules out: a host mirror the release's callers always set on that mode
-    (`MIRRORS_SET`), or a parameter every call of that mode passes as None
-    (census.reach.mode_binds). 0.5.23 flashinfer_backend.py:1962 lies on the extend branch, but
+    (`MIRRORS_SET`), a parameter every call of that mode passes as None
+    (census.reach.mode_binds), or a spec input a multi-step draft backend sets before each
+    per-step call (census.draft_steps). 0.5.23 flashinfer_backend.py:1962 lies on the extend branch, but
     its `.item()` runs only without `extend_prefix_lens_cpu`, which every target-extend batch
     has (forward_batch_info.py:1240): not a target-extend path."""
-    facts = [g for g in site.guards if g[0].startswith(("mirror:", "bind:"))]
+    facts = [g for g in site.guards if g[0].startswith(("mirror:", "bind:", "spec:", "any"))]
     if not facts:
         return tuple(site.paths)
     cfg = SpecConfig()

@@ -21,7 +21,7 @@ from diag.target import Target
 
 # The census's own modules: their sources are part of its cache key.
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
-                       ("sites", "paths", "guards", "kinds", "scan", "objects",
+                       ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
                                          "reach", "count", "fast_paths"))
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts

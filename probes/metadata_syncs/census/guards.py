@@ -10,6 +10,7 @@ import bisect
 import re
 from typing import Any
 
+from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, SPEC, spec_aliases
 from diag.probes.metadata_syncs.census.paths import (
     _CAPTURE_FLAG,
     _kids,
@@ -51,12 +52,44 @@ _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", 
 _NEGATE = {"==": "!=", "!=": "==", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "is": "is not",
            "is not": "is", "true": "false", "false": "true"}
 _SWAP = {"==": "==", "!=": "!=", ">": "<", ">=": "<=", "<": ">", "<=": ">="}
+# Guards a fact of the release decides, no configuration given (census_config.release_paths)
+_RELEASE_FACTS = ("spec:", "mirror:", "bind:")
+# (names bound to forward_batch.spec_info, ((attribute, where set), ...)): what a per-step
+# backend's multi-step owner sets before every draft-decode call (census.draft_steps)
+SpecFacts = tuple
 # (parameter, host mirror) pairs of one function (`param_mirrors`), or (parameter, ((mode,
 # binding, calls), ...)) where the binding differs by mode (`reach.mode_binds`); a memo key
 MirrorParams = tuple[tuple[str, Any], ...]
 
 
-def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = ()) -> Guard | None:
+def _spec_atom(e: ast.AST, where: str, spec: SpecFacts) -> Guard | None:
+    """`spec_info is None` / `spec_info.kv_indptr is None` (spec_info bound to
+    `forward_batch.spec_info`) in a per-step backend whose multi-step owner sets that on every
+    draft-decode call (census.draft_steps): (`spec:<attr>`, op, ((mode, where set), ...))."""
+    if not spec or not (isinstance(e, ast.Compare) and len(e.ops) == 1 and
+                        isinstance(e.ops[0], (ast.Is, ast.IsNot)) and
+                        isinstance(e.comparators[0], ast.Constant) and
+                        e.comparators[0].value is None):
+        return None
+    aliases, attrs = spec
+    left, op = e.left, _OPS[type(e.ops[0])]
+
+    def is_spec(x: ast.AST) -> bool:
+        return (isinstance(x, ast.Name) and x.id in aliases) or _unparse(x) == SPEC
+
+    if is_spec(left):  # the spec input itself: set wherever one of its attributes is
+        attr, at = "", attrs[0][1]
+    elif isinstance(left, ast.Attribute) and is_spec(left.value) and left.attr in dict(attrs):
+        attr, at = left.attr, dict(attrs)[left.attr]
+    else:
+        return None
+    return (f"spec:{attr}", op, ((DRAFT_DECODE_MODE, at),), where, _src(e, 60))
+
+
+def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFacts = ()
+                ) -> Guard | None:
+    if spec and (g := _spec_atom(e, where, spec)) is not None:
+        return g
     flag = e.func if isinstance(e, ast.Call) and not e.args and not e.keywords else e
     if isinstance(flag, (ast.Name, ast.Attribute)) and _last_name(flag) in PLATFORM_NAMES:
         return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
@@ -104,8 +137,8 @@ def _data_atom(e: ast.AST, where: str) -> Guard | None:
     return (f"data:{_src(e, 60)}", "true", None, where, _src(e, 60))
 
 
-def guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams = ()
-              ) -> tuple[Guard, ...]:
+def guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams = (),
+              spec: SpecFacts = ()) -> tuple[Guard, ...]:
     """The guards a branch on `e` puts on its body (`holds`) or its `else`: every atom of a
     conjunction on the body, every negated atom of a disjunction on the `else`; `mirrors`: the
     parameters of the function holding `e` that are a host mirror (`param_mirrors`). Kept on
@@ -113,21 +146,28 @@ def guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams = ()
     memo = getattr(e, "_diag_guards", None)
     if memo is None:
         memo = e._diag_guards = {}  # type: ignore[attr-defined]
-    key = (where, holds, mirrors)
+    key = (where, holds, mirrors, spec)
     if key not in memo:
-        memo[key] = _guards_of(e, where, holds, mirrors)
+        memo[key] = _guards_of(e, where, holds, mirrors, spec)
     return memo[key]
 
 
-def _guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams
-               ) -> tuple[Guard, ...]:
+def _guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams,
+               spec: SpecFacts = ()) -> tuple[Guard, ...]:
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-        return guards_of(e.operand, where, not holds, mirrors)
+        return guards_of(e.operand, where, not holds, mirrors, spec)
     if isinstance(e, ast.BoolOp):
         if isinstance(e.op, ast.And) == holds:  # `a and b` true / `a or b` false: each part
-            return tuple(g for v in e.values for g in guards_of(v, where, holds, mirrors))
+            return tuple(g for v in e.values
+                         for g in guards_of(v, where, holds, mirrors, spec))
+        # `a or b` true / `a and b` false: one part at least, a guard only where every part
+        # is a fact of the release (a spec input the multi-step owner sets, a mirror)
+        parts = [guards_of(v, where, holds, mirrors, spec) for v in e.values]
+        if all(len(p) == 1 and p[0][0].startswith(_RELEASE_FACTS) for p in parts):
+            return (("any", "true", tuple(p[0] for p in parts), where,
+                     _src(e, 90) if holds else f"not ({_src(e, 90)})"),)
         return ()
-    g = _guard_atom(e, where, mirrors) or _data_atom(e, where)
+    g = _guard_atom(e, where, mirrors, spec) or _data_atom(e, where)
     if g is None:
         return ()
     if holds:
@@ -279,6 +319,34 @@ def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> M
             found[p] = m if found.get(p, m) == m else None
     rebound = assigned_names(fn)
     return tuple(sorted((p, m) for p, m in found.items() if m and p not in rebound))
+
+
+def spec_params(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> tuple[str, ...]:
+    """The parameters of `fn`, a private method of `cls`, that every call of it in the module
+    binds to the batch's spec input (`forward_batch.spec_info`, or a caller's local bound once
+    to it) and that `fn` never rebinds: 0.5.23 triton_backend.py `_apply_cuda_graph_metadata(
+    ..., spec_info)` (:1396), whose two calls pass `spec_info=spec_info` (:818, :836), the
+    caller's `forward_batch.spec_info`. Conservative as `param_mirrors`."""
+    if not fn.name.startswith("_") or fn.name.startswith("__") or fn not in cls.body or \
+            any(_last_name(d) == "staticmethod" for d in fn.decorator_list):
+        return ()
+    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    found: dict[str, bool] = {}
+    for (owner, method), call in _calls_of(tree, fn.name):
+        home = classes.get(owner)
+        caller = next((m for m in home.body if isinstance(m, ast.FunctionDef)
+                       and m.name == method), None) if home is not None else None
+        args = _bind(fn, call)
+        if caller is None or args is None or not _self_call(call) or \
+                not _inherits(classes, owner, cls.name, fn.name):
+            return ()
+        aliases = spec_aliases(caller)
+        for p, a in args.items():
+            ok = a is not None and (_unparse(a) == SPEC or (
+                isinstance(a, ast.Name) and a.id in aliases))
+            found[p] = found.get(p, True) and ok
+    rebound = assigned_names(fn)
+    return tuple(sorted(p for p, ok in found.items() if ok and p not in rebound))
 
 
 def argument_mirror(e: ast.AST | None, caller: ast.FunctionDef, line: int,

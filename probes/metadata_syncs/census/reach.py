@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from diag.probes.metadata_syncs.census.draft_steps import spec_sets
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
 from diag.probes.metadata_syncs.census.guards import (
     MirrorParams,
     call_site_guards,
     common_guards,
     param_mirrors,
+    spec_params,
 )
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
 from diag.probes.metadata_syncs.census.objects import (
@@ -264,6 +266,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     """Walk every builder until what reaches each one (the union over its callers' branches,
     and, for an entry point, what its name says) and its callers' argument facts settle."""
     builders, resolve = _builders(tree, modules)
+    # what a multi-step draft backend sets on the spec input before each per-step call
+    resolve.spec_sets = spec_sets(tree, rel)  # type: ignore[attr-defined]
     # a GPU fast path returns first on every GPU: the host fallback after it cannot run
     resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
     homes = getattr(resolve, "homes", {})
@@ -287,6 +291,9 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
     mirrors = {id(fn): _mirror_params(tree, classes, qual, fn) for qual, _, fn in builders}
+    specs = {id(fn): spec_params(tree, classes[qual.split(".", 1)[0]], fn)
+             for qual, backend, fn in builders if backend in resolve.spec_sets
+             and "." in qual and qual.split(".", 1)[0] in classes}
     # A scan depends only on its builder and these inputs: one whose inputs did not change
     # since the last pass is the scan that pass made (so it is kept, not redone).
     made: dict[tuple[str, str], tuple[tuple, _Scan]] = {}
@@ -304,7 +311,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
             s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)],
                       mirrors[id(fn)] + tuple(b for b in inputs[6]
                                               if b[0] not in dict(mirrors[id(fn)])),
-                      inputs[5])
+                      inputs[5], specs.get(id(fn), ()))
             s.run(inputs[0], inputs[1], inputs[4])
             scans[key] = s
             made[key] = (inputs, s)

@@ -8,6 +8,11 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from diag.probes.metadata_syncs.census.draft_steps import (
+    DRAFT_DECODE_MODE,
+    rules_out,
+    spec_aliases,
+)
 from diag.probes.metadata_syncs.census.guards import (
     MirrorParams,
     _ends,
@@ -124,10 +129,15 @@ class _Scan:
                  facts: dict[str, str], resolve: Any,
                  params: dict[str, tuple[frozenset, frozenset]] | None = None,
                  info: _FnInfo | None = None, mirrors: MirrorParams = (),
-                 pguards: dict[tuple[str, bool], frozenset] | None = None) -> None:
+                 pguards: dict[tuple[str, bool], frozenset] | None = None,
+                 spec_params: tuple[str, ...] = ()) -> None:
         self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
         self.pguards = pguards or {}  # (parameter, truth) -> its callers' guards (reach.py)
         self.mirrors = mirrors  # parameters its callers bind to a host mirror (guards.py)
+        # what its multi-step owner sets on the spec input before a draft-decode call
+        sets = getattr(resolve, "spec_sets", {}).get(backend)
+        # (names bound to the spec input: its locals, the parameters its callers bind to it)
+        self.spec = (spec_aliases(fn) + spec_params, sets) if sets else ()
         self.resolve = resolve
         helpers = getattr(resolve, "mode_helpers", {})
         if info is None:
@@ -196,13 +206,22 @@ class _Scan:
         mirrors = self.mirrors if not any(isinstance(m, tuple) for _, m in self.mirrors) \
             else tuple((p, m) for p, m in self.mirrors
                        if not isinstance(m, tuple) or not _rebound_before(self.fn, p, line))
-        own = guards_of(test, where, holds, mirrors)
+        own = guards_of(test, where, holds, mirrors, self.spec)
         if not self.pguards:
             return own
         more = [g for p in _param_atoms(test, holds, self.env["params"])
                 for g in self.pguards.get(p, ())]
         return own + tuple(sorted(set(more) - set(own) - set(self.stack),
                                   key=lambda g: (g[3], g[0], g[1])))
+
+    def spec_state(self, state: frozenset) -> frozenset:
+        """`state` less the per-step draft-decode pairs a test around the statement rules
+        out: the multi-step owner sets the spec input there (census.draft_steps)."""
+        if not self.spec or (DRAFT_DECODE_MODE, "step") not in state:
+            return state
+        if any(rules_out(g, DRAFT_DECODE_MODE) for g in self.stack):
+            return state - {(DRAFT_DECODE_MODE, "step")}
+        return state
 
     def _where(self, node: ast.AST) -> str:
         return f"{self.rel}:{getattr(node, 'lineno', 0)}"
@@ -234,6 +253,11 @@ class _Scan:
                 # deepseek_v4_backend_hip_radix.py:1009, then `x if seq_lens_cpu is not None
                 # else None` at :1037-1039 passes x)
                 learned += self.learn(st.test, True)
+                if self.spec:  # `assert spec_info is None` (0.5.23 triton_backend.py:1411)
+                    more = [g for g in self.guards_of(st.test, self._where(st), True)
+                            if g[0].startswith(("spec:", "any"))]
+                    self.stack.extend(more)
+                    pushed += len(more)
         if pushed:
             del self.stack[len(self.stack) - pushed:]
         if learned:
@@ -420,6 +444,7 @@ class _Scan:
             picks = [(q, d, tuple(g for t, holds in tests
                                   for g in guards_of(t, self._where(t), holds)))
                      for q, d, tests in (alts(self.backend, call, self.fn) if alts else ())]
+        state = self.spec_state(state)
         for cqual, cfn, chosen in picks:
             args, truth, binds = self._args(cfn, call, state)
             callee = getattr(self.resolve, "owner", {}).get(id(cfn), self.backend)
@@ -479,6 +504,7 @@ class _Scan:
             why: str, n: int) -> None:
         if not verdict:
             return
+        state = self.spec_state(state)
         pclass = path_class(state, unknown)
         syncs = n if verdict == "syncs" else 0  # what the call costs where it runs
         if pclass == "unreachable":
