@@ -58,3 +58,25 @@ def test_the_asserted_graph_path_and_the_decode_branch_leave_decode():
     [s] = [s for s in census(release_target("0.5.23")).sites
            if s.file == f"{ATT}/triton_backend.py" and s.line == 500 and s.kind == "item"]
     assert "decode" not in s.paths and "idle" in s.paths, s.paths
+
+
+def test_a_mode_test_and_a_configuration_test_give_a_guard_on_those_modes_only():
+    """Read by hand, 0.5.19 flashattention_backend.py: on the capture path of
+    `init_forward_metadata_out_graph` (:469, `if in_capture:` :510), `if
+    forward_mode.is_target_verify() and self.topk > 1:` (:535) returns (:542) before the call
+    at :565 of `_maybe_update_local_attn_metadata_for_capture` (:3199), whose
+    `.max().item()` is at :3212: past :535, `topk <= 1` holds on target-verify batches only."""
+    from diag.context import SpecConfig
+    from diag.probes.metadata_syncs.census_config import decide_guard
+
+    [s] = [s for s in census(release_target("0.5.19")).sites
+           if s.file == f"{ATT}/flashattention_backend.py" and s.line == 3212
+           and s.kind == "item"]
+    [g] = [g for g in s.guards if g[0] == "on"]
+    modes, inner = g[2]
+    assert modes == ("target-verify",) and inner[:3] == ("speculative_eagle_topk", "<=", 1)
+    assert g[3] == f"{ATT}/flashattention_backend.py:535"
+    four = SpecConfig(speculative_eagle_topk=4)
+    assert decide_guard(g, four, "target-verify", "0.5.19")[0] is False
+    assert decide_guard(g, four, "decode", "0.5.19")[0] is True
+    assert decide_guard(g, SpecConfig(), "target-verify", "0.5.19")[0] is None

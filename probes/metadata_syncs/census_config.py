@@ -114,6 +114,11 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         if platform is None or op not in ("==", "!="):
             return None, f"`{text}` ({where}): the platform"
         return (platform == value) == (op == "=="), f"platform: {platform} (`{text}`, {where})"
+    if fact == "on":  # a guard that applies on some modes only (census.scan.mode_scoped)
+        modes, inner = value
+        if mode not in modes:
+            return True, f"{mode}: `{text}` holds ({where})"
+        return decide_guard(inner, cfg, mode, version, platform, models, relay)
     if fact == "any":  # a disjunction of release facts: one holding is enough
         got = [decide_guard(a, cfg, mode, version, platform, models, relay) for a in value]
         if any(ok for ok, _ in got):
@@ -170,7 +175,8 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
         if ok is False:
             return Decision("unreachable", why)
         (held if ok else undecided).append(why)
-        on_config = on_config or (ok is None and not g[0].startswith(
+        fact = g[2][1][0] if g[0] == "on" else g[0]
+        on_config = on_config or (ok is None and not fact.startswith(
             ("mirror:", "data:", "bind:", "spec:", "any")))
     if undecided:
         return Decision("depends", "; ".join(undecided), on_config)
@@ -185,7 +191,8 @@ def release_paths(site: Any, version: str | None) -> tuple[str, ...]:
     per-step call (census.draft_steps). 0.5.23 flashinfer_backend.py:1962 lies on the extend branch, but
     its `.item()` runs only without `extend_prefix_lens_cpu`, which every target-extend batch
     has (forward_batch_info.py:1240): not a target-extend path."""
-    facts = [g for g in site.guards if g[0].startswith(("mirror:", "bind:", "spec:", "any"))]
+    facts = [g for g in site.guards if (g[2][1][0] if g[0] == "on" else g[0]).startswith(
+        ("mirror:", "bind:", "spec:", "any"))]
     if not facts:
         return tuple(site.paths)
     cfg = SpecConfig()

@@ -26,6 +26,7 @@ from diag.probes.metadata_syncs.census.paths import (
     Cond,
     _graph_memo_miss,
     _kids,
+    _mode_expr,
     assigned_names,
     cond,
     facts_of,
@@ -206,13 +207,39 @@ class _Scan:
         mirrors = self.mirrors if not any(isinstance(m, tuple) for _, m in self.mirrors) \
             else tuple((p, m) for p, m in self.mirrors
                        if not isinstance(m, tuple) or not _rebound_before(self.fn, p, line))
-        own = guards_of(test, where, holds, mirrors, self.spec)
+        own = guards_of(test, where, holds, mirrors, self.spec) or \
+            self.mode_scoped(test, where, holds, mirrors)
         if not self.pguards:
             return own
         more = [g for p in _param_atoms(test, holds, self.env["params"])
                 for g in self.pguards.get(p, ())]
         return own + tuple(sorted(set(more) - set(own) - set(self.stack),
                                   key=lambda g: (g[3], g[0], g[1])))
+
+    def mode_scoped(self, test: ast.AST, where: str, holds: bool, mirrors: MirrorParams
+                    ) -> tuple[Guard, ...]:
+        """`mode_test and x` false (or `mode_test or x` true): on the modes where the mode test
+        holds (fails), `x` is false (true): one guard scoped to those modes, ("on", "true",
+        (modes, x's guard)), where `x` is a configuration or release fact (a data test stays
+        out, as in any negated conjunction). 0.5.19 flashattention_backend.py:535 `if
+        forward_mode.is_target_verify() and self.topk > 1:` puts `topk <= 1` on its `else`
+        on target-verify batches only."""
+        if not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And) == holds or \
+                len(test.values) != 2:
+            return ()
+        modes = [v for v in test.values if _mode_expr(v, self.env["helpers"])]
+        rest = [v for v in test.values if v not in modes]
+        if len(modes) != 1 or len(rest) != 1:
+            return ()
+        c = cond(modes[0], self.facts, self.env)
+        if c.unknown:
+            return ()
+        on = step_paths(c.true if isinstance(test.op, ast.And) else c.false)
+        inner = guards_of(rest[0], where, holds, mirrors, self.spec)
+        if not on or len(inner) != 1 or inner[0][0].startswith("data:"):
+            return ()  # a data test stays out, as in any negated conjunction
+        return (("on", "true", (on, inner[0]), where,
+                 _src(test, 90) if holds else f"not ({_src(test, 90)})"),)
 
     def spec_state(self, state: frozenset) -> frozenset:
         """`state` less the per-step draft-decode pairs a test around the statement rules

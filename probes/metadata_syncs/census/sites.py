@@ -99,7 +99,7 @@ class Site:
     def from_dict(cls, d: dict[str, Any]) -> Site:
         return cls(**(d | {"paths": tuple(d.get("paths", ())),
                            "callers": tuple(d.get("callers", ())),
-                           "guards": tuple(tuple(g) for g in d.get("guards", ()))}))
+                           "guards": _tuples(d.get("guards", ()))}))
 
     def reach(self, modes: set[str] | frozenset[str]) -> str:
         """`reaches` | `not-on-path` | `capture-only` | `unreachable` | `cannot-tell` for a
@@ -107,6 +107,12 @@ class Site:
         if self.path_class != "per-step":
             return self.path_class
         return "reaches" if set(self.paths) & set(modes) else "not-on-path"
+
+
+def _tuples(x: Any) -> Any:
+    """JSON's lists back to the tuples a guard is made of (a guard's value may nest them:
+    per-mode bindings, a disjunction's parts)."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
 @dataclass
