@@ -241,12 +241,12 @@ def _mirror_params(tree: ast.Module, classes: dict[str, ast.ClassDef], qual: str
 def mode_binds(edges: list[_Edge]) -> MirrorParams:
     """(parameter, ((mode, "none" | "mirror:<x>", the calls' `file:line`s), ...)) for each
     parameter some call binds to None or a host mirror: per forward mode, what every call
-    reaching that mode binds (a mode whose calls disagree, or bind anything else, is left
-    out: there the test stays data; a parameter the callee rebinds is not used). flashinfer's `update_single_wrapper` tests
-    `extend_prefix_lens_cpu is not None` (0.5.23 flashinfer_backend.py:1958): the extend branch
-    of init_forward_metadata passes the batch's mirror (:1087), the dllm branch of
-    init_forward_metadata_out_graph passes none (:794-802), so the test is the mirror's on a
-    target-extend and data only where both reach."""
+    reaching that mode binds. A mode whose calls disagree, or bind anything else, is left out:
+    there the test stays data (`_Scan.guards_of` also drops a parameter the callee may rebind
+    before its test). flashinfer's `update_single_wrapper` tests `extend_prefix_lens_cpu is
+    not None` (0.5.23 flashinfer_backend.py:1958): the extend branch of init_forward_metadata
+    (:1075) passes the batch's mirror, target-verify's calls (:1026, :782) pass none, and on
+    draft-extend the graph path's call (:808) passes none where :1075 passes the mirror."""
     out = []
     for p in sorted({p for e in edges for p in e.binds}):
         per: dict[str, dict[str, list[str]]] = {}
