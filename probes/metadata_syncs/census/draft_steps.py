@@ -94,7 +94,15 @@ def _calls_step(st: ast.stmt) -> bool:
 
 
 def spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
-    """Names `fn` binds once, to `forward_batch.spec_info`, and never again."""
+    """Names `fn` binds once, to `forward_batch.spec_info`, and never again (kept on the
+    node: every pass of the census's fixpoint asks again)."""
+    memo = getattr(fn, "_diag_spec_aliases", None)
+    if memo is None:
+        memo = fn._diag_spec_aliases = _spec_aliases(fn)  # type: ignore[attr-defined]
+    return memo
+
+
+def _spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
     stores: dict[str, int] = {}
     values: dict[str, ast.AST] = {}
     for n in ast.walk(fn):
