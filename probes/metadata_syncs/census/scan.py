@@ -89,6 +89,19 @@ def _rebound_before(fn: ast.FunctionDef, name: str, line: int) -> bool:
         a <= line <= b and any(a <= x <= b for x in at) for a, b in loops)
 
 
+def _none_tested(fn: ast.FunctionDef) -> frozenset[str]:
+    """The names `fn` compares with None (`x is None`, `x is not None`): the only parameters
+    whose binding by a call (`_Edge.binds`) can decide a test. Kept on the node."""
+    out = getattr(fn, "_diag_none_tested", None)
+    if out is None:
+        out = fn._diag_none_tested = frozenset(  # type: ignore[attr-defined]
+            n.left.id for n in ast.walk(fn) if isinstance(n, ast.Compare)
+            and isinstance(n.left, ast.Name) and len(n.ops) == 1
+            and isinstance(n.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None)
+    return out
+
+
 @dataclass
 class _Edge:
     """A call from one builder to another (a same-class method or a module function)."""
@@ -135,6 +148,7 @@ class _Scan:
         self.fn, self.qual, self.backend, self.rel = fn, qual, backend, rel
         self.pguards = pguards or {}  # (parameter, truth) -> its callers' guards (reach.py)
         self.mirrors = mirrors  # parameters its callers bind to a host mirror (guards.py)
+        self.per_mode = any(isinstance(m, tuple) for _, m in mirrors)  # (reach.mode_binds)
         # what its multi-step owner sets on the spec input before a draft-decode call
         sets = getattr(resolve, "spec_sets", {}).get(backend)
         # (names bound to the spec input: its locals, the parameters its callers bind to it)
@@ -203,10 +217,11 @@ class _Scan:
         """`guards.guards_of`, with the parameters this builder's callers bind to a mirror;
         a branch on a parameter that only some callers may pass so adds those callers'
         common guards (`pguards`)."""
-        line = int(where.rpartition(":")[2] or 0)
-        mirrors = self.mirrors if not any(isinstance(m, tuple) for _, m in self.mirrors) \
-            else tuple((p, m) for p, m in self.mirrors
-                       if not isinstance(m, tuple) or not _rebound_before(self.fn, p, line))
+        mirrors = self.mirrors
+        if self.per_mode:  # less a parameter the callee may rebind before this test
+            line = int(where.rpartition(":")[2] or 0)
+            mirrors = tuple((p, m) for p, m in mirrors if not isinstance(m, tuple)
+                            or not _rebound_before(self.fn, p, line))
         own = guards_of(test, where, holds, mirrors, self.spec) or \
             self.mode_scoped(test, where, holds, mirrors)
         if not self.pguards:
@@ -227,6 +242,21 @@ class _Scan:
         if not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And) == holds or \
                 len(test.values) != 2:
             return ()
+        memo = getattr(test, "_diag_scoped", None)  # every pass asks again
+        if memo is None:
+            memo = test._diag_scoped = {}  # type: ignore[attr-defined]
+            test._diag_names = {  # type: ignore[attr-defined]
+                n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        # what else `cond` reads: what the callers pass for a parameter named in the test
+        params = self.env["params"]
+        key = (where, holds, mirrors, self.spec, tuple(
+            (n, params[n]) for n in test._diag_names if n in params))
+        if key not in memo:
+            memo[key] = self._mode_scoped(test, where, holds, mirrors)
+        return memo[key]
+
+    def _mode_scoped(self, test: ast.BoolOp, where: str, holds: bool, mirrors: MirrorParams
+                     ) -> tuple[Guard, ...]:
         modes = [v for v in test.values if _mode_expr(v, self.env["helpers"])]
         rest = [v for v in test.values if v not in modes]
         if len(modes) != 1 or len(rest) != 1:
@@ -500,6 +530,7 @@ class _Scan:
         truth = {}
         binds: dict[str, str] = {}
         known = {k: h for k, h, _ in self.known if k is not None}
+        none_tested = _none_tested(callee)
         for name in params + [a.arg for a in callee.args.kwonlyargs]:
             value = given.get(name, defaults.get(name))
             if value is None:
@@ -507,10 +538,13 @@ class _Scan:
             value = _settled(value, known)
             c = cond(value, self.facts, self.env)
             truth[name] = (state & c.true, state & c.false)
-            if name in given and (m := argument_mirror(value, self.fn, call.lineno)):
+            if name in given and name in none_tested and \
+                    (m := argument_mirror(value, self.fn, call.lineno)):
                 binds[name] = f"mirror:{m}"
             if isinstance(value, ast.Constant) and value.value is None:
-                out[name] = binds[name] = "none"
+                out[name] = "none"
+                if name in none_tested:
+                    binds[name] = "none"
             elif name in given and self.kinds.of(value, call.lineno) == "host":
                 # a host value made here (`t.tolist()`, a list), or one the branches around
                 # the call prove set (`else` of `if fb.seq_lens_cpu is None`), is never None:
