@@ -294,18 +294,18 @@ def _ends(stmts: list[ast.stmt]) -> bool:
 _BATCH = "ForwardBatch"
 
 
-def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> MirrorParams:
-    """The parameters of `fn`, a private method of `cls`, that every call of it in the module
-    binds to one host mirror of the batch (`forward_batch.<x>_cpu`, read through a local and a
-    capture-flag conditional, `argument_mirror`) and that `fn` never rebinds. Conservative: a
-    public method may be called from outside the module (the runners), so none; a call from
-    outside `cls` (or a subclass of it in the module that inherits `fn`), through another
-    object or with `*args` / `**kwargs`, none either."""
+def _bound_calls(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef
+                 ) -> list[tuple[ast.FunctionDef, ast.Call, dict[str, ast.AST | None]]] | None:
+    """(caller, call, `fn`'s parameter -> argument) for every call of `fn`, a private method
+    of `cls`, in the module; None where one cannot be read so. Conservative: a public method
+    may be called from outside the module (the runners); a call from outside `cls` (or a
+    subclass of it in the module that inherits `fn`), through another object or with `*args` /
+    `**kwargs` hides what it passes."""
     if not fn.name.startswith("_") or fn.name.startswith("__") or fn not in cls.body or \
             any(_last_name(d) == "staticmethod" for d in fn.decorator_list):
-        return ()
+        return None
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
-    found: dict[str, str | None] = {}
+    out = []
     for (owner, method), call in _calls_of(tree, fn.name):
         home = classes.get(owner)
         caller = next((m for m in home.body if isinstance(m, ast.FunctionDef)
@@ -313,7 +313,19 @@ def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> M
         args = _bind(fn, call)
         if caller is None or args is None or not _self_call(call) or \
                 not _inherits(classes, owner, cls.name, fn.name):
-            return ()
+            return None
+        out.append((caller, call, args))
+    return out
+
+
+def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> MirrorParams:
+    """The parameters of `fn`, a private method of `cls`, that every call of it in the module
+    binds to one host mirror of the batch (`forward_batch.<x>_cpu`, read through a local and a
+    capture-flag conditional, `argument_mirror`) and that `fn` never rebinds (`_bound_calls`:
+    none where a call cannot be read)."""
+    calls = _bound_calls(tree, cls, fn)
+    found: dict[str, str | None] = {}
+    for caller, call, args in calls or ():
         for p in args:
             m = argument_mirror(args[p], caller, call.lineno)
             found[p] = m if found.get(p, m) == m else None
@@ -326,20 +338,10 @@ def spec_params(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> tup
     binds to the batch's spec input (`forward_batch.spec_info`, or a caller's local bound once
     to it) and that `fn` never rebinds: 0.5.23 triton_backend.py `_apply_cuda_graph_metadata(
     ..., spec_info)` (:1396), whose two calls pass `spec_info=spec_info` (:818, :836), the
-    caller's `forward_batch.spec_info`. Conservative as `param_mirrors`."""
-    if not fn.name.startswith("_") or fn.name.startswith("__") or fn not in cls.body or \
-            any(_last_name(d) == "staticmethod" for d in fn.decorator_list):
-        return ()
-    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
+    caller's `forward_batch.spec_info`. None where a call cannot be read (`_bound_calls`)."""
+    calls = _bound_calls(tree, cls, fn)
     found: dict[str, bool] = {}
-    for (owner, method), call in _calls_of(tree, fn.name):
-        home = classes.get(owner)
-        caller = next((m for m in home.body if isinstance(m, ast.FunctionDef)
-                       and m.name == method), None) if home is not None else None
-        args = _bind(fn, call)
-        if caller is None or args is None or not _self_call(call) or \
-                not _inherits(classes, owner, cls.name, fn.name):
-            return ()
+    for caller, _, args in calls or ():
         aliases = spec_aliases(caller)
         for p, a in args.items():
             ok = a is not None and (_unparse(a) == SPEC or (
