@@ -272,21 +272,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
     homes = getattr(resolve, "homes", {})
     keys = [(q, b) for q, b, _ in builders]
-    entry: dict[tuple[str, str], frozenset] = {}
-    unknown: dict[tuple[str, str], bool] = {}
-    facts: dict[tuple[str, str], dict[str, str]] = {}
-    scans: dict[tuple[str, str], _Scan] = {}
-    truths: dict[tuple[str, str], dict[str, tuple[frozenset, frozenset]]] = {}
-    # the guards every reaching call to a helper passes (an entry point: none)
-    guards: dict[tuple[str, str], frozenset] = {}
+    # a named builder only non-builders call: the guards around those calls (kept)
     called_from: dict[tuple[str, str], frozenset] = {}
-    # (parameter, truth) -> the guards every call that may pass it so holds: a branch on the
-    # parameter keeps its callers' guards (0.5.23 flashinfer_backend.py:2306: only the
-    # sliding-window updater passes use_sliding_window_kv_pool, :2081-2094)
-    pguards: dict[tuple[str, str], dict[tuple[str, bool], frozenset]] = {}
-    # parameter -> what the calls reaching each mode bind it to, where they agree
-    # (`mode_binds`)
-    pbinds: dict[tuple[str, str], MirrorParams] = {}
     classes = getattr(resolve, "classes", {})
     helpers = getattr(resolve, "mode_helpers", {})
     infos = {id(fn): _FnInfo(fn, helpers) for _, _, fn in builders}
@@ -294,18 +281,67 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     specs = {id(fn): spec_params(tree, classes[qual.split(".", 1)[0]], fn)
              for qual, backend, fn in builders if backend in resolve.spec_sets
              and "." in qual and qual.split(".", 1)[0] in classes}
-    # A scan depends only on its builder and these inputs: one whose inputs did not change
-    # since the last pass is the scan that pass made (so it is kept, not redone).
+    def derive(key: tuple[str, str], edges: list[_Edge]) -> tuple:
+        """What reaches a builder, from the calls into it: (entry state, whether a call sits
+        under a mode test the census cannot read, its callers' argument facts, parameter
+        truths, the guards every reaching call passes, per-parameter guards, per-mode
+        bindings)."""
+        name = key[0].rsplit(".", 1)[-1]
+        external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
+        st = seed_state(name) if external else NONE
+        if external and _MULTI_STEP.search(key[1]):
+            st &= _DRAFT_DECODE
+        for e in edges:
+            st |= e.state
+        unk = any(e.unknown and e.state for e in edges)
+        reaching = [e.guards for e in edges if e.state]
+        grd = frozenset()
+        if reaching and not external:
+            grd = common_guards(reaching)
+        elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
+            # a named builder only non-builders call (`forward_*`): their guards
+            grd = called_from.setdefault(key, call_site_guards(
+                classes[key[1]], name, rel, tree=tree))
+        agreed: dict[str, str] = {}
+        truth: dict[str, tuple[frozenset, frozenset]] = {}
+        pg: dict[tuple[str, bool], frozenset] = {}
+        mb: MirrorParams = ()
+        if edges and not external:
+            for pname in {p for e in edges for p in e.args}:
+                vals = {e.args.get(pname, "other") for e in edges}
+                if len(vals) == 1 and vals <= {"none", "host", "host-set", "tensor"}:
+                    agreed[pname] = vals.pop()
+                elif vals == {"host", "host-set"}:
+                    agreed[pname] = "host"
+            pnames = set.intersection(*(set(e.truth) for e in edges))
+            truth = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
+                         frozenset().union(*(e.truth[p][1] for e in edges)))
+                     for p in pnames}
+            reach_all = [e for e in edges if e.state]
+            for p in pnames:
+                for i, holds in ((0, True), (1, False)):
+                    some = [e.guards for e in reach_all if e.truth[p][i]]
+                    if some and len(some) < len(reach_all):
+                        pg[(p, holds)] = common_guards(some)
+            mb = mode_binds(reach_all)
+        return (st, unk, agreed, truth, grd, pg, mb)
+
+    # Each pass walks the builders in discovery order (`_builders`: a caller before the helpers
+    # it reaches) and gives each the inputs its callers' latest scans say, this pass's where
+    # they ran already: a chain of helpers settles in one pass, not one pass per link. A scan
+    # depends only on its builder and its inputs: one whose inputs did not change is kept. The
+    # walk ends at a pass that scans nothing again.
+    index = {k: i for i, k in enumerate(keys)}
     made: dict[tuple[str, str], tuple[tuple, _Scan]] = {}
+    incoming: dict[tuple[str, str], dict[tuple[str, str], list[_Edge]]] = {}
     for _ in range(12):
-        scans = {}
+        again = False
         for qual, backend, fn in builders:
             key = (qual, backend)
-            inputs = (entry.get(key, NONE), unknown.get(key, False), facts.get(key, {}),
-                      truths.get(key) or {}, guards.get(key, frozenset()),
-                      pguards.get(key) or {}, pbinds.get(key, ()))
+            into = incoming.get(key, {})
+            edges = [e for k in sorted(into, key=index.__getitem__) for e in into[k]]
+            inputs = derive(key, edges)
             if key in made and made[key][0] == inputs:
-                scans[key] = made[key][1]
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
             s = _Scan(fn, qual, backend, where, inputs[2], resolve, inputs[3], infos[id(fn)],
@@ -313,64 +349,16 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
                                               if b[0] not in dict(mirrors[id(fn)])),
                       inputs[5], specs.get(id(fn), ()))
             s.run(inputs[0], inputs[1], inputs[4])
-            scans[key] = s
-            made[key] = (inputs, s)
-        callers: dict[tuple[str, str], list[_Edge]] = {}
-        for s in scans.values():
+            if key in made:
+                for e in made[key][1].edges:
+                    incoming.get(e.callee, {}).pop(key, None)
             for e in s.edges:
-                callers.setdefault(e.callee, []).append(e)
-        new_entry, new_unknown, new_facts, new_truths, new_guards = {}, {}, {}, {}, {}
-        new_pguards: dict[tuple[str, str], dict[tuple[str, bool], frozenset]] = {}
-        new_pbinds: dict[tuple[str, str], MirrorParams] = {}
-        for key in keys:
-            name = key[0].rsplit(".", 1)[-1]
-            edges = callers.get(key, [])
-            external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
-            st = seed_state(name) if external else NONE
-            if external and _MULTI_STEP.search(key[1]):
-                st &= _DRAFT_DECODE
-            for e in edges:
-                st |= e.state
-            new_entry[key] = st
-            new_unknown[key] = any(e.unknown and e.state for e in edges)
-            reaching = [e.guards for e in edges if e.state]
-            if reaching and not external:
-                new_guards[key] = common_guards(reaching)
-            elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
-                # a named builder only non-builders call (`forward_*`): their guards
-                new_guards[key] = called_from.setdefault(key, call_site_guards(
-                    classes[key[1]], name, rel, tree=tree))
-            if edges and not external:
-                agreed: dict[str, str] = {}
-                for pname in {p for e in edges for p in e.args}:
-                    vals = {e.args.get(pname, "other") for e in edges}
-                    if len(vals) == 1 and vals <= {"none", "host", "host-set", "tensor"}:
-                        agreed[pname] = vals.pop()
-                    elif vals == {"host", "host-set"}:
-                        agreed[pname] = "host"
-                new_facts[key] = agreed
-                pnames = set.intersection(*(set(e.truth) for e in edges))
-                new_truths[key] = {p: (frozenset().union(*(e.truth[p][0] for e in edges)),
-                                       frozenset().union(*(e.truth[p][1] for e in edges)))
-                                   for p in pnames}
-                reach_all = [e for e in edges if e.state]
-                pg = {}
-                for p in pnames:
-                    for i, holds in ((0, True), (1, False)):
-                        some = [e.guards for e in reach_all if e.truth[p][i]]
-                        if some and len(some) < len(reach_all):
-                            pg[(p, holds)] = common_guards(some)
-                if pg:
-                    new_pguards[key] = pg
-                if mb := mode_binds(reach_all):
-                    new_pbinds[key] = mb
-        if new_entry == entry and new_facts == facts and new_unknown == unknown and \
-                new_truths == truths and new_guards == guards and new_pguards == pguards \
-                and new_pbinds == pbinds:
+                incoming.setdefault(e.callee, {}).setdefault(key, []).append(e)
+            made[key] = (inputs, s)
+            again = True
+        if not again:
             break
-        entry, unknown, facts, truths, guards, pguards, pbinds = (
-            new_entry, new_unknown, new_facts, new_truths, new_guards, new_pguards,
-            new_pbinds)
+    scans = {k: made[k][1] for k in keys}
     names = [q for q, _, fn in sorted(builders, key=lambda b: b[2].lineno)]
     order = sorted(builders, key=lambda b: b[2].lineno)
     callers: dict[tuple[str, str], list[_Edge]] = {}
