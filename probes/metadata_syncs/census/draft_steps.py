@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 
-from diag.probes.source import unparse
+from diag.probes.source import inner, unparse
 
 _MULTI_STEP = re.compile(r"MultiStep\w*Backend$")
 DRAFT_DECODE_MODE = "decode"  # the census mode of draft decode's per-step calls
@@ -105,7 +105,7 @@ def spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
 def _spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
     stores: dict[str, int] = {}
     values: dict[str, ast.AST] = {}
-    for n in ast.walk(fn):
+    for n in inner(fn):
         if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
             stores[n.id] = stores.get(n.id, 0) + 1
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and \

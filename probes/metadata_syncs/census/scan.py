@@ -43,6 +43,7 @@ from diag.probes.metadata_syncs.census.sites import (
     Site,
     _src,
 )
+from diag.probes.source import inner as _inner
 from diag.probes.source import unparse as _unparse
 
 # Syncs of a data-dependent op on a CUDA/HIP tensor, read from PyTorch's kernels: `bincount`
@@ -78,7 +79,7 @@ def _rebound_before(fn: ast.FunctionDef, name: str, line: int) -> bool:
     stores = getattr(fn, "_diag_stores", None)
     if stores is None:
         stores, loops = {}, []
-        for n in ast.walk(fn):
+        for n in _inner(fn):
             if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
                 stores.setdefault(n.id, []).append(n.lineno)
             elif isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
@@ -95,7 +96,7 @@ def _none_tested(fn: ast.FunctionDef) -> frozenset[str]:
     out = getattr(fn, "_diag_none_tested", None)
     if out is None:
         out = fn._diag_none_tested = frozenset(  # type: ignore[attr-defined]
-            n.left.id for n in ast.walk(fn) if isinstance(n, ast.Compare)
+            n.left.id for n in _inner(fn) if isinstance(n, ast.Compare)
             and isinstance(n.left, ast.Name) and len(n.ops) == 1
             and isinstance(n.ops[0], (ast.Is, ast.IsNot))
             and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None)
