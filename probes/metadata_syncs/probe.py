@@ -264,7 +264,8 @@ class MetadataSyncsProbe(Probe):
                 f"{s.kind}: {s.why} ({s.syncs} sync{'s' if s.syncs != 1 else ''} when it runs;"
                 f" {paths_txt}; {where}) `{s.call}`",
                 data={"builder": s.function, "backend": registry_name(s.backend),
-                      "call": s.kind, "syncs": s.syncs, "paths": list(on), "call_paths": list(s.paths), "reach": r,
+                      "call": s.kind, "syncs": s.syncs, "paths": list(on),
+                      "call_paths": list(s.paths), "reach": r,
                       "status": "unreachable" if r == "unreachable" else site_status(s),
                       "syncs_per_execution": s.syncs, "why": s.why,
                       "callers": list(s.callers), "source": "static",
