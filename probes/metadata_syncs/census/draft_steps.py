@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 
-from diag.probes.source import inner, unparse
+from diag.probes.source import unparse
 
 _MULTI_STEP = re.compile(r"MultiStep\w*Backend$")
 DRAFT_DECODE_MODE = "decode"  # the census mode of draft decode's per-step calls
@@ -91,28 +91,6 @@ def _calls_step(st: ast.stmt) -> bool:
                     unparse(f.value).startswith("self.attn_backends["):
                 return True
     return False
-
-
-def spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
-    """Names `fn` binds once, to `forward_batch.spec_info`, and never again (kept on the
-    node: every pass of the census's fixpoint asks again)."""
-    memo = getattr(fn, "_diag_spec_aliases", None)
-    if memo is None:
-        memo = fn._diag_spec_aliases = _spec_aliases(fn)  # type: ignore[attr-defined]
-    return memo
-
-
-def _spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
-    stores: dict[str, int] = {}
-    values: dict[str, ast.AST] = {}
-    for n in inner(fn):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            stores[n.id] = stores.get(n.id, 0) + 1
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and \
-                isinstance(n.targets[0], ast.Name):
-            values[n.targets[0].id] = n.value
-    return tuple(sorted(k for k, v in values.items()
-                        if stores.get(k) == 1 and unparse(v) == SPEC))
 
 
 def rules_out(g: tuple, mode: str) -> bool:

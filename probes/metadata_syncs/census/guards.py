@@ -10,7 +10,7 @@ import bisect
 import re
 from typing import Any
 
-from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, SPEC, spec_aliases
+from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, SPEC
 from diag.probes.metadata_syncs.census.paths import (
     _CAPTURE_FLAG,
     _kids,
@@ -505,6 +505,13 @@ def _name_binds(caller: ast.FunctionDef) -> dict[str, tuple[int, list[ast.Assign
                 out[n.targets[0].id] = (k, [*b, n])
         caller._diag_binds = out  # type: ignore[attr-defined]
     return out
+
+
+def spec_aliases(fn: ast.FunctionDef) -> tuple[str, ...]:
+    """Names `fn` binds once, to `forward_batch.spec_info`, and never again (`_name_binds`,
+    kept on the node)."""
+    return tuple(sorted(k for k, (stores, binds) in _name_binds(fn).items()
+                        if stores == 1 and len(binds) == 1 and _unparse(binds[0].value) == SPEC))
 
 
 def _off_by_default(caller: ast.FunctionDef, flag: str) -> bool:

@@ -8,16 +8,13 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from diag.probes.metadata_syncs.census.draft_steps import (
-    DRAFT_DECODE_MODE,
-    rules_out,
-    spec_aliases,
-)
+from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, rules_out
 from diag.probes.metadata_syncs.census.guards import (
     MirrorParams,
     _ends,
     argument_mirror,
     guards_of,
+    spec_aliases,
 )
 from diag.probes.metadata_syncs.census.kinds import _classify, _FnInfo, _Kinds
 from diag.probes.metadata_syncs.census.paths import (
@@ -76,16 +73,17 @@ def _rebound_before(fn: ast.FunctionDef, name: str, line: int) -> bool:
     earlier line, or anywhere in a loop that holds the test (a later pass sees it). What
     the callers bind is then not what the test reads (0.5.23 deepseek_v4_backend.py:3064-3066
     fills `max_seq_len_override` from the batch before testing it)."""
-    stores = getattr(fn, "_diag_stores", None)
-    if stores is None:
-        stores, loops = {}, []
+    memo = getattr(fn, "_diag_stores", None)
+    if memo is None:
+        lines: dict[str, list[int]] = {}
+        loops: list[tuple[int, int]] = []
         for n in _inner(fn):
             if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-                stores.setdefault(n.id, []).append(n.lineno)
+                lines.setdefault(n.id, []).append(n.lineno)
             elif isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
                 loops.append((n.lineno, n.end_lineno or n.lineno))
-        fn._diag_stores = stores = (stores, loops)  # type: ignore[attr-defined]
-    at, loops = stores[0].get(name, []), stores[1]
+        memo = fn._diag_stores = (lines, loops)  # type: ignore[attr-defined]
+    at, loops = memo[0].get(name, []), memo[1]
     return any(x < line for x in at) or any(
         a <= line <= b and any(a <= x <= b for x in at) for a, b in loops)
 
