@@ -24,7 +24,7 @@ class _Kinds:
     """Guesses whether an expression is a device tensor, a host value, a scalar, or unknown."""
 
     def __init__(self, fn: ast.FunctionDef, facts: dict[str, str] | None = None,
-                 assigned: dict[str, list[tuple[int, ast.AST]]] | None = None) -> None:
+                 info: _FnInfo | None = None) -> None:
         self.params: dict[str, str] = {}
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         for a in args:
@@ -45,7 +45,16 @@ class _Kinds:
         # (backend, call) -> the helper's def, when the call is to a same-class method or a
         # same-module function (set by _Scan): its return value is read through
         self.helper: Any = None
-        self.assigned = assigned if assigned is not None else _FnInfo(fn, {}).assigned
+        info = info if info is not None else _FnInfo(fn, {})
+        self.assigned = info.assigned
+        self.reaches = info.reaches
+
+    def prior(self, name: str, line: int) -> list[tuple[int, ast.AST]]:
+        """The assignments of `name` above `line` that can reach it (not in the other arm of
+        an `if` whose one arm holds the use: 0.5.23 wave_backend.py:229 in the decode arm does
+        not reach the target-verify arm's :272)."""
+        return [(ln, v) for ln, v in self.assigned.get(name, [])
+                if ln <= line and self.reaches(ln, line)]
 
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
         if depth > 16:  # a chain of assignments and ops, read back to where it starts
@@ -55,7 +64,7 @@ class _Kinds:
         if isinstance(e, ast.Name):
             if e.id.endswith("_cpu"):
                 return "host"
-            prior = [(ln, v) for ln, v in self.assigned.get(e.id, []) if ln <= line]
+            prior = self.prior(e.id, line)
             if prior:
                 ln, value = prior[-1]
                 return self.of(value, ln - 1, depth + 1)
@@ -66,7 +75,7 @@ class _Kinds:
             if e.attr.endswith("_cpu"):
                 return "host"
             if isinstance(e.value, ast.Name) and e.value.id != "self":
-                prior = [(ln, v) for ln, v in self.assigned.get(_unparse(e), []) if ln <= line]
+                prior = self.prior(_unparse(e), line)
                 if prior:  # a local object's field assigned earlier in the function
                     return self.of(prior[-1][1], prior[-1][0] - 1, depth + 1)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
@@ -179,13 +188,31 @@ class _FnInfo:
     """What a builder's body says by itself (its assignments), whatever its callers pass: read
     once per builder, not on every pass of the fixpoint in `_analyse`."""
 
+    def reaches(self, at: int, use: int) -> bool:
+        """Whether an assignment on line `at` can reach a use on line `use`: not when they sit
+        in the two arms of one `if`."""
+        key = (at, use)
+        got = self._reach.get(key)
+        if got is None:
+            got = self._reach[key] = not any(
+                (b0 <= at <= b1 and e0 <= use <= e1) or (e0 <= at <= e1 and b0 <= use <= b1)
+                for b0, b1, e0, e1 in self._arms)
+        return got
+
     def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
         mode_vars: list[str] = []
         counts: dict[str, int] = {}
         single: list[ast.Assign] = []  # `name = value`, in walk order
         # name -> [(line, value)] of `name = value` / `name: T = value` (for _Kinds)
         self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
+        # the two arms of each `if` with an else, as line spans: an assignment in one arm
+        # does not reach a use in the other
+        self._arms: list[tuple[int, int, int, int]] = []
+        self._reach: dict[tuple[int, int], bool] = {}
         for n in _inner(fn):
+            if isinstance(n, ast.If) and n.orelse:
+                self._arms.append((n.body[0].lineno, n.body[-1].end_lineno or n.lineno,
+                                   n.orelse[0].lineno, n.orelse[-1].end_lineno or n.lineno))
             if isinstance(n, ast.Assign):
                 for t in n.targets:
                     if isinstance(t, ast.Name):

@@ -162,7 +162,7 @@ class _Scan:
                     "params": {k: v for k, v in (params or {}).items()
                                if k not in info.names},
                     "locals": info.locals}
-        self.kinds = _Kinds(fn, facts, info.assigned)
+        self.kinds = _Kinds(fn, facts, info)
         host_attrs = getattr(resolve, "host_attrs", None)
         self.kinds.config = host_attrs(backend) if host_attrs else set()
         device_attrs = getattr(resolve, "device_attrs", None)
@@ -439,7 +439,7 @@ class _Scan:
             return
         mask = sl
         if isinstance(sl, ast.Name):
-            prior = [v for ln, v in self.kinds.assigned.get(sl.id, []) if ln <= line]
+            prior = [v for _, v in self.kinds.prior(sl.id, line)]
             mask = prior[-1] if prior else sl
         if isinstance(mask, ast.Compare) and len(mask.ops) == 1 and not isinstance(
                 mask.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and \
