@@ -701,3 +701,35 @@ def classes_for(target: Target, platform: str, name: str, phase: str,
     [] for a name the release does not know."""
     info = backend_map(target, platform, mla).get(name)
     return list(getattr(info, PHASE_CLASSES[phase])) if info is not None else []
+
+
+def never_draft_extends(target: Target, cls: str) -> str | None:
+    """Why backend class `cls` never serves a draft-extend batch, or None where it may (or the
+    release is not read that far): a class some `--attention-backend` name builds for the target
+    model, that no name of the draft factory builds for draft-extend on HIP or CUDA (nor a
+    subclass of it), and that the factory's file never names (0.5.23 wave: `WaveAttnBackend`
+    is absent from `create_draft_extend_backend`'s map, speculative/draft_utils.py:123)."""
+    key = (str(target.root.resolve()), _signature(target), cls)
+    if key in _NEVER:
+        return _NEVER[key]
+    out = None
+    fac = _draft_factory(target)
+    if fac is not None:
+        _mod, fcls, fpath = fac
+        maps = [backend_map(target, p) for p in ("hip", "cuda")]
+        targeted = any(cls in i.attention_classes for m in maps for i in m.values())
+        drafts = any(cls in i.draft_extend_classes or cls in i.draft_extend_ancestors
+                     for m in maps for i in m.values() if i.draft_extend_classes)
+        try:
+            named = cls in fpath.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            named = True
+        ext = _method(fcls, "create_draft_extend_backend")
+        if targeted and not drafts and not named and ext is not None:
+            out = (f"{cls} serves no draft-extend batch: no name of the draft factory builds it "
+                   f"({target.relpath(fpath)}:{ext.lineno})")
+    _NEVER[key] = out
+    return out
+
+
+_NEVER: dict[tuple, str | None] = {}

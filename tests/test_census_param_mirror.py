@@ -66,9 +66,10 @@ def _cfg(**kw) -> SpecConfig:
     return SpecConfig(**base)
 
 
-def _site(version: str, file: str, line: int, backend: str | None = None):
+def _site(version: str, file: str, line: int, backend: str | None = None,
+          verdict: str = "syncs"):
     sites = [s for s in census(release_target(version)).sites
-             if s.file == file and s.line == line and s.verdict == "syncs"
+             if s.file == file and s.line == line and s.verdict == verdict
              and (backend is None or s.backend == backend)]
     assert sites, f"{file}:{line} not in the census of {version}"
     return sites[0]
@@ -126,7 +127,10 @@ def test_without_the_overlap_fact_it_depends_on_the_relay(version, overlap):
 @pytest.mark.parametrize("version", sorted(MAMBA_HAND))
 def test_a_caller_that_passes_something_else_leaves_a_data_guard(version):
     h = MAMBA_HAND[version]
-    s = _site(version, MAMBA, h["site"])
+    # `mask.cpu()` copies a host tensor: `mask` is `seq_lens_cpu[:bs] ... == 0` (0.5.23 :605,
+    # 0.5.19 :434), padded by `torch.cat` with a host `torch.zeros` (:608 / :437): no sync,
+    # but the guards in front of it are the census's all the same
+    s = _site(version, MAMBA, h["site"], verdict="host-mirror")
     assert s.function == "MambaAttnBackendBase._replayssm_track_flush_mask"
     mine = [g for g in s.guards if g[3] == f"{MAMBA}:{h['test']}"]
     assert [g[:2] for g in mine] == [("data:seq_lens_cpu is None", "false")], s.guards

@@ -257,7 +257,7 @@ class MetadataSyncsProbe(Probe):
                 where = f"unreachable ({why_cfg})"
             elif why_cfg and r == "reaches":
                 where += f"; {why_cfg}"
-            on = release_paths(s, target.version)  # less what the release rules out
+            on = release_paths(s, target.version, target)  # less what the release rules out
             paths_txt = ", ".join(on) if on else "no per-step path"
             ev.append(location(
                 s.file, s.line, s.function,

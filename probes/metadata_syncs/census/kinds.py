@@ -48,6 +48,7 @@ class _Kinds:
         info = info if info is not None else _FnInfo(fn, {})
         self.assigned = info.assigned
         self.reaches = info.reaches
+        self.reaching = info.reaching
 
     def prior(self, name: str, line: int) -> list[tuple[int, ast.AST]]:
         """The assignments of `name` above `line` that can reach it (not in the other arm of
@@ -65,9 +66,12 @@ class _Kinds:
             if e.id.endswith("_cpu"):
                 return "host"
             prior = self.prior(e.id, line)
-            if prior:
-                ln, value = prior[-1]
-                return self.of(value, ln - 1, depth + 1)
+            if prior:  # what the assignments that reach the use agree on, where known (a
+                # None aside): 0.5.23 flashinfer_backend.py:1816 after :1791 and :1810
+                kinds = {self.of(v, ln - 1, depth + 1) for ln, v in self.reaching(prior, line)
+                         if not (isinstance(v, ast.Constant) and v.value is None)}
+                known = kinds - {"unknown"}
+                return known.pop() if len(known) == 1 else "unknown" if kinds else "scalar"
             if e.id in self.params:
                 return self.params[e.id]
             return "tensor" if e.id in _DEVICE_FIELDS else "unknown"  # a well-known name
@@ -88,6 +92,11 @@ class _Kinds:
         if isinstance(e, ast.Subscript):
             if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
                 return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
+            if isinstance(e.value, ast.Call) and isinstance(e.slice, ast.Constant) and \
+                    isinstance(e.slice.value, int) and self.helper is not None:
+                k = self._helper_item(e.value, e.slice.value, depth)
+                if k is not None:
+                    return k
             return self.of(e.value, line, depth + 1)
         if isinstance(e, ast.IfExp):  # `a if c else b`: what both sides agree on (a None
             # side aside: where the value is used as a tensor, it is the other one)
@@ -142,7 +151,9 @@ class _Kinds:
                     # inputs (`torch.count_nonzero(seq_lens_cpu == v)` is a host tensor)
                     if f.attr in _FACTORIES:
                         return "host"
-                    kinds = {self.of(a, line, depth + 1) for a in e.args
+                    args = [x for a in e.args for x in (
+                        a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a])]  # torch.cat
+                    kinds = {self.of(a, line, depth + 1) for a in args
                              if not isinstance(a, ast.Constant)}
                     # a torch op runs where its tensors live: host only when a host input
                     # is seen and no device one (else the device, as before)
@@ -152,6 +163,24 @@ class _Kinds:
             return "unknown"
         return "unknown"
 
+
+    def _helper_item(self, call: ast.Call, i: int, depth: int) -> str | None:
+        """Item `i` of what a same-class/same-module helper returns, where every return is a
+        tuple: what those items agree on in the helper's own body (0.5.23 aiter_backend.py:3518
+        unpacks `make_mla_prefill_ps_meta_data_buffer`'s device buffers, :958-975)."""
+        found = self.helper(call)
+        if found is None:
+            return None
+        fn = found[1]
+        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return)]
+        if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) > i for r in rets):
+            return None
+        own = getattr(fn, "_diag_kinds", None)
+        if own is None:
+            own = fn._diag_kinds = _Kinds(fn)  # type: ignore[attr-defined]
+        kinds = {own.of(r.elts[i], r.lineno, depth + 1) for r in rets}  # type: ignore[union-attr]
+        kinds.discard("unknown")
+        return kinds.pop() if len(kinds) == 1 else None
 
     def _helper_kind(self, call: ast.Call, line: int, depth: int) -> str | None:
         """A same-class/same-module helper's result: `Tensor` annotated, or what it returns
@@ -184,6 +213,9 @@ def _classify(kind: str, what: str) -> tuple[str, str]:
     return "cannot-tell", f"cannot tell whether {what} lives on the device"
 
 
+_LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
 class _FnInfo:
     """What a builder's body says by itself (its assignments), whatever its callers pass: read
     once per builder, not on every pass of the fixpoint in `_analyse`."""
@@ -195,9 +227,38 @@ class _FnInfo:
         got = self._reach.get(key)
         if got is None:
             got = self._reach[key] = not any(
-                (b0 <= at <= b1 and e0 <= use <= e1) or (e0 <= at <= e1 and b0 <= use <= b1)
-                for b0, b1, e0, e1 in self._arms)
+                e1 and ((b0 <= at <= b1 and e0 <= use <= e1) or (e0 <= at <= e1 and b0 <= use
+                                                                  <= b1))
+                for _, b0, b1, e0, e1, _, _ in self._ifs)
         return got
+
+    def reaching(self, prior: list[tuple[int, ast.AST]], use: int) -> list[tuple[int, ast.AST]]:
+        """The assignments among `prior` (those above a use, none in an arm apart from it) that
+        reach the use: the last, and where it sits in an arm of an `if` the use is after, the
+        last one of the other way through that `if` (its other arm's, else the one before it),
+        unless that arm returns or raises."""
+        out: list[tuple[int, ast.AST]] = []
+        todo = [prior[-1]]
+        while todo:
+            d = todo.pop()
+            if any(d is o for o in out):
+                continue
+            out.append(d)
+            ln = d[0]
+            for top, b0, b1, e0, e1, b_ends, e_ends in self._ifs:
+                in_body, in_else = b0 <= ln <= b1, bool(e1) and e0 <= ln <= e1
+                if not (in_body or in_else) or top <= use <= max(b1, e1):
+                    continue  # not in this `if`, or the use is inside it too
+                if (e_ends if in_body else b_ends):
+                    continue  # the other way leaves the function (or the loop)
+                lo, hi = (e0, e1) if in_body else (b0, b1)
+                other = [p for p in prior if hi and lo <= p[0] <= hi]
+                before = [p for p in prior if p[0] < top]
+                if other:
+                    todo.append(other[-1])
+                elif before:
+                    todo.append(before[-1])
+        return out
 
     def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
         mode_vars: list[str] = []
@@ -205,14 +266,18 @@ class _FnInfo:
         single: list[ast.Assign] = []  # `name = value`, in walk order
         # name -> [(line, value)] of `name = value` / `name: T = value` (for _Kinds)
         self.assigned: dict[str, list[tuple[int, ast.AST]]] = {}
-        # the two arms of each `if` with an else, as line spans: an assignment in one arm
-        # does not reach a use in the other
-        self._arms: list[tuple[int, int, int, int]] = []
+        # every `if` as line spans: (its line, body first/last, else first/last (0 when none),
+        # whether the body / the else ends in return, raise, continue or break)
+        self._ifs: list[tuple[int, int, int, int, int, bool, bool]] = []
         self._reach: dict[tuple[int, int], bool] = {}
         for n in _inner(fn):
-            if isinstance(n, ast.If) and n.orelse:
-                self._arms.append((n.body[0].lineno, n.body[-1].end_lineno or n.lineno,
-                                   n.orelse[0].lineno, n.orelse[-1].end_lineno or n.lineno))
+            if isinstance(n, ast.If):
+                self._ifs.append((
+                    n.lineno, n.body[0].lineno, n.body[-1].end_lineno or n.lineno,
+                    n.orelse[0].lineno if n.orelse else 0,
+                    (n.orelse[-1].end_lineno or n.lineno) if n.orelse else 0,
+                    isinstance(n.body[-1], _LEAVES),
+                    bool(n.orelse) and isinstance(n.orelse[-1], _LEAVES)))
             if isinstance(n, ast.Assign):
                 for t in n.targets:
                     if isinstance(t, ast.Name):
@@ -223,6 +288,16 @@ class _FnInfo:
                     text = _unparse(n.value)
                     if "forward_mode" in text and not text.endswith("forward_mode"):
                         mode_vars.append(n.targets[0].id)
+                elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
+                        isinstance(n.value, ast.Call) and \
+                        all(isinstance(t, ast.Name) for t in n.targets[0].elts):
+                    # `a, b = f(...)`: each name is item i of what f returns (`_Kinds.of` reads
+                    # a helper's tuple, else the call's own kind)
+                    for i, t in enumerate(n.targets[0].elts):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+                        item = ast.copy_location(ast.Subscript(
+                            value=n.value, slice=ast.Constant(i), ctx=ast.Load()), n)
+                        self.assigned.setdefault(t.id, []).append((n.lineno, item))
                 elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
                         isinstance(n.value, ast.Tuple) and \
                         len(n.targets[0].elts) == len(n.value.elts):

@@ -69,7 +69,15 @@ PREFILL_GRAPH_MODES = {"target-extend", "draft-extend", "target-verify", "other"
 _GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
 # Entry points the model runner or graph runners call from outside the file.
 _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
-                       r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$")
+                       r"_out_graph|_in_graph|_for_breakable_cuda_graph_capture)?$"
+                       r"|^init_mha_chunk_metadata$")
+# Entry points the model's forward calls, and the modes it calls them on. DeepSeek's chunked-KV
+# MHA prefill calls `init_mha_chunk_metadata` once per forward when the batch has a prefix
+# (0.5.23 models/deepseek_common/attention_forward_methods/forward_mha.py:664-678); the
+# handlers pick that method only for `is_extend_without_speculative()` batches (aiter
+# attention_backend_handler.py:190-192, flashinfer/fa3/flashmla :125-138, trtllm_mla :165),
+# never under graph capture (:188-189): the target's extend and the dLLM modes, per step.
+_MODEL_ENTRY = {"init_mha_chunk_metadata": {"target-extend", "other"}}
 
 
 # The walks and the cached unparse are the shared source-reading core's (probes.source).
@@ -91,6 +99,8 @@ def _modes(modes: set[str], phases: tuple[str, ...] = PHASES) -> frozenset:
 
 def seed_state(name: str) -> frozenset:
     """What the name of an entry point says about when it runs (the rest: callers, branches)."""
+    if name in _MODEL_ENTRY:
+        return _modes(_MODEL_ENTRY[name], ("step",))
     phases = ("capture",) if "capture" in name and "replay" not in name else \
         ("step",) if "replay" in name else PHASES
     for hint, mode in (("verify", "target-verify"), ("draft_extend", "draft-extend"),

@@ -29,6 +29,7 @@ from diag.probes.metadata_syncs.census.objects import (
 )
 from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
+    _MODEL_ENTRY,
     NONE,
     _modes,
     class_config_attrs,
@@ -199,7 +200,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
         for mname, m in methods(cls).items():
-            if mname.startswith("init_forward_metadata") or _NAMED_BUILDER.search(mname):
+            if mname.startswith("init_forward_metadata") or _NAMED_BUILDER.search(mname) \
+                    or mname in _MODEL_ENTRY:
                 todo.append((f"{cname}.{mname}", cname, m))
     while todo:
         qual, backend, fn = todo.pop()
@@ -227,7 +229,8 @@ _DRAFT_DECODE = _modes({"decode", "idle"})
 
 def _is_seed(qual: str) -> bool:
     name = qual.rsplit(".", 1)[-1]
-    return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name))
+    return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name)) \
+        or name in _MODEL_ENTRY
 
 
 def _mirror_params(tree: ast.Module, classes: dict[str, ast.ClassDef], qual: str,
