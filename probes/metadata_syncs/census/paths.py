@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from diag.probes.metadata_syncs.census.sites import _FACTORIES
 from diag.probes.source import (
@@ -167,7 +168,22 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
             isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
             e.func.attr in env.get("helpers", {}):
-        return cond(env["helpers"][e.func.attr], facts, env, depth + 1)
+        test = env["helpers"][e.func.attr]
+        if isinstance(test, dict):  # a helper that returns a member, not a truth value
+            return Cond(ALL, ALL)
+        return cond(test, facts, env, depth + 1)
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.left, ast.Name) and \
+            isinstance(e.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and \
+            isinstance(e.comparators[0], ast.Attribute):
+        # `m = self.get_topk_transform_method(forward_mode)`; `m == TopkTransformMethod.RAGGED`:
+        # the helper's test for that member (`value_helpers`)
+        call = env.get("locals", {}).get(e.left.id)
+        members = env.get("helpers", {}).get(call.func.attr) if isinstance(
+            call, ast.Call) and isinstance(call.func, ast.Attribute) else None
+        if isinstance(members, dict) and e.comparators[0].attr in members:
+            c = cond(members[e.comparators[0].attr], facts, env, depth + 1)
+            return c if isinstance(e.ops[0], (ast.Eq, ast.Is)) else Cond(c.false, c.true,
+                                                                           c.unknown)
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and \
             isinstance(e.func.value, ast.Name) and e.func.value.id == "self" and \
             e.func.attr in env.get("gpu", {}):
@@ -247,10 +263,11 @@ def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
     return False
 
 
-def mode_helpers(tree: ast.Module) -> dict[str, ast.AST]:
+def mode_helpers(tree: ast.Module) -> dict[str, Any]:
     """Methods whose last statement returns a forward-mode test (`_is_speculative_paged_mode`):
-    a call to one is read as that test."""
-    out: dict[str, ast.AST] = {}
+    a call to one is read as that test; and methods that pick a member under a test of the
+    forward mode (`value_helpers`): {member: the test that picks it}."""
+    out: dict[str, Any] = {}
     for c in tree.body:
         if not isinstance(c, ast.ClassDef):
             continue
@@ -258,7 +275,40 @@ def mode_helpers(tree: ast.Module) -> dict[str, ast.AST]:
             if isinstance(m, ast.FunctionDef) and m.body and isinstance(m.body[-1], ast.Return) \
                     and m.body[-1].value is not None and _mode_expr(m.body[-1].value, {}):
                 out[m.name] = m.body[-1].value
+            elif isinstance(m, ast.FunctionDef) and (members := _value_helper(m)):
+                out[m.name] = members
     return out
+
+
+def _mode_compare(e: ast.AST) -> bool:
+    """Whether `e` compares a forward mode with a ForwardMode member somewhere."""
+    return any(isinstance(n, ast.Compare) and any(
+        _unparse(x).endswith("forward_mode") or _enum_modes(x) is not None
+        for x in (n.left, *n.comparators)) for n in walk_all(e))
+
+
+def _value_helper(m: ast.FunctionDef) -> dict[str, ast.AST]:
+    """`if TEST: x = E.A` / `else: x = E.B`, then `return x`, TEST a test of the forward mode:
+    {"A": TEST, "B": not TEST} (0.5.23 dsa_backend.py:4108-4125 `get_topk_transform_method`:
+    RAGGED only where `forward_mode == ForwardMode.EXTEND`, so not on a dLLM extend)."""
+    body = [st for st in m.body if not (isinstance(st, ast.Expr)
+                                        and isinstance(st.value, ast.Constant))]
+    if len(body) != 2 or not isinstance(body[0], ast.If) or not isinstance(body[1], ast.Return):
+        return {}
+    test, ret = body[0], body[1].value
+    if not isinstance(ret, ast.Name) or not (_mode_expr(test.test, {}) or
+                                            _mode_compare(test.test)):
+        return {}
+    arms = []
+    for arm in (test.body, test.orelse):
+        if len(arm) != 1 or not isinstance(arm[0], ast.Assign) or len(arm[0].targets) != 1 \
+                or not isinstance(arm[0].targets[0], ast.Name) or \
+                arm[0].targets[0].id != ret.id or not isinstance(arm[0].value, ast.Attribute):
+            return {}
+        arms.append(arm[0].value.attr)
+    if arms[0] == arms[1]:
+        return {}
+    return {arms[0]: test.test, arms[1]: ast.UnaryOp(ast.Not(), test.test)}
 
 
 def mode_guards(tree: ast.Module) -> dict[str, frozenset]:
