@@ -703,33 +703,60 @@ def classes_for(target: Target, platform: str, name: str, phase: str,
     return list(getattr(info, PHASE_CLASSES[phase])) if info is not None else []
 
 
-def never_draft_extends(target: Target, cls: str) -> str | None:
-    """Why backend class `cls` never serves a draft-extend batch, or None where it may (or the
-    release is not read that far): a class some `--attention-backend` name builds for the target
-    model, that no name of the draft factory builds for draft-extend on HIP or CUDA (nor a
-    subclass of it), and that the factory's file never names (0.5.23 wave: `WaveAttnBackend`
-    is absent from `create_draft_extend_backend`'s map, speculative/draft_utils.py:123)."""
-    key = (str(target.root.resolve()), _signature(target), cls)
-    if key in _NEVER:
-        return _NEVER[key]
-    out = None
+def never_draft_extends(target: Target, platforms: tuple[str, ...] = ("hip", "cuda")
+                        ) -> dict[str, str]:
+    """{backend class: why it never serves a draft-extend batch}: classes some
+    `--attention-backend` name builds for the target model on HIP or CUDA, only under names the
+    draft factory has no draft-extend entry for (it raises for those), that no name builds for
+    draft-extend, that no class of the attention package subclasses, and that the factory's
+    file never names (0.5.23 wave: `WaveAttnBackend` is absent from
+    `create_draft_extend_backend`'s map, speculative/draft_utils.py:122). Empty where the
+    factory is not found. Cached per tree and platforms."""
+    key = (str(target.root.resolve()), _signature(target), platforms)
+    hit = _NEVER.get(key)
+    if hit is not None:
+        return hit
+    out: dict[str, str] = {}
     fac = _draft_factory(target)
-    if fac is not None:
-        _mod, fcls, fpath = fac
-        maps = [backend_map(target, p) for p in ("hip", "cuda")]
-        targeted = any(cls in i.attention_classes for m in maps for i in m.values())
-        drafts = any(cls in i.draft_extend_classes or cls in i.draft_extend_ancestors
-                     for m in maps for i in m.values() if i.draft_extend_classes)
+    ext = _method(fac[1], "create_draft_extend_backend") if fac is not None else None
+    if fac is not None and ext is not None:
+        fpath = fac[2]
+        maps = [backend_map(target, p) for p in platforms]
+        drafts = {c for m in maps for i in m.values() for c in i.draft_extend_classes}
         try:
-            named = cls in fpath.read_text(encoding="utf-8", errors="replace")
+            factory_text = fpath.read_text(encoding="utf-8", errors="replace")
         except OSError:
-            named = True
-        ext = _method(fcls, "create_draft_extend_backend")
-        if targeted and not drafts and not named and ext is not None:
-            out = (f"{cls} serves no draft-extend batch: no name of the draft factory builds it "
-                   f"({target.relpath(fpath)}:{ext.lineno})")
+            factory_text = None
+        # a name with an entry may run its registry class for draft-extend eagerly (0.5.9
+        # flashmla: the entry builds None, the draft runner's own backend serves the batch);
+        # a name without one stops the server at start: `_create_backend` raises (0.5.23
+        # draft_utils.py:63-64), and every worker that runs DRAFT_EXTEND calls the factory
+        # (0.5.23 eagle_worker_v2.py:408-410, multi_layer_eagle_worker_v2.py:403; 0.5.9
+        # eagle_worker.py:226-228)
+        entered = {c for m in maps for i in m.values() if i.has_draft_factory_entry
+                   for c in i.attention_classes}
+        raises = factory_text is not None and re.search(
+            r"not in backend_map:\s*\n\s*raise\b", factory_text) is not None
+        candidates = {c for m in maps for i in m.values() for c in i.attention_classes
+                      if c not in drafts and c not in entered} if raises else set()
+        candidates = {c for c in candidates if c not in factory_text}  # type: ignore[operator]
+        if candidates:
+            texts = []
+            for path in sorted(target.file("srt/layers/attention").rglob("*.py")):
+                try:
+                    texts.append(path.read_text(encoding="utf-8", errors="replace"))
+                except OSError:
+                    candidates = set()  # a module not read: claim nothing
+                    break
+            subclassed = re.compile(r"^\s*class\s+\w+\s*\(([^)]*)\)", re.M)
+            bases = {b for t in texts for m in subclassed.finditer(t)
+                     for b in re.findall(r"\w+", m.group(1))}
+            for c in sorted(candidates - bases):
+                out[c] = (f"{c} serves no draft-extend batch: the draft factory has no "
+                          f"entry for its backend names and refuses them "
+                          f"({target.relpath(fpath)}:{ext.lineno})")
     _NEVER[key] = out
     return out
 
 
-_NEVER: dict[tuple, str | None] = {}
+_NEVER: dict[tuple, dict[str, str]] = {}

@@ -183,22 +183,20 @@ def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,
     return Decision("live", "; ".join(held))
 
 
-def release_paths(site: Any, version: str | None, target: Any = None) -> tuple[str, ...]:
+def release_paths(site: Any, version: str | None, never_drafts: dict[str, str] | None = None
+                  ) -> tuple[str, ...]:
     """The site's per-step paths (the census's, from the call graph) less those a fact of the
     release alone rules out: a host mirror the release's callers always set on that mode
     (`MIRRORS_SET`), a parameter every call of that mode passes as None
     (census.reach.mode_binds), or a spec input a multi-step draft backend sets before each
     per-step call (census.draft_steps). 0.5.23 flashinfer_backend.py:1962 lies on the extend branch, but
     its `.item()` runs only without `extend_prefix_lens_cpu`, which every target-extend batch
-    has (forward_batch_info.py:1240): not a target-extend path. With the release's `target`
-    tree: draft-extend too where the site's class serves no draft-extend batch
-    (`backends.never_draft_extends`: 0.5.23 wave_backend.py:301)."""
+    has (forward_batch_info.py:1240): not a target-extend path. With `never_drafts`
+    (`backends.never_draft_extends` of the release): draft-extend too where the site's class
+    serves no draft-extend batch (0.5.23 wave_backend.py:301)."""
     paths = tuple(site.paths)
-    if target is not None and "draft-extend" in paths and site.backend:
-        from diag.probes.backends import never_draft_extends
-
-        if never_draft_extends(target, site.backend):
-            paths = tuple(m for m in paths if m != "draft-extend")
+    if never_drafts and site.backend in never_drafts:
+        paths = tuple(m for m in paths if m != "draft-extend")
     facts = [g for g in site.guards if (g[2][1][0] if g[0] == "on" else g[0]).startswith(
         ("mirror:", "bind:", "spec:", "any"))]
     if not facts:

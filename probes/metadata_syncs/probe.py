@@ -138,6 +138,7 @@ class MetadataSyncsProbe(Probe):
         return {_census_key(ctx.target): census(ctx.target)}
 
     def run(self, ctx: Context) -> Finding:
+        from diag.probes.backends import never_draft_extends
         from diag.probes.metadata_syncs.census.count import census
         from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, DRAFT_EXTEND_BACKENDS
         from diag.probes.metadata_syncs.census_config import decide_modes, release_paths
@@ -247,6 +248,8 @@ class MetadataSyncsProbe(Probe):
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
+        never = never_draft_extends(target, (ctx.platform,)) if ctx.platform in (
+            "hip", "cuda") else {}
         for s in listed:  # every site, on the path or not: none is dropped
             r = reach(s)
             why_cfg = config_reason(s)
@@ -257,7 +260,7 @@ class MetadataSyncsProbe(Probe):
                 where = f"unreachable ({why_cfg})"
             elif why_cfg and r == "reaches":
                 where += f"; {why_cfg}"
-            on = release_paths(s, target.version, target)  # less what the release rules out
+            on = release_paths(s, target.version, never)  # less what the release rules out
             paths_txt = ", ".join(on) if on else "no per-step path"
             ev.append(location(
                 s.file, s.line, s.function,
