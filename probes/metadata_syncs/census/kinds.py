@@ -137,7 +137,7 @@ class _Kinds:
                     return "host"
                 if f.attr == "cpu":
                     return "host"
-                if isinstance(f.value, ast.Name) and f.value.id == "F" and e.args:
+                if _unparse(f.value) in ("F", "torch.nn.functional") and e.args:
                     return self.of(e.args[0], line, depth + 1)  # torch.nn.functional op
                 if isinstance(f.value, ast.Name) and f.value.id == "torch":
                     dev = [k for k in e.keywords if k.arg == "device"]
@@ -147,6 +147,11 @@ class _Kinds:
                         return "tensor"
                     if f.attr.endswith("_like") and e.args:
                         return self.of(e.args[0], line, depth + 1)
+                    splat = [_unparse(k.value) for k in e.keywords if k.arg is None]
+                    if splat:  # `**self.cuda_int32_kwargs` (0.5.19 deepseek_v4_backend_hip_radix
+                        # .py:442 `{"device": self.device, ...}`): its name says, else unknown
+                        return "tensor" if any("cuda" in x or "device" in x for x in splat) \
+                            else "unknown"
                     # a factory without device= makes a host tensor; an op follows its
                     # inputs (`torch.count_nonzero(seq_lens_cpu == v)` is a host tensor)
                     if f.attr in _FACTORIES:
