@@ -212,3 +212,77 @@ def test_a_conditional_output_size_syncs_where_it_is_none():
     _, sites, _ = scan_source(STANDIN_CONDITIONAL_SIZE, Path("s.py"), REL)
     [s] = [s for s in sites if s.kind == "repeat_interleave"]
     assert (s.verdict, s.syncs, s.paths) == ("syncs", 2, ("target-verify",))
+
+
+# The shapes of the 2026-12-06 readings, each after a release site read by hand:
+# - an assignment in the other arm of an `if` does not reach a use (0.5.23 wave_backend.py:229
+#   in the decode arm vs :272 in the target-verify arm); assignments in both arms of an `if`
+#   the use follows reach it, and where one arm's value is unknown the known one decides
+#   (0.5.23 flashinfer_backend.py:1791 / :1810, used at :1816);
+# - `torch.cat` of host parts is host (0.5.23 hybrid_linear_attn_backend.py:605-609);
+# - `a, b = self.helper()` takes item i of the tuple the helper returns (0.5.23
+#   aiter_backend.py:3518-3543, the buffers of :958-975);
+# - a factory with `**self.cuda_..._kwargs` is on the device (0.5.19
+#   deepseek_v4_backend_hip_radix.py:442, :1589, :1643);
+# - a helper that picks a member under a forward-mode test is read as that test (0.5.23
+#   dsa_backend.py:4108-4125, used at :1141 and :1341).
+STANDIN_REACHING = """\
+import torch
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+
+class StandInBackend:
+    def __init__(self, device):
+        self.kv_indptr = torch.zeros((9,), device=device)
+        self.cuda_kw = {"device": device, "dtype": torch.int32}
+
+    def init_forward_metadata(self, forward_batch, kv_indptr: torch.Tensor, spec_info):
+        if forward_batch.forward_mode.is_decode_or_idle():
+            kv_indptr = spec_info.kv_indptr
+        elif forward_batch.forward_mode.is_target_verify():
+            kv_indices = torch.empty(kv_indptr[-1])
+        if spec_info is None:
+            kv_indptr = kv_indptr[:4]
+        else:
+            kv_indptr = spec_info.kv_indptr
+        x = kv_indptr[: kv_indptr[-1]]
+        mask = forward_batch.seq_lens_cpu == 0
+        mask = torch.cat([mask, torch.zeros((2,), dtype=torch.bool)])
+        n = mask.cpu()
+        a, b = self._buffers()
+        m = int(b[-1].item())
+        pad = torch.empty(3, **self.cuda_kw)
+        p = pad[-1].item()
+        method = self._pick(forward_batch.forward_mode)
+        if method == Pick.RAGGED:
+            r = torch.repeat_interleave(forward_batch.seq_lens, forward_batch.extend_seq_lens)
+        return kv_indices, x, n, m, p, r
+
+    def _buffers(self):
+        first = torch.empty(4, device=self.device)
+        second = torch.empty(4, device=self.device)
+        return (first, second)
+
+    def _pick(self, forward_mode):
+        if self.fp8 and forward_mode == ForwardMode.EXTEND:
+            method = Pick.RAGGED
+        else:
+            method = Pick.PAGED
+        return method
+"""
+
+
+def _paths(src: str) -> dict[tuple[int, str], tuple[str, ...]]:
+    _, sites, _ = scan_source(src, Path("standin_backend.py"), REL)
+    return {(s.line, s.kind): tuple(s.paths) for s in sites}
+
+
+def test_what_reaches_a_use_and_what_a_helper_returns():
+    got = _sites(STANDIN_REACHING)
+    assert got[(14, "size")] == ("syncs", "per-step", 1)  # :12 is in the other arm
+    assert got[(19, "slice-bound")][0] == "syncs"  # :16 (a tensor) and :18 (unknown) reach
+    assert got[(22, "cpu")][0] == "host-mirror"  # the host mirror, padded with a host tensor
+    assert got[(24, "item")] == ("syncs", "per-step", 1)  # item 1 of `_buffers`' tuple
+    assert got[(26, "item")] == ("syncs", "per-step", 1)  # made with **self.cuda_kw
+    paths = _paths(STANDIN_REACHING)
+    assert paths[(29, "repeat_interleave")] == ("target-extend",)  # `_pick`'s EXTEND test

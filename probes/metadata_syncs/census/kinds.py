@@ -68,13 +68,12 @@ class _Kinds:
             prior = self.prior(e.id, line)
             if prior:  # what the assignments that reach the use agree on, where known (a
                 # None aside): 0.5.23 flashinfer_backend.py:1816 after :1791 and :1810
-                kinds = {self.of(v, ln - 1, depth + 1) for ln, v in self.reaching(prior, line)
+                kinds = {self._entry(e.id) if v is None else self.of(v, ln - 1, depth + 1)
+                         for ln, v in self.reaching(prior, line)
                          if not (isinstance(v, ast.Constant) and v.value is None)}
                 known = kinds - {"unknown"}
                 return known.pop() if len(known) == 1 else "unknown" if kinds else "scalar"
-            if e.id in self.params:
-                return self.params[e.id]
-            return "tensor" if e.id in _DEVICE_FIELDS else "unknown"  # a well-known name
+            return self._entry(e.id)
         if isinstance(e, ast.Attribute):
             if e.attr.endswith("_cpu"):
                 return "host"
@@ -169,6 +168,13 @@ class _Kinds:
         return "unknown"
 
 
+    def _entry(self, name: str) -> str:
+        """A name's kind before any assignment in the function: its parameter's, else what a
+        well-known name is."""
+        if name in self.params:
+            return self.params[name]
+        return "tensor" if name in _DEVICE_FIELDS else "unknown"
+
     def _helper_item(self, call: ast.Call, i: int, depth: int) -> str | None:
         """Item `i` of what a same-class/same-module helper returns, where every return is a
         tuple: what those items agree on in the helper's own body (0.5.23 aiter_backend.py:3518
@@ -219,6 +225,7 @@ def _classify(kind: str, what: str) -> tuple[str, str]:
 
 
 _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_ENTRY: tuple[int, None] = (0, None)  # `reaching`: the name's value on entry
 
 
 class _FnInfo:
@@ -237,19 +244,22 @@ class _FnInfo:
                 for _, b0, b1, e0, e1, _, _ in self._ifs)
         return got
 
-    def reaching(self, prior: list[tuple[int, ast.AST]], use: int) -> list[tuple[int, ast.AST]]:
+    def reaching(self, prior: list[tuple[int, ast.AST]], use: int
+                 ) -> list[tuple[int, ast.AST | None]]:
         """The assignments among `prior` (those above a use, none in an arm apart from it) that
         reach the use: the last, and where it sits in an arm of an `if` the use is after, the
         last one of the other way through that `if` (its other arm's, else the one before it),
         unless that arm returns or raises."""
-        out: list[tuple[int, ast.AST]] = []
-        todo = [prior[-1]]
+        out: list[tuple[int, ast.AST | None]] = []
+        todo: list[tuple[int, ast.AST | None]] = [prior[-1]]
         while todo:
             d = todo.pop()
             if any(d is o for o in out):
                 continue
             out.append(d)
             ln = d[0]
+            if d[1] is None:
+                continue
             for top, b0, b1, e0, e1, b_ends, e_ends in self._ifs:
                 in_body, in_else = b0 <= ln <= b1, bool(e1) and e0 <= ln <= e1
                 if not (in_body or in_else) or top <= use <= max(b1, e1):
@@ -263,6 +273,8 @@ class _FnInfo:
                     todo.append(other[-1])
                 elif before:
                     todo.append(before[-1])
+                else:
+                    todo.append(_ENTRY)  # the value the name had on entry (a parameter)
         return out
 
     def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
