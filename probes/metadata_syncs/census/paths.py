@@ -65,8 +65,11 @@ GRAPH_MODES = {"decode", "idle", "target-verify", "draft-extend"}
 # `*_for_breakable_cuda_graph_*` entry points: only the prefill graph runner
 # (model_executor/runner/prefill_cuda_graph_runner.py) calls them, and the model runner runs it
 # under `forward_mode.is_extend(include_draft_extend_v2=True)` only (model_runner.py: 0.5.17
-# :1589, 0.5.19 :1775, 0.5.21 :1919, 0.5.23 :2037): never decode or idle.
-PREFILL_GRAPH_MODES = {"target-extend", "draft-extend", "target-verify", "other"}
+# :1589, 0.5.19 :1775, 0.5.21 :1919, 0.5.23 :2037): never decode or idle; and its replay test
+# refuses a target-verify batch in every release that has it (`can_run_graph`'s
+# `forward_mode.is_target_verify()`: 0.5.14 :486, 0.5.16 :685; `can_replay_locally`'s
+# `if is_target_verify: return False`: 0.5.17 :1079, 0.5.19 :1177, 0.5.23 :1397).
+PREFILL_GRAPH_MODES = {"target-extend", "draft-extend", "other"}
 _GRAPH_ENTRY = re.compile(r"_out_graph$|_in_graph$|_cuda_graph$|cuda_graph_capture$")
 # Entry points the model runner or graph runners call from outside the file.
 _EXTERNAL = re.compile(r"^init_forward_metadata(_capture_cuda_graph|_replay_cuda_graph|"
