@@ -167,7 +167,6 @@ class _Kinds:
             return "unknown"
         return "unknown"
 
-
     def _entry(self, name: str) -> str:
         """A name's kind before any assignment in the function: its parameter's, else what a
         well-known name is."""
@@ -231,51 +230,6 @@ _ENTRY: tuple[int, None] = (0, None)  # `reaching`: the name's value on entry
 class _FnInfo:
     """What a builder's body says by itself (its assignments), whatever its callers pass: read
     once per builder, not on every pass of the fixpoint in `_analyse`."""
-
-    def reaches(self, at: int, use: int) -> bool:
-        """Whether an assignment on line `at` can reach a use on line `use`: not when they sit
-        in the two arms of one `if`."""
-        key = (at, use)
-        got = self._reach.get(key)
-        if got is None:
-            got = self._reach[key] = not any(
-                e1 and ((b0 <= at <= b1 and e0 <= use <= e1) or (e0 <= at <= e1 and b0 <= use
-                                                                  <= b1))
-                for _, b0, b1, e0, e1, _, _ in self._ifs)
-        return got
-
-    def reaching(self, prior: list[tuple[int, ast.AST]], use: int
-                 ) -> list[tuple[int, ast.AST | None]]:
-        """The assignments among `prior` (those above a use, none in an arm apart from it) that
-        reach the use: the last, and where it sits in an arm of an `if` the use is after, the
-        last one of the other way through that `if` (its other arm's, else the one before it),
-        unless that arm returns or raises."""
-        out: list[tuple[int, ast.AST | None]] = []
-        todo: list[tuple[int, ast.AST | None]] = [prior[-1]]
-        while todo:
-            d = todo.pop()
-            if any(d is o for o in out):
-                continue
-            out.append(d)
-            ln = d[0]
-            if d[1] is None:
-                continue
-            for top, b0, b1, e0, e1, b_ends, e_ends in self._ifs:
-                in_body, in_else = b0 <= ln <= b1, bool(e1) and e0 <= ln <= e1
-                if not (in_body or in_else) or top <= use <= max(b1, e1):
-                    continue  # not in this `if`, or the use is inside it too
-                if (e_ends if in_body else b_ends):
-                    continue  # the other way leaves the function (or the loop)
-                lo, hi = (e0, e1) if in_body else (b0, b1)
-                other = [p for p in prior if hi and lo <= p[0] <= hi]
-                before = [p for p in prior if p[0] < top]
-                if other:
-                    todo.append(other[-1])
-                elif before:
-                    todo.append(before[-1])
-                else:
-                    todo.append(_ENTRY)  # the value the name had on entry (a parameter)
-        return out
 
     def __init__(self, fn: ast.FunctionDef, helpers: dict[str, ast.AST]) -> None:
         mode_vars: list[str] = []
@@ -342,3 +296,48 @@ class _FnInfo:
         # names assigned once from a forward-mode test (read through by `cond`)
         self.locals = {n.targets[0].id: n.value for n in single
                        if counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}
+
+    def reaches(self, at: int, use: int) -> bool:
+        """Whether an assignment on line `at` can reach a use on line `use`: not when they sit
+        in the two arms of one `if`."""
+        key = (at, use)
+        got = self._reach.get(key)
+        if got is None:
+            got = self._reach[key] = not any(
+                e1 and ((b0 <= at <= b1 and e0 <= use <= e1) or (e0 <= at <= e1 and b0 <= use
+                                                                  <= b1))
+                for _, b0, b1, e0, e1, _, _ in self._ifs)
+        return got
+
+    def reaching(self, prior: list[tuple[int, ast.AST]], use: int
+                 ) -> list[tuple[int, ast.AST | None]]:
+        """The assignments among `prior` (those above a use, none in an arm apart from it) that
+        reach the use: the last, and where it sits in an arm of an `if` the use is after, the
+        last one of the other way through that `if` (its other arm's, else the one before it),
+        unless that arm returns or raises."""
+        out: list[tuple[int, ast.AST | None]] = []
+        todo: list[tuple[int, ast.AST | None]] = [prior[-1]]
+        while todo:
+            d = todo.pop()
+            if any(d is o for o in out):
+                continue
+            out.append(d)
+            ln = d[0]
+            if d[1] is None:
+                continue
+            for top, b0, b1, e0, e1, b_ends, e_ends in self._ifs:
+                in_body, in_else = b0 <= ln <= b1, bool(e1) and e0 <= ln <= e1
+                if not (in_body or in_else) or top <= use <= max(b1, e1):
+                    continue  # not in this `if`, or the use is inside it too
+                if (e_ends if in_body else b_ends):
+                    continue  # the other way leaves the function (or the loop)
+                lo, hi = (e0, e1) if in_body else (b0, b1)
+                other = [p for p in prior if hi and lo <= p[0] <= hi]
+                before = [p for p in prior if p[0] < top]
+                if other:
+                    todo.append(other[-1])
+                elif before:
+                    todo.append(before[-1])
+                else:
+                    todo.append(_ENTRY)  # the value the name had on entry (a parameter)
+        return out
