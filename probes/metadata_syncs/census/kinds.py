@@ -287,7 +287,7 @@ class _FnInfo:
             elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
                 self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
         # by line: the walk is breadth-first, so a nested assignment came after a later
-        # top-level one; `_Kinds.of` reads the last assignment above a use (0.5.23
+        # top-level one; `_Kinds.of` starts from the last assignment above a use (0.5.23
         # qwen_sparse_attn_backend.py:416 `extend_lengths.clone()` follows :404's `torch.cat`)
         for values in self.assigned.values():
             values.sort(key=lambda lv: lv[0])
