@@ -286,3 +286,31 @@ def test_what_reaches_a_use_and_what_a_helper_returns():
     assert got[(26, "item")] == ("syncs", "per-step", 1)  # made with **self.cuda_kw
     paths = _paths(STANDIN_REACHING)
     assert paths[(29, "repeat_interleave")] == ("target-extend",)  # `_pick`'s EXTEND test
+
+
+# Device fields and host arrays (2026-12-06): the mamba tracking tensors are made on the device
+# (0.5.19 managers/schedule_batch.py:2739-2743 `torch.tensor(...).to(self.device, ...)`), so
+# `forward_batch.mamba_track_mask.any()` in a test reads the device (0.5.15
+# hybrid_linear_attn_backend.py:178-179); `*_np` names are numpy arrays on the host (0.5.19
+# flashattention_backend.py:3194 `int(np.max(seqlens_q_local_np))`).
+STANDIN_FIELDS = """\
+import numpy as np
+
+
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        if forward_batch.mamba_track_mask.any():
+            pass
+        mask = forward_batch.mamba_track_mask.cpu()
+        seqlens_q_local_np = np.diff(forward_batch.extend_seq_lens_cpu)
+        q = int(np.max(seqlens_q_local_np))
+        k = int(seqlens_q_local_np.max())
+        return mask, q, k
+"""
+
+
+def test_device_fields_and_host_arrays():
+    got = _sites(STANDIN_FIELDS)
+    assert got[(8, "cpu")] == ("syncs", "per-step", 1)
+    assert got[(10, "int()")][0] == "host-mirror"
+    assert got[(11, "int()")][0] == "host-mirror"

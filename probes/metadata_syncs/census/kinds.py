@@ -63,7 +63,7 @@ class _Kinds:
         if isinstance(e, ast.Constant):
             return "scalar"
         if isinstance(e, ast.Name):
-            if e.id.endswith("_cpu"):
+            if e.id.endswith(("_cpu", "_np")):  # a host mirror, a numpy array
                 return "host"
             prior = self.prior(e.id, line)
             if prior:  # what the assignments that reach the use agree on, where known (a
@@ -75,7 +75,7 @@ class _Kinds:
                 return known.pop() if len(known) == 1 else "unknown" if kinds else "scalar"
             return self._entry(e.id)
         if isinstance(e, ast.Attribute):
-            if e.attr.endswith("_cpu"):
+            if e.attr.endswith(("_cpu", "_np")):
                 return "host"
             if isinstance(e.value, ast.Name) and e.value.id != "self":
                 prior = self.prior(_unparse(e), line)
@@ -121,6 +121,8 @@ class _Kinds:
             fname = _unparse(f)
             if fname in _SCALAR_CALLS:
                 return "scalar"
+            if fname.startswith(("np.", "numpy.")):
+                return "host"  # numpy works on host arrays
             if self.helper is not None:
                 k = self._helper_kind(e, line, depth)
                 if k is not None:

@@ -684,7 +684,8 @@ class _Scan:
             if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
                     arg.func.attr in _REDUCTIONS:
                 inner = arg.func.value
-                if isinstance(inner, ast.Name) and inner.id == "torch" and arg.args:
+                if isinstance(inner, ast.Name) and inner.id in ("torch", "np", "numpy") \
+                        and arg.args:
                     inner = arg.args[0]  # bool(torch.all(x)): x is read
                 verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
                 add(f"{name}()", verdict, why, 1)

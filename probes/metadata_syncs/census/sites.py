@@ -18,7 +18,11 @@ _ATTENTION_PKG = "sglang." + ATTENTION_DIR.replace("/", ".") + "."
 _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
                   "positions", "out_cache_loc", "extend_start_loc", "accept_length",
                   "cu_seqlens_q", "cu_seqlens_k", "cache_seqlens_int32", "page_table",
-                  "encoder_lens"}
+                  "encoder_lens",
+                  # the mamba prefix-cache tracking tensors: the ScheduleBatch makes them on the
+                  # device (0.5.23 managers/schedule_batch.py:3117-3121, 3343-3345, 3830) and
+                  # ForwardBatch.init_new hands them on (forward_batch_info.py:1060-1062)
+                  "mamba_track_mask", "mamba_track_indices", "mamba_track_seqlens"}
 _HOST_READ_METHODS = {"item": 1, "tolist": 1, "cpu": 1, "numpy": 1}
 _DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwhere", "bincount"}
 # torch factories whose positional arguments are sizes (`full`: the first only): a device
