@@ -292,7 +292,8 @@ def test_what_reaches_a_use_and_what_a_helper_returns():
 # (0.5.19 managers/schedule_batch.py:2739-2743 `torch.tensor(...).to(self.device, ...)`), so
 # `forward_batch.mamba_track_mask.any()` in a test reads the device (0.5.15
 # hybrid_linear_attn_backend.py:178-179); `*_np` names are numpy arrays on the host (0.5.19
-# flashattention_backend.py:3194 `int(np.max(seqlens_q_local_np))`).
+# flashattention_backend.py:3194 `int(seqlens_q_local_np.max())`); a loop or comprehension
+# variable is an item of what it iterates (0.5.23 flashinfer_backend.py:956-957).
 STANDIN_FIELDS = """\
 import numpy as np
 
@@ -305,7 +306,10 @@ class StandInBackend:
         seqlens_q_local_np = np.diff(forward_batch.extend_seq_lens_cpu)
         q = int(np.max(seqlens_q_local_np))
         k = int(seqlens_q_local_np.max())
-        return mask, q, k
+        lens = [x.item() for x in forward_batch.seq_lens_cpu]
+        for t in forward_batch.seq_lens:
+            t.item()
+        return mask, q, k, lens
 """
 
 
@@ -314,3 +318,5 @@ def test_device_fields_and_host_arrays():
     assert got[(8, "cpu")] == ("syncs", "per-step", 1)
     assert got[(10, "int()")][0] == "host-mirror"
     assert got[(11, "int()")][0] == "host-mirror"
+    assert got[(12, "item")][0] == "host-mirror"  # an item of the host mirror
+    assert got[(14, "item")] == ("syncs", "per-step", 1)  # an item of the device tensor

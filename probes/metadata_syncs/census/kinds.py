@@ -288,6 +288,16 @@ class _FnInfo:
                         (n.lineno, n.value))
             elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value:
                 self.assigned.setdefault(n.target.id, []).append((n.lineno, n.value))
+            elif isinstance(n, (ast.For, ast.ListComp, ast.SetComp, ast.GeneratorExp,
+                                ast.DictComp)):
+                # `for x in xs` / `[f(x) for x in xs]`: x is an element of xs, where xs lives
+                # (0.5.23 flashinfer_backend.py:956-957: the items of a host list or `.tolist()`),
+                # bound from the loop's (the comprehension's) first line
+                for g in ([n] if isinstance(n, ast.For) else n.generators):
+                    if isinstance(g.target, ast.Name):
+                        item = ast.copy_location(ast.Subscript(
+                            value=g.iter, slice=ast.Name("_"), ctx=ast.Load()), g.iter)
+                        self.assigned.setdefault(g.target.id, []).append((n.lineno, item))
         # by line: the walk is breadth-first, so a nested assignment came after a later
         # top-level one; `_Kinds.of` starts from the last assignment above a use (0.5.23
         # qwen_sparse_attn_backend.py:416 `extend_lengths.clone()` follows :404's `torch.cat`)
