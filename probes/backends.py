@@ -741,6 +741,9 @@ def never_draft_extends(target: Target, platforms: tuple[str, ...] = ("hip", "cu
                       if c not in drafts and c not in entered} if raises else set()
         candidates = {c for c in candidates if c not in factory_text}  # type: ignore[operator]
         if candidates:
+            # a subclass would inherit the class's syncs: any `class X(..., C)` in the package
+            # keeps C. Read as text: resolving every draft class's ancestors parses their
+            # modules (0.39 s cold on 0.5.23, against 0.03 s for this scan)
             texts = []
             for path in sorted(target.file("srt/layers/attention").rglob("*.py")):
                 try:

@@ -179,7 +179,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             isinstance(e.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and \
             isinstance(e.comparators[0], ast.Attribute):
         # `m = self.get_topk_transform_method(forward_mode)`; `m == TopkTransformMethod.RAGGED`:
-        # the helper's test for that member (`value_helpers`)
+        # the helper's test for that member (`_value_helper`)
         call = env.get("locals", {}).get(e.left.id)
         members = env.get("helpers", {}).get(call.func.attr) if isinstance(
             call, ast.Call) and isinstance(call.func, ast.Attribute) else None
@@ -269,7 +269,7 @@ def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:
 def mode_helpers(tree: ast.Module) -> dict[str, Any]:
     """Methods whose last statement returns a forward-mode test (`_is_speculative_paged_mode`):
     a call to one is read as that test; and methods that pick a member under a test of the
-    forward mode (`value_helpers`): {member: the test that picks it}."""
+    forward mode (`_value_helper`): {member: the test that picks it}."""
     out: dict[str, Any] = {}
     for c in tree.body:
         if not isinstance(c, ast.ClassDef):

@@ -200,8 +200,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
         for mname, m in methods(cls).items():
-            if mname.startswith("init_forward_metadata") or _NAMED_BUILDER.search(mname) \
-                    or mname in _MODEL_ENTRY:
+            if _is_seed(mname):
                 todo.append((f"{cname}.{mname}", cname, m))
     while todo:
         qual, backend, fn = todo.pop()
