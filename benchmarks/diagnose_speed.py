@@ -14,6 +14,12 @@ interval over the rounds (diag.paired), and the medians of the times.
 release itself stays downloaded): the first run after an install or an upgrade. Each round
 alternates which command goes first.
 
+Whether diag's modules have current bytecode is printed too: with `PYTHONDONTWRITEBYTECODE=1` (set
+on these machines, and in many container images) an editable install never gets any, so every
+diag run compiles its ~100 modules again (~9 % of a cold diagnose here), while torch, installed
+by pip, has its bytecode. `pip install .` (the README's quick start) compiles at install;
+`scripts/test.sh` compiles the editable tree.
+
 The load average before and after is printed with the ratio: a cold diag spreads ~4 s of CPU
 over two processes (the torch worker's import and checks, the parent's census and gate), while
 collect_env spends ~2.5 s in one, so on a host whose cores are busy with other work the ratio
@@ -23,6 +29,7 @@ rises towards the ratio of CPU times; on free cores the two processes overlap.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -39,6 +46,37 @@ def _diag_cmd(sglang: str, extra: list[str]) -> list[str]:
     exe = Path(sys.executable).with_name("diag")
     base = [str(exe)] if exe.exists() else [shutil.which("diag") or "diag"]
     return base + ["diagnose", "--sglang", sglang, *extra]
+
+
+def bytecode_state(python: str, diag_args: list[str]) -> tuple[int, int]:
+    """(modules with current bytecode, modules) of what one `diag diagnose` imports of diag in
+    its parent (run here in `python`, output dropped), read from each pyc's header as the
+    import system reads it (the source's mtime and size, or a hash)."""
+    code = ("import contextlib, io, json, sys\nimport diag.cli.probe_worker\n"
+            "from diag.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(sys.argv[1:], standalone_mode=False)\n"
+            "    except BaseException:\n        pass\n"
+            "print(json.dumps([getattr(m, '__file__', None) for n, m in list(sys.modules.items())"
+            " if n == 'diag' or n.startswith('diag.')]))")
+    proc = subprocess.run([python, "-c", code, "diagnose", *diag_args], capture_output=True,
+                          text=True, env=dict(os.environ, DIAG_NO_CACHE="1"))
+    lines = proc.stdout.strip().splitlines()
+    files = [Path(f) for f in json.loads(lines[-1] if lines else "[]") if f and f.endswith(".py")]
+    return sum(_current(f) for f in files), len(files)
+
+
+def _current(src: Path) -> bool:
+    pyc = Path(importlib.util.cache_from_source(str(src)))
+    try:
+        head, st = pyc.read_bytes()[:16], src.stat()
+    except OSError:
+        return False
+    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(head[4:8], "little") & 1:  # hash-based pyc: the import checks the hash
+        return True
+    return (int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF)
 
 
 def _time(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
@@ -64,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("collect_env", "diag diagnose"):  # warm-up, not counted
         _time(*runs[name])
     names = list(runs)
+    compiled, modules = bytecode_state(sys.executable, ["--sglang", a.sglang, *a.diag_args])
     load_before = os.getloadavg()
     for i in range(a.repeats):
         for name in names[i % 3:] + names[:i % 3]:  # each command first, second, third in turn
@@ -79,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
            "seconds": samples, "median_s": med,
            "exit_codes": {k: sorted(v) for k, v in codes.items()},
            "ratio_diag_over_collect_env": ratio.to_dict(), "noise_floor": floor.to_dict(),
+           "diag_modules_with_bytecode": [compiled, modules],
+           "python_dont_write_bytecode": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
            "cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": load_after}
     if a.json:
         print(json.dumps(doc, indent=2))
@@ -91,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"diag/collect_env {ratio.text()}: {verdict}; noise floor "
               f"collect_env/collect_env {floor.text()}; load average "
               f"{load_before[0]:.2f} -> {load_after[0]:.2f} on {os.cpu_count()} CPUs")
+        print(f"diag modules with current bytecode: {compiled} of {modules}" + (
+            "" if compiled == modules else " (the others compile on every run: python -m "
+            "compileall diag's folders, or pip install . rather than -e)"))
     return 0
 
 

@@ -25,6 +25,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 -e '.[test]'
+# an editable install gets no bytecode where PYTHONDONTWRITEBYTECODE is set (these machines, many
+# container images): compile it as `pip install .` does, or every diag run compiles ~100 modules
+.venv/bin/python -m compileall -q diag probes fixes tui >/dev/null
 
 # --- the SGLang-requirements environment for tests that import real SGLang modules
 bash scripts/sglang-env.sh
