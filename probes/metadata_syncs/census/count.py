@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
 from diag.probes.metadata_syncs.census.reach import _analyse
 from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
 from diag.probes.source import (
@@ -22,7 +23,7 @@ from diag.target import Target
 # The census's own modules: their sources are part of its cache key.
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
-                                         "reach", "count", "fast_paths"))
+                                         "reach", "count", "fast_paths", "batch_fields"))
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts
 # from seeds only): it is not parsed. A textual superset of the seed names, so nothing is missed.
@@ -73,8 +74,10 @@ def census(target: Target, use_cache: bool = True) -> Census:
         try:
             # the pools' modules too: census.fast_paths reads which pool class sets what
             pools = target.file("srt/mem_cache")
+            batch = target.file(BATCH_REL)  # census.batch_fields reads ForwardBatch.init_new
             digest = cache.files_key(paths + (sorted(pools.rglob("*.py")) if pools.is_dir()
-                                              else []), str(target.root), cache.code_fingerprint(
+                                              else []) + ([batch] if batch.is_file() else []),
+                                     str(target.root), cache.code_fingerprint(
                 *CENSUS_MODULES, "diag.probes.source"))  # the parse core is part of the census
         except OSError:
             digest = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from diag.probes.metadata_syncs.census.paths import _mode_expr
+from diag.probes.metadata_syncs.census.paths import _mode_expr, batch_field
 from diag.probes.metadata_syncs.census.sites import (
     _DEVICE_FIELDS,
     _FACTORIES,
@@ -308,6 +308,10 @@ class _FnInfo:
         # names assigned once from a forward-mode test (read through by `cond`)
         self.locals = {n.targets[0].id: n.value for n in single
                        if counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}
+        # names bound once to a batch field (`x = getattr(forward_batch, "f", None)`: `cond`)
+        self.fields = {n.targets[0].id: f for n in single
+                       if counts.get(n.targets[0].id) == 1
+                       and (f := batch_field(n.value, {})) is not None}
 
     def reaches(self, at: int, use: int) -> bool:
         """Whether an assignment on line `at` can reach a use on line `use`: not when they sit

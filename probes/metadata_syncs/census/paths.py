@@ -159,7 +159,9 @@ class Cond:
 def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] | None = None,
          depth: int = 0) -> Cond:
     """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
-    method that returns a forward-mode test of its argument), read through."""
+    method that returns a forward-mode test of its argument), read through; "fields" (a name
+    bound once to a batch field) and "none_on_verify" (the fields a target-verify step leaves
+    None, asked only when a test needs it: census.batch_fields)."""
     env = env or {}
     if depth > 6:
         return Cond(ALL, ALL, True)
@@ -242,6 +244,15 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
                 return Cond(ALL, ALL, True)
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
+        none = env.get("none_on_verify")
+        if none and isinstance(right, ast.Constant) and right.value is None and \
+                isinstance(op, (ast.Is, ast.IsNot)) and \
+                batch_field(left, env.get("fields", {})) in none():
+            # a field the target-verify step's batch leaves None (census.batch_fields): there
+            # the test is decided; elsewhere it goes both ways
+            verify = frozenset({("target-verify", "step")})
+            return Cond(ALL, ALL - verify) if isinstance(op, ast.Is) else \
+                Cond(ALL - verify, ALL)
         fact = facts.get(left.id) if isinstance(left, ast.Name) else None
         if fact in ("host-set", "none") and isinstance(right, ast.Constant) and \
                 right.value is None and isinstance(op, (ast.Is, ast.IsNot)):
@@ -254,6 +265,22 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
     if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):
         return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step",)))
     return Cond(ALL, ALL)
+
+
+def batch_field(e: ast.AST, fields: dict[str, str]) -> str | None:
+    """The ForwardBatch field `e` reads: `forward_batch.f`, `getattr(forward_batch, "f", d)`, or
+    a local bound once to one of these (`fields`, from kinds._FnInfo)."""
+    if isinstance(e, ast.Name):
+        return fields.get(e.id)
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
+            e.value.id == "forward_batch":
+        return e.attr
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" and \
+            len(e.args) >= 2 and isinstance(e.args[0], ast.Name) and \
+            e.args[0].id == "forward_batch" and isinstance(e.args[1], ast.Constant) and \
+            isinstance(e.args[1].value, str):
+        return e.args[1].value
+    return None
 
 
 def _mode_expr(e: ast.AST, helpers: dict[str, ast.AST]) -> bool:

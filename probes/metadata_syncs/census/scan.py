@@ -161,7 +161,8 @@ class _Scan:
         self.env = {"helpers": helpers, "gpu": getattr(resolve, "gpu_true", {}),
                     "params": {k: v for k, v in (params or {}).items()
                                if k not in info.names},
-                    "locals": info.locals}
+                    "locals": info.locals, "fields": info.fields,
+                    "none_on_verify": getattr(resolve, "none_on_verify", None)}
         self.kinds = _Kinds(fn, facts, info)
         host_attrs = getattr(resolve, "host_attrs", None)
         self.kinds.config = host_attrs(backend) if host_attrs else set()

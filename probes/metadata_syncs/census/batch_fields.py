@@ -1,0 +1,95 @@
+"""Batch fields a target-verify step leaves None, read from the release's `ForwardBatch.init_new`.
+
+Why: a builder that tests `forward_batch.extend_seq_lens is not None` (or a local bound once to
+it) does not run that branch on a target-verify step. `init_new` sets `extend_seq_lens` and
+`extend_prefix_lens` only in the `else` of `if ret.forward_mode.is_decode() or
+ret.forward_mode.is_target_verify():` (0.5.17 forward_batch_info.py:902-920, 0.5.21
+:1103-1122, 0.5.23 :1226-1245), and the dataclass defaults them to None (0.5.23 :666).
+
+The other writers do not set them on a target-verify batch (0.5.23):
+- `prepare_mlp_sync_batch` relabels the batch EXTEND before it fabricates them (:1873-1885,
+  :1926-1927), and pads or slices them only when set (:2079-2083, :2213);
+- the prefill graph runner's view (prefill_cuda_graph_runner.py:1289) never serves a
+  target-verify batch;
+- two-batch overlap rewrites them on the prefill half of a split only
+  (batch_overlap/two_batch_overlap.py:648-663);
+- the decode graph runner's replay view has no such field (decode_cuda_graph_runner.py:170-245:
+  `getattr(view, "extend_seq_lens", None)` reads None).
+
+So QSA's verify-row mapping (0.5.23 qwen_sparse_attn_backend.py:339-350) runs on draft-extend
+only. Only the per-step target-verify phase takes the fact: capture batches are the graph
+runner's own (base_runner.py:680-699 passes `extend_seq_lens`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from diag.probes.metadata_syncs.census.paths import MODES, cond
+from diag.probes.source import Modules, parse_file
+
+_MODULE = "sglang.srt.model_executor.forward_batch_info"
+REL = "srt/model_executor/forward_batch_info.py"  # (Target.file: part of the census's key)
+# The fields whose other writers (above) were read; `init_new` of the release decides whether
+# it still leaves them None on a target-verify batch.
+CHECKED = frozenset({"extend_seq_lens", "extend_prefix_lens"})
+
+
+def none_on_verify(modules: Modules | None) -> frozenset[str]:
+    """The fields of ForwardBatch a target-verify step leaves None (kept per target)."""
+    if modules is None:
+        return frozenset()
+    got = getattr(modules, "_diag_none_fields", None)
+    if got is None:
+        tree = parse_file(modules.path(_MODULE))
+        got = _read(tree) if tree is not None else frozenset()
+        modules._diag_none_fields = got  # type: ignore[attr-defined]
+    return got
+
+
+def _read(tree: ast.Module) -> frozenset[str]:
+    cls = next((c for c in tree.body if isinstance(c, ast.ClassDef)
+                and c.name == "ForwardBatch"), None)
+    if cls is None:
+        return frozenset()
+    defaults_none = {s.target.id for s in cls.body if isinstance(s, ast.AnnAssign)
+                     and isinstance(s.target, ast.Name) and isinstance(s.value, ast.Constant)
+                     and s.value.value is None}
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef)
+                 and f.name == "init_new"), None)
+    if init is None:
+        return frozenset()
+    assigned: dict[str, set[str]] = {}
+    _walk(init.body, set(MODES), assigned)
+    for n in ast.walk(init):  # the constructor call's keywords set a field in every mode
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and \
+                n.func.id in ("cls", "ForwardBatch"):
+            for k in n.keywords:
+                if k.arg:
+                    assigned.setdefault(k.arg, set()).update(MODES)
+    return frozenset(f for f in defaults_none & CHECKED
+                     if f in assigned and "target-verify" not in assigned[f])
+
+
+def _walk(stmts: list[ast.stmt], modes: set[str], assigned: dict[str, set[str]]) -> None:
+    """Record, per `ret.<field> = ...`, the modes under which the mode tests around it let it
+    run (any other test goes both ways; an early return is not followed: more modes, never
+    fewer; nested defs are not `init_new`'s own code)."""
+    for st in stmts:
+        if isinstance(st, ast.If):
+            c = cond(st.test, {})
+            _walk(st.body, modes & {m for m, _ in c.true}, assigned)
+            _walk(st.orelse, modes & {m for m, _ in c.false}, assigned)
+            continue
+        targets = st.targets if isinstance(st, ast.Assign) else \
+            [st.target] if isinstance(st, (ast.AnnAssign, ast.AugAssign)) else []
+        for t in targets:
+            for x in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and \
+                        x.value.id == "ret":
+                    assigned.setdefault(x.attr, set()).update(modes)
+        if isinstance(st, ast.Try):
+            _walk(st.body + [s for h in st.handlers for s in h.body] + st.orelse
+                  + st.finalbody, modes, assigned)
+        elif isinstance(st, (ast.With, ast.For, ast.While)):
+            _walk(st.body + getattr(st, "orelse", []), modes, assigned)
