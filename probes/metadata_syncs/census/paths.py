@@ -160,8 +160,8 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
          depth: int = 0) -> Cond:
     """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
     method that returns a forward-mode test of its argument), read through; "fields" (a name
-    bound once to a batch field) and "none_on_verify" (the fields a target-verify step leaves
-    None, asked only when a test needs it: census.batch_fields)."""
+    bound once to a batch field) and "none_on_verify" (whether a target-verify step leaves that
+    field None: census.batch_fields)."""
     env = env or {}
     if depth > 6:
         return Cond(ALL, ALL, True)
@@ -247,7 +247,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
         none = env.get("none_on_verify")
         if none and isinstance(right, ast.Constant) and right.value is None and \
                 isinstance(op, (ast.Is, ast.IsNot)) and \
-                batch_field(left, env.get("fields", {})) in none():
+                none(batch_field(left, env.get("fields", {}))):
             # a field the target-verify step's batch leaves None (census.batch_fields): there
             # the test is decided; elsewhere it goes both ways
             verify = frozenset({("target-verify", "step")})

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from diag.probes.metadata_syncs.census.batch_fields import none_on_verify
+from diag.probes.metadata_syncs.census.batch_fields import CHECKED, none_on_verify
 from diag.probes.metadata_syncs.census.draft_steps import spec_sets
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
 from diag.probes.metadata_syncs.census.guards import (
@@ -273,8 +273,10 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     resolve.spec_sets = spec_sets(tree, rel)  # type: ignore[attr-defined]
     # a GPU fast path returns first on every GPU: the host fallback after it cannot run
     resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
-    # the batch fields a target-verify step leaves None (read on the first test that asks)
-    resolve.none_on_verify = lambda: none_on_verify(modules)  # type: ignore[attr-defined]
+    # whether a target-verify step leaves a batch field None (init_new is read only for the
+    # fields whose other writers were read, on the first test that asks)
+    resolve.none_on_verify = lambda f: f in CHECKED and f in none_on_verify(  # type: ignore[attr-defined]
+        modules)
     homes = getattr(resolve, "homes", {})
     keys = [(q, b) for q, b, _ in builders]
     # a named builder only non-builders call: the guards around those calls (kept)
