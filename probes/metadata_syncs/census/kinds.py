@@ -49,13 +49,18 @@ class _Kinds:
         self.assigned = info.assigned
         self.reaches = info.reaches
         self.reaching = info.reaching
+        self.stmt_end = info.stmt_end
 
     def prior(self, name: str, line: int) -> list[tuple[int, ast.AST]]:
         """The assignments of `name` above `line` that can reach it (not in the other arm of
         an `if` whose one arm holds the use: 0.5.23 wave_backend.py:229 in the decode arm does
-        not reach the target-verify arm's :272)."""
+        not reach the target-verify arm's :272; not the statement the use is in: 0.5.19
+        hybrid_linear_attn_backend.py:357 `mamba_cache_indices = mamba_cache_indices.cpu()`
+        copies the device tensor its caller passes)."""
+        ends = self.stmt_end
         return [(ln, v) for ln, v in self.assigned.get(name, [])
-                if ln <= line and self.reaches(ln, line)]
+                if ln <= line and self.reaches(ln, line)
+                and not ln <= line <= ends.get((name, ln), -1)]
 
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
         if depth > 16:  # a chain of assignments and ops, read back to where it starts
@@ -68,7 +73,7 @@ class _Kinds:
             prior = self.prior(e.id, line)
             if prior:  # what the assignments that reach the use agree on, where known (a
                 # None aside): 0.5.23 flashinfer_backend.py:1816 after :1791 and :1810
-                kinds = {self._entry(e.id) if v is None else self.of(v, ln - 1, depth + 1)
+                kinds = {self._entry(e.id) if v is None else self.of(v, ln, depth + 1)
                          for ln, v in self.reaching(prior, line)
                          if not (isinstance(v, ast.Constant) and v.value is None)}
                 known = kinds - {"unknown"}
@@ -80,7 +85,7 @@ class _Kinds:
             if isinstance(e.value, ast.Name) and e.value.id != "self":
                 prior = self.prior(_unparse(e), line)
                 if prior:  # a local object's field assigned earlier in the function
-                    return self.of(prior[-1][1], prior[-1][0] - 1, depth + 1)
+                    return self.of(prior[-1][1], prior[-1][0], depth + 1)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.config:
                 return "scalar"  # set from the server arguments (a Python number)
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
@@ -243,6 +248,9 @@ class _FnInfo:
         # whether the body / the else ends in return, raise, continue or break)
         self._ifs: list[tuple[int, int, int, int, int, bool, bool]] = []
         self._reach: dict[tuple[int, int], bool] = {}
+        # (name, line) of an assignment statement -> its last line: a use inside the statement
+        # (its own value, `x = x.cpu()`) reads the value from before it (`_Kinds.prior`)
+        self.stmt_end: dict[tuple[str, int], int] = {}
         for n in _inner(fn):
             if isinstance(n, ast.If):
                 self._ifs.append((
@@ -298,6 +306,13 @@ class _FnInfo:
                         item = ast.copy_location(ast.Subscript(
                             value=g.iter, slice=ast.Name("_"), ctx=ast.Load()), g.iter)
                         self.assigned.setdefault(g.target.id, []).append((n.lineno, item))
+            if isinstance(n, (ast.Assign, ast.AnnAssign)):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    for x in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                        key = x.id if isinstance(x, ast.Name) else \
+                            _unparse(x) if isinstance(x, ast.Attribute) else None
+                        if key is not None:
+                            self.stmt_end[(key, n.lineno)] = n.end_lineno or n.lineno
         # by line: the walk is breadth-first, so a nested assignment came after a later
         # top-level one; `_Kinds.of` starts from the last assignment above a use (0.5.23
         # qwen_sparse_attn_backend.py:416 `extend_lengths.clone()` follows :404's `torch.cat`)

@@ -682,21 +682,44 @@ class _Scan:
                              f"range bound `{_src(a, 40)}` is a device scalar", 1)
         elif isinstance(f, ast.Name) and name in ("int", "float", "bool") and len(call.args) == 1:
             arg = call.args[0]
-            if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
-                    arg.func.attr in _REDUCTIONS:
-                inner = arg.func.value
-                if isinstance(inner, ast.Name) and inner.id in ("torch", "np", "numpy") \
-                        and arg.args:
-                    inner = arg.args[0]  # bool(torch.all(x)): x is read
-                verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
+            if name != "bool" or not isinstance(arg, ast.BoolOp):
+                self._conversion(name, arg, line, add)
+                return
+            # `bool(m is not None and m.any())`: `and`/`or` read each operand's truth but the
+            # last, bool() the last; an operand runs only where the ones before it let it (0.5.19
+            # hybrid_linear_attn_backend.py:137-140: the mask's `.any()` only when it is set)
+            holds = isinstance(arg.op, ast.And)
+            where = f"{self.rel}:{line}"
+            pushed = 0
+            try:
+                for i, v in enumerate(arg.values):
+                    if i:
+                        g = self.guards_of(arg.values[i - 1], where, holds)
+                        self.stack.extend(g)
+                        pushed += len(g)
+                    self._conversion(name, v, line, add)
+            finally:
+                del self.stack[len(self.stack) - pushed:]
+
+    def _conversion(self, name: str, arg: ast.AST, line: int, add: Any) -> None:
+        """`int(x)` / `float(x)` / `bool(x)` of one value: a reduction of a device tensor, or an
+        element (a name) the census knows is on the device."""
+        kinds = self.kinds
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and \
+                arg.func.attr in _REDUCTIONS:
+            inner = arg.func.value
+            if isinstance(inner, ast.Name) and inner.id in ("torch", "np", "numpy") \
+                    and arg.args:
+                inner = arg.args[0]  # bool(torch.all(x)): x is read
+            verdict, why = _classify(kinds.of(inner, line), f"`{_src(inner, 40)}`")
+            add(f"{name}()", verdict, why, 1)
+        elif isinstance(arg, (ast.Subscript, ast.Name)):
+            # int(t[i]) of a device tensor reads one element back; a name only when the
+            # census knows it holds a device tensor (ints of Python values are common)
+            k = kinds.of(arg, line)
+            if k == "tensor" or (k == "host" and isinstance(arg, ast.Subscript)):
+                verdict, why = _classify(k, f"`{_src(arg, 40)}`")
                 add(f"{name}()", verdict, why, 1)
-            elif isinstance(arg, (ast.Subscript, ast.Name)):
-                # int(t[i]) of a device tensor reads one element back; a name only when the
-                # census knows it holds a device tensor (ints of Python values are common)
-                k = kinds.of(arg, line)
-                if k == "tensor" or (k == "host" and isinstance(arg, ast.Subscript)):
-                    verdict, why = _classify(k, f"`{_src(arg, 40)}`")
-                    add(f"{name}()", verdict, why, 1)
 
 
 def _settled(value: ast.AST, known: dict[str, bool]) -> ast.AST:
