@@ -674,6 +674,19 @@ class _Scan:
                 if self._device_scalar(a, line):
                     self.add(a, state, unknown, "size", "syncs",
                              f"size `{_src(a, 40)}` of {name} is a device scalar", 1)
+        elif name in _CLAMPS and (is_torch or isinstance(f, ast.Attribute)):
+            # `x.clamp(0, t[-1] - 1)`: beside a Python number PyTorch's parser picks the Scalar
+            # overload and reads a 0-dim tensor bound as a Scalar (`aten._local_scalar_dense`,
+            # an `.item()`); with tensors or None on both sides the Tensor overload reads
+            # nothing (0.5.19 hybrid_linear_attn_backend.py:344, 0.5.23 :443)
+            bounds = list(call.args[1:3] if is_torch else call.args[0:2]) + [
+                k.value for k in call.keywords if k.arg in ("min", "max")]
+            if any(kinds.of(b, line) == "scalar" for b in bounds):
+                for b in bounds:
+                    if self._device_scalar(b, line):
+                        self.add(b, state, unknown, "scalar-arg", "syncs",
+                                 f"bound `{_src(b, 40)}` of {name} is a device scalar beside a "
+                                 f"Python number: read back as a Scalar", 1)
         elif isinstance(f, ast.Name) and name == "range":
             # `range(t)` / `range(t[i], n)`: range calls __index__ on each bound
             for a in call.args:
@@ -720,6 +733,10 @@ class _Scan:
             if k == "tensor" or (k == "host" and isinstance(arg, ast.Subscript)):
                 verdict, why = _classify(k, f"`{_src(arg, 40)}`")
                 add(f"{name}()", verdict, why, 1)
+
+
+# ops with a Scalar and a Tensor overload of their bounds (`clamp(Tensor, Scalar?, Scalar?)`)
+_CLAMPS = ("clamp", "clamp_", "clip", "clip_")
 
 
 def _settled(value: ast.AST, known: dict[str, bool]) -> ast.AST:
