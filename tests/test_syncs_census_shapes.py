@@ -320,3 +320,43 @@ def test_device_fields_and_host_arrays():
     assert got[(11, "int()")][0] == "host-mirror"
     assert got[(12, "item")][0] == "host-mirror"  # an item of the host mirror
     assert got[(14, "item")] == ("syncs", "per-step", 1)  # an item of the device tensor
+
+
+STANDIN_SELF_AND_BOUNDS = """\
+import torch
+
+
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        idx = forward_batch.req_pool_indices[:4]
+        idx = idx.cpu()
+        same = idx.cpu()
+        has = forward_batch.spec_info is not None
+        if has:
+            pass
+        if forward_batch.seq_lens[0]:
+            pass
+        ok = bool(forward_batch.spec_info is not None and forward_batch.seq_lens.any())
+        q = torch.cumsum(forward_batch.seq_lens, dim=0)
+        a = forward_batch.positions.clamp(0, q[-1] - 1)
+        b = forward_batch.positions.clamp(q[0], q[-1])
+        return same, ok, a, b
+"""
+
+
+def test_own_statement_identity_tests_truth_and_clamp_bounds():
+    """`x = x.cpu()` copies the device value from before the statement (the second `.cpu()` is
+    of the host copy); `x is not None` is a Python bool; `if t[0]:` and `bool(a and t.any())`
+    read a device value back (the latter under `a`'s data guard); a 0-dim device bound of
+    `clamp` syncs beside a Python number (the Scalar overload), not beside another tensor."""
+    got = _sites(STANDIN_SELF_AND_BOUNDS)
+    assert got[(7, "cpu")] == ("syncs", "per-step", 1)
+    assert got[(8, "cpu")][0] == "host-mirror"
+    assert (10, "bool()") not in got  # `if has:` of an identity test
+    assert got[(12, "bool()")] == ("syncs", "per-step", 1)
+    assert got[(14, "bool()")] == ("syncs", "per-step", 1)
+    _, sites, _ = scan_source(STANDIN_SELF_AND_BOUNDS, Path("standin_backend.py"), REL)
+    (guarded,) = [s for s in sites if (s.line, s.kind) == (14, "bool()")]
+    assert [g[0] for g in guarded.guards] == ["data:forward_batch.spec_info is not None"]
+    assert got[(16, "scalar-arg")] == ("syncs", "per-step", 1)
+    assert not any(k == "scalar-arg" for line, k in got if line == 17)

@@ -280,8 +280,7 @@ class MetadataSyncsProbe(Probe):
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "
                        f"mirrors, {sum(s.verdict == 'capture-only' for s in c.sites)} run only "
                        f"under graph capture, {sum(s.verdict == 'unreachable' for s in c.sites)}"
-                       f" sit in branches that cannot run; a bare `if t:` on a tensor name is "
-                       f"not detected statically"))
+                       f" sit in branches that cannot run"))
         for backend, counts in sorted(c.by_backend().items()):
             ev.append(row(backend=backend, on_path="yes" if modes_of(backend) else "no",
                           syncs=counts["syncs"], sync_count=counts["sync_count"],

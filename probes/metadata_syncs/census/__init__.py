@@ -34,8 +34,8 @@ mirror in its guards (`mirror:seq_lens_cpu`, which the configuration decides).
 A forward-mode test the census cannot read makes the site's path `cannot-tell`.
 
 What it cannot tell (by construction): types are guessed from names, annotations, assignments in
-the same function and well-known ForwardBatch fields; a bare `if t:` on a tensor name is not
-detected (bool-mask indexing, `if t.any():` and comparisons of a device scalar are); calls into
+the same function and well-known ForwardBatch fields (a value of unknown kind is `cannot-tell`,
+and a test on one, `if t:`, is a site only where `t` is known to be on the device); calls into
 modules outside the attention package are not followed; conditions on anything but the forward
 mode and capture flags are taken to go both ways (paths are "may reach"). The executed harness
 (probes.metadata_syncs.builder_harness) measures what it can run.

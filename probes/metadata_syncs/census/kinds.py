@@ -109,6 +109,9 @@ class _Kinds:
             return sides.pop() if len(sides) == 1 else "unknown"
         if isinstance(e, ast.UnaryOp):  # `~mask_cpu`, `-t`
             return self.of(e.operand, line, depth + 1)
+        if isinstance(e, ast.Compare) and any(
+                isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in e.ops):
+            return "scalar"  # `t is not None`, `x in xs`: a Python bool
         if isinstance(e, ast.Compare) and len(e.comparators) == 1:
             e = ast.BinOp(e.left, ast.Add(), e.comparators[0])  # `a == b`: the kinds of a, b
         if isinstance(e, ast.BinOp):

@@ -478,6 +478,12 @@ class _Scan:
         if isinstance(test, ast.Compare):
             self.compare_test(test, state, unknown)
             return
+        if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)) and \
+                self._device_scalar(test, test.lineno):
+            # `if t:` / `if t[0]:` of a device tensor: bool() reads its one element back
+            self.add(test, state, unknown, "bool()", "syncs",
+                     f"`{_src(test, 40)}` is a device tensor; a branch on it reads it back", 1)
+            return
         if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Attribute) or \
                 test.func.attr not in ("all", "any"):
             return
