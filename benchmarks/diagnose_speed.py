@@ -14,11 +14,11 @@ interval over the rounds (diag.paired), and the medians of the times.
 release itself stays downloaded): the first run after an install or an upgrade. Each round
 alternates which command goes first.
 
-Whether diag's modules have current bytecode is printed too: with `PYTHONDONTWRITEBYTECODE=1` (set
-on these machines, and in many container images) an editable install never gets any, so every
-diag run compiles its ~100 modules again (~9 % of a cold diagnose here), while torch, installed
-by pip, has its bytecode. `pip install .` (the README's quick start) compiles at install;
-`scripts/test.sh` compiles the editable tree.
+Whether diag's modules have current bytecode is printed too: with `PYTHONDONTWRITEBYTECODE=1`
+(set on these machines, and in many container images) an editable install never gets any, so
+every diag run compiles the ~60 modules a diagnose imports again (~9 % of a cold diagnose
+here), while torch, installed by pip, has its bytecode. `pip install .` (the README's quick
+start) compiles at install; `scripts/test.sh` compiles the editable tree.
 
 The load average before and after is printed with the ratio: a cold diag spreads ~4 s of CPU
 over two processes (the torch worker's import and checks, the parent's census and gate), while

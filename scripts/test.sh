@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0 -e '.[test]'
 # an editable install gets no bytecode where PYTHONDONTWRITEBYTECODE is set (these machines, many
-# container images): compile it as `pip install .` does, or every diag run compiles ~100 modules
+# container images): compile it as `pip install .` does, or every run compiles ~60 modules again
 .venv/bin/python -m compileall -q diag probes fixes tui >/dev/null
 
 # --- the SGLang-requirements environment for tests that import real SGLang modules
