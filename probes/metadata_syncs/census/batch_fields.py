@@ -47,6 +47,12 @@ def none_on_verify(modules: Modules | None) -> frozenset[str]:
     return got
 
 
+def leaves_none(modules: Modules | None, field: str | None) -> bool:
+    """Whether a target-verify step leaves `field` None; `init_new` is read only for a field
+    whose other writers were read (CHECKED), on the first test that asks."""
+    return field in CHECKED and field in none_on_verify(modules)
+
+
 def _read(tree: ast.Module) -> frozenset[str]:
     cls = next((c for c in tree.body if isinstance(c, ast.ClassDef)
                 and c.name == "ForwardBatch"), None)

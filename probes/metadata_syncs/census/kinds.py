@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from diag.probes.metadata_syncs.census.paths import _mode_expr, batch_field
+from diag.probes.metadata_syncs.census.paths import _mode_expr, batch_field, getattr_read
 from diag.probes.metadata_syncs.census.sites import (
     _DEVICE_FIELDS,
     _FACTORIES,
@@ -120,10 +120,9 @@ class _Kinds:
                 if k in kinds:
                     return k
             return "scalar"
-        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" \
-                and len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and \
-                isinstance(e.args[1].value, str):  # getattr(forward_batch, "name", None)
-            return self.of(ast.Attribute(e.args[0], e.args[1].value, ast.Load()), line, depth + 1)
+        read = getattr_read(e)  # getattr(forward_batch, "name", None)
+        if read is not None:
+            return self.of(read, line, depth + 1)
         if isinstance(e, ast.Call):
             f = e.func
             fname = _unparse(f)

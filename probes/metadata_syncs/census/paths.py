@@ -267,19 +267,24 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
     return Cond(ALL, ALL)
 
 
+def getattr_read(e: ast.AST) -> ast.Attribute | None:
+    """`getattr(obj, "name", default)` as the `obj.name` it reads (None for anything else)."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" and \
+            len(e.args) >= 2 and isinstance(e.args[1], ast.Constant) and \
+            isinstance(e.args[1].value, str):
+        return ast.Attribute(e.args[0], e.args[1].value, ast.Load())
+    return None
+
+
 def batch_field(e: ast.AST, fields: dict[str, str]) -> str | None:
     """The ForwardBatch field `e` reads: `forward_batch.f`, `getattr(forward_batch, "f", d)`, or
     a local bound once to one of these (`fields`, from kinds._FnInfo)."""
     if isinstance(e, ast.Name):
         return fields.get(e.id)
+    e = getattr_read(e) or e
     if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
             e.value.id == "forward_batch":
         return e.attr
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" and \
-            len(e.args) >= 2 and isinstance(e.args[0], ast.Name) and \
-            e.args[0].id == "forward_batch" and isinstance(e.args[1], ast.Constant) and \
-            isinstance(e.args[1].value, str):
-        return e.args[1].value
     return None
 
 

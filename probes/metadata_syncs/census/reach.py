@@ -6,11 +6,12 @@ guards, the caller chain of every site).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 from typing import Any
 
-from diag.probes.metadata_syncs.census.batch_fields import CHECKED, none_on_verify
+from diag.probes.metadata_syncs.census.batch_fields import leaves_none
 from diag.probes.metadata_syncs.census.draft_steps import spec_sets
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
 from diag.probes.metadata_syncs.census.guards import (
@@ -273,10 +274,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     resolve.spec_sets = spec_sets(tree, rel)  # type: ignore[attr-defined]
     # a GPU fast path returns first on every GPU: the host fallback after it cannot run
     resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
-    # whether a target-verify step leaves a batch field None (init_new is read only for the
-    # fields whose other writers were read, on the first test that asks)
-    resolve.none_on_verify = lambda f: f in CHECKED and f in none_on_verify(  # type: ignore[attr-defined]
-        modules)
+    # whether a target-verify step leaves a batch field None (census.batch_fields)
+    resolve.none_on_verify = functools.partial(leaves_none, modules)  # type: ignore[attr-defined]
     homes = getattr(resolve, "homes", {})
     keys = [(q, b) for q, b, _ in builders]
     # a named builder only non-builders call: the guards around those calls (kept)

@@ -708,7 +708,7 @@ class _Scan:
             # last, bool() the last; an operand runs only where the ones before it let it (0.5.19
             # hybrid_linear_attn_backend.py:137-140: the mask's `.any()` only when it is set)
             holds = isinstance(arg.op, ast.And)
-            where = f"{self.rel}:{line}"
+            where = self._where(call)
             pushed = 0
             try:
                 for i, v in enumerate(arg.values):
