@@ -503,6 +503,15 @@ TWINS = "two identical diag servers within the noise floor of two plain ones"
     # batch 1 1.009 (0.985-1.024), batch 16 0.996 (0.984-1.012); prediction +23.7 % (0.638 vs
     # 0.515 (0.496-0.536)); twins 1.091 (1.016-1.208) against plain twins 1.109 (1.053-1.194)
     ("lane-h100-run21", {PREDICTION}),
+    # 2026-12-06 05:42 UTC, cfde7c7 (HEAD's census: batch fields, stmt_end, BoolOp operands,
+    # scalar-arg), a fresh H100 (plain 1.624 ms/token, IQR 0.405; diag 2.191, IQR 0.767): 24 of
+    # 27, every functional check, syncs per step 0 vs census 0 in all three phases; twins 0.857
+    # (0.790-0.948) against plain twins 1.000 (0.982-1.035); prediction -34.3 % (0.561 vs 0.853
+    # (0.787-0.928), eager/graph inside 1.399); batch 1 1.011 (1.000-1.028), batch 16 1.020
+    # (0.994-1.038), its floor 0.998 (0.983-1.012)
+    ("lane-h100-run22", {TWINS,
+                         PREDICTION,
+                         BATCH16}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -555,7 +564,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
-                                 "689fa87", "f87a910", "f9d9769", "bb26b0d"}
+                                 "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7"}
     assert doc["start"].startswith("all five")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
         sets = [set(v) for v in doc["cpus"]["servers"].values()] + [set(doc["cpus"]["client"])]
