@@ -24,6 +24,27 @@ The multi-layer worker's draft-extend runner (multi_layer_eagle_draft_extend_cud
 `self.runners[0]`, 0.5.23 :976-977): 0.5.23 :242, :256, :258, :263; 0.5.19 :237, :251, :253,
 :258. The FROZEN_KV_MTP draft runner (frozen_kv_mtp_cuda_graph_runner.py): 0.5.23 :214, :236,
 :238, :242; 0.5.19 :213, :235, :237, :241.
+
+The worker side (probes/draft_extend_graph/dispatch.py), the first line of each statement:
+0.5.23, the v2 worker: target-verify asked in `ModelRunner._forward_raw` (model_executor/
+model_runner.py:1991 `can_run_graph = bool(mode_check() and self.decode_cuda_graph_runner and
+...)`) and in `eagle_prepare_for_verify` (speculative/eagle_utils.py:399); draft-decode in
+`prepare_for_draft` (speculative/eagle_worker_common.py:371), then forced eager in
+`EagleDraftWorker.draft` (eagle_worker_v2.py:673 `if (can_run_decode_cuda_graph and not ...
+is_idle() and self.seed_dsa_topk_from_draft_extend and draft_input.dsa_topk_indices is None)`,
+the switch set at :319); draft-extend in `prepare_for_draft_extend` (eagle_worker_common.py:223)
+and `_draft_extend_for_decode` (eagle_worker_v2.py:1182). `EAGLEWorkerV2.apply_runtime_state`
+(adaptive speculation) swaps the runners in: draft-decode :1884, draft-extend :1892,
+target-verify :1897. With DP attention and SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION
+(environ.py:1558 `EnvBool(False)`), `plan.apply(...)` per stage: "draft" :1644, "target" :1653,
+"draft_extend" :1668. The multi-layer worker: multi_layer_eagle_worker_v2.py:887.
+0.5.19: model_runner.py:1729, eagle_utils.py:579; eagle_worker_common.py:310 and
+eagle_worker_v2.py:521 (draft-decode); eagle_worker_common.py:194 and eagle_worker_v2.py:954
+(draft-extend); adaptive :1471, :1479, :1484; no coordination plan in 0.5.19.
+0.5.9 with the v2 worker: model_runner.py:2456; eagle_info_v2.py:245 (`prepare_for_v2_verify`),
+:177 (`prepare_for_v2_draft`), :206 (`prepare_for_extend_to_fill_draft_kvcache`, called from
+eagle_worker_v2.py:529); eagle_worker_v2.py:546. With the v1 worker: eagle_worker.py:553
+(`EAGLEWorker.draft`), :954 (`forward_draft_extend_after_decode`).
 """
 
 from __future__ import annotations
@@ -43,6 +64,29 @@ DRAFT = "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
 EXTEND = "sglang/srt/speculative/eagle_draft_extend_cuda_graph_runner.py"
 MULTI = "sglang/srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py"
 FROZEN = "sglang/srt/speculative/frozen_kv_mtp_cuda_graph_runner.py"
+S = "sglang/srt/speculative/"
+MR = "sglang/srt/model_executor/model_runner.py"
+# the worker side, read by hand (this module's docstring): phase -> [(file, line)]
+WORKER_SIDE = {
+    "0.5.23": {"target-verify": [(MR, 1991), (S + "eagle_utils.py", 399),
+                                 (S + "eagle_worker_v2.py", 1897)],
+               "draft-decode": [(S + "eagle_worker_common.py", 371),
+                                (S + "eagle_worker_v2.py", 673), (S + "eagle_worker_v2.py", 1884)],
+               "draft-extend": [(S + "eagle_worker_common.py", 223),
+                                (S + "eagle_worker_v2.py", 1182),
+                                (S + "eagle_worker_v2.py", 1892)]},
+    "0.5.19": {"target-verify": [(MR, 1729), (S + "eagle_utils.py", 579),
+                                 (S + "eagle_worker_v2.py", 1484)],
+               "draft-decode": [(S + "eagle_worker_common.py", 310),
+                                (S + "eagle_worker_v2.py", 521), (S + "eagle_worker_v2.py", 1471)],
+               "draft-extend": [(S + "eagle_worker_common.py", 194),
+                                (S + "eagle_worker_v2.py", 954),
+                                (S + "eagle_worker_v2.py", 1479)]},
+    "0.5.9": {"target-verify": [(MR, 2456), (S + "eagle_info_v2.py", 245)],
+              "draft-decode": [(S + "eagle_info_v2.py", 177)],
+              "draft-extend": [(S + "eagle_info_v2.py", 206), (S + "eagle_worker_v2.py", 546)]},
+}
+COORDINATION = {"draft-decode": 1644, "target-verify": 1653, "draft-extend": 1668}
 
 VERIFY_LINES = {"0.5.23": [847, 864, 888, 890, 895, 908],
                 "0.5.19": [678, 695, 714, 716, 721, 734]}
@@ -59,9 +103,59 @@ def _verdicts(version: str, **kw) -> dict:
 
 
 def _at(v, file: str) -> list[int]:
+    """The lines of the runner's own replay test (`file`); the rest are the worker's."""
     assert v.mode == phases.GRAPH, (v.phase, v.mode, v.reason)
-    assert {f.file for f in v.runtime_fallbacks} == {file}
-    return [f.line for f in v.runtime_fallbacks]
+    assert file in {f.file for f in v.runtime_fallbacks}
+    return [f.line for f in v.runtime_fallbacks if f.file == file]
+
+
+def _worker_side(v, runner: str) -> list[tuple[str, int]]:
+    return sorted((f.file, f.line) for f in v.runtime_fallbacks if f.file != runner)
+
+
+RUNNER_OF = {"target-verify": VERIFY, "draft-decode": DRAFT, "draft-extend": EXTEND}
+
+
+@pytest.mark.parametrize("version", sorted(WORKER_SIDE))
+def test_the_worker_side_of_each_phase_is_named(version):
+    got = _verdicts(version, model="llama")
+    for phase, want in WORKER_SIDE[version].items():
+        runner = OLD_VERIFY if version == "0.5.9" and phase == "target-verify" \
+            else RUNNER_OF[phase]
+        assert _worker_side(got[phase], runner) == sorted(want), phase
+    v = got["draft-decode"]
+    seed = [f for f in v.runtime_fallbacks if "seed_dsa_topk" in f.condition]
+    if version != "0.5.9":
+        assert len(seed) == 1 and "index_share_for_mtp_iteration" in seed[0].condition
+        swaps = [f for f in v.runtime_fallbacks if "--speculative-adaptive" in f.condition]
+        assert len(swaps) == 1 and swaps[0].reason == "no-runner"
+
+
+def test_the_coordination_plan_needs_dp_attention_and_its_switch():
+    on = {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"}
+    for env, dp, named in ((on, True, True), (on, False, False),
+                           ({"SGLANG_ENABLE_SPEC_V2": "1"}, True, False), (on, None, True)):
+        got = _verdicts("0.5.23", model="llama", environ=env, enable_dp_attention=dp)
+        for phase, line in COORDINATION.items():
+            plan = [f for f in got[phase].runtime_fallbacks
+                    if f.file == S + "eagle_worker_v2.py" and f.line == line]
+            assert bool(plan) is named, (env, dp, phase)
+            if plan:
+                assert "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=1" in plan[0].condition
+
+
+def test_the_v1_worker_is_asked_in_its_own_methods():
+    got = _verdicts("0.5.9", model="llama", environ={})  # the v1 worker (no SPEC_V2 switch)
+    assert _worker_side(got["draft-decode"], DRAFT) == [(S + "eagle_worker.py", 553)]
+    assert _worker_side(got["draft-extend"], EXTEND) == [(S + "eagle_worker.py", 954)]
+    assert _worker_side(got["target-verify"], OLD_VERIFY) == [(MR, 2456)]
+
+
+def test_the_multi_layer_worker_asks_its_own_draft_extend_runner():
+    got = _verdicts("0.5.23", model="MiMoV2ForCausalLM", speculative_algorithm="EAGLE")
+    side = _worker_side(got["draft-extend"], MULTI)
+    assert (S + "multi_layer_eagle_worker_v2.py", 887) in side
+    assert not [x for x in side if x[0] == S + "eagle_worker_v2.py"]
 
 
 @pytest.mark.parametrize("version", sorted(VERIFY_LINES))

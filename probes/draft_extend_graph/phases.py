@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from diag.context import SpecConfig
 from diag.probes import backends
 from diag.probes import gate as gate_mod
+from diag.probes.draft_extend_graph.dispatch import worker_fallbacks
 from diag.probes.draft_extend_graph.fallbacks import (  # noqa: F401  (re-exported)
     DP_VOTE,
     Facts,
@@ -115,18 +116,23 @@ class PhaseVerdict:
 # --------------------------------------------------------------------------- runtime fallbacks
 
 
-def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
-              ) -> list[Fallback]:
+def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None,
+              worker: tuple[str, str, bool] | None = None) -> list[Fallback]:
     """The runner's fallbacks that can happen under `cfg` (`fallbacks.runner_fallbacks`): the
-    data-parallel vote only with DP attention (`require_mlp_sync()` is false without it)."""
+    data-parallel vote only with DP attention (`require_mlp_sync()` is false without it); then,
+    for `worker` (phase, "v1"|"v2", multi-layer), the worker's own (`dispatch`)."""
     out = runner_fallbacks(target, rel, Facts(cfg.speculative_algorithm, arch))
     if cfg.enable_dp_attention is False:
-        return [f for f in out if not f.condition.startswith(DP_VOTE)]
-    w = find_line(target, "srt/utils/common.py", r"def require_mlp_sync")
-    for f in out:
-        if f.condition.startswith(DP_VOTE) and cfg.enable_dp_attention is None:
-            f.condition += (" (only with --enable-dp-attention: require_mlp_sync()"
-                            + (f", {w})" if w else ")"))
+        out = [f for f in out if not f.condition.startswith(DP_VOTE)]
+    else:
+        w = find_line(target, "srt/utils/common.py", r"def require_mlp_sync")
+        for f in out:
+            if f.condition.startswith(DP_VOTE) and cfg.enable_dp_attention is None:
+                f.condition += (" (only with --enable-dp-attention: require_mlp_sync()"
+                                + (f", {w})" if w else ")"))
+    if worker is not None:
+        out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
+                                env=env_of(cfg))
     return out
 
 
@@ -229,14 +235,17 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
     verdicts.append(out("target-verify", GRAPH,
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
-                        w, fallbacks(target, vr, cfg, model.arch)))
+                        w, fallbacks(target, vr, cfg, model.arch,
+                                     None if frozen is not False else
+                                     ("target-verify", gate.worker, bool(multi)))))
     if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
         return verdicts + _frozen(target, cfg, frozen, frozen_why, out,
                                   fallbacks(target, FROZEN_RUNNER, cfg, model.arch))
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V1_FILE if gate.worker == "v1" else gate_mod.V2_FILE,
                   r"self\.speculative_num_steps > 1")
-    dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg, model.arch)
+    dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg, model.arch,
+                             ("draft-decode", gate.worker, bool(multi)))
     if multi:
         mw = find_line(target, gate_mod.MULTI_LAYER_FILE, r"self\.cuda_graph_runner = None$")
         verdicts.append(out("draft-decode", EAGER, f"{multi_why}: the multi-layer worker builds "
@@ -284,7 +293,9 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
     er = MULTI_EXTEND_RUNNER if multi and target.file(MULTI_EXTEND_RUNNER).is_file() \
         else EXTEND_RUNNER
     verdicts.append(out("draft-extend", mode, reason, gw,
-                        fallbacks(target, er, cfg, model.arch) if mode == GRAPH else None))
+                        fallbacks(target, er, cfg, model.arch,
+                                  ("draft-extend", gate.worker, bool(multi)))
+                        if mode == GRAPH else None))
     return verdicts
 
 

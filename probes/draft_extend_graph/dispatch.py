@@ -1,0 +1,296 @@
+"""Worker-side fallbacks: where the worker that runs a phase asks the phase's runner whether it
+can replay, and what else sends the pass eager although a graph was captured.
+
+Why: the runner's own replay test (`fallbacks`) is not the whole story. The caller decides too:
+its gate also needs the runner to exist and may test more (0.5.23 model_executor/
+model_runner.py:1991 `can_run_graph = bool(mode_check() and self.decode_cuda_graph_runner and
+...can_run_graph(forward_batch))`); a worker may force its flag to False afterwards (0.5.23
+speculative/eagle_worker_v2.py:673, the draft-decode graph skipped while a DSA draft has no
+seeded top-k yet); adaptive speculation swaps each phase's runner for the active state's
+(0.5.23 eagle_worker_v2.py:1884, :1892, :1897); with DP attention, the spec/prefill
+coordination plan clears the batch's replay flag per stage (0.5.23 eagle_worker_v2.py:1644,
+:1653, :1668). Each is found by its shape in the files of the worker that runs (v1 or v2, one-
+or multi-layer) and in the helpers that worker reaches by name, never by a line kept here.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+from diag.probes.draft_extend_graph.fallbacks import DECLINED, Fallback
+from diag.probes.gate import env_bool
+from diag.probes.source import parse_file, walk_all
+from diag.target import Target
+
+MODEL_RUNNER = "srt/model_executor/model_runner.py"
+V2_WORKER = "srt/speculative/eagle_worker_v2.py"
+V1_WORKER = "srt/speculative/eagle_worker.py"
+MULTI_V2_WORKER = "srt/speculative/multi_layer_eagle_worker_v2.py"
+MULTI_V1_WORKER = "srt/speculative/multi_layer_eagle_worker.py"
+# module-level or mixin helpers the v2 workers call (0.5.9 eagle_info_v2.py:177 `prepare_for_
+# v2_draft`; 0.5.14 base_spec_worker.py:159; 0.5.19 eagle_worker_common.py:194; 0.5.23
+# eagle_utils.py:401 `eagle_prepare_for_verify`)
+V2_HELPERS = ("srt/speculative/eagle_utils.py", "srt/speculative/eagle_info_v2.py",
+              "srt/speculative/base_spec_worker.py", "srt/speculative/eagle_worker_common.py")
+ENVIRON = "srt/environ.py"
+LIMIT = 400  # characters of a condition's words
+ASKS = ("can_run_graph", "can_run")
+EXTEND_RUNNER_ATTR = "cuda_graph_runner_for_draft_extend"
+# the coordination plan's stage names (0.5.23 eagle_worker_v2.py:1644 "draft", :1653 "target",
+# :1668 "draft_extend")
+PLAN_STAGES = {"target": "target-verify", "draft": "draft-decode",
+               "draft_extend": "draft-extend"}
+_FLAG = re.compile(r"can_(run|cuda)")
+
+
+def worker_files(worker: str, multi: bool) -> tuple[str, ...]:
+    """The worker file that runs, then the helpers it may reach (the v2 workers' only)."""
+    if worker == "v1":
+        return (MULTI_V1_WORKER if multi else V1_WORKER,)
+    return (MULTI_V2_WORKER if multi else V2_WORKER,) + V2_HELPERS
+
+
+def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
+                     dp_attention: bool | None = None, env: dict[str, str] | None = None
+                     ) -> list[Fallback]:
+    """The caller gates, overrides, runner swaps and coordination stages of `phase` in the
+    worker that runs (and the target's ModelRunner for target-verify), in file and line order.
+    The coordination stages run only with DP attention and their switch on: `dp_attention`
+    False, or the switch off in `env` (the server's environment; None: not known), drops
+    them."""
+    out: list[Fallback] = []
+    if phase == "target-verify":
+        out += _gates(target, MODEL_RUNNER, phase, None)
+    files = worker_files(worker, multi)
+    reached = _reached(target, files)
+    for rel in files:
+        out += _gates(target, rel, phase, None if rel == files[0] else reached)
+    out += _overrides(target, files[0], phase)
+    out += _swaps(target, files[0], phase)
+    if dp_attention is not False:
+        out += _plan_stages(target, files[0], phase, env)
+    seen: set[tuple[str, int]] = set()
+    return [f for f in out if not ((f.file, f.line) in seen or seen.add((f.file, f.line)))]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _functions(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef]]:
+    """Every function of a module with its qualified name (Class.method or name)."""
+    for node in tree.body if isinstance(tree, ast.Module) else ():
+        if isinstance(node, ast.FunctionDef):
+            yield node.name, node
+        elif isinstance(node, ast.ClassDef):
+            for m in node.body:
+                if isinstance(m, ast.FunctionDef):
+                    yield f"{node.name}.{m.name}", m
+
+
+def _called_names(fn: ast.AST) -> set[str]:
+    names = set()
+    for n in walk_all(fn):
+        if isinstance(n, ast.Call):
+            f = n.func
+            names.add(f.attr if isinstance(f, ast.Attribute) else
+                      f.id if isinstance(f, ast.Name) else "")
+    return names
+
+
+def _reached(target: Target, files: tuple[str, ...]) -> set[str]:
+    """The helper functions the worker file calls by name, and those they call in turn."""
+    main = parse_file(target.file(files[0]))
+    if main is None:
+        return set()
+    helpers = {name.rsplit(".", 1)[-1]: fn for rel in files[1:]
+               if (tree := parse_file(target.file(rel))) is not None
+               for name, fn in _functions(tree)}
+    todo, reached = list(_called_names(main)), set()
+    while todo:
+        name = todo.pop()
+        if name in helpers and name not in reached:
+            reached.add(name)
+            todo += _called_names(helpers[name])
+    return reached
+
+
+def _phase_of(receiver: str, fn_name: str, rel: str) -> str | None:
+    """The phase whose runner `receiver` is (the ModelRunner's own runner, the target worker's,
+    the draft-extend runner, or the draft runner a helper is handed)."""
+    low = receiver.lower()
+    if any(w in low for w in ("backend", "prefill", "piecewise", "dual_gemm", "runners[")):
+        return None
+    if rel == MODEL_RUNNER or "target_worker" in receiver:
+        return "target-verify" if rel == MODEL_RUNNER or "model_runner" in receiver else None
+    if EXTEND_RUNNER_ATTR in receiver:
+        return "draft-extend"
+    if receiver.endswith("cuda_graph_runner"):
+        return "draft-extend" if "extend" in fn_name.rsplit(".", 1)[-1] else "draft-decode"
+    return None
+
+
+def _statement_of(fn: ast.FunctionDef, node: ast.AST) -> ast.stmt | None:
+    """The innermost simple statement of `fn` that holds `node`."""
+    best = None
+    for st in walk_all(fn):
+        if isinstance(st, (ast.Assign, ast.AnnAssign, ast.If, ast.Return, ast.Expr)) and \
+                st.lineno <= node.lineno <= (st.end_lineno or st.lineno) and \
+                any(n is node for n in walk_all(st.test if isinstance(st, ast.If) else st)):
+            if best is None or st.lineno >= best.lineno:
+                best = st
+    return best
+
+
+def _gates(target: Target, rel: str, phase: str, reached: set[str] | None) -> list[Fallback]:
+    """The statements of `rel` that ask `phase`'s runner (in the functions reached, for a
+    helper file)."""
+    tree = parse_file(target.file(rel))
+    if tree is None:
+        return []
+    out = []
+    for name, fn in _functions(tree):
+        if reached is not None and name.rsplit(".", 1)[-1] not in reached:
+            continue
+        for call in walk_all(fn):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and
+                    call.func.attr in ASKS):
+                continue
+            receiver = ast.unparse(call.func.value)
+            if _phase_of(receiver, name, rel) != phase:
+                continue
+            st = _statement_of(fn, call)
+            if st is None:
+                continue
+            code = _one_line(st.test if isinstance(st, ast.If) else st)
+            out.append(Fallback(
+                f"{name} runs the pass eager where this is false (no runner, or it declines): "
+                f"{code}"[:LIMIT],
+                DECLINED, target.relpath(target.file(rel)), st.lineno))
+    return out
+
+
+def _overrides(target: Target, rel: str, phase: str) -> list[Fallback]:
+    """`if <flag> and <cond>: <flag> = False` after a gate: the pass runs eager when <cond>."""
+    tree = parse_file(target.file(rel))
+    if tree is None:
+        return []
+    out = []
+    for name, fn in _functions(tree):
+        fn_phase = _function_phase(fn, name)
+        if fn_phase != phase:
+            continue
+        for st in walk_all(fn):
+            if not isinstance(st, ast.If):
+                continue
+            for a in st.body:
+                if isinstance(a, ast.Assign) and len(a.targets) == 1 and \
+                        isinstance(a.targets[0], ast.Name) and _FLAG.search(a.targets[0].id) \
+                        and isinstance(a.value, ast.Constant) and a.value.value is False:
+                    flag = a.targets[0].id
+                    rest = [v for v in _and_parts(st.test)
+                            if not (isinstance(v, ast.Name) and v.id == flag)]
+                    cond = " and ".join(_one_line(v) for v in rest) or _one_line(st.test)
+                    cond += _set_at(tree, rel, st.test)
+                    out.append(Fallback(f"{name} forces the eager path when {cond}"[:LIMIT],
+                                        DECLINED, target.relpath(target.file(rel)), st.lineno))
+    return out
+
+
+def _function_phase(fn: ast.FunctionDef, name: str) -> str | None:
+    """The phase a worker method's replay flag belongs to: the runner it asks or hands on."""
+    text = ast.unparse(fn)
+    if EXTEND_RUNNER_ATTR in text:
+        return "draft-extend"
+    if re.search(r"self\.cuda_graph_runner\b(?!_)", text):
+        return "draft-decode"
+    return None
+
+
+def _swaps(target: Target, rel: str, phase: str) -> list[Fallback]:
+    """A runner replaced at run time by an adaptive state's (`x.<runner> = state.<...>`)."""
+    tree = parse_file(target.file(rel))
+    if tree is None or "speculative_adaptive" not in ast.unparse(tree):
+        return []
+    attr = {"target-verify": "decode_cuda_graph_runner", "draft-decode": "cuda_graph_runner",
+            "draft-extend": EXTEND_RUNNER_ATTR}[phase]
+    out = []
+    for name, fn in _functions(tree):
+        for st in walk_all(fn):
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and \
+                    isinstance(st.targets[0], ast.Attribute) and st.targets[0].attr == attr \
+                    and isinstance(st.value, ast.Attribute) and \
+                    isinstance(st.value.value, ast.Name) and st.value.value.id == "state":
+                out.append(Fallback(
+                    f"with --speculative-adaptive, {name} swaps in the active state's runner "
+                    f"({_one_line(st)}): a state without one runs the pass eager"[:LIMIT],
+                    "no-runner", target.relpath(target.file(rel)), st.lineno))
+    return out
+
+
+def _plan_stages(target: Target, rel: str, phase: str, env: dict[str, str] | None
+                 ) -> list[Fallback]:
+    """The DP spec/prefill coordination plan applied to the batch before a stage: it may clear
+    the batch's replay flags (only with DP attention and the coordination switch)."""
+    tree = parse_file(target.file(rel))
+    if tree is None:
+        return []
+    m = re.search(r"envs\.(SGLANG_\w*COORDINATION\w*)", ast.unparse(tree))
+    if m and env is not None and not _switch_on(target, m.group(1), env):
+        return []
+    out = []
+    for name, fn in _functions(tree):
+        for call in walk_all(fn):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
+                    call.func.attr == "apply" and ast.unparse(call.func.value) == "plan" and \
+                    len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and \
+                    PLAN_STAGES.get(call.args[1].value) == phase:
+                switch = f"{m.group(1)}=1" if m else None
+                out.append(Fallback(
+                    f"DP spec/prefill coordination ({name}: {_one_line(call)}) may mark the "
+                    f"batch unable to replay (only with --enable-dp-attention"
+                    + (f" and {switch}" if switch else "") + ")",
+                    DECLINED, target.relpath(target.file(rel)), call.lineno))
+    return out
+
+
+def _switch_on(target: Target, name: str, env: dict[str, str]) -> bool:
+    """An `EnvBool` switch as the engine reads it from `env`, its default read from the
+    release's environ.py (0.5.23 :1558 `SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION =
+    EnvBool(False)`); on where the default cannot be read."""
+    try:
+        text = target.file(ENVIRON).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    d = re.search(rf"^\s*{name}\s*=\s*EnvBool\((True|False)\)", text, re.M)
+    if d is None:
+        return True
+    return env_bool(env.get(name), d.group(1) == "True")
+
+
+def _set_at(tree: ast.AST, rel: str, cond: ast.AST) -> str:
+    """Where each `self.<switch>` a condition reads is set in the worker (`self.x = ...`), for
+    the words: what decides it is the model's or the server's."""
+    said = []
+    for attr in dict.fromkeys(n.attr for n in walk_all(cond) if isinstance(n, ast.Attribute)
+                              and isinstance(n.value, ast.Name) and n.value.id == "self"):
+        st = next((st for st in walk_all(tree) if isinstance(st, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+            and t.value.id == "self" for t in st.targets)), None)
+        if st is not None:
+            said.append(f"self.{attr} = {_one_line(st.value)} at {rel.rsplit('/', 1)[-1]}:"
+                        f"{st.lineno}")
+    return f" [{'; '.join(said)}]" if said else ""
+
+
+def _and_parts(v: ast.expr) -> Iterator[ast.expr]:
+    if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.And):
+        for sub in v.values:
+            yield from _and_parts(sub)
+    else:
+        yield v
+
+
+def _one_line(node: ast.AST) -> str:
+    return " ".join(ast.unparse(node).split())
