@@ -45,6 +45,9 @@ eagle_worker_v2.py:521 (draft-decode); eagle_worker_common.py:194 and eagle_work
 :177 (`prepare_for_v2_draft`), :206 (`prepare_for_extend_to_fill_draft_kvcache`, called from
 eagle_worker_v2.py:529); eagle_worker_v2.py:546. With the v1 worker: eagle_worker.py:553
 (`EAGLEWorker.draft`), :954 (`forward_draft_extend_after_decode`).
+0.5.11 with the v1 worker (a second reader's table): model_runner.py:3208; eagle_worker.py:741
+(draft), :1154 (draft-extend); `apply_runtime_state` swaps :324 (draft), :327 (the target's
+`graph_runner`), :330 (draft-extend).
 """
 
 from __future__ import annotations
@@ -149,6 +152,16 @@ def test_the_v1_worker_is_asked_in_its_own_methods():
     assert _worker_side(got["draft-decode"], DRAFT) == [(S + "eagle_worker.py", 553)]
     assert _worker_side(got["draft-extend"], EXTEND) == [(S + "eagle_worker.py", 954)]
     assert _worker_side(got["target-verify"], OLD_VERIFY) == [(MR, 2456)]
+
+
+def test_old_adaptive_swaps_name_the_targets_graph_runner():
+    got = _verdicts("0.5.11", model="llama", environ={"SGLANG_ENABLE_SPEC_V2": "0"})
+    assert _worker_side(got["target-verify"], OLD_VERIFY) == [
+        (MR, 3208), (S + "eagle_worker.py", 327)]
+    assert _worker_side(got["draft-decode"], DRAFT) == [(S + "eagle_worker.py", 324),
+                                                        (S + "eagle_worker.py", 741)]
+    assert _worker_side(got["draft-extend"], EXTEND) == [(S + "eagle_worker.py", 330),
+                                                         (S + "eagle_worker.py", 1154)]
 
 
 def test_the_multi_layer_worker_asks_its_own_draft_extend_runner():

@@ -213,13 +213,17 @@ def _swaps(target: Target, rel: str, phase: str) -> list[Fallback]:
     tree = parse_file(target.file(rel))
     if tree is None or "speculative_adaptive" not in ast.unparse(tree):
         return []
-    attr = {"target-verify": "decode_cuda_graph_runner", "draft-decode": "cuda_graph_runner",
-            "draft-extend": EXTEND_RUNNER_ATTR}[phase]
+    # the target's runner is `graph_runner` up to 0.5.13.post1 (0.5.11 eagle_worker.py:327)
+    attrs = {"target-verify": ("decode_cuda_graph_runner", "graph_runner"),
+             "draft-decode": ("cuda_graph_runner",),
+             "draft-extend": (EXTEND_RUNNER_ATTR,)}[phase]
     out = []
     for name, fn in _functions(tree):
         for st in walk_all(fn):
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and \
-                    isinstance(st.targets[0], ast.Attribute) and st.targets[0].attr == attr \
+                    isinstance(st.targets[0], ast.Attribute) and st.targets[0].attr in attrs \
+                    and (phase != "target-verify" or
+                         "model_runner" in ast.unparse(st.targets[0].value)) \
                     and isinstance(st.value, ast.Attribute) and \
                     isinstance(st.value.value, ast.Name) and st.value.value.id == "state":
                 out.append(Fallback(
