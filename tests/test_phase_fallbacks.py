@@ -48,6 +48,9 @@ eagle_worker_v2.py:529); eagle_worker_v2.py:546. With the v1 worker: eagle_worke
 0.5.11 with the v1 worker (a second reader's table): model_runner.py:3208; eagle_worker.py:741
 (draft), :1154 (draft-extend); `apply_runtime_state` swaps :324 (draft), :327 (the target's
 `graph_runner`), :330 (draft-extend).
+The FROZEN_KV_MTP v2 worker (0.5.23 frozen_kv_mtp_worker_v2.py): its draft asks its runner at
+:494 (`can_run_cuda_graph = (self.cuda_graph_runner and ...)`); `FrozenKVMTPWorkerV2(
+EAGLEWorkerV2)` (:698) verifies through the inherited EAGLE v2 path (eagle_utils.py:399).
 """
 
 from __future__ import annotations
@@ -220,3 +223,8 @@ def test_frozen_draft_decode_reads_the_frozen_runner(tmp_path, version, lines):
                     speculative_algorithm="EAGLE", environ={})
     assert _at(got["draft-decode"], FROZEN) == lines
     assert got["draft-extend"].mode == phases.NO_PASS and not got["draft-extend"].runtime_fallbacks
+    if version == "0.5.23":  # its own draft gate; the target verified as EAGLEWorkerV2 does
+        assert _worker_side(got["draft-decode"], FROZEN) == [(S + "frozen_kv_mtp_worker_v2.py",
+                                                              494)]
+        assert _worker_side(got["target-verify"], VERIFY) == [(MR, 1991),
+                                                              (S + "eagle_utils.py", 399)]

@@ -29,6 +29,9 @@ V2_WORKER = "srt/speculative/eagle_worker_v2.py"
 V1_WORKER = "srt/speculative/eagle_worker.py"
 MULTI_V2_WORKER = "srt/speculative/multi_layer_eagle_worker_v2.py"
 MULTI_V1_WORKER = "srt/speculative/multi_layer_eagle_worker.py"
+# the Gemma4 assistant draft's worker (both files in 0.5.12 - 0.5.13.post1, v2 only from 0.5.14)
+FROZEN_V1_WORKER = "srt/speculative/frozen_kv_mtp_worker.py"
+FROZEN_V2_WORKER = "srt/speculative/frozen_kv_mtp_worker_v2.py"
 # module-level or mixin helpers the v2 workers call (0.5.9 eagle_info_v2.py:177 `prepare_for_
 # v2_draft`; 0.5.14 base_spec_worker.py:159; 0.5.19 eagle_worker_common.py:194; 0.5.23
 # eagle_utils.py:401 `eagle_prepare_for_verify`)
@@ -45,16 +48,18 @@ PLAN_STAGES = {"target": "target-verify", "draft": "draft-decode",
 _FLAG = re.compile(r"can_(run|cuda)")
 
 
-def worker_files(worker: str, multi: bool) -> tuple[str, ...]:
-    """The worker file that runs, then the helpers it may reach (the v2 workers' only)."""
+def worker_files(worker: str, multi: bool, frozen: bool = False) -> tuple[str, ...]:
+    """The worker file that runs (FROZEN_KV_MTP's own worker where `frozen`), then the helpers
+    it may reach (the v2 workers' only)."""
     if worker == "v1":
-        return (MULTI_V1_WORKER if multi else V1_WORKER,)
-    return (MULTI_V2_WORKER if multi else V2_WORKER,) + V2_HELPERS
+        return (FROZEN_V1_WORKER if frozen else MULTI_V1_WORKER if multi else V1_WORKER,)
+    return (FROZEN_V2_WORKER if frozen else MULTI_V2_WORKER if multi else V2_WORKER,) \
+        + V2_HELPERS
 
 
 def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
-                     dp_attention: bool | None = None, env: dict[str, str] | None = None
-                     ) -> list[Fallback]:
+                     dp_attention: bool | None = None, env: dict[str, str] | None = None,
+                     frozen: bool = False) -> list[Fallback]:
     """The caller gates, overrides, runner swaps and coordination stages of `phase` in the
     worker that runs (and the target's ModelRunner for target-verify), in file and line order.
     The coordination stages run only with DP attention and their switch on: `dp_attention`
@@ -63,8 +68,15 @@ def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
     out: list[Fallback] = []
     if phase == "target-verify":
         out += _gates(target, MODEL_RUNNER, phase, None)
-    files = worker_files(worker, multi)
+    files = worker_files(worker, multi, frozen)
+    if not target.file(files[0]).is_file() and frozen and worker == "v1":
+        files = worker_files("v2", multi, frozen)  # 0.5.14 on: the v2 frozen worker only
     reached = _reached(target, files)
+    if frozen and phase == "target-verify" and files[0] == FROZEN_V2_WORKER and \
+            _subclasses(target, files[0], "EAGLEWorkerV2"):
+        # the frozen worker verifies through the EAGLE v2 worker it extends (0.5.23
+        # frozen_kv_mtp_worker_v2.py:59 imports EAGLEWorkerV2; its `verify` is inherited)
+        reached |= _reached(target, (V2_WORKER,) + files[1:])
     for rel in files:
         out += _gates(target, rel, phase, None if rel == files[0] else reached)
     out += _overrides(target, files[0], phase)
@@ -114,6 +126,13 @@ def _reached(target: Target, files: tuple[str, ...]) -> set[str]:
             reached.add(name)
             todo += _called_names(helpers[name])
     return reached
+
+
+def _subclasses(target: Target, rel: str, base: str) -> bool:
+    tree = parse_file(target.file(rel))
+    return tree is not None and any(
+        isinstance(c, ast.ClassDef) and any(ast.unparse(b) == base for b in c.bases)
+        for c in walk_all(tree))
 
 
 def _phase_of(receiver: str, fn_name: str, rel: str) -> str | None:

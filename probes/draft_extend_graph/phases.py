@@ -117,7 +117,8 @@ class PhaseVerdict:
 
 
 def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None,
-              worker: tuple[str, str, bool] | None = None) -> list[Fallback]:
+              worker: tuple[str, str, bool] | None = None, frozen: bool = False
+              ) -> list[Fallback]:
     """The runner's fallbacks that can happen under `cfg` (`fallbacks.runner_fallbacks`): the
     data-parallel vote only with DP attention (`require_mlp_sync()` is false without it); then,
     for `worker` (phase, "v1"|"v2", multi-layer), the worker's own (`dispatch`)."""
@@ -132,7 +133,7 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
                                 + (f", {w})" if w else ")"))
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
-                                env=env_of(cfg))
+                                env=env_of(cfg), frozen=frozen)
     return out
 
 
@@ -236,11 +237,15 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
                         f"the target's decode graph runner captures TARGET_VERIFY ({w})"
                         if w else "the target's decode graph runner (capture line not found)",
                         w, fallbacks(target, vr, cfg, model.arch,
-                                     None if frozen is not False else
-                                     ("target-verify", gate.worker, bool(multi)))))
+                                     None if frozen is None else
+                                     ("target-verify", gate.worker, bool(multi)),
+                                     frozen=bool(frozen))))
     if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
         return verdicts + _frozen(target, cfg, frozen, frozen_why, out,
-                                  fallbacks(target, FROZEN_RUNNER, cfg, model.arch))
+                                  fallbacks(target, FROZEN_RUNNER, cfg, model.arch,
+                                            None if frozen is None else
+                                            ("draft-decode", gate.worker, False),
+                                            frozen=True))
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V1_FILE if gate.worker == "v1" else gate_mod.V2_FILE,
                   r"self\.speculative_num_steps > 1")
