@@ -48,6 +48,12 @@ eagle_worker_v2.py:529); eagle_worker_v2.py:546. With the v1 worker: eagle_worke
 0.5.11 with the v1 worker (a second reader's table): model_runner.py:3208; eagle_worker.py:741
 (draft), :1154 (draft-extend); `apply_runtime_state` swaps :324 (draft), :327 (the target's
 `graph_runner`), :330 (draft-extend).
+Where a DP rank casts the vote a runner reads (`can_run_decode_cuda_graph`, before 0.5.19
+`can_run_dp_cuda_graph`): `local_batch is None or ...is_decode_or_idle() or ...is_prebuilt()`,
+0.5.23 managers/scheduler_components/dp_attn.py:377 (`return (`), 0.5.19 :268; 0.5.9
+managers/scheduler_dp_attn_mixin.py:164 and 0.5.11 :166 (`can_cuda_graph = (`); the draft vote
+(`can_run_dp_draft_cuda_graph`, 0.5.23 only) `return spec_info is None or
+spec_info.cuda_graph_compatible` at 0.5.23 dp_attn.py:99.
 The FROZEN_KV_MTP v2 worker (0.5.23 frozen_kv_mtp_worker_v2.py): its draft asks its runner at
 :494 (`can_run_cuda_graph = (self.cuda_graph_runner and ...)`); `FrozenKVMTPWorkerV2(
 EAGLEWorkerV2)` (:698) verifies through the inherited EAGLE v2 path (eagle_utils.py:399).
@@ -72,6 +78,12 @@ MULTI = "sglang/srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner
 FROZEN = "sglang/srt/speculative/frozen_kv_mtp_cuda_graph_runner.py"
 S = "sglang/srt/speculative/"
 MR = "sglang/srt/model_executor/model_runner.py"
+DP = "sglang/srt/managers/scheduler_components/dp_attn.py"
+DP_OLD = "sglang/srt/managers/scheduler_dp_attn_mixin.py"
+# where a DP rank casts the vote the runners read (this module's docstring)
+VOTE = {"0.5.23": [(DP, 377)], "0.5.19": [(DP, 268)], "0.5.9": [(DP_OLD, 164)],
+        "0.5.11": [(DP_OLD, 166)]}
+DRAFT_VOTE = {"0.5.23": [(DP, 99)]}
 # the worker side, read by hand (this module's docstring): phase -> [(file, line)]
 WORKER_SIDE = {
     "0.5.23": {"target-verify": [(MR, 1991), (S + "eagle_utils.py", 399),
@@ -128,7 +140,8 @@ def test_the_worker_side_of_each_phase_is_named(version):
     for phase, want in WORKER_SIDE[version].items():
         runner = OLD_VERIFY if version == "0.5.9" and phase == "target-verify" \
             else RUNNER_OF[phase]
-        assert _worker_side(got[phase], runner) == sorted(want), phase
+        votes = VOTE[version] + (DRAFT_VOTE.get(version, []) if phase == "draft-decode" else [])
+        assert _worker_side(got[phase], runner) == sorted(want + votes), phase
     v = got["draft-decode"]
     seed = [f for f in v.runtime_fallbacks if "seed_dsa_topk" in f.condition]
     if version != "0.5.9":
@@ -152,19 +165,24 @@ def test_the_coordination_plan_needs_dp_attention_and_its_switch():
 
 def test_the_v1_worker_is_asked_in_its_own_methods():
     got = _verdicts("0.5.9", model="llama", environ={})  # the v1 worker (no SPEC_V2 switch)
-    assert _worker_side(got["draft-decode"], DRAFT) == [(S + "eagle_worker.py", 553)]
-    assert _worker_side(got["draft-extend"], EXTEND) == [(S + "eagle_worker.py", 954)]
-    assert _worker_side(got["target-verify"], OLD_VERIFY) == [(MR, 2456)]
+    assert _worker_side(got["draft-decode"], DRAFT) == sorted([(S + "eagle_worker.py", 553)]
+                                                              + VOTE["0.5.9"])
+    assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 954)]
+                                                               + VOTE["0.5.9"])
+    assert _worker_side(got["target-verify"], OLD_VERIFY) == sorted([(MR, 2456)]
+                                                                    + VOTE["0.5.9"])
 
 
 def test_old_adaptive_swaps_name_the_targets_graph_runner():
     got = _verdicts("0.5.11", model="llama", environ={"SGLANG_ENABLE_SPEC_V2": "0"})
-    assert _worker_side(got["target-verify"], OLD_VERIFY) == [
-        (MR, 3208), (S + "eagle_worker.py", 327)]
-    assert _worker_side(got["draft-decode"], DRAFT) == [(S + "eagle_worker.py", 324),
-                                                        (S + "eagle_worker.py", 741)]
-    assert _worker_side(got["draft-extend"], EXTEND) == [(S + "eagle_worker.py", 330),
-                                                         (S + "eagle_worker.py", 1154)]
+    vote = VOTE["0.5.11"]
+    assert _worker_side(got["target-verify"], OLD_VERIFY) == sorted([
+        (MR, 3208), (S + "eagle_worker.py", 327)] + vote)
+    assert _worker_side(got["draft-decode"], DRAFT) == sorted([(S + "eagle_worker.py", 324),
+                                                               (S + "eagle_worker.py", 741)] + vote)
+    assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 330),
+                                                                (S + "eagle_worker.py", 1154)]
+                                                               + vote)
 
 
 def test_the_multi_layer_worker_asks_its_own_draft_extend_runner():
@@ -224,7 +242,7 @@ def test_frozen_draft_decode_reads_the_frozen_runner(tmp_path, version, lines):
     assert _at(got["draft-decode"], FROZEN) == lines
     assert got["draft-extend"].mode == phases.NO_PASS and not got["draft-extend"].runtime_fallbacks
     if version == "0.5.23":  # its own draft gate; the target verified as EAGLEWorkerV2 does
-        assert _worker_side(got["draft-decode"], FROZEN) == [(S + "frozen_kv_mtp_worker_v2.py",
-                                                              494)]
-        assert _worker_side(got["target-verify"], VERIFY) == [(MR, 1991),
-                                                              (S + "eagle_utils.py", 399)]
+        assert _worker_side(got["draft-decode"], FROZEN) == sorted(
+            [(S + "frozen_kv_mtp_worker_v2.py", 494)] + VOTE["0.5.23"])  # its runner's :242
+        assert _worker_side(got["target-verify"], VERIFY) == sorted(
+            [(MR, 1991), (S + "eagle_utils.py", 399)] + VOTE["0.5.23"])

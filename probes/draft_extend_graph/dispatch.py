@@ -41,6 +41,10 @@ ENVIRON = "srt/environ.py"
 LIMIT = 400  # characters of a condition's words
 ASKS = ("can_run_graph", "can_run")
 EXTEND_RUNNER_ATTR = "cuda_graph_runner_for_draft_extend"
+# where a DP rank casts its replay vote (0.5.9 managers/scheduler_dp_attn_mixin.py, then
+# managers/scheduler_components/dp_attn.py)
+DP_VOTE_FILES = ("srt/managers/scheduler_components/dp_attn.py",
+                 "srt/managers/scheduler_dp_attn_mixin.py")
 # the coordination plan's stage names (0.5.23 eagle_worker_v2.py:1644 "draft", :1653 "target",
 # :1668 "draft_extend")
 PLAN_STAGES = {"target": "target-verify", "draft": "draft-decode",
@@ -317,3 +321,45 @@ def _and_parts(v: ast.expr) -> Iterator[ast.expr]:
 
 def _one_line(node: ast.AST) -> str:
     return " ".join(ast.unparse(node).split())
+
+
+def vote_sources(target: Target) -> dict[str, str]:
+    """What makes one DP rank vote against replaying, by the batch flag the runner reads: the
+    decode vote (`can_run_decode_cuda_graph`, `can_run_dp_cuda_graph` up to 0.5.17) is no
+    unless the rank's batch is decode or idle (0.5.23 dp_attn.py:377, 0.5.9
+    scheduler_dp_attn_mixin.py:164); the draft vote (`can_run_dp_draft_cuda_graph`) is no
+    where the rank's speculative input is not graph-compatible (0.5.23 dp_attn.py:99)."""
+    rel = next((r for r in DP_VOTE_FILES if target.file(r).is_file()), None)
+    tree = parse_file(target.file(rel)) if rel else None
+    if tree is None:
+        return {}
+    where = target.relpath(target.file(rel))
+    out = {}
+    for attr, needle, words in (
+            ("decode", "is_decode_or_idle", "a rank votes no unless its batch is decode or "
+                                            "idle (one rank prefilling sends every rank eager)"),
+            ("draft", "cuda_graph_compatible", "a rank votes no where its speculative input "
+                                               "is not graph-compatible")):
+        st = _innermost_statement(tree, needle)
+        if st is not None:
+            if attr == "decode" and "is_prebuilt" in ast.unparse(st):
+                words = words.replace("decode or idle", "decode, idle or prebuilt")
+            out[attr] = f"{words}: {where}:{st.lineno}"
+    return out
+
+
+def _innermost_statement(tree: ast.AST, needle: str) -> ast.stmt | None:
+    """The innermost statement whose text first holds an attribute named `needle`."""
+    hit = next((n for n in walk_all(tree) if isinstance(n, ast.Attribute) and n.attr == needle),
+               None)
+    if hit is None:
+        return None
+    best = None
+    for st in walk_all(tree):
+        if isinstance(st, ast.stmt) and not isinstance(st, (ast.FunctionDef, ast.ClassDef,
+                                                             ast.If, ast.For, ast.While,
+                                                             ast.With, ast.Try)) and \
+                st.lineno <= hit.lineno <= (st.end_lineno or st.lineno) and \
+                (best is None or st.lineno >= best.lineno):
+            best = st
+    return best

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from diag.context import SpecConfig
 from diag.probes import backends
 from diag.probes import gate as gate_mod
-from diag.probes.draft_extend_graph.dispatch import worker_fallbacks
+from diag.probes.draft_extend_graph.dispatch import vote_sources, worker_fallbacks
 from diag.probes.draft_extend_graph.fallbacks import (  # noqa: F401  (re-exported)
     DP_VOTE,
     Facts,
@@ -127,10 +127,19 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
         out = [f for f in out if not f.condition.startswith(DP_VOTE)]
     else:
         w = find_line(target, "srt/utils/common.py", r"def require_mlp_sync")
-        for f in out:
-            if f.condition.startswith(DP_VOTE) and cfg.enable_dp_attention is None:
-                f.condition += (" (only with --enable-dp-attention: require_mlp_sync()"
-                                + (f", {w})" if w else ")"))
+        only = (" (only with --enable-dp-attention: require_mlp_sync()" + (f", {w})" if w else ")")
+                if cfg.enable_dp_attention is None else "")
+        sources = vote_sources(target)
+        for f in list(out):
+            if f.condition.startswith(DP_VOTE):
+                f.condition += only
+                src = sources.get("draft" if "draft" in f.condition else "decode")
+                if src is not None:  # where each rank casts the vote the runner reads
+                    words, _, at = src.rpartition(": ")
+                    file, _, line = at.rpartition(":")
+                    if not any((g.file, g.line) == (file, int(line)) for g in out):
+                        out.append(Fallback(f"{DP_VOTE} ({words}){only}", f.reason, file,
+                                            int(line)))
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
                                 env=env_of(cfg), frozen=frozen)
