@@ -48,6 +48,11 @@ eagle_worker_v2.py:529); eagle_worker_v2.py:546. With the v1 worker: eagle_worke
 0.5.11 with the v1 worker (a second reader's table): model_runner.py:3208; eagle_worker.py:741
 (draft), :1154 (draft-extend); `apply_runtime_state` swaps :324 (draft), :327 (the target's
 `graph_runner`), :330 (draft-extend).
+The prefill route (`forward_batch_generation`'s `if batch.forward_mode.is_extend() or
+batch.is_extend_in_batch:`, whose draft extend runs the draft model's forward, not the
+draft-extend runner): 0.5.23 eagle_worker_v2.py:1423, multi_layer_eagle_worker_v2.py:1142;
+0.5.19 eagle_worker_v2.py:1170; 0.5.9 eagle_worker_v2.py:651 (`model_worker_batch...`) and
+eagle_worker.py:290; 0.5.11 eagle_worker.py:447.
 Where a DP rank casts the vote a runner reads (`can_run_decode_cuda_graph`, before 0.5.19
 `can_run_dp_cuda_graph`): `local_batch is None or ...is_decode_or_idle() or ...is_prebuilt()`,
 0.5.23 managers/scheduler_components/dp_attn.py:377 (`return (`), 0.5.19 :268; 0.5.9
@@ -92,6 +97,7 @@ WORKER_SIDE = {
                                 (S + "eagle_worker_v2.py", 673), (S + "eagle_worker_v2.py", 1884)],
                "draft-extend": [(S + "eagle_worker_common.py", 223),
                                 (S + "eagle_worker_v2.py", 1182),
+                                (S + "eagle_worker_v2.py", 1423),
                                 (S + "eagle_worker_v2.py", 1892)]},
     "0.5.19": {"target-verify": [(MR, 1729), (S + "eagle_utils.py", 579),
                                  (S + "eagle_worker_v2.py", 1484)],
@@ -99,10 +105,12 @@ WORKER_SIDE = {
                                 (S + "eagle_worker_v2.py", 521), (S + "eagle_worker_v2.py", 1471)],
                "draft-extend": [(S + "eagle_worker_common.py", 194),
                                 (S + "eagle_worker_v2.py", 954),
+                                (S + "eagle_worker_v2.py", 1170),
                                 (S + "eagle_worker_v2.py", 1479)]},
     "0.5.9": {"target-verify": [(MR, 2456), (S + "eagle_info_v2.py", 245)],
               "draft-decode": [(S + "eagle_info_v2.py", 177)],
-              "draft-extend": [(S + "eagle_info_v2.py", 206), (S + "eagle_worker_v2.py", 546)]},
+              "draft-extend": [(S + "eagle_info_v2.py", 206), (S + "eagle_worker_v2.py", 546),
+                               (S + "eagle_worker_v2.py", 651)]},
 }
 COORDINATION = {"draft-decode": 1644, "target-verify": 1653, "draft-extend": 1668}
 
@@ -167,7 +175,8 @@ def test_the_v1_worker_is_asked_in_its_own_methods():
     got = _verdicts("0.5.9", model="llama", environ={})  # the v1 worker (no SPEC_V2 switch)
     assert _worker_side(got["draft-decode"], DRAFT) == sorted([(S + "eagle_worker.py", 553)]
                                                               + VOTE["0.5.9"])
-    assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 954)]
+    assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 954),
+                                                                (S + "eagle_worker.py", 290)]
                                                                + VOTE["0.5.9"])
     assert _worker_side(got["target-verify"], OLD_VERIFY) == sorted([(MR, 2456)]
                                                                     + VOTE["0.5.9"])
@@ -181,6 +190,7 @@ def test_old_adaptive_swaps_name_the_targets_graph_runner():
     assert _worker_side(got["draft-decode"], DRAFT) == sorted([(S + "eagle_worker.py", 324),
                                                                (S + "eagle_worker.py", 741)] + vote)
     assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 330),
+                                                                (S + "eagle_worker.py", 447),
                                                                 (S + "eagle_worker.py", 1154)]
                                                                + vote)
 
@@ -189,6 +199,9 @@ def test_the_multi_layer_worker_asks_its_own_draft_extend_runner():
     got = _verdicts("0.5.23", model="MiMoV2ForCausalLM", speculative_algorithm="EAGLE")
     side = _worker_side(got["draft-extend"], MULTI)
     assert (S + "multi_layer_eagle_worker_v2.py", 887) in side
+    assert (S + "multi_layer_eagle_worker_v2.py", 1142) in side
+    assert [f.reason for f in got["draft-extend"].runtime_fallbacks if f.line == 1142] == [
+        "prefill"]
     assert not [x for x in side if x[0] == S + "eagle_worker_v2.py"]
 
 

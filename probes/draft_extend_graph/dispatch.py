@@ -9,7 +9,8 @@ speculative/eagle_worker_v2.py:673, the draft-decode graph skipped while a DSA d
 seeded top-k yet); adaptive speculation swaps each phase's runner for the active state's
 (0.5.23 eagle_worker_v2.py:1884, :1892, :1897); with DP attention, the spec/prefill
 coordination plan clears the batch's replay flag per stage (0.5.23 eagle_worker_v2.py:1644,
-:1653, :1668). Each is found by its shape in the files of the worker that runs (v1 or v2, one-
+:1653, :1668); a prefill batch's draft extend never reaches the draft-extend runner (0.5.23
+eagle_worker_v2.py:1423). Each is found by its shape in the files of the worker that runs (v1 or v2, one-
 or multi-layer) and in the helpers that worker reaches by name, never by a line kept here.
 """
 
@@ -65,7 +66,8 @@ def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
                      dp_attention: bool | None = None, env: dict[str, str] | None = None,
                      frozen: bool = False) -> list[Fallback]:
     """The caller gates, overrides, runner swaps and coordination stages of `phase` in the
-    worker that runs (and the target's ModelRunner for target-verify), in file and line order.
+    worker that runs (and the target's ModelRunner for target-verify), then for draft-extend
+    the prefill route; each kind in file and line order.
     The coordination stages run only with DP attention and their switch on: `dp_attention`
     False, or the switch off in `env` (the server's environment; None: not known), drops
     them."""
@@ -87,6 +89,8 @@ def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
     out += _swaps(target, files[0], phase)
     if dp_attention is not False:
         out += _plan_stages(target, files[0], phase, env)
+    if phase == "draft-extend":
+        out += _prefill_route(target, files[0])
     seen: set[tuple[str, int]] = set()
     return [f for f in out if not ((f.file, f.line) in seen or seen.add((f.file, f.line)))]
 
@@ -254,6 +258,28 @@ def _swaps(target: Target, rel: str, phase: str) -> list[Fallback]:
                     f"({_one_line(st)}): a state without one runs the pass eager"[:LIMIT],
                     "no-runner", target.relpath(target.file(rel)), st.lineno))
     return out
+
+
+def _prefill_route(target: Target, rel: str) -> list[Fallback]:
+    """The branch of `forward_batch_generation` that takes a prefill batch (0.5.23
+    eagle_worker_v2.py:1423 `if batch.forward_mode.is_extend() or batch.is_extend_in_batch:`):
+    the draft's extend over the new prompt runs through the draft model runner's forward
+    (`_draft_extend_for_prefill`; v1 `forward_draft_extend`), never the draft-extend runner.
+    The live counters do not count it (`runtime`), so its reason is `prefill`, not theirs."""
+    tree = parse_file(target.file(rel))
+    if tree is None:
+        return []
+    for name, fn in _functions(tree):
+        if name.rsplit(".", 1)[-1] != "forward_batch_generation":
+            continue
+        for st in walk_all(fn):
+            if isinstance(st, ast.If) and "is_extend()" in ast.unparse(st.test):
+                return [Fallback(
+                    f"a prefill batch ({_one_line(st.test)}): {name} runs the draft's extend "
+                    "over the new tokens through the draft model's own forward, not the "
+                    "draft-extend runner (not counted live)"[:LIMIT],
+                    "prefill", target.relpath(target.file(rel)), st.lineno)]
+    return []
 
 
 def _plan_stages(target: Target, rel: str, phase: str, env: dict[str, str] | None

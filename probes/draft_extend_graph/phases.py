@@ -142,7 +142,7 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
                                             int(line)))
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
-                                env=env_of(cfg), frozen=frozen)
+                                env=cfg.environ, frozen=frozen)
     return out
 
 
