@@ -23,7 +23,8 @@ from diag.target import Target
 # The census's own modules: their sources are part of its cache key.
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
-                                         "reach", "count", "fast_paths", "batch_fields"))
+                                         "reach", "count", "fast_paths", "batch_fields",
+                                         "wrapped"))
 
 # A file none of whose lines could define a builder seed has no builders (`_builders` starts
 # from seeds only): it is not parsed. A textual superset of the seed names, so nothing is missed.

@@ -43,6 +43,7 @@ from diag.probes.metadata_syncs.census.paths import (
 )
 from diag.probes.metadata_syncs.census.scan import _Edge, _Scan
 from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, _NAMED_BUILDER, ATTENTION_DIR
+from diag.probes.metadata_syncs.census.wrapped import is_held, wrapped
 from diag.probes.source import (
     ModuleIndex,
     Modules,
@@ -277,6 +278,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
     # whether a target-verify step leaves a batch field None (census.batch_fields)
     resolve.none_on_verify = functools.partial(leaves_none, modules)  # type: ignore[attr-defined]
     homes = getattr(resolve, "homes", {})
+    held = wrapped(modules)  # a backend only a wrapper runs: the modes it withholds
     keys = [(q, b) for q, b, _ in builders]
     # a named builder only non-builders call: the guards around those calls (kept)
     called_from: dict[tuple[str, str], frozenset] = {}
@@ -295,6 +297,9 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
         name = key[0].rsplit(".", 1)[-1]
         external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
         st = seed_state(name) if external else NONE
+        if external and held is not None and name == held.entry and \
+                is_held(classes, key[1], held.child_type):  # census.wrapped
+            st = frozenset(s for s in st if s[0] not in held.modes)
         if external and _MULTI_STEP.search(key[1]):
             st &= _DRAFT_DECODE
         for e in edges:

@@ -1,0 +1,108 @@
+"""Backends only a wrapper runs: the modes their entry point never sees.
+
+Why: the census takes every backend's `init_forward_metadata` as an entry point of every mode
+the name allows. The linear-attention backends (mamba, GDN, KDA, short-conv, lightning) are
+never built alone: `HybridLinearAttnBackend` holds one (`__init__(self, full_attn_backend,
+linear_attn_backend: MambaAttnBackendBase)`, 0.5.23 hybrid_linear_attn_backend.py:1187-1198) and
+its `init_forward_metadata` returns early on a mode where only the full-attention backend runs
+(0.5.23 :1340-1345: `if forward_batch.forward_mode.is_draft_extend_v2(): self.full_attn_backend.
+init_forward_metadata(forward_batch); return`). A site in the linear backend's metadata then
+cannot run on that mode. Read from the wrapper of each release (its text, not a line kept
+here); a release whose wrapper has no such early return keeps every mode.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from diag.probes.metadata_syncs.census.paths import _PREDICATES
+from diag.probes.source import parse_file
+
+WRAPPER_MODULE = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
+ENTRY = "init_forward_metadata"
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """The held backend's type, the entry the wrapper withholds on `modes`, and where."""
+
+    child_type: str  # the annotated type of the held backend (its subclasses are held too)
+    entry: str
+    modes: frozenset[str]
+    where: str  # file:line of the early return's test
+
+
+def wrapped(modules) -> Wrapped | None:
+    """The wrapper's early return, read once per target (None: no wrapper or no such return)."""
+    if modules is None:
+        return None
+    if hasattr(modules, "_diag_wrapped"):
+        return modules._diag_wrapped
+    got = None
+    tree = parse_file(modules.path(WRAPPER_MODULE))
+    if tree is not None:
+        got = _read(tree, WRAPPER_MODULE.replace(".", "/") + ".py")
+    modules._diag_wrapped = got  # type: ignore[attr-defined]
+    return got
+
+
+def _read(tree: ast.Module, rel: str) -> Wrapped | None:
+    for cls in (c for c in tree.body if isinstance(c, ast.ClassDef)):
+        methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+        init, entry = methods.get("__init__"), methods.get(ENTRY)
+        if init is None or entry is None:
+            continue
+        held = _held(init)  # attr -> annotated type
+        if not held:
+            continue
+        for st in entry.body:
+            if not (isinstance(st, ast.If) and st.body and isinstance(st.body[-1], ast.Return)):
+                continue
+            pred = _mode_predicate(st.test)
+            called = {ast.unparse(c.func.value) for c in ast.walk(st)
+                      if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                      and c.func.attr == ENTRY}
+            skipped = [t for a, t in held.items() if f"self.{a}" not in called]
+            if pred in _PREDICATES and called and len(skipped) == 1:
+                return Wrapped(skipped[0], ENTRY, frozenset(_PREDICATES[pred][0]),
+                               f"{rel}:{st.lineno}")
+    return None
+
+
+def _held(init: ast.FunctionDef) -> dict[str, str]:
+    """`self.<attr> = <param>` for each parameter annotated with a class name."""
+    typed = {a.arg: a.annotation.id for a in init.args.args
+             if isinstance(a.annotation, ast.Name)}
+    out = {}
+    for st in init.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and \
+                isinstance(st.targets[0], ast.Attribute) and \
+                isinstance(st.targets[0].value, ast.Name) and st.targets[0].value.id == "self" \
+                and isinstance(st.value, ast.Name) and st.value.id in typed:
+            out[st.targets[0].attr] = typed[st.value.id]
+    return out
+
+
+def _mode_predicate(test: ast.expr) -> str | None:
+    """`forward_batch.forward_mode.<pred>()` alone (a compound test is not read)."""
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and \
+            ast.unparse(test.func.value).endswith("forward_mode") and not test.args:
+        return test.func.attr
+    return None
+
+
+def is_held(classes: dict[str, ast.ClassDef], name: str, child_type: str) -> bool:
+    """Whether class `name` of this module is `child_type` or derives from it (by base name;
+    a base in another module is known by its name only)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        n = todo.pop()
+        if n == child_type:
+            return True
+        if n in seen or n not in classes:
+            continue
+        seen.add(n)
+        todo += [b.id for b in classes[n].bases if isinstance(b, ast.Name)]
+    return False
