@@ -63,3 +63,32 @@ def test_qsa_verify_rows_are_draft_extend_only(release):
            if s.file.endswith("qwen_sparse_attn_backend.py") and s.line in (344, 350)}
     assert got == {(344, "item"): (1, ("draft-extend",)),
                    (350, "repeat_interleave"): (2, ("draft-extend",))}
+
+
+@pytest.mark.parametrize("version, fields", [
+    ("0.5.13", set()),
+    ("0.5.14", {"mamba_track_mask", "mamba_track_seqlens"}),
+    ("0.5.19", {"mamba_track_mask", "mamba_track_seqlens"}),
+    ("0.5.23", {"mamba_track_mask", "mamba_track_seqlens", "mamba_track_seqlens_cpu",
+                "mamba_prefill_track_mask_cpu"})])
+def test_the_verify_preparation_clears_the_mamba_track_fields(release, version, fields):
+    """Read by hand: `prepare_mamba_track_for_verify` (speculative/spec_utils.py; 0.5.14 :573,
+    0.5.19 :769-795 with `batch.mamba_track_mask = None` at :793, 0.5.23 :937 and the two _cpu
+    fields beside it), called from eagle_utils.py (0.5.19 :554, 0.5.23 :372) before the verify
+    ForwardBatch is built from the batch; 0.5.13 has no such function."""
+    from diag.probes.metadata_syncs.census.batch_fields import cleared_for_verify
+
+    assert set(cleared_for_verify(Modules(release(version)))) == fields
+
+
+def test_the_mask_test_decides_the_any_on_target_verify(release):
+    """0.5.19 hybrid_linear_attn_backend.py:137-140 `bool(forward_batch.mamba_track_mask is not
+    None and forward_batch.mamba_track_mask.any())`: the `.any()` (1 sync) runs where the mask
+    is set: not on target-verify (cleared above), nor draft-extend (census.wrapped)."""
+    from diag.probes.metadata_syncs.census.count import census
+
+    at = [s for s in census(release("0.5.19")).sites
+          if s.file.endswith("/hybrid_linear_attn_backend.py") and s.line == 137]
+    assert at and all(s.syncs == 1 and "target-extend" in s.paths
+                      and "target-verify" not in s.paths and "draft-extend" not in s.paths
+                      for s in at)

@@ -30,6 +30,9 @@ from diag.probes.source import Modules, parse_file
 
 _MODULE = "sglang.srt.model_executor.forward_batch_info"
 REL = "srt/model_executor/forward_batch_info.py"  # (Target.file: part of the census's key)
+SPEC_UTILS = "sglang.srt.speculative.spec_utils"
+EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
+VERIFY_RELS = ("srt/speculative/spec_utils.py", "srt/speculative/eagle_utils.py")  # (key too)
 # The fields whose other writers (above) were read; `init_new` of the release decides whether
 # it still leaves them None on a target-verify batch.
 CHECKED = frozenset({"extend_seq_lens", "extend_prefix_lens"})
@@ -49,8 +52,42 @@ def none_on_verify(modules: Modules | None) -> frozenset[str]:
 
 def leaves_none(modules: Modules | None, field: str | None) -> bool:
     """Whether a target-verify step leaves `field` None; `init_new` is read only for a field
-    whose other writers were read (CHECKED), on the first test that asks."""
-    return field in CHECKED and field in none_on_verify(modules)
+    whose other writers were read (CHECKED), on the first test that asks; a field the EAGLE
+    verify preparation clears on the schedule batch (`cleared_for_verify`) is None too."""
+    return (field in CHECKED and field in none_on_verify(modules)) or \
+        (field is not None and field in cleared_for_verify(modules))
+
+
+def cleared_for_verify(modules: Modules | None) -> frozenset[str]:
+    """The fields a `prepare_*_for_verify` of speculative/spec_utils.py sets to None on the
+    schedule batch (`batch.<f> = None`) where EAGLE's verify preparation calls it (its name
+    called in speculative/eagle_utils.py), before the verify ForwardBatch is built from that
+    batch. 0.5.19 spec_utils.py:769-795 `prepare_mamba_track_for_verify`, called at
+    eagle_utils.py:554: `batch.mamba_track_mask = None` (:793), "so a stale extend-time mask
+    [does not trigger] in-forward tracking during TARGET_VERIFY"; its early return (no mamba
+    extra buffer, :782) is where the mask is never built on the device at all
+    (schedule_batch.py:2733-2748 builds it under the same switch). 0.5.14 :573, 0.5.23 :937."""
+    if modules is None:
+        return frozenset()
+    got = getattr(modules, "_diag_verify_cleared", None)
+    if got is None:
+        got = frozenset()
+        tree = parse_file(modules.path(SPEC_UTILS))
+        try:
+            callers = modules.path(EAGLE_UTILS).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            callers = ""
+        if tree is not None:
+            got = frozenset(
+                t.attr for fn in tree.body if isinstance(fn, ast.FunctionDef)
+                and fn.name.startswith("prepare_") and fn.name.endswith("_for_verify")
+                and f"{fn.name}(" in callers
+                for st in ast.walk(fn) if isinstance(st, ast.Assign)
+                and isinstance(st.value, ast.Constant) and st.value.value is None
+                for t in st.targets if isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name) and t.value.id == "batch")
+        modules._diag_verify_cleared = got  # type: ignore[attr-defined]
+    return got
 
 
 def _read(tree: ast.Module) -> frozenset[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
+from diag.probes.metadata_syncs.census.batch_fields import VERIFY_RELS
 from diag.probes.metadata_syncs.census.reach import _analyse
 from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
 from diag.probes.source import (
@@ -76,8 +77,10 @@ def census(target: Target, use_cache: bool = True) -> Census:
             # the pools' modules too: census.fast_paths reads which pool class sets what
             pools = target.file("srt/mem_cache")
             batch = target.file(BATCH_REL)  # census.batch_fields reads ForwardBatch.init_new
+            # ... and the verify preparation; census.wrapped reads a file under attention/
+            extra = [f for f in [batch] + [target.file(r) for r in VERIFY_RELS] if f.is_file()]
             digest = cache.files_key(paths + (sorted(pools.rglob("*.py")) if pools.is_dir()
-                                              else []) + ([batch] if batch.is_file() else []),
+                                              else []) + extra,
                                      str(target.root), cache.code_fingerprint(
                 *CENSUS_MODULES, "diag.probes.source"))  # the parse core is part of the census
         except OSError:

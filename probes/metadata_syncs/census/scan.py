@@ -710,13 +710,23 @@ class _Scan:
             holds = isinstance(arg.op, ast.And)
             where = self._where(call)
             pushed = 0
+            st, unk = state, unknown
             try:
                 for i, v in enumerate(arg.values):
                     if i:
                         g = self.guards_of(arg.values[i - 1], where, holds)
                         self.stack.extend(g)
                         pushed += len(g)
-                    self._conversion(name, v, line, add)
+                        # ... and where its paths let it (a field a target-verify batch
+                        # leaves None: `m is not None` is false there, census.batch_fields)
+                        c = cond(arg.values[i - 1], self.facts, self.env)
+                        st, unk = st & (c.true if holds else c.false), unk or c.unknown
+
+                    def add_at(kind: str, verdict: str, why: str, n: int,
+                               st: frozenset = st, unk: bool = unk) -> None:
+                        self.add(call, st, unk, kind, verdict, why, n)
+
+                    self._conversion(name, v, line, add_at)
             finally:
                 del self.stack[len(self.stack) - pushed:]
 
