@@ -192,8 +192,7 @@ def _gates(target: Target, rel: str, phase: str, reached: set[str] | None) -> li
                 continue
             code = _one_line(st.test if isinstance(st, ast.If) else st)
             out.append(Fallback(
-                f"{name} runs the pass eager where this is false (no runner, or it declines): "
-                f"{code}"[:LIMIT],
+                f"{name}'s test is false (no runner, or the runner declines): {code}"[:LIMIT],
                 DECLINED, target.relpath(target.file(rel)), st.lineno))
     return out
 
@@ -220,7 +219,7 @@ def _overrides(target: Target, rel: str, phase: str) -> list[Fallback]:
                             if not (isinstance(v, ast.Name) and v.id == flag)]
                     cond = " and ".join(_one_line(v) for v in rest) or _one_line(st.test)
                     cond += _set_at(tree, rel, st.test)
-                    out.append(Fallback(f"{name} forces the eager path when {cond}"[:LIMIT],
+                    out.append(Fallback(f"{cond} ({name} turns the graph off)"[:LIMIT],
                                         DECLINED, target.relpath(target.file(rel)), st.lineno))
     return out
 
@@ -254,8 +253,8 @@ def _swaps(target: Target, rel: str, phase: str) -> list[Fallback]:
                     and isinstance(st.value, ast.Attribute) and \
                     isinstance(st.value.value, ast.Name) and st.value.value.id == "state":
                 out.append(Fallback(
-                    f"with --speculative-adaptive, {name} swaps in the active state's runner "
-                    f"({_one_line(st)}): a state without one runs the pass eager"[:LIMIT],
+                    f"the active adaptive state has no runner (only with --speculative-adaptive: "
+                    f"{name} swaps it in, {_one_line(st)})"[:LIMIT],
                     "no-runner", target.relpath(target.file(rel)), st.lineno))
     return out
 
@@ -275,9 +274,9 @@ def _prefill_route(target: Target, rel: str) -> list[Fallback]:
         for st in walk_all(fn):
             if isinstance(st, ast.If) and "is_extend()" in ast.unparse(st.test):
                 return [Fallback(
-                    f"a prefill batch ({_one_line(st.test)}): {name} runs the draft's extend "
-                    "over the new tokens through the draft model's own forward, not the "
-                    "draft-extend runner (not counted live)"[:LIMIT],
+                    f"the batch is a prefill ({_one_line(st.test)}): {name} runs its draft "
+                    "extend through the draft model's own forward, never the draft-extend "
+                    "runner (not counted live)"[:LIMIT],
                     "prefill", target.relpath(target.file(rel)), st.lineno)]
     return []
 
@@ -301,8 +300,8 @@ def _plan_stages(target: Target, rel: str, phase: str, env: dict[str, str] | Non
                     PLAN_STAGES.get(call.args[1].value) == phase:
                 switch = f"{m.group(1)}=1" if m else None
                 out.append(Fallback(
-                    f"DP spec/prefill coordination ({name}: {_one_line(call)}) may mark the "
-                    f"batch unable to replay (only with --enable-dp-attention"
+                    f"the DP spec/prefill coordination plan marks the batch unable to replay "
+                    f"({name}: {_one_line(call)}) (only with --enable-dp-attention"
                     + (f" and {switch}" if switch else "") + ")",
                     DECLINED, target.relpath(target.file(rel)), call.lineno))
     return out

@@ -138,7 +138,7 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
                     words, _, at = src.rpartition(": ")
                     file, _, line = at.rpartition(":")
                     if not any((g.file, g.line) == (file, int(line)) for g in out):
-                        out.append(Fallback(f"{DP_VOTE} ({words}){only}", f.reason, file,
+                        out.append(Fallback(f"{DP_VOTE}: {words}{only}", f.reason, file,
                                             int(line)))
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
