@@ -512,6 +512,12 @@ TWINS = "two identical diag servers within the noise floor of two plain ones"
     ("lane-h100-run22", {TWINS,
                          PREDICTION,
                          BATCH16}),
+    # 06:11 UTC, 0dc281e (HEAD: the worker-side runtime fallbacks, the census's wrapped
+    # backends and verify-cleared fields), a fresh H100 (plain 2.272 ms/token, IQR 0.647): 27 of
+    # 27; batch 1 1.014 (1.008-1.024), batch 16 1.003 (0.993-1.014); prediction +8.9 % (0.581
+    # vs 0.534 (0.484-0.574)); twins 0.958 (0.895-0.986) against plain twins 0.978
+    # (0.917-1.055); live eager reasons all named statically; syncs 0 vs census 0
+    ("lane-h100-run23", set()),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -564,7 +570,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
              t["measured_eager_cost"]["hi"]))
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
-                                 "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7"}
+                                 "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e"}
     assert doc["start"].startswith("all five")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
         sets = [set(v) for v in doc["cpus"]["servers"].values()] + [set(doc["cpus"]["client"])]
