@@ -24,6 +24,7 @@ runner's own (base_runner.py:680-699 passes `extend_seq_lens`).
 from __future__ import annotations
 
 import ast
+import re
 
 from diag.probes.metadata_syncs.census.paths import MODES, cond
 from diag.probes.source import Modules, parse_file
@@ -71,23 +72,38 @@ def cleared_for_verify(modules: Modules | None) -> frozenset[str]:
         return frozenset()
     got = getattr(modules, "_diag_verify_cleared", None)
     if got is None:
-        got = frozenset()
-        tree = parse_file(modules.path(SPEC_UTILS))
-        try:
-            callers = modules.path(EAGLE_UTILS).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            callers = ""
-        if tree is not None:
-            got = frozenset(
-                t.attr for fn in tree.body if isinstance(fn, ast.FunctionDef)
-                and fn.name.startswith("prepare_") and fn.name.endswith("_for_verify")
-                and f"{fn.name}(" in callers
-                for st in ast.walk(fn) if isinstance(st, ast.Assign)
-                and isinstance(st.value, ast.Constant) and st.value.value is None
-                for t in st.targets if isinstance(t, ast.Attribute)
-                and isinstance(t.value, ast.Name) and t.value.id == "batch")
+        got = frozenset(t.attr for fn in _verify_preparations(modules)
+                        for st in ast.walk(fn) if isinstance(st, ast.Assign)
+                        and isinstance(st.value, ast.Constant) and st.value.value is None
+                        for t in st.targets if isinstance(t, ast.Attribute)
+                        and isinstance(t.value, ast.Name) and t.value.id == "batch")
         modules._diag_verify_cleared = got  # type: ignore[attr-defined]
     return got
+
+
+_PREPARE = re.compile(r"^def (prepare_\w*_for_verify)\(", re.M)
+_NEXT_TOP = re.compile(r"^[A-Za-z_@]", re.M)  # the next top-level statement
+
+
+def _verify_preparations(modules: Modules) -> list[ast.FunctionDef]:
+    """The module-level `prepare_*_for_verify` functions of spec_utils.py that eagle_utils.py
+    calls, each parsed alone (a cold diagnose reads them; the rest of the module is not needed)."""
+    try:
+        text = modules.path(SPEC_UTILS).read_text(encoding="utf-8", errors="replace")
+        callers = modules.path(EAGLE_UTILS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for m in _PREPARE.finditer(text):
+        if f"{m.group(1)}(" not in callers:
+            continue
+        end = _NEXT_TOP.search(text, m.end())
+        try:
+            tree = ast.parse(text[m.start():end.start() if end else len(text)])
+        except SyntaxError:
+            continue
+        out += [f for f in tree.body if isinstance(f, ast.FunctionDef)]
+    return out
 
 
 def _read(tree: ast.Module) -> frozenset[str]:
