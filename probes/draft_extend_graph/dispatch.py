@@ -20,7 +20,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from diag.probes.draft_extend_graph.fallbacks import DECLINED, Fallback
+from diag.probes.draft_extend_graph.fallbacks import DECLINED, Fallback, and_parts
 from diag.probes.gate import env_bool
 from diag.probes.source import parse_file, walk_all
 from diag.target import Target
@@ -215,7 +215,7 @@ def _overrides(target: Target, rel: str, phase: str) -> list[Fallback]:
                         isinstance(a.targets[0], ast.Name) and _FLAG.search(a.targets[0].id) \
                         and isinstance(a.value, ast.Constant) and a.value.value is False:
                     flag = a.targets[0].id
-                    rest = [v for v in _and_parts(st.test)
+                    rest = [v for v in and_parts(st.test)
                             if not (isinstance(v, ast.Name) and v.id == flag)]
                     cond = " and ".join(_one_line(v) for v in rest) or _one_line(st.test)
                     cond += _set_at(tree, rel, st.test)
@@ -334,14 +334,6 @@ def _set_at(tree: ast.AST, rel: str, cond: ast.AST) -> str:
             said.append(f"self.{attr} = {_one_line(st.value)} at {rel.rsplit('/', 1)[-1]}:"
                         f"{st.lineno}")
     return f" [{'; '.join(said)}]" if said else ""
-
-
-def _and_parts(v: ast.expr) -> Iterator[ast.expr]:
-    if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.And):
-        for sub in v.values:
-            yield from _and_parts(sub)
-    else:
-        yield v
 
 
 def _one_line(node: ast.AST) -> str:

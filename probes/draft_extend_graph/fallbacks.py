@@ -139,7 +139,7 @@ class _Reader:
         return None
 
     def conjuncts(self, value: ast.expr, guards: tuple[str, ...]) -> None:
-        for part in _and_parts(value):
+        for part in and_parts(value):
             if isinstance(part, ast.Name) and part.id in self.assigns:
                 for assign, under in self.assigns[part.id]:
                     self.part(assign.value, part.id, guards + under)
@@ -257,10 +257,11 @@ def _assignments(fn: ast.FunctionDef) -> dict[str, list[tuple[ast.Assign, tuple[
     return out
 
 
-def _and_parts(v: ast.expr) -> Iterator[ast.expr]:
+def and_parts(v: ast.expr) -> Iterator[ast.expr]:
+    """The conjuncts of `a and (b and c)`: a, b, c."""
     if isinstance(v, ast.BoolOp) and isinstance(v.op, ast.And):
         for sub in v.values:
-            yield from _and_parts(sub)
+            yield from and_parts(sub)
     else:
         yield v
 
