@@ -340,12 +340,13 @@ def _one_line(node: ast.AST) -> str:
     return " ".join(ast.unparse(node).split())
 
 
-def vote_sources(target: Target) -> dict[str, str]:
-    """What makes one DP rank vote against replaying, by the batch flag the runner reads: the
-    decode vote (`can_run_decode_cuda_graph`, `can_run_dp_cuda_graph` up to 0.5.17) is no
-    unless the rank's batch is decode or idle (0.5.23 dp_attn.py:377, 0.5.9
-    scheduler_dp_attn_mixin.py:164); the draft vote (`can_run_dp_draft_cuda_graph`) is no
-    where the rank's speculative input is not graph-compatible (0.5.23 dp_attn.py:99)."""
+def vote_sources(target: Target) -> dict[str, tuple[str, str, int]]:
+    """What makes one DP rank vote against replaying, by the batch flag the runner reads
+    ("decode" | "draft" -> (words, file, line)): the decode vote (`can_run_decode_cuda_graph`,
+    `can_run_dp_cuda_graph` up to 0.5.17) is no unless the rank's batch is decode or idle
+    (0.5.23 dp_attn.py:377, 0.5.9 scheduler_dp_attn_mixin.py:164); the draft vote
+    (`can_run_dp_draft_cuda_graph`) is no where the rank's speculative input is not
+    graph-compatible (0.5.23 dp_attn.py:99)."""
     rel = next((r for r in DP_VOTE_FILES if target.file(r).is_file()), None)
     tree = parse_file(target.file(rel)) if rel else None
     if tree is None:
@@ -361,7 +362,7 @@ def vote_sources(target: Target) -> dict[str, str]:
         if st is not None:
             if attr == "decode" and "is_prebuilt" in ast.unparse(st):
                 words = words.replace("decode or idle", "decode, idle or prebuilt")
-            out[attr] = f"{words}: {where}:{st.lineno}"
+            out[attr] = (words, where, st.lineno)
     return out
 
 

@@ -134,12 +134,9 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
             if f.condition.startswith(DP_VOTE):
                 f.condition += only
                 src = sources.get("draft" if "draft" in f.condition else "decode")
-                if src is not None:  # where each rank casts the vote the runner reads
-                    words, _, at = src.rpartition(": ")
-                    file, _, line = at.rpartition(":")
-                    if not any((g.file, g.line) == (file, int(line)) for g in out):
-                        out.append(Fallback(f"{DP_VOTE}: {words}{only}", f.reason, file,
-                                            int(line)))
+                if src is not None and not any((g.file, g.line) == src[1:] for g in out):
+                    # where each rank casts the vote the runner reads
+                    out.append(Fallback(f"{DP_VOTE}: {src[0]}{only}", f.reason, *src[1:]))
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
                                 env=cfg.environ, frozen=frozen)
