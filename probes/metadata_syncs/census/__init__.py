@@ -4,7 +4,10 @@ Stages, one module each: `sites` (what a site, its verdict and a census are), `p
 forward modes reach a statement, and what enclosing branches already decided), `guards` (the
 configuration tests on the way), `kinds` (device or host), `scan` (finding the sites in one
 builder), `reach` (which builders a module has and what reaches
-each), `count` (the census of a release, cached, and of one file: its entry points).
+each), `count` (the census of a release, cached, and of one file: its entry points); the
+release facts they read: `batch_fields` (ForwardBatch fields a target-verify step leaves None),
+`wrapped` (the modes a wrapper withholds from the backend it holds), `objects`, `draft_steps`,
+`fast_paths`.
 
 Builders: the methods named `init_forward_metadata*` (and `_build_*meta*`, `_make_*meta*`,
 `_prepare_*meta*`, `_attach_*meta*`, `_compute_*meta*`) of every class under
