@@ -44,6 +44,9 @@ class SpecConfig:
     # host lengths (probes.startup.host_lengths); None: not given
     disable_overlap_schedule: bool | None = None
     enable_two_batch_overlap: bool | None = None
+    # adaptive speculation swaps each phase's runner for the active state's at run time
+    # (probes.draft_extend_graph.dispatch); None: not given
+    speculative_adaptive: bool | None = None
     source: str = "options"  # "options" | "server"
 
     # the fields that describe a configuration (everything but the bookkeeping `source`)
@@ -51,7 +54,7 @@ class SpecConfig:
               "speculative_algorithm", "speculative_eagle_topk", "speculative_num_draft_tokens",
               "page_size", "model", "draft_model", "environ", "tp_size", "dp_size",
               "enable_dp_attention", "dcp_size", "enable_multi_layer_eagle",
-              "disable_overlap_schedule", "enable_two_batch_overlap")
+              "disable_overlap_schedule", "enable_two_batch_overlap", "speculative_adaptive")
 
     @property
     def given(self) -> bool:
@@ -94,6 +97,7 @@ class SpecConfig:
             enable_multi_layer_eagle=mle if isinstance(mle, bool) else None,
             disable_overlap_schedule=flag("disable_overlap_schedule"),
             enable_two_batch_overlap=flag("enable_two_batch_overlap"),
+            speculative_adaptive=flag("speculative_adaptive"),
             source="server",
         )
 

@@ -66,7 +66,8 @@ ARG_TYPES: dict[str, tuple[type, ...]] = {
                      "speculative_num_draft_tokens", "page_size", "tp_size", "dp_size",
                      "dcp_size"), (int,)),
     **dict.fromkeys(("disable_cuda_graph", "enable_dp_attention", "disable_overlap_schedule",
-                     "enable_multi_layer_eagle", "enable_two_batch_overlap"), (bool,)),
+                     "enable_multi_layer_eagle", "enable_two_batch_overlap",
+                     "speculative_adaptive"), (bool,)),
 }
 _TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false"}
 _JSON_WORDS = {list: "a list", dict: "an object", str: "a string", bool: "a boolean",

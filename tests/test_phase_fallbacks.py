@@ -259,3 +259,24 @@ def test_frozen_draft_decode_reads_the_frozen_runner(tmp_path, version, lines):
             [(S + "frozen_kv_mtp_worker_v2.py", 494)] + VOTE["0.5.23"])  # its runner's :242
         assert _worker_side(got["target-verify"], VERIFY) == sorted(
             [(MR, 1991), (S + "eagle_utils.py", 399)] + VOTE["0.5.23"])
+
+
+def test_the_adaptive_swaps_follow_the_switch():
+    """`--speculative-adaptive` (a server's `speculative_adaptive`): off, no swap is named; on,
+    each is named without the "only with" words; not given, with them (0.5.23 :1884/:1892/:1897)."""
+    from diag.context import SpecConfig
+
+    def swaps(adaptive):
+        got = _verdicts("0.5.23", model="llama", speculative_adaptive=adaptive)
+        return {p: [f for f in v.runtime_fallbacks if f.reason == "no-runner"]
+                for p, v in got.items()}
+
+    assert not any(swaps(False).values())
+    on, unknown = swaps(True), swaps(None)
+    for phase, line in (("target-verify", 1897), ("draft-decode", 1884), ("draft-extend", 1892)):
+        assert [f.line for f in on[phase]] == [f.line for f in unknown[phase]] == [line]
+        assert "only with --speculative-adaptive" in unknown[phase][0].condition
+        assert "only with" not in on[phase][0].condition
+    assert SpecConfig.from_server_args({"speculative_adaptive": True}).speculative_adaptive
+    assert SpecConfig.from_server_args({"speculative_adaptive": "yes"}).speculative_adaptive \
+        is None

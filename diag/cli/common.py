@@ -164,6 +164,9 @@ def config_options(f: Callable) -> Callable:
         click.option("--enable-two-batch-overlap/--no-two-batch-overlap", default=None,
                      help="The server runs with --enable-two-batch-overlap (or not). Default: "
                           "not given, read as SGLang's default (off)."),
+        click.option("--speculative-adaptive/--no-speculative-adaptive", default=None,
+                     help="The server runs with --speculative-adaptive (or not): its runners "
+                          "are swapped per step count. Default: not given."),
         click.option("--dp", "dp_size", type=pos, metavar="N", help="The server's --dp-size."),
         click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
     ]

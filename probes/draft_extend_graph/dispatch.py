@@ -64,13 +64,14 @@ def worker_files(worker: str, multi: bool, frozen: bool = False) -> tuple[str, .
 
 def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
                      dp_attention: bool | None = None, env: dict[str, str] | None = None,
-                     frozen: bool = False) -> list[Fallback]:
+                     frozen: bool = False, adaptive: bool | None = None) -> list[Fallback]:
     """The caller gates, overrides, runner swaps and coordination stages of `phase` in the
     worker that runs (and the target's ModelRunner for target-verify), then for draft-extend
     the prefill route; each kind in file and line order.
     The coordination stages run only with DP attention and their switch on: `dp_attention`
     False, or the switch off in `env` (the server's environment; None: not known), drops
-    them."""
+    them; the runner swaps happen only with `--speculative-adaptive` (`adaptive` False drops
+    them, None names the switch)."""
     out: list[Fallback] = []
     if phase == "target-verify":
         out += _gates(target, MODEL_RUNNER, phase, None)
@@ -86,7 +87,8 @@ def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
     for rel in files:
         out += _gates(target, rel, phase, None if rel == files[0] else reached)
     out += _overrides(target, files[0], phase)
-    out += _swaps(target, files[0], phase)
+    if adaptive is not False:
+        out += _swaps(target, files[0], phase, adaptive)
     if dp_attention is not False:
         out += _plan_stages(target, files[0], phase, env)
     if phase == "draft-extend":
@@ -234,7 +236,7 @@ def _function_phase(fn: ast.FunctionDef, name: str) -> str | None:
     return None
 
 
-def _swaps(target: Target, rel: str, phase: str) -> list[Fallback]:
+def _swaps(target: Target, rel: str, phase: str, adaptive: bool | None) -> list[Fallback]:
     """A runner replaced at run time by an adaptive state's (`x.<runner> = state.<...>`)."""
     tree = parse_file(target.file(rel))
     if tree is None or "speculative_adaptive" not in ast.unparse(tree):
@@ -253,8 +255,9 @@ def _swaps(target: Target, rel: str, phase: str) -> list[Fallback]:
                     and isinstance(st.value, ast.Attribute) and \
                     isinstance(st.value.value, ast.Name) and st.value.value.id == "state":
                 out.append(Fallback(
-                    f"the active adaptive state has no runner (only with --speculative-adaptive: "
-                    f"{name} swaps it in, {_one_line(st)})"[:LIMIT],
+                    ("the active adaptive state has no runner ("
+                     + ("" if adaptive else "only with --speculative-adaptive: ")
+                     + f"{name} swaps it in, {_one_line(st)})")[:LIMIT],
                     "no-runner", target.relpath(target.file(rel)), st.lineno))
     return out
 

@@ -139,7 +139,8 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
                     out.append(Fallback(f"{DP_VOTE}: {src[0]}{only}", f.reason, *src[1:]))
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
-                                env=cfg.environ, frozen=frozen)
+                                env=cfg.environ, frozen=frozen,
+                                adaptive=cfg.speculative_adaptive)
     return out
 
 
