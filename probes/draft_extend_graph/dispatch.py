@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from diag.probes.draft_extend_graph.fallbacks import DECLINED, Fallback, and_parts
 from diag.probes.gate import env_bool
-from diag.probes.source import parse_file, walk_all
+from diag.probes.source import parse_file, unparse, walk_all
 from diag.target import Target
 
 MODEL_RUNNER = "srt/model_executor/model_runner.py"
@@ -141,7 +141,7 @@ def _reached(target: Target, files: tuple[str, ...]) -> set[str]:
 def _subclasses(target: Target, rel: str, base: str) -> bool:
     tree = parse_file(target.file(rel))
     return tree is not None and any(
-        isinstance(c, ast.ClassDef) and any(ast.unparse(b) == base for b in c.bases)
+        isinstance(c, ast.ClassDef) and any(unparse(b) == base for b in c.bases)
         for c in walk_all(tree))
 
 
@@ -186,7 +186,7 @@ def _gates(target: Target, rel: str, phase: str, reached: set[str] | None) -> li
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and
                     call.func.attr in ASKS):
                 continue
-            receiver = ast.unparse(call.func.value)
+            receiver = unparse(call.func.value)
             if _phase_of(receiver, name, rel) != phase:
                 continue
             st = _statement_of(fn, call)
@@ -228,10 +228,11 @@ def _overrides(target: Target, rel: str, phase: str) -> list[Fallback]:
 
 def _function_phase(fn: ast.FunctionDef, name: str) -> str | None:
     """The phase a worker method's replay flag belongs to: the runner it asks or hands on."""
-    text = ast.unparse(fn)
-    if EXTEND_RUNNER_ATTR in text:
+    attrs = [n for n in walk_all(fn) if isinstance(n, ast.Attribute)]
+    if any(n.attr == EXTEND_RUNNER_ATTR for n in attrs):
         return "draft-extend"
-    if re.search(r"self\.cuda_graph_runner\b(?!_)", text):
+    if any(n.attr == "cuda_graph_runner" and isinstance(n.value, ast.Name)
+           and n.value.id == "self" for n in attrs):
         return "draft-decode"
     return None
 
@@ -239,7 +240,7 @@ def _function_phase(fn: ast.FunctionDef, name: str) -> str | None:
 def _swaps(target: Target, rel: str, phase: str, adaptive: bool | None) -> list[Fallback]:
     """A runner replaced at run time by an adaptive state's (`x.<runner> = state.<...>`)."""
     tree = parse_file(target.file(rel))
-    if tree is None or "speculative_adaptive" not in ast.unparse(tree):
+    if tree is None or "speculative_adaptive" not in _text(target, rel):
         return []
     # the target's runner is `graph_runner` up to 0.5.13.post1 (0.5.11 eagle_worker.py:327)
     attrs = {"target-verify": ("decode_cuda_graph_runner", "graph_runner"),
@@ -251,7 +252,7 @@ def _swaps(target: Target, rel: str, phase: str, adaptive: bool | None) -> list[
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and \
                     isinstance(st.targets[0], ast.Attribute) and st.targets[0].attr in attrs \
                     and (phase != "target-verify" or
-                         "model_runner" in ast.unparse(st.targets[0].value)) \
+                         "model_runner" in unparse(st.targets[0].value)) \
                     and isinstance(st.value, ast.Attribute) and \
                     isinstance(st.value.value, ast.Name) and st.value.value.id == "state":
                 out.append(Fallback(
@@ -275,7 +276,7 @@ def _prefill_route(target: Target, rel: str) -> list[Fallback]:
         if name.rsplit(".", 1)[-1] != "forward_batch_generation":
             continue
         for st in walk_all(fn):
-            if isinstance(st, ast.If) and "is_extend()" in ast.unparse(st.test):
+            if isinstance(st, ast.If) and "is_extend()" in unparse(st.test):
                 return [Fallback(
                     f"the batch is a prefill ({_one_line(st.test)}): {name} runs its draft "
                     "extend through the draft model's own forward, never the draft-extend "
@@ -291,14 +292,14 @@ def _plan_stages(target: Target, rel: str, phase: str, env: dict[str, str] | Non
     tree = parse_file(target.file(rel))
     if tree is None:
         return []
-    m = re.search(r"envs\.(SGLANG_\w*COORDINATION\w*)", ast.unparse(tree))
+    m = re.search(r"envs\.(SGLANG_\w*COORDINATION\w*)", _text(target, rel))
     if m and env is not None and not _switch_on(target, m.group(1), env):
         return []
     out = []
     for name, fn in _functions(tree):
         for call in walk_all(fn):
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and \
-                    call.func.attr == "apply" and ast.unparse(call.func.value) == "plan" and \
+                    call.func.attr == "apply" and unparse(call.func.value) == "plan" and \
                     len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and \
                     PLAN_STAGES.get(call.args[1].value) == phase:
                 switch = f"{m.group(1)}=1" if m else None
@@ -340,7 +341,15 @@ def _set_at(tree: ast.AST, rel: str, cond: ast.AST) -> str:
 
 
 def _one_line(node: ast.AST) -> str:
-    return " ".join(ast.unparse(node).split())
+    return " ".join(unparse(node).split())
+
+
+def _text(target: Target, rel: str) -> str:
+    """A file's text, for a textual test (a switch's name): no unparse of the whole module."""
+    try:
+        return target.file(rel).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def vote_sources(target: Target) -> dict[str, tuple[str, str, int]]:
@@ -363,7 +372,7 @@ def vote_sources(target: Target) -> dict[str, tuple[str, str, int]]:
                                                "is not graph-compatible")):
         st = _innermost_statement(tree, needle)
         if st is not None:
-            if attr == "decode" and "is_prebuilt" in ast.unparse(st):
+            if attr == "decode" and "is_prebuilt" in unparse(st):
                 words = words.replace("decode or idle", "decode, idle or prebuilt")
             out[attr] = (words, where, st.lineno)
     return out
