@@ -5,6 +5,7 @@ records every sync-prone call with its verdict (`_Kinds` tells device values fro
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -400,17 +401,8 @@ class _Scan:
                 del self.known[len(self.known) - n:]
             return
         if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
-            pushed = 0
-            for v in e.values:
-                self.expr(v, state, unknown)
-                c = cond(v, self.facts, self.env)
-                state = state & (c.true if isinstance(e.op, ast.And) else c.false)
-                unknown = unknown or c.unknown
-                more = self.guards_of(v, self._where(e), isinstance(e.op, ast.And))
-                self.stack.extend(more)
-                pushed += len(more)
-            if pushed:
-                del self.stack[len(self.stack) - pushed:]
+            for v, st, unk in self.operands(e, state, unknown, self._where(e)):
+                self.expr(v, st, unk)
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
@@ -707,27 +699,33 @@ class _Scan:
             # `bool(m is not None and m.any())`: `and`/`or` read each operand's truth but the
             # last, bool() the last; an operand runs only where the ones before it let it (0.5.19
             # hybrid_linear_attn_backend.py:137-140: the mask's `.any()` only when it is set)
-            holds = isinstance(arg.op, ast.And)
-            where = self._where(call)
-            pushed = 0
-            st, unk = state, unknown
-            try:
-                for i, v in enumerate(arg.values):
-                    if i:
-                        g = self.guards_of(arg.values[i - 1], where, holds)
-                        self.stack.extend(g)
-                        pushed += len(g)
-                        # ... and where its paths let it (a field a target-verify batch
-                        # leaves None: `m is not None` is false there, census.batch_fields)
-                        c = cond(arg.values[i - 1], self.facts, self.env)
-                        st, unk = st & (c.true if holds else c.false), unk or c.unknown
+            # (and where its paths let it: a field a target-verify batch leaves None makes
+            # `m is not None` false there, census.batch_fields)
+            for v, st, unk in self.operands(arg, state, unknown, self._where(call)):
 
-                    def add_at(kind: str, verdict: str, why: str, n: int,
-                               st: frozenset = st, unk: bool = unk) -> None:
-                        self.add(call, st, unk, kind, verdict, why, n)
+                def add_at(kind: str, verdict: str, why: str, n: int,
+                           st: frozenset = st, unk: bool = unk) -> None:
+                    self.add(call, st, unk, kind, verdict, why, n)
 
-                    self._conversion(name, v, line, add_at)
-            finally:
+                self._conversion(name, v, line, add_at)
+
+    def operands(self, e: ast.BoolOp, state: frozenset, unknown: bool, where: str
+                 ) -> Iterator[tuple[ast.expr, frozenset, bool]]:
+        """Each operand of `a and b` (`a or b`) with the paths it runs on and, pushed on the
+        guard stack while it is read, the data guards of the operands before it: `b` runs
+        only where `a` holds (fails). The guards come off when the walk ends."""
+        holds = isinstance(e.op, ast.And)
+        pushed = 0
+        try:
+            for v in e.values:
+                yield v, state, unknown
+                c = cond(v, self.facts, self.env)
+                state, unknown = state & (c.true if holds else c.false), unknown or c.unknown
+                more = self.guards_of(v, where, holds)
+                self.stack.extend(more)
+                pushed += len(more)
+        finally:
+            if pushed:
                 del self.stack[len(self.stack) - pushed:]
 
     def _conversion(self, name: str, arg: ast.AST, line: int, add: Any) -> None:
