@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from diag.probes.metadata_syncs.census.paths import _PREDICATES
-from diag.probes.source import parse_file
+from diag.probes.metadata_syncs.census.paths import MODES, cond
+from diag.probes.source import parse_file, unparse
 
 WRAPPER_MODULE = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
 ENTRY = "init_forward_metadata"
@@ -59,14 +59,15 @@ def _read(tree: ast.Module, rel: str) -> Wrapped | None:
         for st in entry.body:
             if not (isinstance(st, ast.If) and st.body and isinstance(st.body[-1], ast.Return)):
                 continue
-            pred = _mode_predicate(st.test)
-            called = {ast.unparse(c.func.value) for c in ast.walk(st)
-                      if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                      and c.func.attr == ENTRY}
+            c = cond(st.test, {})  # the modes the early return takes (paths.cond)
+            withheld = frozenset(m for m, _ in c.true)
+            called = {unparse(n.func.value) for n in ast.walk(st)
+                      if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                      and n.func.attr == ENTRY}
             skipped = [t for a, t in held.items() if f"self.{a}" not in called]
-            if pred in _PREDICATES and called and len(skipped) == 1:
-                return Wrapped(skipped[0], ENTRY, frozenset(_PREDICATES[pred][0]),
-                               f"{rel}:{st.lineno}")
+            if not c.unknown and withheld and withheld != set(MODES) and called and \
+                    len(skipped) == 1:
+                return Wrapped(skipped[0], ENTRY, withheld, f"{rel}:{st.lineno}")
     return None
 
 
@@ -82,14 +83,6 @@ def _held(init: ast.FunctionDef) -> dict[str, str]:
                 and isinstance(st.value, ast.Name) and st.value.id in typed:
             out[st.targets[0].attr] = typed[st.value.id]
     return out
-
-
-def _mode_predicate(test: ast.expr) -> str | None:
-    """`forward_batch.forward_mode.<pred>()` alone (a compound test is not read)."""
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and \
-            ast.unparse(test.func.value).endswith("forward_mode") and not test.args:
-        return test.func.attr
-    return None
 
 
 def is_held(classes: dict[str, ast.ClassDef], name: str, child_type: str) -> bool:
