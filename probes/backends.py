@@ -44,6 +44,26 @@ EXTEND_ATTR = "draft_extend_attn_backend"
 
 _PLATFORM_FLAGS = {"hip": "hip", "cuda": "cuda", "npu": None, "musa": None, "xpu": None,
                    "cpu": None, "mps": None}
+# tests on the GPU generation: false on HIP (SGLang's `_check_cuda_device_version` returns False
+# when not `is_cuda()`, 0.5.23 utils/common.py:274-277), not decided on CUDA (diag has no such
+# input); the words say what each needs
+GPU_GENERATION = {
+    "is_hopper_with_cuda_12_3": "Hopper (SM90) with CUDA >= 12.3",
+    "is_sm100_or_sm110": "SM100/SM110 (Blackwell)",
+    "is_sm100_or_sm110_supported": "SM100/SM110 (Blackwell)",
+    "is_sm100_supported": "SM100 (Blackwell B200/GB200/B300)",
+    "is_sm100": "SM100 (Blackwell B200/GB200/B300)",
+    "is_sm90_supported": "SM90 (Hopper)",
+    "is_sm90": "SM90 (Hopper)",
+    "is_sm120": "SM120",
+    "is_sm120_supported": "SM120",
+    "is_sm121": "SM121 (GB10)",
+    "is_sm110_supported": "SM110",
+    "is_sm80_supported": "SM80 (Ampere)",
+    "is_blackwell_supported": "Blackwell",
+    "is_blackwell": "Blackwell",
+    "device_sm": "the GPU's compute capability",
+}
 
 
 def _three_valued(expr: ast.AST, leaf) -> bool | None:
@@ -73,6 +93,9 @@ def _platform_leaf(expr: ast.AST, platform: str) -> bool | None:
         m = re.fullmatch(r"_?is_(hip|cuda|npu|musa|xpu|cpu|mps)", name)
         if m:
             return _PLATFORM_FLAGS[m.group(1)] == platform
+        if name.lstrip("_") in GPU_GENERATION and name.lstrip("_") != "device_sm" \
+                and platform == "hip":
+            return False
     return None
 
 
@@ -97,6 +120,11 @@ class BackendInfo:
     # "file:line" of the `return None` the draft-extend factory takes on this platform: the
     # release builds no draft-extend backend, so nothing is captured (0.5.9-0.5.15.post1 flashmla)
     draft_extend_none: str | None = None
+    # the tests no input decides on the way to the draft-extend classes (`is_blackwell()`,
+    # `use_mla_backend` without a model): more than one class means one of these picks, and
+    # "file:line" of the factory method that builds them
+    draft_extend_choice: list[str] = field(default_factory=list)
+    draft_extend_factory: str | None = None
     # The release's argument handling rewrites this name before use: (new name, "file:line")
     alias_of: tuple[str, str] | None = None
     # Base classes (by name) of the classes above, found on first use: reading them parses the
@@ -171,6 +199,9 @@ class _Resolver:
         self.seen_in: dict[str, _Module] = {}  # class name → the module whose code builds it
         # file (relative to the root) → why it was skipped: a source that exists and does not parse
         self.skipped: dict[str, str] = {} if skipped is None else skipped
+        # while set: the tests neither the platform nor the model decides, met on the way
+        # (`is_blackwell()`: which class a factory builds then depends on the GPU)
+        self.undecided: list[str] | None = None
 
     def module(self, dotted: str) -> _Module | None:
         mod = self._mods.module(dotted)
@@ -394,6 +425,8 @@ class _Resolver:
         for stmt in body:
             if isinstance(stmt, ast.If):
                 truth = self._truth(stmt.test)
+                if truth is None and self.undecided is not None:
+                    self.undecided.append(ast.unparse(stmt.test))
                 live_body, body_ends = self._live_ends(stmt.body)
                 live_else, else_ends = self._live_ends(stmt.orelse)
                 if truth is not False:
@@ -496,6 +529,17 @@ def _factory_map(method: ast.FunctionDef) -> dict[str, list[str]]:
     return {}
 
 
+def _map_tests(method: ast.FunctionDef, name: str) -> list[str]:
+    """The test of a conditional value for `name` in the factory's map (`a if not is_blackwell()
+    else b`, 0.5.9): which method runs is then up to it."""
+    for node in walk_all(method):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == name and isinstance(v, ast.IfExp):
+                    return [ast.unparse(v.test)]
+    return []
+
+
 def _decode_min_steps(method: ast.FunctionDef) -> int | None:
     """`if self.speculative_num_steps == 1: return None` (or `<= 1`) → 2."""
     for node in method.body:
@@ -539,14 +583,19 @@ def _read_backend_map(target: Target, platform: str, mla: bool | None = None,
             info.has_draft_factory_entry = bool(ext)
             info.decode_min_steps = min_steps
             nones = []
+            res.undecided = _map_tests(ext_m, name)
             for m in (_method(cls, e) for e in ext):
                 if m is None:
                     continue
+                if not info.draft_extend_factory:
+                    info.draft_extend_factory = f"{target.relpath(fpath)}:{m.lineno}"
                 found = res.classes(m, fmod, cls)
                 info.draft_extend_classes += [c for c in found if c not in
                                               info.draft_extend_classes]
                 if not found:
                     nones.append(res.none_return(m))
+            info.draft_extend_choice = list(dict.fromkeys(res.undecided))
+            res.undecided = None
             if ext and nones and len(nones) == len(ext) and all(nones):
                 info.draft_extend_none = f"{target.relpath(fpath)}:{nones[0]}"
             for m in (_method(cls, d) for d in dec):

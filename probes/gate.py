@@ -36,6 +36,7 @@ from pathlib import Path
 from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's callers use them)
     ALIAS_FILES,
     DRAFT_UTILS_FILE,
+    GPU_GENERATION,
     REGISTRY_FILE,
     BackendInfo,
     _method,
@@ -884,7 +885,9 @@ class Verdict(tuple):
 
     mode: graph | eager | unsupported | unknown. cause: for graph "allowlist" | "any_device" |
     "multi_layer"; for eager "not_allowlisted" | "num_steps" | "kill_switch" |
-    "graphs_disabled" | "no_branch" | "no_draft_extend_backend"; else "unsupported" | "unknown".
+    "graphs_disabled" | "no_branch" | "no_draft_extend_backend"; for unknown "class_depends" (the
+    class the factory builds is up to a test no input decides) | "capability_depends" | "unknown";
+    else "unsupported".
     """
 
     def __new__(cls, mode: str, reason: str, cause: str = "") -> Verdict:
@@ -961,6 +964,9 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
                        "any_device")
     if policy == "never":
         return Verdict(EAGER, f"{where} has no {platform.upper()} capture branch", "no_branch")
+    split = _class_split(checks, info, platform, where)
+    if split is not None:
+        return split
     ext = set(info.draft_extend_classes)
     dec = set(info.decode_classes)
     if not any((c.attr == EXTEND_ATTR and c.cls in ext) or (c.attr == DECODE_ATTR and c.cls in dec)
@@ -993,6 +999,34 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
     built = info.draft_extend_class or "no class found"
     return Verdict(EAGER, f"{built} not on the {platform.upper()} allow-list of {where} "
                           f"(admits {admitted})", "not_allowlisted")
+
+
+def _class_split(checks: list, info: BackendInfo, platform: str, where: str) -> Verdict | None:
+    """More than one class the factory may build, the gate admitting some and not the others
+    (0.5.23 `hybrid_linear_attn` on CUDA: TritonAttnBackend on Blackwell, FlashAttentionBackend
+    elsewhere, draft_utils.py:281): which one runs is up to a test no input decides.
+    A gate that admits on the multi-step decode backend is not split by the extend class."""
+    classes = info.draft_extend_classes
+    if len(classes) < 2 or any(c.attr != EXTEND_ATTR for c in checks):
+        return None
+    anc = info._ancestors or (lambda names: [])
+
+    def admitted(cls: str) -> bool:
+        up = set(anc([cls]))
+        return any(c.cls == cls or (not c.exact and c.cls in up) for c in checks)
+
+    yes = [c for c in classes if admitted(c)]
+    no = [c for c in classes if c not in yes]
+    if not yes or not no:
+        return None
+    tests = [t for t in info.draft_extend_choice if "use_mla_backend" not in t]
+    by = (" (MLA or MHA: pass --model)" if len(tests) < len(info.draft_extend_choice) else "")
+    if tests:
+        words = [f"`{t}`" + (f" ({GPU_GENERATION[n]})" if (n := t.split("(")[0].lstrip("_"))
+                             in GPU_GENERATION else "") for t in tests]
+        by += f"; the factory ({info.draft_extend_factory}) picks by {', '.join(words)}"
+    return Verdict(UNKNOWN, f"depends: {' | '.join(yes)} on the {platform.upper()} allow-list "
+                            f"of {where}, {' | '.join(no)} not{by}", "class_depends")
 
 
 def _capability_verdict(gate: GateInfo, info: BackendInfo, where: str) -> Verdict:

@@ -24,6 +24,7 @@ import ast
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
+from diag.probes.backends import GPU_GENERATION
 from diag.probes.source import kept, last_name, parse_file, walk_all
 from diag.probes.startup.resolve import (
     MODEL_HOOK,
@@ -47,19 +48,6 @@ MAIN = "attention_backend"
 # a model override registered for an architecture: model_overrides/*.py and overrides.py
 REGISTER = ("_register_for", "register_model_override")
 
-# tests on the GPU generation: false on HIP, not decided on CUDA (diag has no such input)
-GPU_GENERATION = {
-    "is_hopper_with_cuda_12_3": "Hopper (SM90) with CUDA >= 12.3",
-    "is_sm100_or_sm110": "SM100/SM110 (Blackwell)",
-    "is_sm100_supported": "SM100 (Blackwell B200/GB200/B300)",
-    "is_sm100": "SM100 (Blackwell B200/GB200/B300)",
-    "is_sm90_supported": "SM90 (Hopper)",
-    "is_sm90": "SM90 (Hopper)",
-    "is_sm120": "SM120",
-    "is_blackwell_supported": "Blackwell",
-    "is_blackwell": "Blackwell",
-    "device_sm": "the GPU's compute capability",
-}
 # other platforms than HIP and CUDA: false for both
 OTHER_PLATFORM = ("is_npu", "is_xpu", "is_cpu", "is_mps", "is_musa", "is_hpu", "is_out_of_tree",
                   "has_amx", "use_mlx")
