@@ -10,9 +10,10 @@ is `depends`, with what picks the class (probes.gate._class_split). Read by hand
   eagle_worker_v2.py:432-438 has TritonAttnBackend, not FlashAttentionBackend (appended only from
   0.5.23, `if _is_cuda:` :587-594), so 0.5.19 on CUDA depends on the GPU, 0.5.23 captures both.
 - `flashinfer`: FlashInferMLAAttnBackend for an MLA model, FlashInferAttnBackend otherwise
-  (0.5.19 draft_utils.py:403-404, `if not self.draft_model_runner.use_mla_backend:`); `class FlashInferMLAAttnBackend(AttentionBackend)` (0.5.19
-  flashinfer_mla_backend.py:213, 0.5.23 :212) is not on either release's CUDA list (0.5.23
-  eagle_worker_v2.py:567-573 lists FlashInferAttnBackend only): without a model, depends.
+  (0.5.19 draft_utils.py:403-404, `if not self.draft_model_runner.use_mla_backend:`);
+  `class FlashInferMLAAttnBackend(AttentionBackend)` (0.5.19 flashinfer_mla_backend.py:213,
+  0.5.23 :212) is not on either release's CUDA list (0.5.23 eagle_worker_v2.py:567-573 lists
+  FlashInferAttnBackend only): without a model, depends.
 """
 
 from __future__ import annotations
