@@ -127,6 +127,7 @@ class GateInfo:
     problem: str | None = None
     file: str | None = None  # relative to the target root, e.g. sglang/srt/speculative/...
     line: int | None = None  # the HIP variable's assignment, else the capture `if`
+    cuda_line: int | None = None  # the CUDA allow-list's isinstance test, where there is one
     method: str | None = None  # init_cuda_graphs | _capture_cuda_graphs | ...
     worker_class: str | None = None
     worker: str = "v2"  # "v2" (eagle_worker_v2.py) | "v1" (eagle_worker.py)
@@ -408,6 +409,9 @@ def _read_worker_gate(target: Target, path: Path, worker: str) -> GateInfo:
         if info.cuda_policy == "allowlist":
             info.cuda_checks = cuda_scope.checks(capture_if.test, follow=False)
     info.cuda_unresolved = list(cuda_scope.unresolved)
+    if info.cuda_policy == "allowlist":
+        info.cuda_line = min(cuda_scope.tested_at, default=None) or (
+            cuda_assign[2] if cuda_assign is not None else None)
     if info.hip_policy == "unknown":
         return _unrecognised(info, f"the capture condition names no HIP rule: "
                                    f"{info.capture_condition[:160]}")
@@ -588,6 +592,7 @@ class _Scope:
                  method: ast.FunctionDef, rel: str) -> None:
         self.target, self.cls, self.method = target, cls, method
         self.unresolved: list[str] = []
+        self.tested_at: list[int] = []  # lines of the method's own isinstance tests
         dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else ""
         self._home = self._modinfo_of(tree, rel, dotted)
         self._mods: dict[str, tuple | None] = {}
@@ -669,6 +674,8 @@ class _Scope:
         for node in walk_all(expr):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id == "isinstance" and len(node.args) == 2:
+                if func is self.method:
+                    self.tested_at.append(node.lineno)
                 attr = self._subject(node.args[0], func, subj)
                 if attr is None:
                     self.unresolved.append(f"isinstance subject {ast.unparse(node.args[0])} "

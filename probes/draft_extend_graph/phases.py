@@ -147,6 +147,10 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
 # --------------------------------------------------------------------------- the verdicts
 
 
+# where SGLang's argument handling lives: a refusal there comes before any worker is built
+ARGUMENT_FILES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
+
+
 def env_of(cfg: SpecConfig) -> dict[str, str]:
     return dict(os.environ) if cfg.environ is None else dict(cfg.environ)
 
@@ -203,16 +207,22 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
         return PhaseVerdict(phase, backend, mode, reason, where, config_label,
                             fallbacks or [])
 
-    if info is None or not info.has_draft_factory_entry:
-        w = find_line(target, gate_mod.DRAFT_UTILS_FILE, r"def create_decode_backend")
-        why = (f"sglang {target.version} has no draft backend for {backend!r}: EAGLE refuses it "
-               f"at start ({w or gate_mod.DRAFT_UTILS_FILE})")
-        return [out(p, REFUSED, why, w) for p in PHASES]
     if gate.start_refused is not None:
         why, line = gate.start_refused
         w = Where(target.relpath(target.file(gate_mod.SERVER_ARGS_FILE)), line)
         return [out(p, REFUSED, why + implied, w) for p in PHASES]
-    ref = refusal(target, backend, cfg, model, page, info, notes)
+    ref = refusal(target, backend, cfg, model, page, info, notes) if info is not None else None
+    if info is None or not info.has_draft_factory_entry:
+        # the draft worker's factory raises while the worker is built: after the argument
+        # handling (server_args.py, arg_groups/), before any capture
+        if ref is not None and ref[0] == REFUSED and ref[2] is not None \
+                and ref[2].file.startswith(ARGUMENT_FILES):
+            return [out(p, REFUSED, ref[1] + implied, ref[2]) for p in PHASES]
+        w = (find_line(target, gate_mod.DRAFT_UTILS_FILE, r"raise ValueError\(error_template")
+             or find_line(target, gate_mod.DRAFT_UTILS_FILE, r"def create_decode_backend"))
+        why = (f"sglang {target.version} has no draft backend for {backend!r}: EAGLE refuses it "
+               f"at start ({w or gate_mod.DRAFT_UTILS_FILE})")
+        return [out(p, REFUSED, why, w) for p in PHASES]
     if ref is not None:
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
     frozen, frozen_why = frozen_kv_mtp(target, cfg)
@@ -276,7 +286,8 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
     killed = bool(gate.kill_switch_env) and gate_mod.env_bool(env.get(gate.kill_switch_env))
     v = gate_mod.verdict(gate, info, platform, steps, killed, cfg.disable_cuda_graph,
                          multi_layer=bool(multi), release=target.version)
-    gw = Where(gate.file, gate.line) if gate.file and gate.line else None
+    line = gate.cuda_line if platform == "cuda" and gate.cuda_line else gate.line
+    gw = Where(gate.file, line) if gate.file and line else None
     if multi and gate.multi_layer is not None:
         gw = Where(gate.multi_layer.file, gate.multi_layer.line)
         v = gate_mod.Verdict(v.mode, f"{multi_why}; {v.reason}", v.cause)
