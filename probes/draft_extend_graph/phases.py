@@ -41,6 +41,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     refusal,
 )
 from diag.probes.startup import default_backend
+from diag.probes.startup.draft_tokens import missing_draft_tokens
 from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     BACKEND_PAGE,
@@ -147,6 +148,8 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
 # --------------------------------------------------------------------------- the verdicts
 
 
+# where `--attention-backend` is declared with `choices=ATTENTION_BACKEND_CHOICES`, newest first
+CHOICES_FILES = ("srt/arg_groups/fields/exec_.py", "srt/server_args.py")
 # where SGLang's argument handling lives: a refusal there comes before any worker is built
 ARGUMENT_FILES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
 
@@ -174,7 +177,7 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     value's, the reason saying so."""
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
     only = only_starting_topk(target, cfg, model)
-    notes: list[str] = []
+    notes: list[str] = [n for n in [missing_draft_tokens(target, cfg)] if n]
     if only is None:
         out = _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi,
                               notes)
@@ -211,8 +214,14 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
         why, line = gate.start_refused
         w = Where(target.relpath(target.file(gate_mod.SERVER_ARGS_FILE)), line)
         return [out(p, REFUSED, why + implied, w) for p in PHASES]
-    ref = refusal(target, backend, cfg, model, page, info, notes) if info is not None else None
-    if info is None or not info.has_draft_factory_entry:
+    if info is None:  # not a name the release knows: its argument parser refuses it
+        w = next((hit for rel in CHOICES_FILES if (hit := find_line(
+            target, rel, r"choices=ATTENTION_BACKEND_CHOICES")) is not None), None)
+        why = (f"sglang {target.version} does not know --attention-backend {backend}: its "
+               f"argument parser refuses it ({w or 'ATTENTION_BACKEND_CHOICES'})")
+        return [out(p, REFUSED, why, w) for p in PHASES]
+    ref = refusal(target, backend, cfg, model, page, info, notes)
+    if not info.has_draft_factory_entry:
         # the draft worker's factory raises while the worker is built: after the argument
         # handling (server_args.py, arg_groups/), before any capture
         if ref is not None and ref[0] == REFUSED and ref[2] is not None \
