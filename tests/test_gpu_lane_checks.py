@@ -531,6 +531,12 @@ TWINS = "two identical diag servers within the noise floor of two plain ones"
     # (0.469-0.522)); twins 0.985 (0.931-1.099) against plain twins 1.029 (0.987-1.105)
     ("lane-h100-run25", {PREDICTION,
                          BATCH1}),
+    # 10:28 UTC, 5303f39 (HEAD: the gate's class split, the argument-time refusal order, the
+    # draft-token note), a fresh H100, run 25's caches carried in, `LANE_TIMEOUT=540`: 26 of 27,
+    # every functional check; batch 1 1.003 (0.997-1.018), floor 0.999, 97 pairs; batch 16
+    # 1.007 (1.000-1.024), floor 1.005, 117 pairs; twins 1.069 (0.980-1.127) against plain
+    # twins 0.963 (0.925-0.993); prediction -15.1 % (0.551 vs 0.649 (0.545-0.683))
+    ("lane-h100-run26", {PREDICTION}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -585,7 +591,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
-                                 "bbebb96"}
+                                 "bbebb96", "5303f39"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("all five" if folder != "lane-h100-run25" else "diag first")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
