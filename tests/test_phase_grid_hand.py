@@ -55,11 +55,11 @@ def test_modes_match_the_hand_read_grid(case, monkeypatch):
             assert v.mode == phases.DEPENDS and "needs --speculative-num-draft-tokens" in v.reason
             continue
         assert v.mode == mode, (phase, v.mode, v.reason)
-        if mode == phases.REFUSED and where and v.where is not None \
-                and case["backend"] != "qsa":
         # qsa with no model: the reader takes Qwen4-Exp's page size 64 (0.5.23
         # model_overrides/qwen4_exp.py:92), so the page-tree check refuses first; diag, given no
         # model, cites the backend's own topk refusal (qwen_sparse_attn_backend.py:288): both refuse
+        if mode == phases.REFUSED and where and v.where is not None \
+                and case["backend"] != "qsa":
             f, line = where.rsplit(":", 1)
             assert v.where.file == f"sglang/srt/{f}" and abs(v.where.line - int(line)) <= 3, \
                 (phase, str(v.where), where)
