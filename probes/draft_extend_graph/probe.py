@@ -117,7 +117,8 @@ class DraftExtendGraphProbe(Probe):
         bm = backend_map(t, plat)
         killed = kill_switch_set(gate, env_of(cfg))
         multi = bool(_multi_layer(t, cfg))
-        ev: list[Evidence] = [location(gate.file, gate.line, f"{gate.worker_class}.{gate.method}",
+        line = gate.cuda_line if plat == "cuda" and gate.cuda_line else gate.line
+        ev: list[Evidence] = [location(gate.file, line, f"{gate.worker_class}.{gate.method}",
                                        _gate_detail(gate, plat))]
         if gate.selection:
             ev.append(note(f"worker selected by {gate.selection}"))
