@@ -531,7 +531,7 @@ TWINS = "two identical diag servers within the noise floor of two plain ones"
     # (0.469-0.522)); twins 0.985 (0.931-1.099) against plain twins 1.029 (0.987-1.105)
     ("lane-h100-run25", {PREDICTION,
                          BATCH1}),
-    # 10:28 UTC, 5303f39 (HEAD: the gate's class split, the argument-time refusal order, the
+    # 08:58 UTC, 5303f39 (HEAD: the gate's class split, the argument-time refusal order, the
     # draft-token note), a fresh H100, run 25's caches carried in, `LANE_TIMEOUT=540`: 26 of 27,
     # every functional check; batch 1 1.003 (0.997-1.018), floor 0.999, 97 pairs; batch 16
     # 1.007 (1.000-1.024), floor 1.005, 117 pairs; twins 1.069 (0.980-1.127) against plain
