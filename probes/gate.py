@@ -1010,8 +1010,9 @@ def _verdict(gate: GateInfo, info: BackendInfo | None, platform: str, num_steps:
 
 def _class_split(checks: list, info: BackendInfo, platform: str, where: str) -> Verdict | None:
     """More than one class the factory may build, the gate admitting some and not the others
-    (0.5.23 `hybrid_linear_attn` on CUDA: TritonAttnBackend on Blackwell, FlashAttentionBackend
-    elsewhere, draft_utils.py:281): which one runs is up to a test no input decides.
+    (0.5.19 `hybrid_linear_attn` on CUDA: TritonAttnBackend on Blackwell, FlashAttentionBackend
+    elsewhere, draft_utils.py:241-246, and only Triton on the list): which one runs is up to a
+    test no input decides.
     A gate that admits on the multi-step decode backend is not split by the extend class."""
     classes = info.draft_extend_classes
     if len(classes) < 2 or any(c.attr != EXTEND_ATTR for c in checks):
