@@ -3,7 +3,9 @@ BY HAND in the release wheels, never produced by running diag. Each line is wher
 replay test says no although a graph was captured:
 
 0.5.23 model_executor/runner/decode_cuda_graph_runner.py `can_run_graph` (:845): `if
-forward_batch.replace_embeds is not None: return False` :847; the ragged-verify branch
+forward_batch.replace_embeds is not None: return False` :847 (never on a verify step: every
+decode step's `prepare_for_decode` clears the field first, managers/schedule_batch.py:3743;
+0.5.19's does not, so its :678 stays); the ragged-verify branch
 :850-858 (`ragged_verify_mode` needs `spec_algorithm.supports_ragged_verify()`, which is
 `self.is_dspark()`, speculative/spec_info.py:160-164: never for EAGLE); the width check `if (`
 :864; `is_bs_supported = (self.backend.can_run(...) if self.disable_padding` :888, `else
@@ -50,7 +52,8 @@ eagle_worker_v2.py:529); eagle_worker_v2.py:546. With the v1 worker: eagle_worke
 `graph_runner`), :330 (draft-extend).
 The prefill route (`forward_batch_generation`'s `if batch.forward_mode.is_extend() or
 batch.is_extend_in_batch:`, whose draft extend runs the draft model's forward, not the
-draft-extend runner): 0.5.23 eagle_worker_v2.py:1423, multi_layer_eagle_worker_v2.py:1142;
+draft-extend runner; with --enable-mixed-chunk it takes the running requests too, so their
+verify skips the TARGET_VERIFY graph that step: named for target-verify as well): 0.5.23 eagle_worker_v2.py:1423, multi_layer_eagle_worker_v2.py:1142;
 0.5.19 eagle_worker_v2.py:1170; 0.5.9 eagle_worker_v2.py:651 (`model_worker_batch...`) and
 eagle_worker.py:290; 0.5.11 eagle_worker.py:447.
 Where a DP rank casts the vote a runner reads (`can_run_decode_cuda_graph`, before 0.5.19
@@ -92,29 +95,32 @@ DRAFT_VOTE = {"0.5.23": [(DP, 99)]}
 # the worker side, read by hand (this module's docstring): phase -> [(file, line)]
 WORKER_SIDE = {
     "0.5.23": {"target-verify": [(MR, 1991), (S + "eagle_utils.py", 399),
+                                 (S + "eagle_worker_v2.py", 1423),
                                  (S + "eagle_worker_v2.py", 1897)],
                "draft-decode": [(S + "eagle_worker_common.py", 371),
-                                (S + "eagle_worker_v2.py", 673), (S + "eagle_worker_v2.py", 1884)],
+                                (S + "eagle_worker_v2.py", 1884)],
                "draft-extend": [(S + "eagle_worker_common.py", 223),
                                 (S + "eagle_worker_v2.py", 1182),
                                 (S + "eagle_worker_v2.py", 1423),
                                 (S + "eagle_worker_v2.py", 1892)]},
     "0.5.19": {"target-verify": [(MR, 1729), (S + "eagle_utils.py", 579),
+                                 (S + "eagle_worker_v2.py", 1170),
                                  (S + "eagle_worker_v2.py", 1484)],
                "draft-decode": [(S + "eagle_worker_common.py", 310),
-                                (S + "eagle_worker_v2.py", 521), (S + "eagle_worker_v2.py", 1471)],
+                                (S + "eagle_worker_v2.py", 1471)],
                "draft-extend": [(S + "eagle_worker_common.py", 194),
                                 (S + "eagle_worker_v2.py", 954),
                                 (S + "eagle_worker_v2.py", 1170),
                                 (S + "eagle_worker_v2.py", 1479)]},
-    "0.5.9": {"target-verify": [(MR, 2456), (S + "eagle_info_v2.py", 245)],
+    "0.5.9": {"target-verify": [(MR, 2456), (S + "eagle_info_v2.py", 245),
+                                (S + "eagle_worker_v2.py", 651)],
               "draft-decode": [(S + "eagle_info_v2.py", 177)],
               "draft-extend": [(S + "eagle_info_v2.py", 206), (S + "eagle_worker_v2.py", 546),
                                (S + "eagle_worker_v2.py", 651)]},
 }
 COORDINATION = {"draft-decode": 1644, "target-verify": 1653, "draft-extend": 1668}
 
-VERIFY_LINES = {"0.5.23": [847, 864, 888, 890, 895, 908],
+VERIFY_LINES = {"0.5.23": [864, 888, 890, 895, 908],
                 "0.5.19": [678, 695, 714, 716, 721, 734]}
 ENCODER_LINE = {"0.5.23": 902, "0.5.19": 728}
 RAGGED_AND_NGRAM = {"0.5.23": (856, 857, 913), "0.5.19": (687, 688, 739)}
@@ -151,9 +157,9 @@ def test_the_worker_side_of_each_phase_is_named(version):
         votes = VOTE[version] + (DRAFT_VOTE.get(version, []) if phase == "draft-decode" else [])
         assert _worker_side(got[phase], runner) == sorted(want + votes), phase
     v = got["draft-decode"]
-    seed = [f for f in v.runtime_fallbacks if "seed_dsa_topk" in f.condition]
+    # a Llama config has no `index_topk`: the DSA seed override cannot fire (below)
+    assert not [f for f in v.runtime_fallbacks if "seed_dsa_topk" in f.condition]
     if version != "0.5.9":
-        assert len(seed) == 1 and "index_share_for_mtp_iteration" in seed[0].condition
         swaps = [f for f in v.runtime_fallbacks if "--speculative-adaptive" in f.condition]
         assert len(swaps) == 1 and swaps[0].reason == "no-runner"
 
@@ -178,15 +184,15 @@ def test_the_v1_worker_is_asked_in_its_own_methods():
     assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 954),
                                                                 (S + "eagle_worker.py", 290)]
                                                                + VOTE["0.5.9"])
-    assert _worker_side(got["target-verify"], OLD_VERIFY) == sorted([(MR, 2456)]
-                                                                    + VOTE["0.5.9"])
+    assert _worker_side(got["target-verify"], OLD_VERIFY) == sorted(
+        [(MR, 2456), (S + "eagle_worker.py", 290)] + VOTE["0.5.9"])
 
 
 def test_old_adaptive_swaps_name_the_targets_graph_runner():
     got = _verdicts("0.5.11", model="llama", environ={"SGLANG_ENABLE_SPEC_V2": "0"})
     vote = VOTE["0.5.11"]
     assert _worker_side(got["target-verify"], OLD_VERIFY) == sorted([
-        (MR, 3208), (S + "eagle_worker.py", 327)] + vote)
+        (MR, 3208), (S + "eagle_worker.py", 327), (S + "eagle_worker.py", 447)] + vote)
     assert _worker_side(got["draft-decode"], DRAFT) == sorted([(S + "eagle_worker.py", 324),
                                                                (S + "eagle_worker.py", 741)] + vote)
     assert _worker_side(got["draft-extend"], EXTEND) == sorted([(S + "eagle_worker.py", 330),
@@ -258,7 +264,8 @@ def test_frozen_draft_decode_reads_the_frozen_runner(tmp_path, version, lines):
         assert _worker_side(got["draft-decode"], FROZEN) == sorted(
             [(S + "frozen_kv_mtp_worker_v2.py", 494)] + VOTE["0.5.23"])  # its runner's :242
         assert _worker_side(got["target-verify"], VERIFY) == sorted(
-            [(MR, 1991), (S + "eagle_utils.py", 399)] + VOTE["0.5.23"])
+            [(MR, 1991), (S + "eagle_utils.py", 399), (S + "frozen_kv_mtp_worker_v2.py", 768)]
+            + VOTE["0.5.23"])
 
 
 def test_the_adaptive_swaps_follow_the_switch():
@@ -280,3 +287,39 @@ def test_the_adaptive_swaps_follow_the_switch():
     assert SpecConfig.from_server_args({"speculative_adaptive": True}).speculative_adaptive
     assert SpecConfig.from_server_args({"speculative_adaptive": "yes"}).speculative_adaptive \
         is None
+
+
+@pytest.mark.parametrize("version,line", [("0.5.19", 521), ("0.5.23", 673)])
+def test_the_dsa_seed_override_needs_an_indexer(version, line):
+    """`self.seed_dsa_topk_from_draft_extend` needs `hf_config.index_topk` (0.5.19
+    eagle_worker_v2.py:266-269; 0.5.23 :313-321 through `dsa_seed_topk_width`, None unless
+    `self.dsa_index_topk is not None`): named for a DSA model, not for Llama or DeepSeek-V3."""
+    for model, named in (("deepseek-v32", True), ("llama", False), ("deepseek-v3", False),
+                         (None, True)):
+        v = _verdicts(version, model=model)["draft-decode"]
+        seed = [f for f in v.runtime_fallbacks if f.line == line]
+        assert bool(seed) is named, model
+        if seed:
+            assert "index_share_for_mtp_iteration" in seed[0].condition
+
+
+def test_a_field_every_decode_step_clears_is_no_fallback():
+    """0.5.23 `ScheduleBatch.prepare_for_decode` sets `self.replace_embeds = None`
+    (managers/schedule_batch.py:3743) before its speculative branch (:3754), so the verify
+    runner's `if forward_batch.replace_embeds is not None: return False` (:847) never fires;
+    0.5.19's prepare_for_decode (:3286) does not clear it, so its :678 stays."""
+    assert 847 not in [f.line for f in _verdicts("0.5.23", model="llama")["target-verify"]
+                       .runtime_fallbacks]
+    assert 678 in [f.line for f in _verdicts("0.5.19", model="llama")["target-verify"]
+                   .runtime_fallbacks]
+
+
+@pytest.mark.parametrize("version,line", [("0.5.19", 1170), ("0.5.23", 1423)])
+def test_mixed_chunk_steps_skip_the_verify_graph(version, line):
+    """With --enable-mixed-chunk (EAGLE keeps it: 0.5.23 speculative/spec_info.py:147-157) the
+    running requests join a prefill batch, and `forward_batch_generation`'s prefill branch
+    (`if batch.forward_mode.is_extend() or batch.is_extend_in_batch:`) runs the target's extend
+    for them that step, not TARGET_VERIFY."""
+    v = _verdicts(version, model="llama")["target-verify"]
+    [f] = [f for f in v.runtime_fallbacks if f.line == line]
+    assert f.reason == "prefill" and "--enable-mixed-chunk" in f.condition

@@ -64,14 +64,16 @@ def worker_files(worker: str, multi: bool, frozen: bool = False) -> tuple[str, .
 
 def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
                      dp_attention: bool | None = None, env: dict[str, str] | None = None,
-                     frozen: bool = False, adaptive: bool | None = None) -> list[Fallback]:
+                     frozen: bool = False, adaptive: bool | None = None,
+                     params: dict | None = None) -> list[Fallback]:
     """The caller gates, overrides, runner swaps and coordination stages of `phase` in the
     worker that runs (and the target's ModelRunner for target-verify), then for draft-extend
     the prefill route; each kind in file and line order.
     The coordination stages run only with DP attention and their switch on: `dp_attention`
     False, or the switch off in `env` (the server's environment; None: not known), drops
     them; the runner swaps happen only with `--speculative-adaptive` (`adaptive` False drops
-    them, None names the switch)."""
+    them, None names the switch). `params`: the model's config parameters (None: no model
+    given); an override whose switch needs a parameter the model lacks is dropped."""
     out: list[Fallback] = []
     if phase == "target-verify":
         out += _gates(target, MODEL_RUNNER, phase, None)
@@ -86,13 +88,13 @@ def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
         reached |= _reached(target, (V2_WORKER,) + files[1:])
     for rel in files:
         out += _gates(target, rel, phase, None if rel == files[0] else reached)
-    out += _overrides(target, files[0], phase)
+    out += _overrides(target, files[0], phase, params)
     if adaptive is not False:
         out += _swaps(target, files[0], phase, adaptive)
     if dp_attention is not False:
         out += _plan_stages(target, files[0], phase, env)
-    if phase == "draft-extend":
-        out += _prefill_route(target, files[0])
+    if phase in ("draft-extend", "target-verify"):
+        out += _prefill_route(target, files[0], phase)
     seen: set[tuple[str, int]] = set()
     return [f for f in out if not ((f.file, f.line) in seen or seen.add((f.file, f.line)))]
 
@@ -199,8 +201,10 @@ def _gates(target: Target, rel: str, phase: str, reached: set[str] | None) -> li
     return out
 
 
-def _overrides(target: Target, rel: str, phase: str) -> list[Fallback]:
-    """`if <flag> and <cond>: <flag> = False` after a gate: the pass runs eager when <cond>."""
+def _overrides(target: Target, rel: str, phase: str, params: dict | None = None
+               ) -> list[Fallback]:
+    """`if <flag> and <cond>: <flag> = False` after a gate: the pass runs eager when <cond>;
+    not where a switch <cond> reads needs a config parameter the model lacks (`params`)."""
     tree = parse_file(target.file(rel))
     if tree is None:
         return []
@@ -217,6 +221,8 @@ def _overrides(target: Target, rel: str, phase: str) -> list[Fallback]:
                         isinstance(a.targets[0], ast.Name) and _FLAG.search(a.targets[0].id) \
                         and isinstance(a.value, ast.Constant) and a.value.value is False:
                     flag = a.targets[0].id
+                    if params is not None and _needs(tree, st.test) - set(params):
+                        continue  # 0.5.19 eagle_worker_v2.py:267-269: no index_topk, no seed
                     rest = [v for v in and_parts(st.test)
                             if not (isinstance(v, ast.Name) and v.id == flag)]
                     cond = " and ".join(_one_line(v) for v in rest) or _one_line(st.test)
@@ -263,12 +269,15 @@ def _swaps(target: Target, rel: str, phase: str, adaptive: bool | None) -> list[
     return out
 
 
-def _prefill_route(target: Target, rel: str) -> list[Fallback]:
+def _prefill_route(target: Target, rel: str, phase: str = "draft-extend") -> list[Fallback]:
     """The branch of `forward_batch_generation` that takes a prefill batch (0.5.23
     eagle_worker_v2.py:1423 `if batch.forward_mode.is_extend() or batch.is_extend_in_batch:`):
     the draft's extend over the new prompt runs through the draft model runner's forward
     (`_draft_extend_for_prefill`; v1 `forward_draft_extend`), never the draft-extend runner.
-    The live counters do not count it (`runtime`), so its reason is `prefill`, not theirs."""
+    For target-verify: with `--enable-mixed-chunk` (EAGLE keeps it, 0.5.23 spec_info.py:147-157)
+    the running requests join a prefill batch, and the target runs one extend forward for them
+    that step, not its TARGET_VERIFY graph. The live counters do not count either (`runtime`),
+    so the reason is `prefill`, not theirs."""
     tree = parse_file(target.file(rel))
     if tree is None:
         return []
@@ -277,11 +286,14 @@ def _prefill_route(target: Target, rel: str) -> list[Fallback]:
             continue
         for st in walk_all(fn):
             if isinstance(st, ast.If) and "is_extend()" in unparse(st.test):
-                return [Fallback(
-                    f"the batch is a prefill ({_one_line(st.test)}): {name} runs its draft "
-                    "extend through the draft model's own forward, never the draft-extend "
-                    "runner (not counted live)"[:LIMIT],
-                    "prefill", target.relpath(target.file(rel)), st.lineno)]
+                words = (f"the batch is a prefill ({_one_line(st.test)}): {name} runs its draft "
+                         "extend through the draft model's own forward, never the draft-extend "
+                         "runner (not counted live)") if phase == "draft-extend" else (
+                    f"only with --enable-mixed-chunk: running requests joined to a prefill "
+                    f"batch ({_one_line(st.test)}) get the target's extend forward that step, "
+                    f"not its TARGET_VERIFY graph ({name}; not counted live)")
+                return [Fallback(words[:LIMIT], "prefill", target.relpath(target.file(rel)),
+                                 st.lineno)]
     return []
 
 
@@ -323,6 +335,51 @@ def _switch_on(target: Target, name: str, env: dict[str, str]) -> bool:
     if d is None:
         return True
     return env_bool(env.get(name), d.group(1) == "True")
+
+
+def _self_assign(tree: ast.AST, attr: str) -> ast.Assign | None:
+    return next((st for st in walk_all(tree) if isinstance(st, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+        and t.value.id == "self" for t in st.targets)), None)
+
+
+def _needs(tree: ast.AST, cond: ast.AST) -> set[str]:
+    """The model config parameters a condition's switches need: `self.s = (... and self.p is
+    not None)` with `self.p = getattr(hf_config, "P", None)` needs P (0.5.19 eagle_worker_v2.py
+    :266-269, `seed_dsa_topk_from_draft_extend` needs `index_topk`), also through a value that
+    is None unless a test holds (`self.w = (f(c) if ... and self.p is not None else None)`,
+    0.5.23 :313-321)."""
+    out: set[str] = set()
+    for sw in {n.attr for n in walk_all(cond) if isinstance(n, ast.Attribute)
+               and isinstance(n.value, ast.Name) and n.value.id == "self"}:
+        st = _self_assign(tree, sw)
+        if st is not None:
+            out |= _not_none_needs(tree, st.value, 0)
+    return out
+
+
+def _not_none_needs(tree: ast.AST, expr: ast.AST, depth: int) -> set[str]:
+    """Parameters the `and` operands `self.p is not None` of `expr` need (see `_needs`)."""
+    out: set[str] = set()
+    for part in and_parts(expr) if depth < 4 else ():
+        if not (isinstance(part, ast.Compare) and len(part.ops) == 1
+                and isinstance(part.ops[0], ast.IsNot)
+                and isinstance(part.comparators[0], ast.Constant)
+                and part.comparators[0].value is None
+                and isinstance(part.left, ast.Attribute)
+                and isinstance(part.left.value, ast.Name) and part.left.value.id == "self"):
+            continue
+        src = _self_assign(tree, part.left.attr)
+        v = src.value if src is not None else None
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "getattr" \
+                and len(v.args) == 3 and isinstance(v.args[1], ast.Constant) \
+                and isinstance(v.args[1].value, str) and isinstance(v.args[2], ast.Constant) \
+                and v.args[2].value is None and "config" in _one_line(v.args[0]):
+            out.add(v.args[1].value)
+        elif isinstance(v, ast.IfExp) and isinstance(v.orelse, ast.Constant) \
+                and v.orelse.value is None:
+            out |= _not_none_needs(tree, v.test, depth + 1)
+    return out
 
 
 def _set_at(tree: ast.AST, rel: str, cond: ast.AST) -> str:

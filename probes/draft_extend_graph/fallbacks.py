@@ -220,6 +220,9 @@ class _Reader:
                 return False
         if "is_ngram()" in cond and not cond.startswith("not ("):
             return (self.facts.algorithm or "").upper() == "NGRAM"
+        m = _FIELD_SET.fullmatch(cond)
+        if m and m.group(1) in (self._read("cleared", decode_cleared) or ()):
+            return False  # every decode step clears it first (0.5.23 schedule_batch.py:3743)
         if "is_encoder_decoder" in cond and not cond.startswith("not (") and self.facts.arch:
             models = self._read("encoder", encoder_decoder_models)
             if models is not None and self.facts.arch not in models:
@@ -286,6 +289,27 @@ def ragged_algorithms(target: Target) -> frozenset[str] | None:
             return frozenset(m.upper() for r in ret
                              for m in re.findall(r"self\.is_(\w+)\(\)", ast.unparse(r.value)))
     return None
+
+
+# `forward_batch.<field> is not None`: a field the batch carries
+_FIELD_SET = re.compile(r"forward_batch\.(\w+) is not None")
+SCHEDULE_BATCH = "srt/managers/schedule_batch.py"
+
+
+def decode_cleared(target: Target) -> frozenset[str] | None:
+    """The batch fields `ScheduleBatch.prepare_for_decode` sets to None in its own body, which
+    every decode and verify step runs first (0.5.23 managers/schedule_batch.py:3736-3744: the
+    prefill-time `replace_embeds`, before the speculative branch at :3754); None where the
+    method is not found."""
+    tree = parse_file(target.file(SCHEDULE_BATCH))
+    fn = next((n for n in walk_all(tree) if isinstance(n, ast.FunctionDef)
+               and n.name == "prepare_for_decode"), None) if tree is not None else None
+    if fn is None:
+        return None
+    return frozenset(t.attr for st in fn.body if isinstance(st, ast.Assign)
+                     and isinstance(st.value, ast.Constant) and st.value.value is None
+                     for t in st.targets if isinstance(t, ast.Attribute)
+                     and isinstance(t.value, ast.Name) and t.value.id == "self")
 
 
 def encoder_decoder_models(target: Target) -> frozenset[str] | None:

@@ -118,11 +118,12 @@ class PhaseVerdict:
 
 
 def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None,
-              worker: tuple[str, str, bool] | None = None, frozen: bool = False
-              ) -> list[Fallback]:
+              worker: tuple[str, str, bool] | None = None, frozen: bool = False,
+              params: dict | None = None) -> list[Fallback]:
     """The runner's fallbacks that can happen under `cfg` (`fallbacks.runner_fallbacks`): the
     data-parallel vote only with DP attention (`require_mlp_sync()` is false without it); then,
-    for `worker` (phase, "v1"|"v2", multi-layer), the worker's own (`dispatch`)."""
+    for `worker` (phase, "v1"|"v2", multi-layer), the worker's own (`dispatch`; `params`, the
+    model's config parameters, drop an override a switch of the model's config rules out)."""
     out = runner_fallbacks(target, rel, Facts(cfg.speculative_algorithm, arch))
     if cfg.enable_dp_attention is False:
         out = [f for f in out if not f.condition.startswith(DP_VOTE)]
@@ -141,7 +142,7 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
                                 env=cfg.environ, frozen=frozen,
-                                adaptive=cfg.speculative_adaptive)
+                                adaptive=cfg.speculative_adaptive, params=params)
     return out
 
 
@@ -256,6 +257,9 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
                               f"{b.mode} ({b.reason})", a.where)
             for a, b in zip(on, off)]
     verdicts = []
+    # the model's config parameters, when known (a DSA or DeepSeek-V4 model: its indexer's,
+    # `index_topk`, whatever the family name gives)
+    mp = model.params if model.arch and not (model.dsa or model.dsv4) else None
     # target-verify: the target's decode runner captures TARGET_VERIFY when speculating
     vr = VERIFY_RUNNER if target.file(VERIFY_RUNNER).is_file() else OLD_VERIFY_RUNNER
     w = find_line(target, vr, r"capture_forward_mode = ForwardMode\.TARGET_VERIFY")
@@ -265,18 +269,18 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
                         w, fallbacks(target, vr, cfg, model.arch,
                                      None if frozen is None else
                                      ("target-verify", gate.worker, bool(multi)),
-                                     frozen=bool(frozen))))
+                                     frozen=bool(frozen), params=mp)))
     if frozen is not False:  # a Gemma4 assistant draft: FROZEN_KV_MTP with EAGLE or NEXTN
         return verdicts + _frozen(target, cfg, frozen, frozen_why, out,
                                   fallbacks(target, FROZEN_RUNNER, cfg, model.arch,
                                             None if frozen is None else
                                             ("draft-decode", gate.worker, False),
-                                            frozen=True))
+                                            frozen=True, params=mp))
     # draft-decode: a runner only with more than one step
     w = find_line(target, gate_mod.V1_FILE if gate.worker == "v1" else gate_mod.V2_FILE,
                   r"self\.speculative_num_steps > 1")
     dd_fallbacks = fallbacks(target, DRAFT_RUNNER, cfg, model.arch,
-                             ("draft-decode", gate.worker, bool(multi)))
+                             ("draft-decode", gate.worker, bool(multi)), params=mp)
     if multi:
         mw = find_line(target, gate_mod.MULTI_LAYER_FILE, r"self\.cuda_graph_runner = None$")
         verdicts.append(out("draft-decode", EAGER, f"{multi_why}: the multi-layer worker builds "
@@ -326,7 +330,7 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
         else EXTEND_RUNNER
     verdicts.append(out("draft-extend", mode, reason, gw,
                         fallbacks(target, er, cfg, model.arch,
-                                  ("draft-extend", gate.worker, bool(multi)))
+                                  ("draft-extend", gate.worker, bool(multi)), params=mp)
                         if mode == GRAPH else None))
     return verdicts
 
