@@ -47,3 +47,34 @@ def test_fallbacks_match_the_hand_read_table(version, case):
             assert hits & named, (phase, fb["file"], fb["line"], fb["condition"])
             used |= hits & named
         assert named == used, (phase, sorted(named - used))
+
+
+VARIANTS = TRUTH["variants"]["configs"]
+# the runners' width checks (`spec_info.num_tokens_per_req != captured width`): the third
+# reader leaves them out as unable to fire, both earlier readers list them; diag names them
+WIDTH = "num_tokens_per_req"
+
+
+@pytest.mark.parametrize("case", VARIANTS, ids=[
+    f"{c['release']}-{c['platform']}-{c['backend']}-s{c['steps']}-k{c['topk']}" for c in VARIANTS])
+def test_step_and_topk_variants_match_the_third_reader(case):
+    cfg = SpecConfig(attention_backend=case["backend"], model="llama",
+                     speculative_eagle_topk=case["topk"], speculative_num_steps=case["steps"],
+                     speculative_num_draft_tokens=case.get("num_draft_tokens"), environ={},
+                     enable_dp_attention=False)
+    got = {v.phase: v for v in phases.phase_verdicts(release_target(case["release"]),
+                                                     case["platform"], cfg, case["backend"])}
+    for phase, hand in case["phases"].items():
+        v = got[phase]
+        assert (v.mode == phases.GRAPH) is hand["captured"], (phase, v.mode, v.reason)
+        if not hand["captured"]:
+            continue
+        named = {(f.file, f.line) for f in v.runtime_fallbacks}
+        used = set()
+        for fb in hand["fallbacks"]:
+            hits = {(fb["file"], n) for n in (fb["line"], fb.get("cond_line") or fb["line"])}
+            assert hits & named, (phase, fb["file"], fb["line"], fb["condition"])
+            used |= hits & named
+        extra = [f for f in v.runtime_fallbacks if (f.file, f.line) not in used]
+        assert all(WIDTH in f.condition for f in extra), (phase, [(f.line, f.condition)
+                                                                 for f in extra])

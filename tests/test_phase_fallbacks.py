@@ -323,3 +323,16 @@ def test_mixed_chunk_steps_skip_the_verify_graph(version, line):
     v = _verdicts(version, model="llama")["target-verify"]
     [f] = [f for f in v.runtime_fallbacks if f.line == line]
     assert f.reason == "prefill" and "--enable-mixed-chunk" in f.condition
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_sglang_turns_adaptive_off_for_topk_above_one_and_dp_attention(version):
+    """`_maybe_disable_adaptive`'s reasons (0.5.23 speculative/adaptive_spec_params.py:75-84,
+    0.5.19 :64-68): a topk other than 1, attention DP. Then no runner is swapped."""
+    def swaps(**kw):
+        v = _verdicts(version, model="llama", **kw)
+        return [f for p in phases.PHASES for f in v[p].runtime_fallbacks
+                if "--speculative-adaptive" in f.condition]
+    assert len(swaps()) == 3
+    assert swaps(speculative_eagle_topk=4, speculative_num_draft_tokens=8) == []
+    assert swaps(enable_dp_attention=True) == []

@@ -65,15 +65,16 @@ def worker_files(worker: str, multi: bool, frozen: bool = False) -> tuple[str, .
 def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
                      dp_attention: bool | None = None, env: dict[str, str] | None = None,
                      frozen: bool = False, adaptive: bool | None = None,
-                     params: dict | None = None) -> list[Fallback]:
+                     params: dict | None = None, topk: int | None = None) -> list[Fallback]:
     """The caller gates, overrides, runner swaps and coordination stages of `phase` in the
     worker that runs (and the target's ModelRunner for target-verify), then for draft-extend
     the prefill route; each kind in file and line order.
     The coordination stages run only with DP attention and their switch on: `dp_attention`
     False, or the switch off in `env` (the server's environment; None: not known), drops
     them; the runner swaps happen only with `--speculative-adaptive` (`adaptive` False drops
-    them, None names the switch). `params`: the model's config parameters (None: no model
-    given); an override whose switch needs a parameter the model lacks is dropped."""
+    them, None names the switch; SGLang itself turns it off for a `topk` other than 1 or with
+    DP attention). `params`: the model's config parameters (None: no model given); an override
+    whose switch needs a parameter the model lacks is dropped."""
     out: list[Fallback] = []
     if phase == "target-verify":
         out += _gates(target, MODEL_RUNNER, phase, None)
@@ -89,7 +90,7 @@ def worker_fallbacks(target: Target, phase: str, worker: str, multi: bool,
     for rel in files:
         out += _gates(target, rel, phase, None if rel == files[0] else reached)
     out += _overrides(target, files[0], phase, params)
-    if adaptive is not False:
+    if adaptive is not False and not adaptive_turned_off(target, topk, dp_attention):
         out += _swaps(target, files[0], phase, adaptive)
     if dp_attention is not False:
         out += _plan_stages(target, files[0], phase, env)
@@ -267,6 +268,21 @@ def _swaps(target: Target, rel: str, phase: str, adaptive: bool | None) -> list[
                      + f"{name} swaps it in, {_one_line(st)})")[:LIMIT],
                     "no-runner", target.relpath(target.file(rel)), st.lineno))
     return out
+
+
+ADAPTIVE_PARAMS = "srt/speculative/adaptive_spec_params.py"
+
+
+def adaptive_turned_off(target: Target, topk: int | None, dp_attention: bool | None) -> bool:
+    """SGLang turns `--speculative-adaptive` off at start for a topk other than 1 and with
+    attention DP (0.5.23 speculative/adaptive_spec_params.py:75-79 and :80-84, the reasons
+    `_maybe_disable_adaptive` logs, called from arg_groups/speculative_hook.py:261; 0.5.19
+    `adaptive_unsupported_reason` :64-73): then no runner is ever swapped."""
+    text = _text(target, ADAPTIVE_PARAMS)
+    return ((topk is not None and topk != 1 and "speculative_eagle_topk != 1" in text
+             and "only topk=1 is supported" in text)
+            or (dp_attention is True and re.search(
+                r"(attention DP|enable_dp_attention=True) is not supported", text) is not None))
 
 
 def _prefill_route(target: Target, rel: str, phase: str = "draft-extend") -> list[Fallback]:

@@ -142,7 +142,8 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
     if worker is not None:
         out += worker_fallbacks(target, *worker, dp_attention=cfg.enable_dp_attention,
                                 env=cfg.environ, frozen=frozen,
-                                adaptive=cfg.speculative_adaptive, params=params)
+                                adaptive=cfg.speculative_adaptive, params=params,
+                                topk=cfg.speculative_eagle_topk)
     return out
 
 
