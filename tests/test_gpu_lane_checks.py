@@ -537,6 +537,12 @@ TWINS = "two identical diag servers within the noise floor of two plain ones"
     # 1.007 (1.000-1.024), floor 1.005, 117 pairs; twins 1.069 (0.980-1.127) against plain
     # twins 0.963 (0.925-0.993); prediction -15.1 % (0.551 vs 0.649 (0.545-0.683))
     ("lane-h100-run26", {PREDICTION}),
+    # 09:53 UTC, 0726a08 (HEAD: the fallbacks' config-parameter, cleared-field, mixed-chunk
+    # and adaptive rules), an H100, shortened to the device time left (`LANE_TIMEOUT=190`,
+    # `--rounds 6 --windows 12`): every check up to the fix round trip, /metrics and
+    # `tui --once` passed (22, every live eager reason named statically, syncs 0 vs 0), then the
+    # time limit stopped it before the eager cost inside the diag server and the prediction
+    ("lane-h100-run27", {"lane ran to the end"}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -550,8 +556,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     by_name = {c["name"]: c for c in doc["checks"]}
     assert {n for n, c in by_name.items() if c["ok"] is False} == failing
     assert len(doc["checks"]) == {"lane-h200-run4": 15, "lane-h100-run15": 25,
-                                  "lane-h100-run24": 24}.get(folder, 27)
-    for label, bench in doc["in_server"].items():
+                                  "lane-h100-run24": 24, "lane-h100-run27": 23}.get(folder, 27)
+    for label, bench in doc.get("in_server", {}).items():  # run 27 stopped before them
         row = next(r for r in bench["results"] if r["condition"] == "all")
         again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
         assert again.ratio == pytest.approx(row["ratio"])
@@ -575,8 +581,10 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     cost = inside["eager_cost"] if inside else t["measured_eager_cost"]
     pred = checks.check_prediction("again", t["diag_prediction_kill_switch"]["per_token_ms"],
                                    cost["ms_per_token"])
-    pname = next(n for n in by_name if n.startswith("prediction from the kill-switch"))
-    assert pred.ok is by_name[pname]["ok"]
+    pname = next((n for n in by_name if n.startswith("prediction from the kill-switch")), None)
+    assert pname is not None or folder == "lane-h100-run27"  # stopped before the eager cost
+    if pname is not None:
+        assert pred.ok is by_name[pname]["ok"]
     assert t["measured_eager_cost"]["lo"] <= t["measured_eager_cost"]["ms_per_token"] \
         <= t["measured_eager_cost"]["hi"]
     if "times_s" in t:  # the measured cost recomputed from the recorded rounds
@@ -591,7 +599,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
-                                 "bbebb96", "5303f39"}
+                                 "bbebb96", "5303f39", "0726a08"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("all five" if folder != "lane-h100-run25" else "diag first")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
