@@ -25,6 +25,17 @@ MODELS = {"LlamaForCausalLM": "llama", "DeepseekV3ForCausalLM": "deepseek-v3",
 CASES = [(v, c) for v, cs in sorted(TRUTH["releases"].items()) for c in cs]
 
 
+def _each_named(phase: str, hand: list[dict], named: set) -> set:
+    """Asserts each hand-read fallback is named at its statement's or its conjunct's line;
+    returns the (file, line)s that matched."""
+    used = set()
+    for fb in hand:
+        hits = {(fb["file"], n) for n in (fb["line"], fb.get("cond_line") or fb["line"])}
+        assert hits & named, (phase, fb["file"], fb["line"], fb["condition"])
+        used |= hits & named
+    return used
+
+
 @pytest.mark.parametrize("version,case", CASES,
                          ids=[f"{v}-{c['platform']}-{c['backend']}-{MODELS[c['model']]}"
                               for v, c in CASES])
@@ -41,11 +52,7 @@ def test_fallbacks_match_the_hand_read_table(version, case):
             continue
         assert v.mode == phases.GRAPH, (phase, v.mode, v.reason)
         named = {(f.file, f.line) for f in v.runtime_fallbacks}
-        used = set()
-        for fb in hand["fallbacks"]:
-            hits = {(fb["file"], n) for n in (fb["line"], fb.get("cond_line") or fb["line"])}
-            assert hits & named, (phase, fb["file"], fb["line"], fb["condition"])
-            used |= hits & named
+        used = _each_named(phase, hand["fallbacks"], named)
         assert named == used, (phase, sorted(named - used))
 
 
@@ -69,12 +76,8 @@ def test_step_and_topk_variants_match_the_third_reader(case):
         assert (v.mode == phases.GRAPH) is hand["captured"], (phase, v.mode, v.reason)
         if not hand["captured"]:
             continue
-        named = {(f.file, f.line) for f in v.runtime_fallbacks}
-        used = set()
-        for fb in hand["fallbacks"]:
-            hits = {(fb["file"], n) for n in (fb["line"], fb.get("cond_line") or fb["line"])}
-            assert hits & named, (phase, fb["file"], fb["line"], fb["condition"])
-            used |= hits & named
+        used = _each_named(phase, hand["fallbacks"], {(f.file, f.line)
+                                                     for f in v.runtime_fallbacks})
         extra = [f for f in v.runtime_fallbacks if (f.file, f.line) not in used]
         assert all(WIDTH in f.condition for f in extra), (phase, [(f.line, f.condition)
                                                                  for f in extra])
