@@ -30,6 +30,20 @@ def _has_gpu() -> bool:
         return False
 
 
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def pytest_configure(config):
+    """A SIGTERM (a CI timeout, `kill`) ends the run as Ctrl-C does, so the session's fixtures
+    tear down: the real SGLang servers the engine tests start are stopped, not orphaned (a
+    killed run left one serving for 78 minutes, 2026-12-06)."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm)
+
+
 def pytest_collection_modifyitems(config, items):
     if _has_gpu():
         return
