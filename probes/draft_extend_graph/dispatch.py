@@ -404,9 +404,7 @@ def _set_at(tree: ast.AST, rel: str, cond: ast.AST) -> str:
     said = []
     for attr in dict.fromkeys(n.attr for n in walk_all(cond) if isinstance(n, ast.Attribute)
                               and isinstance(n.value, ast.Name) and n.value.id == "self"):
-        st = next((st for st in walk_all(tree) if isinstance(st, ast.Assign) and any(
-            isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
-            and t.value.id == "self" for t in st.targets)), None)
+        st = _self_assign(tree, attr)
         if st is not None:
             said.append(f"self.{attr} = {_one_line(st.value)} at {rel.rsplit('/', 1)[-1]}:"
                         f"{st.lineno}")
