@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import wrapt
-
 MARK = "__diag_patch__"
 _lock = threading.RLock()
 _waiting: dict[str, list[Patch]] = {}  # module name -> patches waiting for its import
@@ -136,6 +134,10 @@ class Patch:
                 if m not in loaded:
                     _waiting.setdefault(m, []).append(self)
                     if m not in _hooked:
+                        # imported here: wrapt's import (asyncio, importlib.metadata) costs
+                        # ~30 ms, and `diag diagnose` judges the fixes without applying one
+                        import wrapt
+
                         _hooked.add(m)
                         wrapt.register_post_import_hook(_on_import, m)
 
