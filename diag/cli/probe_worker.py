@@ -85,22 +85,35 @@ def send(proc: subprocess.Popen, job: Job) -> bool:
 
 def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
     """The worker's findings; None when it failed or had no torch (the caller then runs the
-    probes itself, and they report it as they always do)."""
+    probes itself, and they report it as they always do).
+
+    The worker closes its stdout once its answer is out, then exits; the exit of a process
+    holding torch takes ~20 ms (its memory is unmapped), so a whole answer is taken without
+    waiting for it: a thread reaps the worker. An answer that does not unpickle (the worker
+    died writing it) or an exit status other than 0 (when it has one already) is a failure."""
     try:
         out = proc.stdout.read()
-        proc.wait(timeout=timeout)
         writer = getattr(proc, "_diag_writer", None)
         if writer is not None:
             writer.join(timeout=timeout)
-    except (subprocess.TimeoutExpired, OSError):
+    except OSError:
         stop(proc)
         return None
-    if proc.returncode != 0 or not out:
+    doc = None
+    if out:
+        try:
+            doc = pickle.loads(out)  # noqa: S301  (our own child's answer)
+        except Exception:
+            doc = None
+    if not isinstance(doc, dict) or proc.poll() not in (None, 0):
+        try:  # no answer: the worker ended (or is ending) without one
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(proc)
         return None
-    try:
-        doc = pickle.loads(out)  # noqa: S301  (our own child's answer)
-    except Exception:
-        return None
+    if proc.returncode is None:
+        threading.Thread(target=proc.wait, daemon=True).start()
+    proc.stdout.close()
     if doc.get("torch"):
         return None
     return doc.get("findings")
@@ -164,6 +177,12 @@ if __name__ == "__main__":
     rc = _main(sys.argv[1:])
     # The answer is out: skip the interpreter's teardown of torch (over a second; the parent
     # waits for this process to end). Nothing here needs it: files were written atomically.
+    # Closing stdout first ends the parent's read at once: it takes the answer while this
+    # process still exits (~20 ms of unmapping torch's memory).
     sys.stdout.flush()
+    try:
+        os.close(sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
     sys.stderr.flush()
     os._exit(rc)
