@@ -382,6 +382,7 @@ def test_bench_eager_cost_forces_and_releases_draft_extend_inside_the_server(ser
     assert doc["noise_floor"]["b_s_per_token"] == doc["eager_s_per_token"][1:] and \
         doc["noise_floor"]["a_s_per_token"] == doc["eager_s_per_token"][:1]
     assert doc["measured"] is False and doc["eager_cost"] is None and doc["ratio"] is None
+    assert doc["prediction"] is None  # no forced pass: nothing for the counters to predict
     after = rundir.read_process(server.run_dir, sched.pid)
     states = [a["state"] for a in after.acks.values() if a.get("ok") and a.get("fix") is None
               and a.get("state") in ("forced", "released")]

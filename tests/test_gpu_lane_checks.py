@@ -543,6 +543,12 @@ TWINS = "two identical diag servers within the noise floor of two plain ones"
     # `tui --once` passed (22, every live eager reason named statically, syncs 0 vs 0), then the
     # time limit stopped it before the eager cost inside the diag server and the prediction
     ("lane-h100-run27", {"lane ran to the end"}),
+    # 2026-12-06 11:40 UTC, 884389e (HEAD at the session's start), a fresh H100, run 26's caches
+    # carried in, `LANE_TIMEOUT=540`: 26 of 27, every functional check; batch 1 1.002
+    # (0.991-1.016), floor 0.993; batch 16 1.009 (1.004-1.014), floor 0.998; twins 0.946
+    # (0.867-0.974) against plain twins 1.026 (0.998-1.155); prediction -22.2 % (0.523 vs 0.673
+    # (0.621-0.720)) while the diag server's graph windows moved between 1.37 and 1.9 ms/token
+    ("lane-h100-run28", {PREDICTION}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -599,7 +605,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
-                                 "bbebb96", "5303f39", "0726a08"}
+                                 "bbebb96", "5303f39", "0726a08", "884389e"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("all five" if folder != "lane-h100-run25" else "diag first")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
@@ -700,6 +706,35 @@ def test_prediction_prefers_the_draft_extend_phase_time_and_says_when_it_has_non
     assert "no draft-extend metadata build counted" in basis
 
 
+def test_eager_cost_predicts_from_the_counters_of_its_own_forced_windows():
+    """`diag bench eager-cost`'s prediction: the counters over its windows (after minus before;
+    passes and times outside the windows do not count), the forced passes only, per eager token.
+    Hand values: forward 3 passes at 2.0 ms in the window (one earlier pass of 9 ms left out),
+    target-verify replay 0.2 ms, draft-extend metadata build 0.4 ms a call -> 1.4 ms a pass;
+    3 forced passes over 12 eager tokens -> 0.35 ms/token, +16.7 % of a measured 0.3."""
+    from diag.engine.eager_cost import prediction
+    from diag.probes.draft_extend_graph.runtime import FORCED
+
+    before = {"draft_extend": {"eager": {"passes": 1, "seconds": 0.009,
+                                         "reasons": {"batch-above-captured": 1}}},
+              "graph_phases": {"draft-extend-forward": {"eager": {"passes": 1, "seconds": 0.009}},
+                               "target-verify": {"graph": {"passes": 5, "seconds": 0.001}}}}
+    after = {"draft_extend": {"eager": {"passes": 4, "seconds": 0.018,
+                                        "reasons": {"batch-above-captured": 1, FORCED: 3}}},
+             "graph_phases": {"draft-extend-forward": {"eager": {"passes": 4, "seconds": 0.015}},
+                              "target-verify": {"graph": {"passes": 15, "seconds": 0.003}}},
+             "syncs": {"m.B.init_forward_metadata": {
+                 "calls": 4, "syncs": 0, "seconds": 0.0016,
+                 "phases": {"draft-extend": {"calls": 4, "syncs": 0, "seconds": 0.0016}}}}}
+    p = prediction(after, before, 12, 0.3)
+    assert p is not None and p["passes"] == 3
+    assert p["per_pass_ms"] == pytest.approx(1.4)
+    assert p["per_token_ms"] == pytest.approx(0.35) and p["passes_per_token"] == 0.25
+    assert p["error"] == pytest.approx(0.35 / 0.3 - 1)
+    assert prediction(after, after, 12, 0.3) is None  # nothing forced over the window
+    assert prediction(after, before, 12, None)["error"] is None
+
+
 def test_passes_diag_forced_eager_are_no_unnamed_fallback():
     """`diag bench eager-cost` leaves draft-extend passes counted eager with the reason
     `forced-eager`: diag's own doing, not a run-time fallback the static verdict should name."""
@@ -754,3 +789,13 @@ def test_overhead_budgets_fit_run14_and_end_run15_inside_the_limit():
     assert 292 + r15_b1 + 5 + r15_b16 + lane.LATE_S <= 560
     assert lane.overhead_budget(0, 100, True) is None  # no limit: every pair asked
     assert lane.overhead_budget(560, 600, False) == 1.0  # past it: the two pairs' minimum
+
+
+def test_run28s_graph_windows_moved_between_two_levels():
+    """The drift `diag.engine.eager_cost`'s docstring cites: inside the one diag server of
+    lane-h100-run28, the graph windows of `diag bench eager-cost` (batch 1, 192 tokens) ran at
+    about 1.37 ms/token and later about 1.9: a level shift larger than the eager cost itself."""
+    doc = json.loads((DATA / "lane-h100-run28" / "lane.json").read_text())
+    graph = [1e3 * x for x in doc["eager_cost_in_server"]["graph_s_per_token"]]
+    assert min(graph) < 1.40 and max(graph) > 1.85
+    assert sum(x < 1.5 for x in graph) >= 10 and sum(x > 1.8 for x in graph) >= 10

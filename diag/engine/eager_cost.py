@@ -14,6 +14,14 @@ own eager path, the one a batch above the largest captured size takes; it is cou
 with the reason `forced-eager`. The draft-extend graph is released at the end, and a force not
 renewed lapses after `FORCE_HOLD_S` (a bench killed mid-way leaves no engine eager).
 
+Next to the measurement, the prediction diag makes from counters alone (`prediction`): the
+model `diag fix status` and the allow-list advice use (`runtime.replay_saving`), fed with the
+first engine process's counters over these same windows, times the forced passes per eager
+token. Why here: across two servers the card's per-token time moved between two levels (1.37
+and 1.9 ms at batch 1 inside one server, tests/gpu_lane/lane-h100-run28), so a prediction read
+on one server and a cost measured later on another differ by that drift (+22 % and -22 % in
+lane-h100-run25 and -run28); over the same windows the model is tested alone.
+
 Windows as in `diag bench overhead` (`overhead.window`). On a server without a captured
 draft-extend graph (CPU, or the kill switch) forcing changes nothing: no pass is counted forced
 (`forced_passes` 0), the cost and ratio are null (`measured` false, never a number from
@@ -67,6 +75,8 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
     spts: list[float] = []
     acks = 0
     forced0 = forced_passes(d, pids)
+    before = rundir.read_process(d, pids[0]).counters or {}
+    eager_tokens = 0
     try:
         overhead.window(url, concurrency, tokens, concurrency, timeout, pool)  # warm-up
         t0 = time.perf_counter()
@@ -74,8 +84,9 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
             for side in (first, "B" if first == "A" else "A"):
                 force = side == "B"
                 acks += sw.send(DE_EAGER, force, ack_timeout)  # sent where the state changes
-                spt, _n = overhead.window(url, requests, tokens, concurrency, timeout, pool)
+                spt, made = overhead.window(url, requests, tokens, concurrency, timeout, pool)
                 (eager if force else graph).append(spt)
+                eager_tokens += made if force else 0
                 states.append(force)
                 spts.append(spt)
             progress(f"pair {i + 1}/{windows} done")
@@ -86,6 +97,7 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
             pool.shutdown()
     time.sleep(1.2)  # the counters flush at most once a second
     forced = forced_passes(d, pids) - forced0
+    after = rundir.read_process(d, pids[0]).counters or {}
     ratio = paired.paired_ratio(graph, eager)
     med, lo, hi = paired.difference(graph, eager)
     # the floor: adjacent windows in one state (the boundaries B|B, A|A between pairs)
@@ -105,7 +117,29 @@ def measure(run_dir: str | Path, url: str, windows: int = 20, requests: int = 3,
             "graph_s_per_token": graph, "eager_s_per_token": eager,
             "noise_floor": {**floor.to_dict(), "basis": overhead.FLOOR_BASIS,
                             "a_s_per_token": floor_a,
-                            "b_s_per_token": floor_b}}
+                            "b_s_per_token": floor_b},
+            "prediction": prediction(after, before, eager_tokens,
+                                     1e3 * med if measured else None)}
+
+
+def prediction(after: dict, before: dict, eager_tokens: int, measured_ms: float | None
+               ) -> dict[str, Any] | None:
+    """What the counters alone predict the eager cost to be over the windows (module
+    docstring): the per-pass saving of `replay_saving` times forced passes per eager token, and
+    its error against the measured cost where there is one. None without forced passes."""
+    from diag.probes.draft_extend_graph.runtime import FORCED, replay_saving, window_counters
+
+    got = replay_saving(window_counters(after, before), (FORCED,))
+    if got is None or eager_tokens <= 0:
+        return None
+    per_pass, passes, basis = got
+    ppt = passes / eager_tokens
+    out: dict[str, Any] = {"per_token_ms": per_pass * ppt, "per_pass_ms": per_pass,
+                           "passes": passes, "passes_per_token": ppt, "basis": basis,
+                           "error": None}
+    if measured_ms:
+        out["error"] = out["per_token_ms"] / measured_ms - 1
+    return out
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -121,6 +155,12 @@ def render(doc: dict[str, Any]) -> str:
                   f"({c['lo']:.3f}-{c['hi']:.3f})",
                   f"  eager/graph     {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f})"
                   + ("  within the noise floor" if r["within_noise"] else "")]
+    p = doc.get("prediction")
+    if p:
+        err = "" if p["error"] is None else f", {100 * p['error']:+.1f} % of the measured cost"
+        lines.append(f"  counters predict {p['per_token_ms']:.3f} ms/token ({p['per_pass_ms']:.3f} "
+                     f"ms a pass x {p['passes_per_token']:.3f} passes a token{err}): "
+                     f"{p['basis']}")
     lines += [f"  noise floor     {f['ratio']:.3f} ({f['lo']:.3f}-{f['hi']:.3f})",
               f"  {doc['forced_passes']} draft-extend passes forced eager; {doc['acks']} "
               f"switches acknowledged by {len(doc['engine_processes'])} engine process(es)"]

@@ -503,33 +503,6 @@ def trace_modes(doc: dict | None, phase: str = "draft-extend") -> tuple[str | No
     return None, None
 
 
-def window_section(after: dict | None, before: dict | None, key: str) -> dict:
-    """One counters section (`draft_extend`, or a phase of `graph_phases`) over a window: per
-    mode, passes and seconds after minus before; eager reasons likewise."""
-    a, b = (after or {}).get(key) or {}, (before or {}).get(key) or {}
-    out: dict = {}
-    for mode, v in a.items():
-        if not isinstance(v, dict):
-            continue
-        w = b.get(mode) if isinstance(b.get(mode), dict) else {}
-        out[mode] = {"passes": int(v.get("passes", 0)) - int(w.get("passes", 0)),
-                     "seconds": float(v.get("seconds", 0.0)) - float(w.get("seconds", 0.0))}
-        ra, rb = v.get("reasons") or {}, w.get("reasons") or {}
-        if ra:
-            out[mode]["reasons"] = {r: n - rb.get(r, 0) for r, n in ra.items() if n - rb.get(r, 0)}
-    return out
-
-
-def window_counters(after: dict | None, before: dict | None) -> dict:
-    """`draft_extend` and every phase of `graph_phases` over a window (after minus before); the
-    metadata counter (`syncs`) as it stands after (its means per call are what the prediction
-    reads: `replay_saving`)."""
-    ga, gb = (after or {}).get("graph_phases") or {}, (before or {}).get("graph_phases") or {}
-    return {"draft_extend": window_section(after, before, "draft_extend"),
-            "graph_phases": {ph: window_section(ga, gb, ph) for ph in ga},
-            "syncs": (after or {}).get("syncs") or {}}
-
-
 # ------------------------------------------------------------------------------ the field kit
 # `lane.py --only kit`: `diag kit run` on the GPU machine, its kit.json judged here.
 KIT_GPU_CHECKS = ("phases-static-vs-live", "phases-log-vs-live", "trace-complete")
