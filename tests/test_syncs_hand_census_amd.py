@@ -5,9 +5,9 @@ in hand_read_brief.md). The bar is the one `test_syncs_hand_census` applies, wit
 rows set apart and named:
 
 - `forward_path`: sites in the attention forward (`forward_extend`'s ASM context gather, the
-  eager draft-extend MLA `qo_indptr[-1].item()`): the census reads the metadata builders (its
-  entry points are `init_forward_metadata*` and `init_mha_chunk_metadata`), not the forward, so
-  it reports none of them — asserted, so that a census that starts reading them is noticed.
+  eager draft-extend MLA `qo_indptr[-1].item()`): the builders' census (entry points
+  `init_forward_metadata*` and `init_mha_chunk_metadata`) reports none of them — asserted; the
+  forward scope reads them, against these rows (tests/test_syncs_forward.py).
 - `DIFFER`: rows where this reader and the census read a data fact differently, each with why.
 """
 

@@ -203,6 +203,10 @@ class Model:
         """Syncs per step per phase for the configuration under audit (metadata-syncs)."""
         return data.finding_phase_rows(self.all_findings())
 
+    def forward_rows(self) -> list[dict]:
+        """The attention forward's syncs per layer of an eager pass, per phase."""
+        return data.finding_forward_rows(self.all_findings())
+
     def sync_rows(self) -> list[SyncRow]:
         """The census and probe rows, then the engine's and each bench's own before → after
         (a bench row is its own measurement: it is never folded into another row)."""

@@ -130,6 +130,12 @@ def frame(m: Model, width: int = 140) -> Group:
         parts.append(_ind(src, 4))
         parts.extend(_ind(n, 6) for n in r.notes)
     parts += _title("Syncs per call (file:line under sglang/srt/layers/attention/)")
+    phases = m.phase_rows()  # the configuration under audit's totals, as the Syncs tab shows
+    if phases:
+        parts.append(Text(data.phase_line(phases), style="bold"))
+        fwd = m.forward_rows()
+        if fwd:
+            parts.append(Text(data.forward_line(fwd), style="bold"))
     rows = [[s.builder, data.fmt_value(s.before), data.fmt_value(s.after),
              data.short_path(s.location) or "-", s.source] for s in m.sync_rows()]
     if width >= 140:

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from diag.tui.data import SyncRow, fmt_value, phase_line, short_path
+from diag.tui.data import SyncRow, fmt_value, forward_line, phase_line, short_path
 from diag.tui.model import Model
 from diag.tui.tables import Col, FittedTable, fill
 
@@ -52,7 +52,9 @@ class SyncsView(Vertical):
         box = self.query_one("#sync-phases", Static)
         box.display = bool(phases)
         if phases:
-            box.update(Text(phase_line(phases), style="bold"))
+            fwd = model.forward_rows()
+            box.update(Text(phase_line(phases) + (f"\n{forward_line(fwd)}" if fwd else ""),
+                            style="bold"))
         self.query_one("#syncs-note").display = self.app.size.height >= 35  # room to spare
         self.show_detail(model)
 

@@ -90,6 +90,40 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
     return out
 
 
+def forward_totals(sites: list, roles: dict[str, set[str]], cfg: Any = None,
+                   version: str | None = None, platform: str | None = None,
+                   models: dict[str, Any] | None = None, relay: Any = None
+                   ) -> list[dict[str, Any]]:
+    """Per phase: the syncs the attention forward of the backend that runs it does per layer
+    (census scope `forward`), each site decided for the configuration as `phase_totals` does.
+    A forward's Python runs only on an eager pass (a graph replay runs none), so these count
+    once per layer of every eager pass of the phase, on top of its builders' per-step syncs."""
+    from diag.context import SpecConfig
+    from diag.probes.metadata_syncs.census_config import decide
+
+    cfg = cfg if cfg is not None else SpecConfig()
+    out = []
+    for phase, mode, side in PHASES:
+        classes = roles[side]
+        mine = [s for s in sites if s.backend in classes and mode in s.paths]
+        on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+        decided = [(s, decide(s, cfg, mode, version, platform, models, relay))
+                   for s in on_path]
+        live = [s for s, d in decided if d.status != "unreachable"]
+        unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
+        depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
+                   for s, d in decided if d.status == "depends"]
+        out.append({"phase": phase, "scope": "forward",
+                    "syncs_per_layer": sum(s.syncs for s in live), "sites": len(live),
+                    "cannot_tell": len(unsure), "exact": not depends and not unsure,
+                    "backends": sorted(classes), "source": "static",
+                    "at": [f"{s.file}:{s.line}" for s in live], "depends": depends,
+                    "unreachable": [{"at": f"{s.file}:{s.line}", "syncs": s.syncs,
+                                     "reason": d.reason}
+                                    for s, d in decided if d.status == "unreachable"]})
+    return out
+
+
 def relay_of(target: Any, platform: str, cfg: Any, name: str, draft: str | None) -> Any:
     """Whether decode-side batches carry `seq_lens_cpu` for the backends under audit
     (probes.startup.host_lengths), for the worker the per-phase verdicts find."""
@@ -136,6 +170,28 @@ class MetadataSyncsProbe(Probe):
         from diag.probes.metadata_syncs.census.count import census
 
         return {_census_key(ctx.target): census(ctx.target)}
+
+    def _forward(self, ctx: Context, roles: dict[str, set[str]], models: Any, relay: Any,
+                 ev: list) -> None:
+        """The attention forward's syncs per layer on an eager pass of each phase, for the
+        backends the configuration runs (`forward_totals`)."""
+        from diag.probes.metadata_syncs.census.count import census
+
+        classes = frozenset(set().union(*roles.values()))
+        if not classes:
+            return
+        fc = census(ctx.target, scope="forward", classes=classes)
+        for t in forward_totals(fc.sites, roles, ctx.config, ctx.target.version, ctx.platform,
+                                models, relay):
+            where = "".join(f"; {a.rsplit('/', 1)[-1]}" for a in t["at"])
+            ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
+                          for u in t["depends"])
+            ev.append(metric(f"attention-forward syncs per layer, eager {t['phase']} pass "
+                             f"(static)", t["syncs_per_layer"], "syncs", 0,
+                             f"{'exact' if t['exact'] else 'upper bound'}: {t['sites']} live "
+                             f"sites in the forward, run once per layer where the pass runs "
+                             f"eager (a graph replay runs no Python){where}; "
+                             f"{t['cannot_tell']} the census cannot tell{ifs}", data=t))
 
     def run(self, ctx: Context) -> Finding:
         from diag.probes.backends import never_draft_extends
@@ -245,6 +301,7 @@ class MetadataSyncsProbe(Probe):
                                  f"configuration: {t['sites']} live sites{runs}; "
                                  f"{t['cannot_tell']} the census cannot tell{gone}{ifs}",
                                  data=t))
+            self._forward(ctx, roles, models, relay, ev)
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))

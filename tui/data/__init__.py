@@ -71,11 +71,13 @@ from diag.tui.data.timings import (
     bench_rows,
     bench_sync_rows,
     engine_view,
+    finding_forward_rows,
     finding_phase_rows,
     finding_sync_rows,
+    forward_line,
     phase_line,
     ratio_text,
     sync_fix,
 )
 
-__all__ = ['DE_PASSES', 'DiagError', 'DiagErrorTypes', 'DiagSeries', 'FindingView', 'FixView', 'Header', 'NA', 'PhaseRow', 'ProcessView', 'RunDirReader', 'SERVER_SERIES', 'SYNCS_PER_BUILD', 'ServerReader', 'SourceState', 'Stats', 'SyncRow', 'TimingRow', 'applicability', 'apply_fix', 'bench_release', 'bench_rows', 'bench_sync_rows', 'concern', 'diag_series', 'discover_run_dirs', 'engine_acks', 'engine_fix_states', 'engine_processes', 'engine_view', 'export_doc', 'finding_phase_rows', 'finding_sync_rows', 'finding_view', 'fix_ids', 'fix_of_probe', 'fix_state', 'fix_view', 'fmt_age', 'fmt_ratio', 'fmt_stats', 'fmt_time', 'fmt_value', 'get_fix', 'gpu_text', 'live_figures', 'lost_suffix', 'metric_values', 'pending_findings', 'phase_line', 'probe_ids', 'ratio_text', 'read_server', 'refusal', 'request_acks', 'request_engine_fix', 'resolve_context', 'revert_fix', 'run_probe', 'series_unit', 'server_fix_states', 'short_error', 'short_path', 'shorten', 'sig', 'sync_fix', 'time_unit', 'write_export']
+__all__ = ['DE_PASSES', 'DiagError', 'DiagErrorTypes', 'DiagSeries', 'FindingView', 'FixView', 'Header', 'NA', 'PhaseRow', 'ProcessView', 'RunDirReader', 'SERVER_SERIES', 'SYNCS_PER_BUILD', 'ServerReader', 'SourceState', 'Stats', 'SyncRow', 'TimingRow', 'applicability', 'apply_fix', 'bench_release', 'bench_rows', 'bench_sync_rows', 'concern', 'diag_series', 'discover_run_dirs', 'engine_acks', 'engine_fix_states', 'engine_processes', 'engine_view', 'export_doc', 'finding_forward_rows', 'finding_phase_rows', 'finding_sync_rows', 'finding_view', 'fix_ids', 'fix_of_probe', 'fix_state', 'fix_view', 'fmt_age', 'fmt_ratio', 'fmt_stats', 'fmt_time', 'fmt_value', 'get_fix', 'gpu_text', 'live_figures', 'lost_suffix', 'metric_values', 'pending_findings', 'forward_line', 'phase_line', 'probe_ids', 'ratio_text', 'read_server', 'refusal', 'request_acks', 'request_engine_fix', 'resolve_context', 'revert_fix', 'run_probe', 'series_unit', 'server_fix_states', 'short_error', 'short_path', 'shorten', 'sig', 'sync_fix', 'time_unit', 'write_export']

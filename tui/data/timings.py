@@ -258,6 +258,22 @@ def phase_line(rows: list[PhaseRow]) -> str:
     return f"syncs per step ({src}): " + " · ".join(parts)
 
 
+def finding_forward_rows(findings: list[Finding]) -> list[dict[str, Any]]:
+    """The attention forward's syncs per layer on an eager pass of each phase (metadata-syncs
+    evidence with `scope` forward), in the probe's order."""
+    return [dict(e.data) for f in findings for e in f.evidence
+            if e.kind == "metric" and (e.data or {}).get("scope") == "forward"
+            and "syncs_per_layer" in (e.data or {})]
+
+
+def forward_line(rows: list[dict[str, Any]]) -> str:
+    """One line for the Syncs tab: `forward, syncs per layer of an eager pass (static):
+    target-extend ≤10 · draft-extend ≤1 ...`."""
+    parts = [f"{r['phase']} {'' if r.get('exact') else '≤'}{fmt_value(r['syncs_per_layer'])}"
+             for r in rows]
+    return "attention forward, syncs per layer of an eager pass (static): " + " · ".join(parts)
+
+
 def bench_sync_rows(results: list[BenchResult]) -> list[SyncRow]:
     out = []
     for res in results:

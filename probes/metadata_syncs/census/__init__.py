@@ -9,6 +9,10 @@ release facts they read: `batch_fields` (ForwardBatch fields a target-verify ste
 `wrapped` (the modes a wrapper withholds from the backend it holds), `objects`, `draft_steps`,
 `fast_paths`.
 
+Scopes (`scopes`): the metadata builders below (the default), or the attention forward
+(`forward_extend` / `forward_decode` and what they call: once per layer, on eager passes only),
+counted apart.
+
 Builders: the methods named `init_forward_metadata*` (and `_build_*meta*`, `_make_*meta*`,
 `_prepare_*meta*`, `_attach_*meta*`, `_compute_*meta*`) of every class under
 `sglang/srt/layers/attention/**`, plus the helpers they call, transitively (`self.m(...)` on the

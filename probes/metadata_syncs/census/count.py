@@ -5,7 +5,6 @@ sglang/srt/layers/attention, cached on disk) and of one file or source (`scan_fi
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
 from diag.probes.metadata_syncs.census.batch_fields import VERIFY_RELS
 from diag.probes.metadata_syncs.census.reach import _analyse
+from diag.probes.metadata_syncs.census.scopes import BUILDERS, SCOPES, Scope
 from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
 from diag.probes.source import (
     Modules,
@@ -25,26 +25,22 @@ from diag.target import Target
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
                                          "reach", "count", "fast_paths", "batch_fields",
-                                         "wrapped"))
-
-# A file none of whose lines could define a builder seed has no builders (`_builders` starts
-# from seeds only): it is not parsed. A textual superset of the seed names, so nothing is missed.
-_SEED_TEXT = re.compile(r"\bdef\s+(init_forward_metadata|_?(build|make|prepare|attach|compute)"
-                        r"_\w*meta)")
+                                         "wrapped", "scopes"))
 
 
 def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
     return scan_source(path.read_text(encoding="utf-8", errors="replace"), path, rel)
 
 
-def scan_source(source: str, path: Path, rel: str | Any, modules: Modules | None = None
-                ) -> tuple[list[str], list[Site], list[Site]]:
+def scan_source(source: str, path: Path, rel: str | Any, modules: Modules | None = None,
+                scope: Scope = BUILDERS) -> tuple[list[str], list[Site], list[Site]]:
     """`scan_file` of a file already read; `rel` may be a callable that gives it (only a file
-    that can define a builder needs its relative path)."""
-    if not _SEED_TEXT.search(source):
+    that can define a builder needs its relative path). A file none of whose lines could define
+    a seed has none (`_builders` starts from seeds only): it is not parsed."""
+    if not scope.seed_text.search(source):
         return [], [], []
     tree = parse_text(source, str(path))
-    names, scans = _analyse(tree, rel() if callable(rel) else rel, modules)
+    names, scans = _analyse(tree, rel() if callable(rel) else rel, modules, scope)
     sites, with_os = [], []
     seen: set[tuple[str, int, int, str]] = set()
     for scan in scans:
@@ -59,8 +55,12 @@ def scan_source(source: str, path: Path, rel: str | Any, modules: Modules | None
     return names, sites, with_os
 
 
-def census(target: Target, use_cache: bool = True) -> Census:
-    """Scan every module under sglang/srt/layers/attention (raises FileNotFoundError if absent).
+def census(target: Target, use_cache: bool = True, scope: str = "builders",
+           classes: frozenset[str] | None = None) -> Census:
+    """Scan every module under sglang/srt/layers/attention (raises FileNotFoundError if absent)
+    from the seeds of `scope` (census.scopes: the metadata builders, or the attention forward);
+    with `classes`, only the modules that define one of them (their helpers elsewhere are
+    followed as ever): the forward of the backends a configuration runs, not of all 60.
 
     The result is cached on disk (diag.cache), keyed by every scanned file's path, size, mtime
     and content hash and by this module's source: a cached census is the one a scan would give.
@@ -70,7 +70,12 @@ def census(target: Target, use_cache: bool = True) -> Census:
     base = target.file(ATTENTION_DIR)
     if not base.is_dir():
         raise FileNotFoundError(f"{target.relpath(base)} not found")
-    paths = sorted(base.rglob("*.py"))
+    every = paths = sorted(base.rglob("*.py"))
+    if classes is not None:
+        heads = [f"class {c}(" for c in sorted(classes)] + [f"class {c}:" for c in classes]
+        paths = [p for p in every if any(h in p.read_text(encoding="utf-8", errors="replace")
+                                         for h in heads)]
+    name = _cache_name(scope) + ("" if classes is None else "-" + cache_tag(classes))
     digest = None
     if use_cache:
         try:
@@ -79,27 +84,38 @@ def census(target: Target, use_cache: bool = True) -> Census:
             batch = target.file(BATCH_REL)  # census.batch_fields reads ForwardBatch.init_new
             # ... and the verify preparation; census.wrapped reads a file under attention/
             extra = [f for f in [batch] + [target.file(r) for r in VERIFY_RELS] if f.is_file()]
-            digest = cache.files_key(paths + (sorted(pools.rglob("*.py")) if pools.is_dir()
+            digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
                                               else []) + extra,
                                      str(target.root), cache.code_fingerprint(
                 *CENSUS_MODULES, "diag.probes.source"))  # the parse core is part of the census
         except OSError:
             digest = None
     if digest is not None:
-        hit = cache.load("census", digest)
+        hit = cache.load(name, digest)
         if hit is not None:
             try:
                 return Census.from_dict(hit["value"])
             except (KeyError, TypeError, ValueError):
                 pass
     with gc_paused():
-        out = _scan_all(target, paths)
+        out = _scan_all(target, paths, SCOPES[scope])
     if digest is not None:
-        cache.store("census", digest, out.to_dict())
+        cache.store(name, digest, out.to_dict())
     return out
 
 
-def _scan_all(target: Target, paths: list[Path]) -> Census:
+def _cache_name(scope: str) -> str:
+    return "census" if scope == "builders" else f"census-{scope}"
+
+
+def cache_tag(classes: frozenset[str]) -> str:
+    """A short stable name for a set of classes (part of a cache entry's name)."""
+    import hashlib
+
+    return hashlib.sha256(",".join(sorted(classes)).encode()).hexdigest()[:12]
+
+
+def _scan_all(target: Target, paths: list[Path], scope: Scope = BUILDERS) -> Census:
     out = Census(str(target.root))
     modules = Modules(target)  # helpers in other attention modules, parsed once for all
     root = target.root.resolve()
@@ -121,7 +137,7 @@ def _scan_all(target: Target, paths: list[Path]) -> Census:
             return rel[0]
 
         try:
-            names, sites, with_os = scan_source(source, path, rel_of, modules)
+            names, sites, with_os = scan_source(source, path, rel_of, modules, scope)
         except (SyntaxError, ValueError, RecursionError) as e:
             out.errors.append(f"{rel_of()}: {type(e).__name__}: {e}")
             continue

@@ -62,6 +62,14 @@ class _Kinds:
                 if ln <= line and self.reaches(ln, line)
                 and not ln <= line <= ends.get((name, ln), -1)]
 
+    def _metadata(self, e: ast.AST, line: int) -> bool:
+        """`self.forward_metadata`, or a local bound to it (`fm = self.forward_metadata`)."""
+        if isinstance(e, ast.Name):
+            prior = self.prior(e.id, line)
+            return len(prior) == 1 and self._metadata(prior[0][1], prior[0][0])
+        return isinstance(e, ast.Attribute) and e.attr == "forward_metadata" and \
+            isinstance(e.value, ast.Name) and e.value.id == "self"
+
     def of(self, e: ast.AST, line: int, depth: int = 0) -> str:
         if depth > 16:  # a chain of assignments and ops, read back to where it starts
             return "unknown"
@@ -91,6 +99,11 @@ class _Kinds:
             if isinstance(e.value, ast.Name) and e.value.id == "self" and e.attr in self.device:
                 return "tensor"  # made on the device in the class (a buffer)
             if e.attr in _DEVICE_FIELDS:
+                return "tensor"
+            if e.attr in self.device and self._metadata(e.value, line):
+                # `self.forward_metadata.qo_indptr`: the metadata's field named for one of the
+                # class's device buffers holds a view of it (0.5.23 aiter_backend.py:4092 reads
+                # the `self.qo_indptr[: bs + 1]` that `_set_uniform_qo_indptr` stores, :2214)
                 return "tensor"
             return "unknown"
         if isinstance(e, ast.Subscript):

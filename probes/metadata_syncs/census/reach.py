@@ -30,19 +30,17 @@ from diag.probes.metadata_syncs.census.objects import (
     objects,
 )
 from diag.probes.metadata_syncs.census.paths import (
-    _EXTERNAL,
-    _MODEL_ENTRY,
     NONE,
     _modes,
     class_config_attrs,
     class_device_attrs,
     mode_guards,
     mode_helpers,
-    seed_state,
     step_paths,
 )
 from diag.probes.metadata_syncs.census.scan import _Edge, _Scan
-from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, _NAMED_BUILDER, ATTENTION_DIR
+from diag.probes.metadata_syncs.census.scopes import BUILDERS, Scope
+from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, ATTENTION_DIR
 from diag.probes.metadata_syncs.census.wrapped import is_held, wrapped
 from diag.probes.source import (
     ModuleIndex,
@@ -52,7 +50,7 @@ from diag.probes.source import (
 from diag.probes.source import inner as _inner
 
 
-def _builders(tree: ast.Module, modules: Modules | None = None
+def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = BUILDERS
               ) -> tuple[list[tuple[str, str, ast.FunctionDef]], Any]:
     """(qualname, backend, def) of the init_forward_metadata* family and what it calls, and the
     resolver from (backend, call) to the (qualname, def) it calls."""
@@ -203,7 +201,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None
     todo: list[tuple[str, str, ast.FunctionDef]] = []
     for cname, cls in classes.items():
         for mname, m in methods(cls).items():
-            if _is_seed(mname):
+            if scope.is_seed(mname):
                 todo.append((f"{cname}.{mname}", cname, m))
     while todo:
         qual, backend, fn = todo.pop()
@@ -227,12 +225,6 @@ def _builders(tree: ast.Module, modules: Modules | None = None
 # flashinfer_backend.py:2584-2585 asserts `spec_info.is_draft_input()`).
 _MULTI_STEP = re.compile(r"MultiStep\w*Backend$")
 _DRAFT_DECODE = _modes({"decode", "idle"})
-
-
-def _is_seed(qual: str) -> bool:
-    name = qual.rsplit(".", 1)[-1]
-    return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name)) \
-        or name in _MODEL_ENTRY
 
 
 def _mirror_params(tree: ast.Module, classes: dict[str, ast.ClassDef], qual: str,
@@ -266,11 +258,11 @@ def mode_binds(edges: list[_Edge]) -> MirrorParams:
     return tuple(out)
 
 
-def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
-             ) -> tuple[list[str], list[_Scan]]:
+def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
+             scope: Scope = BUILDERS) -> tuple[list[str], list[_Scan]]:
     """Walk every builder until what reaches each one (the union over its callers' branches,
     and, for an entry point, what its name says) and its callers' argument facts settle."""
-    builders, resolve = _builders(tree, modules)
+    builders, resolve = _builders(tree, modules, scope)
     # what a multi-step draft backend sets on the spec input before each per-step call
     resolve.spec_sets = spec_sets(tree, rel)  # type: ignore[attr-defined]
     # a GPU fast path returns first on every GPU: the host fallback after it cannot run
@@ -295,8 +287,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
         truths, the guards every reaching call passes, per-parameter guards, per-mode
         bindings)."""
         name = key[0].rsplit(".", 1)[-1]
-        external = bool(_EXTERNAL.match(name)) or (_is_seed(key[0]) and not edges)
-        st = seed_state(name) if external else NONE
+        external = scope.external(name) or (scope.is_seed(key[0]) and not edges)
+        st = scope.seed_state(name) if external else NONE
         if external and held is not None and name == held.entry and \
                 is_held(classes, key[1], held.child_type):  # census.wrapped
             st = frozenset(s for s in st if s[0] not in held.modes)
@@ -309,7 +301,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None
         grd = frozenset()
         if reaching and not external:
             grd = common_guards(reaching)
-        elif not edges and not _EXTERNAL.match(name) and key[1] in classes:
+        elif not edges and not scope.external(name) and key[1] in classes:
             # a named builder only non-builders call (`forward_*`): their guards
             grd = called_from.setdefault(key, call_site_guards(
                 classes[key[1]], name, rel, tree=tree))

@@ -685,6 +685,14 @@ class _Scan:
                         self.add(b, state, unknown, "scalar-arg", "syncs",
                                  f"bound `{_src(b, 40)}` of {name} is a device scalar beside a "
                                  f"Python number: read back as a Scalar", 1)
+        elif is_torch and name == "equal" and len(call.args) == 2:
+            # `torch.equal(a, b)` returns a Python bool: it reads the comparison back from the
+            # device (0.5.23 aiter_backend.py:1358-1359, the ASM context-gather self-check)
+            ks = [kinds.of(a, line) for a in call.args]
+            verdict, why = _classify("tensor" if "tensor" in ks else "host" if ks == [
+                "host", "host"] else "unknown", f"`{_src(call.args[0], 40)}`")
+            add("equal", verdict, why + ("; torch.equal returns a Python bool"
+                                         if verdict == "syncs" else ""), 1)
         elif isinstance(f, ast.Name) and name == "range":
             # `range(t)` / `range(t[i], n)`: range calls __index__ on each bound
             for a in call.args:
