@@ -182,10 +182,11 @@ def test_probe_json_through_the_cli(release):
     assert {"file", "line", "function", "data"} <= set(loc)
     assert set(loc["data"]) == SITE_KEYS
     # the per-phase totals are evidence `data`, and the report (with them) is schema-valid
-    phases = [e["data"]["phase"] for e in f["evidence"] if "syncs_per_step" in e.get("data", {})]
+    phases = [e["data"]["phase"] for e in f["evidence"] if "phase" in e.get("data", {})]
     assert phases == ["target-extend", "draft-extend", "target-verify", "draft-decode"]
     # and the attention forward's per-layer totals, apart (scope forward, no syncs_per_step)
-    fwd = [e["data"]["phase"] for e in f["evidence"] if e.get("data", {}).get("scope") == "forward"]
+    fwd = [e["data"]["forward_phase"] for e in f["evidence"]
+           if e.get("data", {}).get("scope") == "forward"]
     assert fwd == phases
     from report_schema import check_report
 

@@ -86,7 +86,7 @@ def test_the_eager_draft_extend_forward_of_aiter_mla_syncs_per_layer(release):
     ctx = Context(target=release("0.5.23"), platform="hip", execute=False,
                   config=SpecConfig(attention_backend="aiter", speculative_num_steps=3))
     finding = run_probe(get_probe("metadata-syncs"), ctx)
-    rows = {r["phase"]: r for r in finding_forward_rows(finding)}
+    rows = {r["forward_phase"]: r for r in finding_forward_rows(finding)}
     assert list(rows) == ["target-extend", "draft-extend", "target-verify", "draft-decode"]
     de = rows["draft-extend"]
     assert de["at"] == [A + "aiter_backend.py:4092"] and de["syncs_per_layer"] == 1
@@ -99,7 +99,7 @@ def test_the_eager_draft_extend_forward_of_aiter_mla_syncs_per_layer(release):
     assert f"draft-extend {'' if de['exact'] else '≤'}1 " in line
     metric = [e for f in finding for e in f.evidence
               if e.kind == "metric" and (e.data or {}).get("scope") == "forward"
-              and e.data["phase"] == "draft-extend"]
+              and e.data["forward_phase"] == "draft-extend"]
     assert len(metric) == 1 and metric[0].value == de["syncs_per_layer"]
 
 

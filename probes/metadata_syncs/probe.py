@@ -113,7 +113,8 @@ def forward_totals(sites: list, roles: dict[str, set[str]], cfg: Any = None,
         unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
         depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
                    for s, d in decided if d.status == "depends"]
-        out.append({"phase": phase, "scope": "forward",
+        # `forward_phase`, not `phase`: readers of the per-step totals key on `phase`
+        out.append({"forward_phase": phase, "scope": "forward",
                     "syncs_per_layer": sum(s.syncs for s in live), "sites": len(live),
                     "cannot_tell": len(unsure), "exact": not depends and not unsure,
                     "backends": sorted(classes), "source": "static",
@@ -186,7 +187,7 @@ class MetadataSyncsProbe(Probe):
             where = "".join(f"; {a.rsplit('/', 1)[-1]}" for a in t["at"])
             ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
                           for u in t["depends"])
-            ev.append(metric(f"attention-forward syncs per layer, eager {t['phase']} pass "
+            ev.append(metric(f"attention-forward syncs per layer, eager {t['forward_phase']} pass "
                              f"(static)", t["syncs_per_layer"], "syncs", 0,
                              f"{'exact' if t['exact'] else 'upper bound'}: {t['sites']} live "
                              f"sites in the forward, run once per layer where the pass runs "

@@ -269,7 +269,8 @@ def finding_forward_rows(findings: list[Finding]) -> list[dict[str, Any]]:
 def forward_line(rows: list[dict[str, Any]]) -> str:
     """One line for the Syncs tab: `forward, syncs per layer of an eager pass (static):
     target-extend ≤10 · draft-extend ≤1 ...`."""
-    parts = [f"{r['phase']} {'' if r.get('exact') else '≤'}{fmt_value(r['syncs_per_layer'])}"
+    parts = [f"{r['forward_phase']} {'' if r.get('exact') else '≤'}"
+             f"{fmt_value(r['syncs_per_layer'])}"
              for r in rows]
     return "attention forward, syncs per layer of an eager pass (static): " + " · ".join(parts)
 
