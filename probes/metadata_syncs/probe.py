@@ -50,43 +50,49 @@ def backend_classes(target: Any, name: str | None, platform: str) -> dict[str, s
             "draft-decode": set(info.decode_classes) | ext}
 
 
+def _decided(sites: list, classes: set[str], mode: str, cfg: Any, version: str | None,
+             platform: str | None, models: dict[str, Any] | None, relay: Any
+             ) -> dict[str, Any]:
+    """The live (`syncs`, per-step) sites of `classes` on `mode`, each decided for the
+    configuration (probes.metadata_syncs.census_config): a site behind a test the configuration
+    makes false is left out (`unreachable`, with the reason), one no input decides stays in
+    (`depends`, with the condition); `exact` when none is undecided and none cannot be told."""
+    from diag.probes.metadata_syncs.census_config import decide
+
+    mine = [s for s in sites if s.backend in classes and mode in s.paths]
+    on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
+    decided = [(s, decide(s, cfg, mode, version, platform, models, relay)) for s in on_path]
+    live = [s for s, d in decided if d.status != "unreachable"]
+    unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
+    depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
+               for s, d in decided if d.status == "depends"]
+    return {"syncs": sum(s.syncs for s in live), "sites": len(live), "cannot_tell": len(unsure),
+            "exact": not depends and not unsure, "backends": sorted(classes),
+            "source": "static", "at": [f"{s.file}:{s.line}" for s in live],
+            "depends": depends,
+            "unreachable": [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "reason": d.reason}
+                            for s, d in decided if d.status == "unreachable"]}
+
+
 def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
                  cfg: Any = None, version: str | None = None, platform: str | None = None,
                  models: dict[str, Any] | None = None, relay: Any = None
                  ) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
-    each decided for the configuration `cfg` (probes.metadata_syncs.census_config): a site behind a test the
-    configuration makes false is left out (listed in `unreachable` with the reason), one no
-    input decides stays in the count (listed in `depends`), so `syncs_per_step` is exact when
-    `exact` (no undecided site, none the census cannot tell) and an upper bound otherwise.
-    `steps` None is read as the default 3 (SGLang's EAGLE)."""
+    each decided for the configuration `cfg` (`_decided`), so `syncs_per_step` is exact when
+    `exact` and an upper bound otherwise. `steps` None is read as the default 3 (SGLang's
+    EAGLE)."""
     from diag.context import SpecConfig
-    from diag.probes.metadata_syncs.census_config import decide
 
     cfg = cfg if cfg is not None else SpecConfig()
     runs_decode = max((steps if steps is not None else 3) - 1, 0)
     out = []
     for phase, mode, side in PHASES:
-        classes = roles[side]
-        mine = [s for s in sites if s.backend in classes and mode in s.paths]
-        on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
-        decided = [(s, decide(s, cfg, mode, version, platform, models, relay))
-                   for s in on_path]
-        live = [s for s, d in decided if d.status != "unreachable"]
-        unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
+        d = _decided(sites, roles[side], mode, cfg, version, platform, models, relay)
+        per_run = d.pop("syncs")
         runs = runs_decode if phase == "draft-decode" else 1
-        per_run = sum(s.syncs for s in live)
-        depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
-                   for s, d in decided if d.status == "depends"]
         out.append({"phase": phase, "syncs_per_step": per_run * runs, "syncs_per_run": per_run,
-                    "runs_per_step": runs, "sites": len(live), "cannot_tell": len(unsure),
-                    "exact": not depends and not unsure,
-                    "backends": sorted(classes), "source": "static",
-                    "at": [f"{s.file}:{s.line}" for s in live],
-                    "depends": depends,
-                    "unreachable": [{"at": f"{s.file}:{s.line}", "syncs": s.syncs,
-                                     "reason": d.reason}
-                                    for s, d in decided if d.status == "unreachable"]})
+                    "runs_per_step": runs, **d})
     return out
 
 
@@ -99,29 +105,14 @@ def forward_totals(sites: list, roles: dict[str, set[str]], cfg: Any = None,
     A forward's Python runs only on an eager pass (a graph replay runs none), so these count
     once per layer of every eager pass of the phase, on top of its builders' per-step syncs."""
     from diag.context import SpecConfig
-    from diag.probes.metadata_syncs.census_config import decide
 
     cfg = cfg if cfg is not None else SpecConfig()
     out = []
     for phase, mode, side in PHASES:
-        classes = roles[side]
-        mine = [s for s in sites if s.backend in classes and mode in s.paths]
-        on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
-        decided = [(s, decide(s, cfg, mode, version, platform, models, relay))
-                   for s in on_path]
-        live = [s for s, d in decided if d.status != "unreachable"]
-        unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
-        depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
-                   for s, d in decided if d.status == "depends"]
+        d = _decided(sites, roles[side], mode, cfg, version, platform, models, relay)
         # `forward_phase`, not `phase`: readers of the per-step totals key on `phase`
         out.append({"forward_phase": phase, "scope": "forward",
-                    "syncs_per_layer": sum(s.syncs for s in live), "sites": len(live),
-                    "cannot_tell": len(unsure), "exact": not depends and not unsure,
-                    "backends": sorted(classes), "source": "static",
-                    "at": [f"{s.file}:{s.line}" for s in live], "depends": depends,
-                    "unreachable": [{"at": f"{s.file}:{s.line}", "syncs": s.syncs,
-                                     "reason": d.reason}
-                                    for s, d in decided if d.status == "unreachable"]})
+                    "syncs_per_layer": d.pop("syncs"), **d})
     return out
 
 
