@@ -211,6 +211,37 @@ def test_factories_without_a_device_are_host_tensors(tmp_path):
     assert verdicts == {6: "host-mirror", 7: "syncs", 8: "syncs", 9: "syncs"}
 
 
+def test_torch_equal_and_a_helpers_tuple_item_through_a_local(tmp_path):
+    """`torch.equal` of device tensors returns a Python bool (one read back); `ref = helper()`
+    then `ref[0]` is the helper's returned tuple's item, a `return None` aside (the shape of
+    0.5.23 aiter_backend.py:1350-1359); a metadata field named for one of the class's device
+    buffers (`self.forward_metadata.qo_indptr`, `self.qo_indptr` made on the device) is one.
+    The forward scope reads `forward_extend`; the builders' scope does not."""
+    from diag.probes.metadata_syncs.census.count import scan_file, scan_source
+    from diag.probes.metadata_syncs.census.scopes import FORWARD
+
+    src = tmp_path / "standin_backend.py"
+    src.write_text(
+        "import torch\n\n\ndef gather(seq_lens, flag):\n"
+        "    if flag:\n        return None\n"
+        "    return torch.cumsum(seq_lens, 0), seq_lens\n\n\n"
+        "class StandInBackend:\n"
+        "    def __init__(self, device):\n"
+        "        self.qo_indptr = torch.zeros(9, device=device)\n\n"
+        "    def init_forward_metadata(self, forward_batch):\n"
+        "        ref = gather(forward_batch.seq_lens, False)\n"
+        "        ok = torch.equal(ref[0], ref[1])\n"
+        "        return ok\n\n"
+        "    def forward_extend(self, q, k, v, layer, forward_batch):\n"
+        "        return int(self.forward_metadata.qo_indptr[-1].item())\n")
+    rel = "sglang/srt/layers/attention/standin_backend.py"
+    _, sites, _ = scan_file(src, rel)
+    assert [(s.line, s.kind, s.verdict, s.syncs) for s in sites] == [(16, "equal", "syncs", 1)]
+    _, fwd, _ = scan_source(src.read_text(), src, rel, scope=FORWARD)
+    assert [(s.line, s.kind, s.verdict) for s in fwd] == [(20, "item", "syncs")]
+    assert set(fwd[0].paths) == {"target-extend", "draft-extend", "target-verify", "other"}
+
+
 def test_every_call_on_a_line_getattr_fields_and_int_of_an_indexed_tensor(tmp_path):
     """issue 12 under-counts, on a stand-in builder (AST only): the inner `.cpu()` under an
     outer host read, `getattr(forward_batch, "seq_lens", None)` and `int(t[0])` of a device

@@ -37,9 +37,6 @@ DIFFER = {
     # the `dsa_impl == "intel_xpu"` arm (0.5.23 dsa_backend.py:2523): the implementation the
     # backend picked at start for the platform; the census takes a string test both ways
     ("0.5.23", A + "dsa_backend.py", 3590): "data",
-    # `torch.equal(ref[0], ...)`: `ref` is the helper's returned tuple bound to a local; the
-    # census reads a call's item (`f(...)[0]`), not a local's: cannot tell (the debug check)
-    ("0.5.23", A + "aiter_backend.py", 1358): "kind",
 }
 KIND = {"bool()": "equal"}  # the reader's word for torch.equal's host bool, and the census's
 
@@ -61,16 +58,15 @@ def test_forward_scope_meets_the_third_readers_forward_rows(release, version, mo
 
 @pytest.mark.parametrize("version", sorted(AMD["releases"]))
 def test_the_set_apart_rows_are_still_read_as_named(release, version):
-    """Each DIFFER row as the census reads it today: a data or relay row live (so a census that
-    starts deciding them is noticed and the row moves back into the bar), the kind row cannot
-    tell."""
+    """Each DIFFER row as the census reads it today: live (so a census that starts deciding
+    them is noticed and the row moves back into the bar)."""
     c = census(release(version), scope="forward")
     for (v, file, line), why in DIFFER.items():
         if v != version:
             continue
         at = [s for s in c.sites if (s.file, s.line) == (file, line)]
-        want = "cannot-tell" if why == "kind" else "syncs"
-        assert at and all(s.verdict == want for s in at), (line, [s.verdict for s in at])
+        assert why in ("data", "relay")
+        assert at and all(s.verdict == "syncs" for s in at), (line, [s.verdict for s in at])
 
 
 def test_the_eager_draft_extend_forward_of_aiter_mla_syncs_per_layer(release):

@@ -109,9 +109,14 @@ class _Kinds:
         if isinstance(e, ast.Subscript):
             if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
                 return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
-            if isinstance(e.value, ast.Call) and isinstance(e.slice, ast.Constant) and \
+            call = e.value
+            if isinstance(call, ast.Name):  # `ref = helper(...)`; `ref[0]` (0.5.23
+                # aiter_backend.py:1350-1358): a local bound once, to a call
+                prior = self.prior(call.id, line)
+                call = prior[0][1] if len(prior) == 1 else None
+            if isinstance(call, ast.Call) and isinstance(e.slice, ast.Constant) and \
                     isinstance(e.slice.value, int) and self.helper is not None:
-                k = self._helper_item(e.value, e.slice.value, depth)
+                k = self._helper_item(call, e.slice.value, depth)
                 if k is not None:
                     return k
             return self.of(e.value, line, depth + 1)
@@ -204,7 +209,9 @@ class _Kinds:
         if found is None:
             return None
         fn = found[1]
-        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return)]
+        rets = [n.value for n in _inner(fn) if isinstance(n, ast.Return)
+                and not (n.value is None or isinstance(n.value, ast.Constant)
+                         and n.value.value is None)]  # a None return aside: not indexed
         if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) > i for r in rets):
             return None
         own = getattr(fn, "_diag_kinds", None)
