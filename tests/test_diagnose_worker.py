@@ -173,3 +173,36 @@ def test_a_stray_module_in_the_working_folder_does_not_reach_the_worker(release,
     ms = [e for f in findings if f["probe"] == "metadata-syncs" for e in f["evidence"]
           if e.get("kind") == "metric" and "measured syncs per call" in e.get("metric", "")]
     assert {e["value"] for e in ms} == {2}  # the builder ran in the worker, as in the test above
+
+
+_SUBREAPER = """
+import ctypes, os, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER: orphans come here, none reaped
+    print("NO-SUBREAPER"); sys.exit(0)
+p = subprocess.run([sys.executable, "-m", "diag", "diagnose", "--sglang", sys.argv[1]],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+time.sleep(1.0)  # a worker left behind would have exited by now, unreaped
+ps = subprocess.run(["ps", "-o", "stat=,args=", "--ppid", str(os.getpid())],
+                    capture_output=True, text=True).stdout
+print("RC", p.returncode, "ADOPTED", [l for l in ps.splitlines() if l.startswith("Z")])
+"""
+
+
+@pytest.mark.release
+def test_the_worker_is_reaped_before_diagnose_ends(release):
+    """The parent takes the worker's answer without waiting for its exit, but waits for it
+    before the process ends: in a container whose PID 1 reaps nothing (`tail -f /dev/null`, a
+    Python entry point), a worker left behind would stay a zombie. Here a subreaper that reaps
+    nothing stands for that PID 1 (Linux `prctl`); before the join, one zombie came to it on
+    each diagnose."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_CHILD_SUBREAPER is Linux's")
+    release("0.5.23")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1", DIAG_PROBE_WORKER="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    p = subprocess.run([sys.executable, "-c", _SUBREAPER, "0.5.23"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert "NO-SUBREAPER" not in p.stdout
+    assert "RC 0 ADOPTED []" in p.stdout, (p.stdout, p.stderr[-2000:])

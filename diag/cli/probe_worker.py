@@ -83,14 +83,25 @@ def send(proc: subprocess.Popen, job: Job) -> bool:
     return True
 
 
+def _reap_at_exit(reaper: threading.Thread, timeout: float = 2.0) -> None:
+    """Wait for the worker's exit (its reaper) before this process ends, the report being out
+    already: a parent that ended first would leave it to PID 1, and in a container whose PID 1
+    reaps nothing (`tail -f /dev/null`, a Python entry point) each diagnose would leave a
+    zombie behind. Bounded: a worker stuck in its exit is left to the system."""
+    import atexit
+
+    atexit.register(reaper.join, timeout)
+
+
 def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
     """The worker's findings; None when it failed or had no torch (the caller then runs the
     probes itself, and they report it as they always do).
 
     The worker closes its stdout once its answer is out, then exits; the exit of a process
     holding torch takes ~20 ms (its memory is unmapped), so a whole answer is taken without
-    waiting for it: a thread reaps the worker. An answer that does not unpickle (the worker
-    died writing it) or an exit status other than 0 (when it has one already) is a failure."""
+    waiting for it: a thread reaps the worker, joined before this process ends (after the
+    report). An answer that does not unpickle (the worker died writing it) or an exit status
+    other than 0 (when it has one already) is a failure."""
     try:
         out = proc.stdout.read()
         writer = getattr(proc, "_diag_writer", None)
@@ -112,7 +123,9 @@ def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
             stop(proc)
         return None
     if proc.returncode is None:
-        threading.Thread(target=proc.wait, daemon=True).start()
+        reaper = threading.Thread(target=proc.wait, daemon=True)
+        reaper.start()
+        _reap_at_exit(reaper)
     proc.stdout.close()
     if doc.get("torch"):
         return None
