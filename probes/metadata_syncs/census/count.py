@@ -5,6 +5,7 @@ sglang/srt/layers/attention, cached on disk) and of one file or source (`scan_fi
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -71,11 +72,11 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
     if not base.is_dir():
         raise FileNotFoundError(f"{target.relpath(base)} not found")
     every = paths = sorted(base.rglob("*.py"))
-    if classes is not None:
-        heads = [f"class {c}(" for c in sorted(classes)] + [f"class {c}:" for c in classes]
-        paths = [p for p in every if any(h in p.read_text(encoding="utf-8", errors="replace")
-                                         for h in heads)]
-    name = _cache_name(scope) + ("" if classes is None else "-" + cache_tag(classes))
+    if classes is not None:  # each file read once: does it define one of them
+        names = "|".join(map(re.escape, sorted(classes)))
+        head = re.compile(rf"^class ({names})\b", re.M)
+        paths = [p for p in every
+                 if head.search(p.read_text(encoding="utf-8", errors="replace"))]
     digest = None
     if use_cache:
         try:
@@ -87,11 +88,12 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
                                               else []) + extra,
                                      str(target.root), cache.code_fingerprint(
-                *CENSUS_MODULES, "diag.probes.source"))  # the parse core is part of the census
+                *CENSUS_MODULES, "diag.probes.source"),  # the parse core is part of the census
+                *([sorted(classes)] if classes is not None else []))
         except OSError:
             digest = None
     if digest is not None:
-        hit = cache.load(name, digest)
+        hit = cache.load(_cache_name(scope), digest)
         if hit is not None:
             try:
                 return Census.from_dict(hit["value"])
@@ -100,19 +102,12 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
     with gc_paused():
         out = _scan_all(target, paths, SCOPES[scope])
     if digest is not None:
-        cache.store(name, digest, out.to_dict())
+        cache.store(_cache_name(scope), digest, out.to_dict())
     return out
 
 
 def _cache_name(scope: str) -> str:
     return "census" if scope == "builders" else f"census-{scope}"
-
-
-def cache_tag(classes: frozenset[str]) -> str:
-    """A short stable name for a set of classes (part of a cache entry's name)."""
-    import hashlib
-
-    return hashlib.sha256(",".join(sorted(classes)).encode()).hexdigest()[:12]
 
 
 def _scan_all(target: Target, paths: list[Path], scope: Scope = BUILDERS) -> Census:
