@@ -106,3 +106,19 @@ def test_no_forward_census_without_a_configured_backend(release):
 
     ctx = Context(target=release("0.5.23"), platform="hip", execute=False, config=SpecConfig())
     assert finding_forward_rows(run_probe(get_probe("metadata-syncs"), ctx)) == []
+
+
+def test_a_backend_whose_forward_is_not_read_gets_no_count(release):
+    """0.5.23 `DeepseekV4HipRadixBackend` defines no `forward_extend` / `forward_decode` in
+    deepseek_v4_backend_hip_radix.py (its class at :874; `grep "def forward"` finds none): the
+    forward scope reads nothing for it, so no phase gets a number (a zero there would be a check
+    that did not run), only a note that says so; and the Syncs tab draws no forward line."""
+    from diag.tui.data import finding_forward_rows
+
+    ctx = Context(target=release("0.5.23"), platform="hip", execute=False,
+                  config=SpecConfig(attention_backend="dsv4", speculative_num_steps=3))
+    finding = run_probe(get_probe("metadata-syncs"), ctx)
+    assert finding_forward_rows(finding) == []
+    notes = [e.detail for f in finding for e in f.evidence if e.kind == "note"
+             and "attention forward, eager" in e.detail]
+    assert len(notes) == 4 and all("not read (DeepseekV4HipRadixBackend" in n for n in notes)

@@ -98,21 +98,29 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
 
 def forward_totals(sites: list, roles: dict[str, set[str]], cfg: Any = None,
                    version: str | None = None, platform: str | None = None,
-                   models: dict[str, Any] | None = None, relay: Any = None
-                   ) -> list[dict[str, Any]]:
+                   models: dict[str, Any] | None = None, relay: Any = None,
+                   read: set[str] | None = None) -> list[dict[str, Any]]:
     """Per phase: the syncs the attention forward of the backend that runs it does per layer
     (census scope `forward`), each site decided for the configuration as `phase_totals` does.
     A forward's Python runs only on an eager pass (a graph replay runs none), so these count
-    once per layer of every eager pass of the phase, on top of its builders' per-step syncs."""
+    once per layer of every eager pass of the phase, on top of its builders' per-step syncs.
+    `read`: the census's entry points (`Class.forward_extend`, ...); a class of the phase whose
+    own entry is not among them (defined in another module, or not a `forward_*` at all: the
+    DeepSeek-V4 HIP radix backend) is `not_read`, and the row is no exact count."""
     from diag.context import SpecConfig
+    from diag.probes.metadata_syncs.census.reach import _MULTI_STEP
 
     cfg = cfg if cfg is not None else SpecConfig()
     out = []
     for phase, mode, side in PHASES:
         d = _decided(sites, roles[side], mode, cfg, version, platform, models, relay)
+        entry = "forward_decode" if mode == "decode" else "forward_extend"
+        unread = sorted(c for c in roles[side] if not _MULTI_STEP.search(c) and read is not None
+                        and not {f"{c}.{entry}", f"{c}.forward"} & read)
         # `forward_phase`, not `phase`: readers of the per-step totals key on `phase`
         out.append({"forward_phase": phase, "scope": "forward",
-                    "syncs_per_layer": d.pop("syncs"), **d})
+                    "syncs_per_layer": d.pop("syncs"), **d, "not_read": unread,
+                    "exact": d["exact"] and not unread})
     return out
 
 
@@ -168,14 +176,24 @@ class MetadataSyncsProbe(Probe):
         """The attention forward's syncs per layer on an eager pass of each phase, for the
         backends the configuration runs (`forward_totals`)."""
         from diag.probes.metadata_syncs.census.count import census
+        from diag.probes.metadata_syncs.census.reach import _MULTI_STEP
 
         classes = frozenset(set().union(*roles.values()))
         if not classes:
             return
         fc = census(ctx.target, scope="forward", classes=classes)
+        read = {q for names in fc.builders.values() for q in names}
         for t in forward_totals(fc.sites, roles, ctx.config, ctx.target.version, ctx.platform,
-                                models, relay):
+                                models, relay, read):
+            readable = [c for c in t["backends"] if not _MULTI_STEP.search(c)]
+            if readable and set(t["not_read"]) == set(readable):  # nothing read: no count
+                ev.append(note(f"attention forward, eager {t['forward_phase']} pass: not read "
+                               f"({', '.join(t['not_read'])} defines no forward, forward_extend "
+                               f"or forward_decode of its own in its module)"))
+                continue
             where = "".join(f"; {a.rsplit('/', 1)[-1]}" for a in t["at"])
+            if t["not_read"]:
+                where += f"; not read: {', '.join(t['not_read'])}"
             ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
                           for u in t["depends"])
             ev.append(metric(f"attention-forward syncs per layer, eager {t['forward_phase']} pass "

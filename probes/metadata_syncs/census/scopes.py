@@ -8,7 +8,8 @@ The forward's entry points are the backend's `forward_extend` and `forward_decod
 base `AttentionBackend.forward` picks by forward mode: IDLE returns before either, DECODE runs
 `forward_decode`, every other mode (the target's extend, the draft's extend, target-verify, the
 dLLM modes) `forward_extend` (sglang 0.5.23 layers/attention/base_attn_backend.py:332-355,
-0.5.19 :260-283; on NPU a MIXED batch runs `forward_mixed`, not read here).
+0.5.19 :260-283; on NPU a MIXED batch runs `forward_mixed`, not read here). A backend that
+overrides `forward` itself is read from there (0.5.17 deepseek_v4_backend_hip_radix.py:1385).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from diag.probes.metadata_syncs.census.paths import (
 from diag.probes.metadata_syncs.census.sites import _NAMED_BUILDER
 
 _FORWARD_ENTRY = {"forward_extend": {"target-extend", "draft-extend", "target-verify", "other"},
-                  "forward_decode": {"decode"}}
+                  "forward_decode": {"decode"},
+                  # a backend that overrides `forward` itself dispatches every mode but IDLE
+                  # (0.5.17 deepseek_v4_backend_hip_radix.py:1385)
+                  "forward": {"target-extend", "draft-extend", "target-verify", "decode",
+                              "other"}}
 
 
 @dataclass(frozen=True)
@@ -55,5 +60,5 @@ class Scope:
 
 BUILDERS = Scope("builders", re.compile(r"\bdef\s+(init_forward_metadata|_?(build|make|prepare|"
                                         r"attach|compute)_\w*meta)"))
-FORWARD = Scope("forward", re.compile(r"\bdef\s+forward_(extend|decode)\b"))
+FORWARD = Scope("forward", re.compile(r"\bdef\s+forward(_extend|_decode)?\b"))
 SCOPES = {s.name: s for s in (BUILDERS, FORWARD)}
