@@ -560,6 +560,13 @@ PREDICTION_INSIDE = ("prediction from the diag server's own counters within 10 %
     # ms), where the model takes off the verify replay and the metadata build; the kill-switch
     # server's prediction, now a number only, -21.1 %
     ("lane-h100-run29", {TWINS, PREDICTION_INSIDE, BATCH16}),
+    # 2026-12-06 14:18 UTC, d626b57 (HEAD at the session's start: the forward scope's not-read
+    # guard, the worker's reaper joined, `os._exit`), a fresh H100, run 29's caches: 26 of 27,
+    # every functional check; the prediction over the same windows -8.5 % (0.398 vs 0.435
+    # (0.426-0.457)); twins 0.752 (0.709-0.809) against plain twins 1.092 (1.007-1.278); batch 16
+    # 1.013 (1.005-1.022), floor 1.002; batch 1 1.019 (1.012-**1.031**), floor 1.000 (0.987-1.018),
+    # 120 pairs: over the bar by 0.001
+    ("lane-h100-run30", {BATCH1}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -599,7 +606,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     pred = checks.check_prediction("again", t["diag_prediction_kill_switch"]["per_token_ms"],
                                    cost["ms_per_token"])
     pname = next((n for n in by_name if n.startswith("prediction from the kill-switch")), None)
-    assert pname is not None or folder in ("lane-h100-run27", "lane-h100-run29")
+    assert pname is not None or folder in ("lane-h100-run27", "lane-h100-run29",
+                                           "lane-h100-run30")
     if pname is not None:
         assert pred.ok is by_name[pname]["ok"]
     if PREDICTION_INSIDE in by_name:  # since run 29: the model over the eager cost's windows,
@@ -624,7 +632,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     assert doc["commit"][:7] in {"734cd55", "6d7ea5c", "cbf4e5e", "0aa4a40", "78125c2",
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
-                                 "bbebb96", "5303f39", "0726a08", "884389e", "8a4b617"}
+                                 "bbebb96", "5303f39", "0726a08", "884389e", "8a4b617",
+                                 "d626b57"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("all five" if folder != "lane-h100-run25" else "diag first")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
