@@ -36,7 +36,10 @@ def test_census_agrees_with_the_hand_labels(release, path):
     n, disagree = 0, []
     for file, functions in truth["functions"].items():
         for function, labels in functions.items():
-            got = sorted(_got(s) for s in c.sites if s.file == file and s.function == function)
+            # host-to-device blocking copies ("h2d") came after these labels: their truth is
+            # tests/test_syncs_h2d.py
+            got = sorted(_got(s) for s in c.sites if s.file == file
+                         and s.function == function and s.kind != "h2d")
             want = sorted(_label(s) for s in labels)
             n += len(want)
             keep = [x for x in want if (file, x[0], x[1]) not in misses]

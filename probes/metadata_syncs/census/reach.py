@@ -212,9 +212,11 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
             if isinstance(n, ast.Call):
                 found = resolve(backend, n, fn)
                 if found:
-                    todo.append((found[0], owner.get(id(found[1]), backend), found[1]))
+                    if scope.follows(found[0]):
+                        todo.append((found[0], owner.get(id(found[1]), backend), found[1]))
                 else:
-                    todo += [(q, owner[id(d)], d) for q, d, _ in alternatives(backend, n, fn)]
+                    todo += [(q, owner[id(d)], d) for q, d, _ in alternatives(backend, n, fn)
+                             if scope.follows(q)]
     return list(out.values()), resolve
 
 

@@ -135,6 +135,24 @@ def _expr_kids(node: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _to_device(call: ast.Call, at: int) -> bool:
+    """The call names a device that is not the CPU (`device=d`, or its positional device
+    argument `d`, `"cuda"`), and does not ask for a non-blocking copy."""
+    if any(k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant)
+                                            and not k.value.value) for k in call.keywords):
+        return False
+    dev = next((k.value for k in call.keywords if k.arg == "device"), None)
+    if dev is None and len(call.args) > at and at == 0:
+        a = call.args[0]
+        named = _unparse(a).rsplit(".", 1)[-1]
+        dev = a if "device" in named or (isinstance(a, ast.Constant) and isinstance(
+            a.value, str) and a.value.startswith("cuda")) else None
+    if dev is None:
+        return False
+    return not (isinstance(dev, ast.Constant) and (dev.value is None or str(dev.value)
+                                                   .startswith("cpu")))
+
+
 class _Scan:
     """One builder walked statement by statement, with the (mode, phase) pairs that reach each
     statement: branches narrow them, an early `return` removes its branch from what follows."""
@@ -424,11 +442,20 @@ class _Scan:
         """`x[n:]` / `x[:t[-1]]` with a device bound (`__index__` reads it back), and
         `x[t > 0]` / `x[mask]` of a device bool mask (a data-dependent size): one sync each."""
         sl, line = e.slice, e.lineno
-        if isinstance(sl, ast.Slice):
-            for b in (sl.lower, sl.upper, sl.step):
-                if b is not None and self._device_scalar(b, line):
-                    self.add(b, state, unknown, "slice-bound", "syncs",
-                             f"slice bound `{_src(b, 40)}` is a device scalar", 1)
+        dims = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        if any(isinstance(d, ast.Slice) for d in dims):
+            # `x[a:b]` and `x[:, a:b, :]`: each device bound is read back, one site per subscript
+            # with a sync per bound (0.5.23 torch_native_backend.py:127, both bounds from the
+            # request loop's device lengths)
+            bounds = [b for d in dims if isinstance(d, ast.Slice)
+                      for b in (d.lower, d.upper, d.step)
+                      if b is not None and self._device_scalar(b, line)]
+            if bounds:
+                self.add(bounds[0], state, unknown, "slice-bound", "syncs",
+                         f"slice bound{'s' if len(bounds) > 1 else ''} "
+                         f"{', '.join(f'`{_src(b, 30)}`' for b in bounds)} "
+                         f"{'are device scalars' if len(bounds) > 1 else 'is a device scalar'}",
+                         len(bounds))
             return
         mask = sl
         if isinstance(sl, ast.Name):
@@ -685,6 +712,17 @@ class _Scan:
                         self.add(b, state, unknown, "scalar-arg", "syncs",
                                  f"bound `{_src(b, 40)}` of {name} is a device scalar beside a "
                                  f"Python number: read back as a Scalar", 1)
+        elif (is_torch and name in ("tensor", "as_tensor") and call.args
+              and _to_device(call, 1) and kinds.of(call.args[0], line) != "tensor") or (
+                isinstance(f, ast.Attribute) and not is_torch and (
+                    (name == "to" and _to_device(call, 0)) or name == "cuda")
+                and kinds.of(f.value, line) == "host"):
+            # A blocking copy from host memory (no `non_blocking=True`): PyTorch's
+            # `copy_kernel_cuda` calls `memcpy_and_sync`, which waits for the stream to drain
+            # (and the sync debug mode reports it), like a read back
+            what = call.args[0] if is_torch else f.value
+            add("h2d", "syncs", f"`{_src(what, 40)}` is host data copied to the device without "
+                "non_blocking: the copy waits for the stream", 1)
         elif is_torch and name == "equal" and len(call.args) == 2:
             # `torch.equal(a, b)` returns a Python bool: it reads the comparison back from the
             # device (0.5.23 aiter_backend.py:1358-1359, the ASM context-gather self-check)

@@ -47,6 +47,17 @@ class Scope:
         return name.startswith("init_forward_metadata") or bool(_NAMED_BUILDER.search(name)) \
             or name in _MODEL_ENTRY
 
+    def follows(self, qual: str) -> bool:
+        """Whether a call to `qual` is read as part of this scope. The forward does not read
+        the metadata builders it may call lazily (0.5.23 qwen_sparse_attn_backend.py:1328-1330
+        `_resolve_metadata`: `init_forward_metadata` only when `self.forward_metadata is
+        None`): the model runner builds the metadata before every eager forward (0.5.23
+        model_executor/runner/eager_runner.py:257 decode, :328 extend; 0.5.19
+        model_executor/model_runner.py:1553), and the builders' census counts that build once
+        per step."""
+        return self.name != "forward" or not qual.rsplit(".", 1)[-1].startswith(
+            "init_forward_metadata")
+
     def external(self, name: str) -> bool:
         """Called from outside the module (the model runner, the graph runners, the layer)."""
         return name in _FORWARD_ENTRY if self.name == "forward" else bool(_EXTERNAL.match(name))
