@@ -47,6 +47,8 @@ class _Kinds:
         self.helper: Any = None
         info = info if info is not None else _FnInfo(fn, {})
         self.assigned = info.assigned
+        self.carried = info.carried
+        self._carrying: set[str] = set()  # names whose loop-carried values are being read
         self.reaches = info.reaches
         self.reaching = info.reaching
         self.stmt_end = info.stmt_end
@@ -85,8 +87,20 @@ class _Kinds:
                          for ln, v in self.reaching(prior, line)
                          if not (isinstance(v, ast.Constant) and v.value is None)}
                 known = kinds - {"unknown"}
-                return known.pop() if len(known) == 1 else "unknown" if kinds else "scalar"
-            return self._entry(e.id)
+                got = known.pop() if len(known) == 1 else "unknown" if kinds else "scalar"
+            else:
+                got = self._entry(e.id)
+            if got == "scalar" and e.id not in self._carrying:
+                # a Python number on the first iteration, a device scalar from the second
+                # where the loop carries one in: the use reads a device value then
+                self._carrying.add(e.id)
+                try:
+                    if any(self.of(v, ln, depth + 1) == "tensor"
+                           for ln, v in self.carried(e.id, line)):
+                        got = "tensor"
+                finally:
+                    self._carrying.discard(e.id)
+            return got
         if isinstance(e, ast.Attribute):
             if e.attr.endswith(("_cpu", "_np")):
                 return "host"
@@ -270,10 +284,15 @@ class _FnInfo:
         # whether the body / the else ends in return, raise, continue or break)
         self._ifs: list[tuple[int, int, int, int, int, bool, bool]] = []
         self._reach: dict[tuple[int, int], bool] = {}
+        # every `for`/`while` body as a line span: an assignment below a use in the same loop
+        # reaches it on the next iteration (`_Kinds.of`)
+        self._loops: list[tuple[int, int]] = []
         # (name, line) of an assignment statement -> its last line: a use inside the statement
         # (its own value, `x = x.cpu()`) reads the value from before it (`_Kinds.prior`)
         self.stmt_end: dict[tuple[str, int], int] = {}
         for n in _inner(fn):
+            if isinstance(n, (ast.For, ast.While)):
+                self._loops.append((n.body[0].lineno, n.end_lineno or n.lineno))
             if isinstance(n, ast.If):
                 self._ifs.append((
                     n.lineno, n.body[0].lineno, n.body[-1].end_lineno or n.lineno,
@@ -349,6 +368,13 @@ class _FnInfo:
         self.fields = {n.targets[0].id: f for n in single
                        if counts.get(n.targets[0].id) == 1
                        and (f := batch_field(n.value, {})) is not None}
+
+    def carried(self, name: str, use: int) -> list[tuple[int, ast.AST]]:
+        """The assignments of `name` below a use inside a loop body that holds both: the value
+        the next iteration reads (0.5.23 torch_native_backend.py:173 `start_q, start_kv =
+        end_q, end_kv` reaches :127's `query[:, start_q:end_q, :]`)."""
+        return [(ln, v) for ln, v in self.assigned.get(name, []) if ln > use and any(
+            b0 <= use and ln <= b1 for b0, b1 in self._loops)]
 
     def reaches(self, at: int, use: int) -> bool:
         """Whether an assignment on line `at` can reach a use on line `use`: not when they sit
