@@ -53,6 +53,13 @@ class Probe:
         Default: none."""
         return {}
 
+    def static_early(self, target: Any, platform: str, config: Any) -> dict[str, Any]:
+        """In `diag diagnose`'s torch worker, once the parent has resolved the target and the
+        configuration and before the job (the parent's census) arrives: torch-free work that
+        needs no census, as `ctx.cache` entries for `run` (which must check they are for its
+        own target and configuration). Default: none."""
+        return {}
+
     def prepare(self, ctx: Context) -> None:
         """Called for every probe before any runs: start slow work in the background here
         (e.g. a child process) so that it overlaps the other probes. Optional."""

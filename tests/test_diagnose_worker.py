@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,12 +25,13 @@ print("TORCH-IN-PARENT", "torch" in sys.modules)
 """
 
 
-def _diagnose(version: str, worker: bool) -> tuple[list[dict], bool]:
+def _diagnose(version: str, worker: bool, *args: str) -> tuple[list[dict], bool]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, DIAG_NO_CACHE="1", DIAG_PROBE_WORKER="1" if worker else "0",
                PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    p = subprocess.run([sys.executable, "-c", _SCRIPT, version], capture_output=True, text=True,
-                       env=env, timeout=300)
+    script = _SCRIPT.replace('"--json"]', '"--json", *sys.argv[2:]]')
+    p = subprocess.run([sys.executable, "-c", script, version, *args], capture_output=True,
+                       text=True, env=env, timeout=300)
     out, _, last = p.stdout.rpartition("TORCH-IN-PARENT")
     return json.loads(out)["findings"], last.strip() == "True"
 
@@ -59,6 +61,29 @@ def test_worker_and_in_process_runs_agree_and_the_parent_skips_torch(release):
     assert "only gc.collect() frees it" in runtime["summary"]
 
 
+@pytest.mark.release
+def test_a_configured_worker_agrees_with_the_in_process_run(release):
+    """With a backend configured the worker computes the configuration's static facts (the
+    host-lengths relay, the roles' classes, the forward census) from the head the parent sends
+    ahead of the job, while the parent computes the census (`Probe.static_early`): the
+    metadata-syncs finding is the in-process one, every metric and row."""
+    release("0.5.23")
+    args = ("--platform", "hip", "--attention-backend", "aiter", "--speculative-num-steps", "3")
+    remote, torch_in_parent = _diagnose("0.5.23", True, *args)
+    local, _ = _diagnose("0.5.23", False, *args)
+    assert torch_in_parent is False
+
+    def syncs(fs):
+        [f] = [f for f in fs if f["probe"] == "metadata-syncs"]
+        return [(e.get("kind"), e.get("metric"), e.get("value"), e.get("detail"))
+                for e in f["evidence"]]
+
+    got = syncs(remote)
+    assert got == syncs(local)
+    assert any((m or "").startswith("attention-forward syncs per layer, eager draft-extend")
+               for _, m, _, _ in got)
+
+
 def test_a_worker_its_parent_gave_up_on_says_nothing():
     """The parent starts the worker before it resolves the target; when the target turns out
     bad (an unreachable index, an unknown release) it gives the worker up, and nothing of the
@@ -70,9 +95,19 @@ def test_a_worker_its_parent_gave_up_on_says_nothing():
     p = subprocess.run([sys.executable, "-m", "diag.cli.probe_worker", "metadata-syncs"],
                        input=b"", capture_output=True, env=env, timeout=300)
     assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
-    # and through the parent's own stop(), at once and after the worker got going
-    from diag.cli import probe_worker
+    # after the head, before the job (the parent failed between the two)
+    import pickle
 
+    from diag.cli import probe_worker
+    from diag.context import SpecConfig
+    from diag.target import Target
+
+    head = pickle.dumps(probe_worker.Head(Target(Path("/nonexistent"), "0", "path"), "hip",
+                                          SpecConfig()))
+    p = subprocess.run([sys.executable, "-m", "diag.cli.probe_worker", "metadata-syncs"],
+                       input=head, capture_output=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (0, b"", b"")
+    # and through the parent's own stop(), at once and after the worker got going
     for delay in (0.0, 1.5):
         proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker", "metadata-syncs"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -122,3 +122,28 @@ def test_a_backend_whose_forward_is_not_read_gets_no_count(release):
     notes = [e.detail for f in finding for e in f.evidence if e.kind == "note"
              and "attention forward, eager" in e.detail]
     assert len(notes) == 4 and all("not read (DeepseekV4HipRadixBackend" in n for n in notes)
+
+
+def test_run_takes_the_workers_static_work_only_for_its_own_configuration(release, monkeypatch):
+    """`static_early` (the torch worker, before the census arrives) computes the configuration's
+    relay, roles and forward census; `run` takes them for the same target, platform and
+    configuration without computing them again, and computes its own for another."""
+    import diag.probes.metadata_syncs.probe as p
+    from diag.tui.data import finding_forward_rows
+
+    probe = get_probe("metadata-syncs")
+    cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
+    early = probe.static_early(release("0.5.23"), "hip", cfg)
+    want = finding_forward_rows(run_probe(probe, Context(
+        target=release("0.5.23"), platform="hip", execute=False, config=cfg)))
+    calls = []
+    real = p.configured
+    monkeypatch.setattr(p, "configured", lambda *a: calls.append(a) or real(*a))
+    ctx = Context(target=release("0.5.23"), platform="hip", execute=False, config=cfg,
+                  cache=dict(early))
+    assert finding_forward_rows(run_probe(probe, ctx)) == want and calls == []
+    other = SpecConfig(attention_backend="aiter", speculative_num_steps=1)
+    ctx = Context(target=release("0.5.23"), platform="hip", execute=False, config=other,
+                  cache=dict(early))
+    run_probe(probe, ctx)
+    assert len(calls) == 1 and calls[0][2] == other

@@ -392,6 +392,11 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
         except BaseException:
             _stop_worker(worker)
             raise
+        if worker[1] is not None:  # what the worker can do before the census arrives
+            from diag.cli import probe_worker
+
+            probe_worker.send_head(worker[1], probe_worker.Head(ctx.target, ctx.platform,
+                                                                ctx.config))
         _emit(ctx, _run_probes(ctx, ids, verbose, worker), as_json, fail_on, verbose,
               allow_unrecognised)
     finally:  # the exit (after the freeze: nothing left to walk), or a caller in-process

@@ -45,6 +45,16 @@ class Job:
     cache: dict[str, Any] = field(default_factory=dict)  # picklable ctx.cache entries
 
 
+@dataclass
+class Head:
+    """What the parent knows once the target resolves, sent ahead of the job: the worker does
+    each probe's `static_early` work with it while the parent computes the census."""
+
+    target: Target
+    platform: str
+    config: SpecConfig
+
+
 def start(probes: list[str]) -> subprocess.Popen | None:
     """Start the worker for `probes` (it begins importing torch at once); None when it cannot
     start."""
@@ -60,6 +70,20 @@ def start(probes: list[str]) -> subprocess.Popen | None:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     except OSError:
         return None
+
+
+def send_head(proc: subprocess.Popen, head: Head) -> None:
+    """Write `head` to the worker (a few hundred bytes: the pipe takes it at once). A worker
+    that is gone is left to `collect`; an unpicklable head is not sent (the job still is)."""
+    try:
+        data = pickle.dumps(head)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return
+    try:
+        proc.stdin.write(data)
+        proc.stdin.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def send(proc: subprocess.Popen, job: Job) -> bool:
@@ -155,6 +179,20 @@ def _measure_early(probes: list[str]) -> dict[str, Any]:
     return early
 
 
+def _static_early(probes: list[str], head: Head) -> dict[str, Any]:
+    """Each probe's `static_early` work for the head's target and configuration; a probe that
+    fails here does it again (and reports it) in its `run`."""
+    from diag.probes import get
+
+    out: dict[str, Any] = {}
+    for pid in probes:
+        try:
+            out.update(get(pid).static_early(head.target, head.platform, head.config))
+        except Exception:
+            pass
+    return out
+
+
 def _main(argv: list[str]) -> int:
     why = None
     try:
@@ -167,10 +205,20 @@ def _main(argv: list[str]) -> int:
     # a census parse): the cyclic GC skips it from here on. After the profiler cycle's
     # measurement above, which times `gc.collect()` over that heap on purpose.
     gc.freeze()
-    data = sys.stdin.buffer.read()
-    if not data:  # the parent gave up (bad input, an error of its own): nothing to run
+    static: dict[str, Any] = {}
+    try:
+        first = pickle.load(sys.stdin.buffer)  # noqa: S301  (from our parent)
+        # (run as `-m`, this module is `__main__`: the parent pickled the importable class)
+        from diag.cli.probe_worker import Head as SentHead
+
+        if isinstance(first, SentHead):  # the target and configuration, ahead of the job
+            if why is None:
+                static = _static_early(argv, first)
+            first = pickle.load(sys.stdin.buffer)  # noqa: S301
+    except (EOFError, pickle.UnpicklingError):
+        # the parent gave up (bad input, an error of its own): nothing to run
         return 0
-    job: Job = pickle.loads(data)  # noqa: S301  (from our parent)
+    job: Job = first
     if why:
         sys.stdout.buffer.write(pickle.dumps({"findings": [], "torch": why}))
         return 0
@@ -185,6 +233,8 @@ def _main(argv: list[str]) -> int:
     if job.execute:
         for k, v in early.items():
             ctx.cache.setdefault(k, v)
+    for k, v in static.items():
+        ctx.cache.setdefault(k, v)
     findings = []
     for pid in job.probes:
         findings.extend(run_probe(get(pid), ctx, verbose=job.verbose))

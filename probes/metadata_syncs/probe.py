@@ -8,6 +8,7 @@ and target-extend paths: counted on the GPU when there is one, by the CPU counte
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from diag.context import Context
@@ -140,6 +141,46 @@ def relay_of(target: Any, platform: str, cfg: Any, name: str, draft: str | None)
     return decode_seq_lens_cpu(target, platform, cfg, name, draft, model.mla, worker)
 
 
+@dataclass(frozen=True)
+class Configured:
+    """What the configuration under audit runs, read from the release alone (no torch, no
+    builders' census): the backend, the host-lengths relay, each role's classes, the audited
+    paths and the forward census of those classes. Computed by the torch worker while it waits
+    for the parent's census (`static_early`), or by `run`."""
+
+    name: str | None
+    ran: str | None
+    draft_name: str | None
+    relay: Any
+    roles: dict[str, set[str]]
+    paths: tuple[str, ...]
+    forward: Any  # census(scope="forward") of the roles' classes, or None
+
+
+def configured(target: Any, platform: str, cfg: Any) -> Configured:
+    from diag.probes.startup.default_backend import audited_backend
+
+    name, ran = audited_backend(target, platform, cfg)
+    paths = audited_paths(cfg.speculative_num_steps)
+    if not name:
+        return Configured(None, ran, None, None, {}, paths, None)
+    from diag.probes.metadata_syncs.census.count import census
+    from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
+
+    draft_name = cfg.draft_attention_backend or name
+    relay = relay_of(target, platform, cfg, name, draft_name)
+    target_roles = backend_classes(target, name, platform)
+    draft_roles = backend_classes(target, draft_name, platform)
+    roles = {"target": target_roles["target"], "draft-extend": draft_roles["draft-extend"],
+             "draft-decode": draft_roles["draft-decode"]}
+    if frozen_kv_mtp(target, cfg)[0]:  # FROZEN_KV_MTP: no draft-extend pass runs
+        roles["draft-extend"] = set()
+        paths = tuple(p for p in paths if p != "draft-extend")
+    classes = frozenset(set().union(*roles.values()))
+    forward = census(target, scope="forward", classes=classes) if classes else None
+    return Configured(name, ran, draft_name, relay, roles, paths, forward)
+
+
 def site_status(s: Any) -> str:
     """live | capture-only | unreachable | host-mirror | cannot-tell, one word per site."""
     if s.verdict == "syncs":
@@ -152,6 +193,9 @@ def registry_name(backend_class: str) -> str:
 
     names = [n for n, classes in BACKEND_NAMES.items() if backend_class in classes]
     return names[0] if names else backend_class
+
+
+_CONFIGURED = "metadata-syncs.configured"  # ctx.cache: (key, Configured) from static_early
 
 
 def _census_key(target) -> str:
@@ -171,17 +215,18 @@ class MetadataSyncsProbe(Probe):
 
         return {_census_key(ctx.target): census(ctx.target)}
 
+    def static_early(self, target: Any, platform: str, config: Any) -> dict[str, Any]:
+        return {_CONFIGURED: ((str(target.root), platform, config),
+                              configured(target, platform, config))}
+
     def _forward(self, ctx: Context, roles: dict[str, set[str]], models: Any, relay: Any,
-                 ev: list) -> None:
+                 fc: Any, ev: list) -> None:
         """The attention forward's syncs per layer on an eager pass of each phase, for the
         backends the configuration runs (`forward_totals`)."""
-        from diag.probes.metadata_syncs.census.count import census
         from diag.probes.metadata_syncs.census.reach import _MULTI_STEP
 
-        classes = frozenset(set().union(*roles.values()))
-        if not classes:
+        if fc is None:
             return
-        fc = census(ctx.target, scope="forward", classes=classes)
         read = {q for names in fc.builders.values() for q in names}
         for t in forward_totals(fc.sites, roles, ctx.config, ctx.target.version, ctx.platform,
                                 models, relay, read):
@@ -218,23 +263,12 @@ class MetadataSyncsProbe(Probe):
         ctx.cache[key] = c
         cfg = ctx.config
         models = windows(target, cfg.model, cfg.draft_model)  # the models' sliding windows
-        from diag.probes.startup.default_backend import audited_backend
-
-        name, ran = audited_backend(target, ctx.platform, cfg)
-        paths = audited_paths(cfg.speculative_num_steps)
-        draft_name = cfg.draft_attention_backend or name
-        relay = relay_of(target, ctx.platform, cfg, name, draft_name) if name else None
+        early = ctx.cache.pop(_CONFIGURED, None)  # the worker's, while it waited for the census
+        conf = early[1] if early and early[0] == (str(target.root), ctx.platform, cfg) \
+            else configured(target, ctx.platform, cfg)
+        name, ran, draft_name, relay = conf.name, conf.ran, conf.draft_name, conf.relay
+        roles, paths = conf.roles, conf.paths
         if name:  # the configuration under audit: the target verifies, the draft extends/decodes
-            target_roles = backend_classes(target, name, ctx.platform)
-            draft_roles = backend_classes(target, draft_name, ctx.platform)
-            roles = {"target": target_roles["target"],
-                     "draft-extend": draft_roles["draft-extend"],
-                     "draft-decode": draft_roles["draft-decode"]}
-            from diag.probes.startup.frozen_kv_mtp import frozen_kv_mtp
-
-            if frozen_kv_mtp(target, cfg)[0]:  # FROZEN_KV_MTP: no draft-extend pass runs
-                roles["draft-extend"] = set()
-                paths = tuple(p for p in paths if p != "draft-extend")
             target_classes = roles["target"]
             draft_classes = roles["draft-extend"] | roles["draft-decode"]
             scope = (f"--attention-backend {name}" if not ran else f"{name} ({ran})") + (
@@ -311,7 +345,7 @@ class MetadataSyncsProbe(Probe):
                                  f"configuration: {t['sites']} live sites{runs}; "
                                  f"{t['cannot_tell']} the census cannot tell{gone}{ifs}",
                                  data=t))
-            self._forward(ctx, roles, models, relay, ev)
+            self._forward(ctx, roles, models, relay, conf.forward, ev)
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))
