@@ -135,14 +135,18 @@ def _expr_kids(node: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _to_device(call: ast.Call, at: int) -> bool:
-    """The call names a device that is not the CPU (`device=d`, or its positional device
-    argument `d`, `"cuda"`), and does not ask for a non-blocking copy."""
+def _blocking_copy(call: ast.Call, positional: bool) -> bool:
+    """The call copies to a device that is not the CPU and does not ask for a non-blocking
+    copy: `device=d`, or (`positional`) a first argument that names a device (`d`, `"cuda"`);
+    `.cuda()` names its device itself."""
     if any(k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant)
                                             and not k.value.value) for k in call.keywords):
         return False
+    f = call.func
+    if isinstance(f, ast.Attribute) and f.attr == "cuda":
+        return True
     dev = next((k.value for k in call.keywords if k.arg == "device"), None)
-    if dev is None and len(call.args) > at and at == 0:
+    if dev is None and positional and call.args:
         a = call.args[0]
         named = _unparse(a).rsplit(".", 1)[-1]
         dev = a if "device" in named or (isinstance(a, ast.Constant) and isinstance(
@@ -713,10 +717,9 @@ class _Scan:
                                  f"bound `{_src(b, 40)}` of {name} is a device scalar beside a "
                                  f"Python number: read back as a Scalar", 1)
         elif (is_torch and name in ("tensor", "as_tensor") and call.args
-              and _to_device(call, 1) and kinds.of(call.args[0], line) != "tensor") or (
-                isinstance(f, ast.Attribute) and not is_torch and (
-                    (name == "to" and _to_device(call, 0)) or name == "cuda")
-                and kinds.of(f.value, line) == "host"):
+              and _blocking_copy(call, False) and kinds.of(call.args[0], line) != "tensor") or (
+                isinstance(f, ast.Attribute) and not is_torch and name in ("to", "cuda")
+                and _blocking_copy(call, True) and kinds.of(f.value, line) == "host"):
             # A blocking copy from host memory (no `non_blocking=True`): PyTorch's
             # `copy_kernel_cuda` calls `memcpy_and_sync`, which waits for the stream to drain
             # (and the sync debug mode reports it), like a read back
