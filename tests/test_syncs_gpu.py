@@ -112,3 +112,25 @@ def test_bench_on_gpu_counts_and_times(release):
     assert any("outputs identical before/after: yes" in n for n in res.notes)
     print(f"host before {host.before.median * 1e3:.3f} ms, after "
           f"{host.after.median * 1e3:.3f} ms, ratio {host.ratio:.3f}")
+
+
+def test_blocking_host_to_device_copies_sync_and_non_blocking_pinned_ones_do_not():
+    """The census's `h2d` kind (census/scan.py `_blocking_copy`) against torch's own debug mode:
+    a copy up from host memory without `non_blocking=True` waits for the stream
+    (`memcpy_and_sync`); a non-blocking copy from pinned memory does not."""
+    host = torch.arange(4)
+    pinned = torch.arange(4).pin_memory()
+    torch.cuda.synchronize()
+    with count_syncs("gpu") as blocking:
+        torch.tensor([1, 2, 3], device="cuda")
+        torch.as_tensor([1, 2, 3], device="cuda")
+        host.to("cuda")
+        host.cuda()
+    with count_syncs("gpu") as non_blocking:
+        pinned.to("cuda", non_blocking=True)
+        pinned.cuda(non_blocking=True)
+    with count_syncs("gpu") as scalar:  # a Python number: reported for the record
+        torch.tensor(5, device="cuda")
+    print(f"h2d: blocking {blocking.count}, non-blocking pinned {non_blocking.count}, "
+          f"scalar {scalar.count}")
+    assert (blocking.count, non_blocking.count) == (4, 0)
