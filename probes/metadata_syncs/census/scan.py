@@ -135,12 +135,17 @@ def _expr_kids(node: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _non_blocking(call: ast.Call) -> bool:
+    """`non_blocking=` anything but a false constant: the copy does not wait by itself."""
+    return any(k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant)
+                                                and not k.value.value) for k in call.keywords)
+
+
 def _blocking_copy(call: ast.Call, positional: bool) -> bool:
     """The call copies to a device that is not the CPU and does not ask for a non-blocking
     copy: `device=d`, or (`positional`) a first argument that names a device (`d`, `"cuda"`);
     `.cuda()` names its device itself."""
-    if any(k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant)
-                                            and not k.value.value) for k in call.keywords):
+    if _non_blocking(call):
         return False
     f = call.func
     if isinstance(f, ast.Attribute) and f.attr == "cuda":
@@ -679,10 +684,8 @@ class _Scan:
             add(name, verdict, why, 1)
         elif isinstance(f, ast.Attribute) and name == "to" and any(
                 isinstance(a, ast.Constant) and a.value == "cpu"
-                for a in [*call.args, *(k.value for k in call.keywords)]) and not any(
-                k.arg == "non_blocking" and not (isinstance(k.value, ast.Constant)
-                                                 and not k.value.value)
-                for k in call.keywords):  # a non-blocking copy does not wait by itself
+                for a in [*call.args, *(k.value for k in call.keywords)]) and \
+                not _non_blocking(call):  # a non-blocking copy does not wait by itself
             verdict, why = _classify(kinds.of(f.value, line), f"`{_src(f.value, 40)}`")
             add("to(cpu)", verdict, why, 1)
         elif name in _DYNAMIC and (is_torch or isinstance(f, ast.Attribute)):
