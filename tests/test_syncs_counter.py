@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 
 import pytest
 import torch
@@ -113,6 +114,22 @@ def test_tags_propagate_through_ops_and_copies():
         pinned = torch.tensor([1, 2], pin_memory=False).to(dev.device, non_blocking=True)  # 0
         pinned.tolist()  # 1
     assert rep.count == 5
+
+
+def test_new_tensor_from_host_data_onto_a_device_tensor_is_a_blocking_copy():
+    """`cu_seqlens_q.new_tensor([n])` (sglang 0.5.23 flashattention_backend.py:1764): a Python
+    list onto the device tensor's device, the copy torch.tensor(data, device=d) makes."""
+    dev = torch.tensor([0, 3, 7])
+    host = torch.tensor([1])
+    with count_syncs("cpu", _dev(dev)) as rep:
+        up = dev.new_tensor([9])  # 1: host list -> device
+        up.sum().item()  # 1: the new tensor is a device tensor
+        host.new_tensor([2]).tolist()  # 0: a host tensor's new_tensor stays on the host
+        with warnings.catch_warnings():  # torch suggests clone() for a tensor argument
+            warnings.simplefilter("ignore", UserWarning)
+            dev.new_tensor(dev)  # 0: already on the device
+    assert rep.count == 2
+    assert rep.events[0].op == "Tensor.new_tensor from host data (blocking copy)"
 
 
 def test_attribution_names_the_caller_outside_torch():

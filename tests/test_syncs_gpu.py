@@ -126,11 +126,15 @@ def test_blocking_host_to_device_copies_sync_and_non_blocking_pinned_ones_do_not
         torch.as_tensor([1, 2, 3], device="cuda")
         host.to("cuda")
         host.cuda()
+    dev = torch.arange(4, device="cuda")
+    torch.cuda.synchronize()
+    with count_syncs("gpu") as new_tensor:  # census/scan.py's new_tensor arm
+        dev.new_tensor([7])
     with count_syncs("gpu") as non_blocking:
         pinned.to("cuda", non_blocking=True)
         pinned.cuda(non_blocking=True)
     with count_syncs("gpu") as scalar:  # a Python number: reported for the record
         torch.tensor(5, device="cuda")
     print(f"h2d: blocking {blocking.count}, non-blocking pinned {non_blocking.count}, "
-          f"scalar {scalar.count}")
-    assert (blocking.count, non_blocking.count) == (4, 0)
+          f"scalar {scalar.count}, new_tensor {new_tensor.count}")
+    assert (blocking.count, non_blocking.count, new_tensor.count) == (4, 0, 1)

@@ -112,22 +112,6 @@ MISSES = {
     # input's writers and keeps it live on draft-extend
     ("0.5.19", FA, 3077): "spec-input writers",
     ("0.5.23", FA, 3300): "spec-input writers",
-    # 0.5.23 moved Llama 4's chunked local attention to local_attention.py's
-    # LocalAttentionMetadataBuilder, which the backend holds through a factory method
-    # (`self.local_attn_builder = self._maybe_init_local_attn_builder(...)`,
-    # flashattention_backend.py:242, returning another module's class :397): the census follows
-    # a held object only where `__init__` builds a class of the same module (census.objects)
-    **{("0.5.23", LA, n): "held object of another module" for n in (125, 126, 204, 205)},
-    # a copy cached on the backend (`if identity_scale is None: ... self._q8kv8_identity_scale =
-    # torch.tensor([1.0], device=dev)`, 0.5.19 dsa_backend.py:2658-2660, 0.5.23 :3128-3130):
-    # once per process; the census counts the branch on every pass
-    ("0.5.19", A + "dsa_backend.py", 2659): "memoized",
-    ("0.5.23", A + "dsa_backend.py", 3129): "memoized",
-    # `cu_seqlens_q.new_tensor([n])` (0.5.19 flashattention_backend.py:1540, 0.5.23 :1764): a
-    # host list onto the tensor's device; neither the census nor the live counter reads
-    # `new_tensor` as a copy
-    ("0.5.19", FA, 1540): "new_tensor",
-    ("0.5.23", FA, 1764): "new_tensor",
     # the reader's NPU-only indexer rows (dsa_npu_indexer.py) and the arguments no caller passes
     # (0.5.19 dsa_indexer.py:1391 `cp_index`, 0.5.23 dsa_indexer_kpool.py:1442): the census
     # does not follow those calls, so lists them neither live nor unreachable
@@ -142,10 +126,18 @@ DIFFER = {
     # Llama 4 chunked attention, eager: the reader rules idle out (an empty batch fails on an
     # empty array before the copy, 0.5.19 flashattention_backend.py:3186); the census keeps it
     (FA, 3191): "idle", (FA, 3192): "idle",
+    # the same copies in 0.5.23's LocalAttentionMetadataBuilder.build (local_attention.py:125,
+    # :126; a bs-0 batch raises at cu_num_blocks[-1] of an empty array, :290, first)
+    (LA, 125): "idle", (LA, 126): "idle",
     # multi-item scoring copies: the delimiter indices are set only for scoring batches, target
     # prefills (0.5.23 forward_batch_info.py:1328-1337); the census keeps every mode of the
     # builder's extend arm (draft-extend, other)
     (A + "flashinfer_backend.py", 685): "scoring", (A + "flashinfer_backend.py", 726): "scoring",
+    # `cu_seqlens_q.new_tensor([num_padded_tokens])` (0.5.19 flashattention_backend.py:1540,
+    # 0.5.23 :1764): the reader puts it on target extends only (the padding of the piecewise
+    # CUDA graph, `extend_num_tokens < q.shape[0]`, 0.5.23 :1759-1762); the census does not
+    # read that data test and keeps every extend-side mode of forward_extend
+    (FA, 1540): "padding", (FA, 1764): "padding",
 }
 
 
@@ -160,6 +152,8 @@ def _hand(version: str, forward: bool) -> list[dict]:
             r = r | {"phases": [*r["phases"], "idle"]}
         elif why == "scoring":
             r = r | {"phases": [*r["phases"], "draft-extend", "other"]}
+        elif why == "padding":
+            r = r | {"phases": [*r["phases"], "draft-extend", "target-verify", "other"]}
         out.append(r)
     return out
 

@@ -182,7 +182,8 @@ def configured(target: Any, platform: str, cfg: Any) -> Configured:
 
 
 def site_status(s: Any) -> str:
-    """live | capture-only | unreachable | host-mirror | cannot-tell, one word per site."""
+    """live | capture-only | once | unreachable | host-mirror | cannot-tell, one word per
+    site."""
     if s.verdict == "syncs":
         return "live" if s.path_class == "per-step" else s.path_class
     return s.verdict
@@ -316,7 +317,7 @@ class MetadataSyncsProbe(Probe):
 
         # per-step syncs: repeat_interleave first (two syncs each, what the fix addresses)
         order = {"reaches": 0, "cannot-tell": 1, "not-on-path": 2, "capture-only": 3,
-                 "unreachable": 4}
+                 "once": 3, "unreachable": 4}
         listed = sorted((s for s in c.sites if s.syncs or s.verdict == "cannot-tell"),
                         key=lambda s: (order[reach(s)], s.verdict != "syncs",
                                        s.kind != "repeat_interleave", -s.syncs, s.file, s.line,
@@ -356,6 +357,7 @@ class MetadataSyncsProbe(Probe):
             why_cfg = config_reason(s)
             where = {"reaches": "on the path under audit", "not-on-path": "not on it",
                      "capture-only": "only under graph capture", "unreachable": "cannot run",
+                     "once": "once per process (a cache fill)",
                      "cannot-tell": "path cannot tell"}[r]
             if why_cfg and r == "unreachable" and s.path_class == "per-step":
                 where = f"unreachable ({why_cfg})"
@@ -380,12 +382,15 @@ class MetadataSyncsProbe(Probe):
         ev.append(note(f"{len(unsure)} calls the census cannot classify (device or host "
                        f"unknown), {sum(s.verdict == 'host-mirror' for s in c.sites)} read host "
                        f"mirrors, {sum(s.verdict == 'capture-only' for s in c.sites)} run only "
-                       f"under graph capture, {sum(s.verdict == 'unreachable' for s in c.sites)}"
+                       f"under graph capture, {sum(s.verdict == 'once' for s in c.sites)} only "
+                       f"once (a cache fill), "
+                       f"{sum(s.verdict == 'unreachable' for s in c.sites)}"
                        f" sit in branches that cannot run"))
         for backend, counts in sorted(c.by_backend().items()):
             ev.append(row(backend=backend, on_path="yes" if modes_of(backend) else "no",
                           syncs=counts["syncs"], sync_count=counts["sync_count"],
                           host_mirror=counts["host-mirror"], capture_only=counts["capture-only"],
+                          once=counts["once"],
                           unreachable=counts["unreachable"],
                           cannot_tell=counts["cannot-tell"]))
         if name and not target_classes:

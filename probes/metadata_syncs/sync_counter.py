@@ -316,6 +316,17 @@ def _cpu_modes(report: SyncReport, tags: DeviceTags):
                             out = src.clone()
                     tags.tag(out, "device" if to_dev else "host")
                     return out
+            if src is not None and name == "new_tensor":
+                # `t.new_tensor(data)`: `data` onto t's device (or `device=`), the blocking copy
+                # of torch.tensor(data, device=d) where the data is not already a device tensor
+                dest = kwargs.get("device")
+                to_dev = dev_like(dest) if dest is not None else tags.on_device(src)
+                data = args[1] if len(args) > 1 else kwargs.get("data")
+                if to_dev and not (isinstance(data, torch.Tensor) and tags.on_device(data)):
+                    hit("Tensor.new_tensor from host data (blocking copy)")
+                out = func(*args, **kwargs)
+                tags.tag(out, "device" if to_dev else "host")
+                return out
             if name in ("tensor", "as_tensor") and dev_like(kwargs.get("device")):
                 hit(f"torch.{name} from host data (blocking copy)")
             out = func(*args, **kwargs)

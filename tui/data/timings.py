@@ -189,7 +189,7 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
                 measured.append(SyncRow(name, loc, d.get("syncs", NA), NA, f"measured ({how})"))
             elif e.kind == "location" and d.get("source") == "static" and d.get("builder"):
                 fn = str(d["builder"])
-                # a capture-only or unreachable site is listed, never counted per call
+                # a capture-only, once or unreachable site is listed, never counted per call
                 n = d.get("syncs", NA) if d.get("status", "live") in ("live", "cannot-tell") \
                     else 0
                 where = "DE path" if d.get("reach") == "reaches" else str(d.get("reach", "other"))

@@ -25,6 +25,8 @@ Each sync-prone call in a builder gets one verdict:
   caller in the file) - no sync;
 - `capture-only`: reached only while a CUDA graph is captured (capture flags such as
   `in_capture` / `is_capture_mode`, `*capture*` entry points), not per step;
+- `once`: in the fill of a cache the backend keeps (`if self._x is None: ... self._x = ...`,
+  census.memo): the first pass pays it, not every step;
 - `unreachable`: in a branch that cannot run (an `else` that contradicts the branch around it,
   a helper no reachable call reaches);
 - `cannot-tell`: the census cannot say whether the tensor lives on the device.

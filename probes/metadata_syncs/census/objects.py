@@ -10,7 +10,8 @@ attributes copied from the backend that built it (`self.kv_indptr = attn_backend
 :4904, where the backend passed itself) are on the device where the backend's are.
 
 Only what the source says: an attribute every assignment of which builds the same class of
-this module. An alias bound under an `if`/`elif` chain of `__init__` (0.5.23
+this module, or of another attention module (imported; its methods are followed in their own
+file, `reach._builders`), directly or through a factory method of the holder. An alias bound under an `if`/`elif` chain of `__init__` (0.5.23
 flashinfer_backend.py:1615-1621: `self.update` is `update_sliding_window`,
 `update_cross_attention` or `update_single_wrapper` by the backend's `dispatch_reason`) resolves
 to every method it may bind, each with the tests that choose it as guards on the call
@@ -20,6 +21,7 @@ to every method it may bind, each with the tests that choose it as guards on the
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 Tests = tuple[tuple[ast.expr, bool], ...]  # the (test, holds) of the ifs on the way
 
@@ -63,8 +65,10 @@ class Objects:
     the parameter of C.__init__ it passes itself as; `copied(C)[attr]` the `param.attr` C's
     `__init__` copies."""
 
-    def __init__(self, classes: dict[str, ast.ClassDef]) -> None:
+    def __init__(self, classes: dict[str, ast.ClassDef],
+                 foreign: Callable[[str], bool] = lambda _: False) -> None:
         self.classes = classes
+        self.foreign = foreign  # a name imported from another attention module's class
         self.built_by: dict[str, tuple[str, str]] = {}
         self._held: dict[str, dict[str, str]] = {}
         self._own: dict[str, tuple[dict[str, str], dict[str, tuple[tuple[str, Tests], ...]],
@@ -88,13 +92,32 @@ class Objects:
                 v = n.value
                 if isinstance(v, ast.Constant) and v.value is None:
                     continue  # `self.x = None` first, the object later: still one class
-                made = v.func.id if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) \
-                    and v.func.id in self.classes else None
+                made = self._made(b, v)
                 seen.setdefault(attr, set()).add(made)
-                if made is not None:
+                if made is not None and made in self.classes:
                     self._note_builder(bname, made, v)
         return {a: next(iter(cs)) for a, cs in seen.items()  # type: ignore[misc]
                 if len(cs) == 1 and None not in cs}
+
+    def _made(self, b: ast.ClassDef, v: ast.AST, factory: bool = True) -> str | None:
+        """The class `v` builds: `C(...)` of this module or one imported from another attention
+        module, or (`factory`) `self._m(...)` whose every return builds one class or is None
+        (0.5.23 flashattention_backend.py:241 `self.local_attn_builder =
+        self._maybe_init_local_attn_builder(model_runner)`, returning None or
+        `LocalAttentionMetadataBuilder(...)` of local_attention.py, :383-397)."""
+        if not isinstance(v, ast.Call):
+            return None
+        if isinstance(v.func, ast.Name):
+            name = v.func.id
+            return name if name in self.classes or self.foreign(name) else None
+        meth = _self_attr(v.func)
+        m = _methods(b).get(meth or "")
+        if not factory or m is None:
+            return None
+        rets = [r.value for r in ast.walk(m) if isinstance(r, ast.Return)]
+        made = {self._made(b, r, False) for r in rets
+                if r is not None and not (isinstance(r, ast.Constant) and r.value is None)}
+        return made.pop() if len(made) == 1 else None
 
     def _note_builder(self, bname: str, made: str, call: ast.Call) -> None:
         init = _methods(self.classes[made]).get("__init__")
@@ -151,9 +174,15 @@ class Objects:
         return aliases, chosen, copied
 
 
-def objects(classes: dict[str, ast.ClassDef]) -> Objects:
+def objects(classes: dict[str, ast.ClassDef],
+            foreign: Callable[[str], bool] = lambda _: False) -> Objects:
     """The module's `Objects` (module docstring), read lazily."""
-    return Objects(classes)
+    return Objects(classes, foreign)
+
+
+def held_class(objs: Objects, holder: str, attr: str) -> str | None:
+    """The class `holder`'s `self.<attr>` holds, of this module or imported (`Objects.held`)."""
+    return objs.held(holder).get(attr)
 
 
 def method_of(objs: Objects, holder: str, attr: str, meth: str) -> tuple[str, str] | None:

@@ -25,11 +25,15 @@ from diag.probes.source import (
 # Modes follow ForwardMode (forward_batch_info.py of 0.5.17-0.5.23): EXTEND/MIXED/SPLIT_PREFILL
 # are the target's extend, DRAFT_EXTEND(_V2) the draft's, DLLM_EXTEND/PREBUILT "other".
 MODES = ("target-extend", "draft-extend", "target-verify", "decode", "idle", "other")
-PHASES = ("step", "capture")  # per-step run (eager or graph replay) / graph capture
+# per-step run (eager or graph replay) / graph capture / once per process (the fill of a cache
+# the backend keeps: `if self._x is None: self._x = ...`, census.memo); an entry point runs in
+# the first two, a branch narrows them
+RUN_PHASES = ("step", "capture")
+PHASES = (*RUN_PHASES, "once")
 State = frozenset
 ALL: frozenset = frozenset((m, p) for m in MODES for p in PHASES)
 NONE: frozenset = frozenset()
-PATH_CLASSES = ("per-step", "capture-only", "unreachable", "cannot-tell")
+PATH_CLASSES = ("per-step", "capture-only", "once", "unreachable", "cannot-tell")
 
 _ENUM_MODES = {"EXTEND": "target-extend", "MIXED": "target-extend",
                "SPLIT_PREFILL": "target-extend", "DRAFT_EXTEND": "draft-extend",
@@ -106,7 +110,7 @@ def seed_state(name: str) -> frozenset:
     if name in _MODEL_ENTRY:
         return _modes(_MODEL_ENTRY[name], ("step",))
     phases = ("capture",) if "capture" in name and "replay" not in name else \
-        ("step",) if "replay" in name else PHASES
+        ("step",) if "replay" in name else RUN_PHASES
     for hint, mode in (("verify", "target-verify"), ("draft_extend", "draft-extend"),
                        ("decode", "decode")):
         if hint in name:
@@ -263,7 +267,7 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
     if isinstance(e, ast.Name) and facts.get(e.id) == "none":
         return Cond(NONE, ALL)
     if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):
-        return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step",)))
+        return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step", "once")))
     return Cond(ALL, ALL)
 
 
@@ -477,7 +481,7 @@ def path_class(state: frozenset, unknown: bool) -> str:
     if unknown:
         return "cannot-tell"
     if not any(p == "step" for _, p in state):
-        return "capture-only"
+        return "once" if any(p == "once" for _, p in state) else "capture-only"
     return "per-step"
 
 

@@ -22,10 +22,12 @@ from diag.probes.metadata_syncs.census.guards import (
     spec_params,
 )
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
+from diag.probes.metadata_syncs.census.memo import emptied
 from diag.probes.metadata_syncs.census.objects import (
     choices,
     device_copies,
     held_call,
+    held_class,
     method_of,
     objects,
 )
@@ -39,7 +41,7 @@ from diag.probes.metadata_syncs.census.paths import (
     step_paths,
 )
 from diag.probes.metadata_syncs.census.scan import _Edge, _Scan
-from diag.probes.metadata_syncs.census.scopes import BUILDERS, Scope
+from diag.probes.metadata_syncs.census.scopes import BUILDERS, FORWARD, Scope
 from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, ATTENTION_DIR
 from diag.probes.metadata_syncs.census.wrapped import is_held, wrapped
 from diag.probes.source import (
@@ -48,6 +50,21 @@ from diag.probes.source import (
     index,
 )
 from diag.probes.source import inner as _inner
+
+
+def _self_attr_name(f: ast.AST) -> str | None:
+    """`m` of a call's function `self.m`."""
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        return f.attr
+    return None
+
+
+def _methods_of(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    out = getattr(cls, "_diag_methods", None)  # kept on the node, as `methods` below
+    if out is None:
+        out = cls._diag_methods = {  # type: ignore[attr-defined]
+            m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+    return out
 
 
 def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = BUILDERS
@@ -80,7 +97,30 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         return None
 
     here = index(tree)
-    objs = objects(classes)
+    foreign: dict[str, tuple[str, ModuleIndex, ast.ClassDef] | None] = {}
+
+    def foreign_class(name: str) -> tuple[str, ModuleIndex, ast.ClassDef] | None:
+        """(file, module, class) of a class another scanned attention module defines and
+        this one imports by `name`."""
+        if name not in foreign:
+            foreign[name] = None
+            dotted = here.imports.get(name, "")
+            b = modules.resolve(here, name) if modules is not None and \
+                dotted.startswith(_ATTENTION_PKG) else None
+            # a backend held by another (0.5.19 minicpm/backend.py:137 holds a
+            # FlashAttentionBackend) is scanned in its own module, with its own class's facts:
+            # only a helper object without entry points of its own is followed here
+            if b is not None and isinstance(b.node, ast.ClassDef) and not any(
+                    BUILDERS.is_seed(m) or FORWARD.is_seed(m) for m in _methods_of(b.node)):
+                rel = modules.relpath(b.path)  # type: ignore[union-attr]
+                other = modules.module(b.dotted)  # type: ignore[union-attr]
+                if f"/{ATTENTION_DIR}/" in f"/{rel}" and other is not None:
+                    foreign[name] = (rel, other, b.node)
+        return foreign[name]
+
+    objs = objects(classes, lambda n: n not in classes and foreign_class(n) is not None)
+    # a method of another module's class (a held object's): that class, for its `self.m(...)`
+    home_class: dict[int, ast.ClassDef] = {}
     # a method reached through an object a backend holds (`self.updater.update(...)`) -> its
     # class: the backend it runs as (its own `self`)
     owner: dict[int, str] = {}
@@ -114,6 +154,15 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         f = call.func
         home = homes.get(id(where)) if where is not None else None
         if home is not None:  # inside a helper of another module: its own names
+            cls = home_class.get(id(where))
+            if cls is not None and (m := _self_attr_name(f)) is not None:
+                fn = _methods_of(cls).get(m)
+                if fn is None:
+                    return None
+                homes.setdefault(id(fn), home)
+                home_class[id(fn)] = cls
+                owner[id(fn)] = cls.name
+                return f"{cls.name}.{m}", fn
             if isinstance(f, ast.Name):
                 if f.id in home[1].funcs:
                     fn = home[1].funcs[f.id]
@@ -134,6 +183,18 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
                     owner[id(fn[1])] = held[0]
                     held_by.setdefault(held[0], held_by.get(backend, backend))
                     return f"{fn[0]}.{held[1]}", fn[1]
+            cname = held_class(objs, backend, attr_meth[0])
+            away = foreign_class(cname) if cname and cname not in classes else None
+            meth = _methods_of(away[2]).get(attr_meth[1]) if away else None
+            if away is not None and meth is not None:
+                # another module's object (0.5.23 flashattention_backend.py:3403
+                # `self.local_attn_builder.build(...)`, local_attention.py:96): its method
+                # in its own file, its sites counted for the backend that holds it
+                homes[id(meth)] = (away[0], away[1])
+                home_class[id(meth)] = away[2]
+                owner[id(meth)] = away[2].name
+                held_by.setdefault(away[2].name, held_by.get(backend, backend))
+                return f"{away[2].name}.{attr_meth[1]}", meth
         elif isinstance(f, ast.Name) and f.id in funcs:
             return f.id, funcs[f.id]
         elif isinstance(f, ast.Name):
@@ -185,6 +246,21 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         return out
 
     resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
+
+    def emptied_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
+        """What a method of the class (or of a base in this module) empties again."""
+        seen = seen if seen is not None else set()
+        cls = classes.get(backend)
+        if cls is None or backend in seen:
+            return set()
+        seen.add(backend)
+        out = emptied(cls)
+        for b in cls.bases:
+            if isinstance(b, ast.Name):
+                out = out | emptied_attrs(b.id, seen)
+        return out
+
+    resolve.emptied = emptied_attrs  # type: ignore[attr-defined]
     devices: dict[str, set[str]] = {}
 
     def device_attrs(backend: str) -> set[str]:

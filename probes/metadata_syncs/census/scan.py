@@ -18,6 +18,7 @@ from diag.probes.metadata_syncs.census.guards import (
     spec_aliases,
 )
 from diag.probes.metadata_syncs.census.kinds import _classify, _FnInfo, _Kinds
+from diag.probes.metadata_syncs.census.memo import memo_fill
 from diag.probes.metadata_syncs.census.paths import (
     ALL,
     NONE,
@@ -202,6 +203,7 @@ class _Scan:
         self.edges: list[_Edge] = []
         self.chain: tuple[str, ...] = ()  # set by _analyse: the calls that reach it
         self.stack: list[Guard] = []  # the guards around the statement being read
+        self.memo: list[str] = []  # the one-time cache fills around it (census.memo)
 
     def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
         self.stack = sorted(guards, key=lambda g: (g[3], g[0], g[1]))
@@ -360,6 +362,19 @@ class _Scan:
             self.expr(st.test, state, unknown)
             capture = frozenset((m, "capture") for m, _ in state)
             return self.block(st.body, capture, unknown) | self.block(st.orelse, state, unknown)
+        if isinstance(st, ast.If) and (attr := memo_fill(st, self.fn)) and \
+                attr not in getattr(self.resolve, "emptied", lambda _: ())(self.backend):
+            # `if self._x is None: ...; self._x = ...`: the body fills a cache the backend
+            # keeps, on the first pass only (census.memo); the rest runs as ever
+            self.expr(st.test, state, unknown)
+            once = frozenset((m, "once") for m, _ in state)
+            self.memo.append(f"`self.{attr}` ({self._where(st)})")
+            try:
+                body = self.block(st.body, once, unknown)
+            finally:
+                self.memo.pop()
+            # later passes skip the body: what follows runs on every path it reached
+            return (state if body else NONE) | self.block(st.orelse, state, unknown)
         if isinstance(st, ast.If):
             self.expr(st.test, state, unknown)
             c = self.cond(st.test)
@@ -608,6 +623,11 @@ class _Scan:
                 "it, or no caller reaches it)")
         elif pclass == "capture-only" and verdict != "host-mirror":
             verdict, why = "capture-only", "runs only while a graph is captured"
+        elif pclass == "once" and verdict != "host-mirror":
+            fill = f"fills the cache {self.memo[-1]}" if self.memo else \
+                "reached only from the fill of a cache the backend keeps"
+            verdict, why = "once", f"runs on the first pass only: it {fill}, which later " \
+                f"passes reuse ({why})"
         # a helper object's method counts for the backend that holds it (census.objects)
         backend = getattr(self.resolve, "held_by", {}).get(self.backend, self.backend)
         self.sites.append(Site(self.rel, call.lineno, self.qual, backend, _src(call), kind,
@@ -729,6 +749,23 @@ class _Scan:
             what = call.args[0] if is_torch else f.value
             add("h2d", "syncs", f"`{_src(what, 40)}` is host data copied to the device without "
                 "non_blocking: the copy waits for the stream", 1)
+        elif isinstance(f, ast.Attribute) and not is_torch and name == "new_tensor" \
+                and call.args and kinds.of(call.args[0], line) != "tensor":
+            # `t.new_tensor([n])`: host data onto `t`'s device (or `device=`), the same blocking
+            # copy as torch.tensor(data, device=d) (0.5.19 flashattention_backend.py:1540,
+            # 0.5.23 :1764)
+            if any(k.arg == "device" for k in call.keywords):
+                if not _blocking_copy(call, False):
+                    return
+                verdict, why = "syncs", "`device=` names a device"
+            else:
+                verdict, why = _classify(kinds.of(f.value, line), f"`{_src(f.value, 40)}`")
+                if verdict == "host-mirror":
+                    return  # a host tensor's new_tensor stays on the host
+            if verdict == "syncs":
+                why += f"; new_tensor copies the host data `{_src(call.args[0], 30)}` there " \
+                    "without non_blocking: the copy waits for the stream"
+            add("h2d", verdict, why, 1)
         elif is_torch and name == "equal" and len(call.args) == 2:
             # `torch.equal(a, b)` returns a Python bool: it reads the comparison back from the
             # device (0.5.23 aiter_backend.py:1358-1359, the ASM context-gather self-check)

@@ -21,7 +21,7 @@ from diag.probes.metadata_syncs.census.paths import (
     _EXTERNAL,
     _MODEL_ENTRY,
     NONE,
-    PHASES,
+    RUN_PHASES,
     _modes,
     seed_state,
 )
@@ -65,7 +65,7 @@ class Scope:
     def seed_state(self, name: str) -> frozenset:
         if self.name == "forward":
             # eager passes ("step") and the capture run of a captured mode ("capture")
-            return _modes(_FORWARD_ENTRY[name], PHASES) if name in _FORWARD_ENTRY else NONE
+            return _modes(_FORWARD_ENTRY[name], RUN_PHASES) if name in _FORWARD_ENTRY else NONE
         return seed_state(name)
 
 

@@ -66,7 +66,7 @@ BACKEND_NAMES = {
 # Helpers that build metadata but are called from forward(), not from init_forward_metadata*.
 _NAMED_BUILDER = re.compile(r"^_?(build|make|prepare|attach|compute)_\w*meta")
 
-VERDICTS = ("syncs", "host-mirror", "capture-only", "unreachable", "cannot-tell")
+VERDICTS = ("syncs", "host-mirror", "capture-only", "once", "unreachable", "cannot-tell")
 
 
 # A guard: (fact, op, value, where, text): `fact` a SpecConfig field or `mirror:<name>` (a

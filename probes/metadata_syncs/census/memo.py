@@ -1,0 +1,102 @@
+"""One-time cache fills: `if self._x is None: ...; self._x = ...` runs once per backend object.
+
+Why: a copy or read-back that fills a cache the backend keeps is paid on the first pass only,
+not per step (0.5.19 dsa_backend.py:2657-2660, 0.5.23 :3127-3130: `identity_scale =
+self._q8kv8_identity_scale; if identity_scale is None: identity_scale = torch.tensor([1.0],
+device=dev); self._q8kv8_identity_scale = identity_scale`, the attribute None from `__init__`
+(0.5.19 :438, 0.5.23 :701) and assigned nowhere else). A cache on the per-forward metadata
+(`if metadata.x is None: metadata.x = ...`) is filled once per forward: still per step, not
+matched here.
+"""
+
+from __future__ import annotations
+
+import ast
+
+
+def _self_attr(e: ast.AST) -> str | None:
+    """`self.a` or `getattr(self, "a"[, default])`: "a"."""
+    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+        return e.attr
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" \
+            and len(e.args) in (2, 3) and isinstance(e.args[0], ast.Name) \
+            and e.args[0].id == "self" and isinstance(e.args[1], ast.Constant) \
+            and isinstance(e.args[1].value, str):
+        return e.args[1].value
+    return None
+
+
+def _tested(test: ast.AST) -> ast.AST | None:
+    """What `x is None`, `not x` and `not hasattr(self, "a")` test to be absent."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
+            and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None:
+        return test.left
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        e = test.operand
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "hasattr":
+            return ast.Call(ast.Name("getattr", ast.Load()), e.args, [])
+        return e
+    return None
+
+
+def _own_nodes(stmts: list[ast.stmt]):
+    """The nodes of `stmts`, nested function and class bodies left out (they run elsewhere)."""
+    todo: list[ast.AST] = list(stmts)
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(n))
+
+
+def _local_source(fn: ast.AST, name: str, line: int) -> str | None:
+    """The attribute a local holds at `line`: its last plain assignment before, `n = self.a`."""
+    best: tuple[int, str | None] = (-1, None)
+    for n in _own_nodes(getattr(fn, "body", [])):
+        if isinstance(n, ast.Assign) and n.lineno < line and best[0] < n.lineno and any(
+                isinstance(t, ast.Name) and t.id == name for t in n.targets):
+            best = (n.lineno, _self_attr(n.value) if len(n.targets) == 1 else None)
+    return best[1]
+
+
+def memo_fill(st: ast.If, fn: ast.AST) -> str | None:
+    """The attribute `st` fills once: its test finds `self.<a>` empty (directly, or through a
+    local read from it) and its body stores `self.<a> = ...`; else None."""
+    e = _tested(st.test)
+    if e is None:
+        return None
+    attr = _self_attr(e)
+    if attr is None and isinstance(e, ast.Name):
+        attr = _local_source(fn, e.id, st.lineno)
+    if attr is None:
+        return None
+    for n in _own_nodes(st.body):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(_self_attr(t) == attr for t in targets if isinstance(t, ast.Attribute)):
+                return attr
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
+                and n.func.id == "setattr" and len(n.args) == 3 and _self_attr(
+                    ast.Call(ast.Name("getattr", ast.Load()), n.args[:2], [])) == attr:
+            return attr
+    return None
+
+
+def emptied(cls: ast.ClassDef) -> set[str]:
+    """The `self.<a>` a method other than `__init__` sets to None (or deletes): a cache emptied
+    again, per step perhaps, whose fill is not once per process (kept on the node)."""
+    out = getattr(cls, "_diag_emptied", None)
+    if out is None:
+        out = set()
+        for m in cls.body:
+            if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) or m.name == "__init__":
+                continue
+            for n in _own_nodes(m.body):
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) \
+                        and n.value.value is None:
+                    out |= {a for t in n.targets if (a := _self_attr(t))}
+                elif isinstance(n, ast.Delete):
+                    out |= {a for t in n.targets if (a := _self_attr(t))}
+        cls._diag_emptied = out  # type: ignore[attr-defined]
+    return out
