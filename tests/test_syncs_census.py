@@ -316,3 +316,42 @@ def test_tui_sync_rows_read_data_not_prose(release):
     assert rows[0].before == 2 and rows[0].source == "measured (cpu)"
     static = [r for r in rows if r.source.startswith("static")]
     assert static[0].builder == ATTACH and static[0].source == "static, DE path"
+
+
+def test_a_zero_dim_device_integer_index_is_read_back(tmp_path):
+    """`req_to_token[req_pool_idx, a:b]` with `req_pool_idx = req_pool_indices[i]` (sglang 0.5.23
+    torch_native_backend.py:138-139): PyTorch reads a 0-dim integer index back before the
+    select (`aten._local_scalar_dense`, as the live counter sees it), one sync beside the slice
+    bound's; `x[i]` alone is an `index` site; a 1-D device index tensor is advanced indexing
+    (no read back), and a `range` loop variable is a Python int."""
+    from diag.probes.metadata_syncs.census.count import scan_file
+
+    src = tmp_path / "standin_backend.py"
+    src.write_text(
+        "class StandInBackend:\n"
+        "    def init_forward_metadata(self, forward_batch):\n"
+        "        out = []\n"
+        "        for i in range(forward_batch.batch_size):\n"
+        "            idx = forward_batch.req_pool_indices[i]\n"
+        "            end = forward_batch.seq_lens[i]\n"
+        "            out.append(self.req_to_token[idx, :end])\n"
+        "            out.append(self.req_to_token[idx])\n"
+        "            out.append(self.req_to_token[forward_batch.req_pool_indices, :4])\n"
+        "            out.append(self.req_to_token[i, :4])\n"
+        "        return out\n")
+    _, sites, _ = scan_file(src, "sglang/srt/layers/attention/standin_backend.py")
+    assert sorted((s.line, s.kind, s.verdict, s.syncs) for s in sites) == [
+        (7, "slice-bound", "syncs", 2), (8, "index", "syncs", 1)]
+
+
+def test_the_counter_sees_the_zero_dim_index_read():
+    """The live side of the rule above, on CPU with device-tagged tensors."""
+    import torch
+
+    from diag.probes.metadata_syncs.sync_counter import DeviceTags, count_syncs
+
+    table, idx = torch.arange(20).view(4, 5), torch.tensor([2, 0, 1])
+    with count_syncs("cpu", DeviceTags(device=(idx,))) as rep:
+        table[idx[0], 1:3]  # 1: the 0-dim device index
+        table[idx, 1:3]  # 0: advanced indexing
+    assert rep.count == 1

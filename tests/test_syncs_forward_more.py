@@ -26,11 +26,6 @@ TN, LOG = A + "torch_native_backend.py", "sglang/kernels/kernel_api_logging.py"
 KIND = {"scalar-arg": "size"}  # the reader's word for a device scalar passed as an int bound
 # (version or "*", file, line) -> why the census does not meet the row
 MISSES = {
-    # `req_to_token[req_pool_idx, start_kv:end_kv]`: the 0-dim `req_pool_idx`
-    # (`req_pool_indices[seq_idx]`, :137) as an integer index is an `item()` (ATen
-    # TensorIndexing.h applySelect `tensor.item<int64_t>()`); the census counts the slice only
-    ("*", TN, 139): "0-dim index",
-    ("*", TN, 240): "0-dim index",
     # `_make_sliding_window_mask`'s `torch.arange(query_offset, query_offset + q_len, ...)`: its
     # callers bind `q_len`/`query_offset` to a device scalar or a Python int by caller (:151,
     # :252); the census takes a parameter's kind only where every caller agrees

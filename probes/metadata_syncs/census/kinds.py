@@ -123,6 +123,9 @@ class _Kinds:
         if isinstance(e, ast.Subscript):
             if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
                 return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
+            if isinstance(e.value, ast.Call) and isinstance(e.value.func, ast.Name) and \
+                    e.value.func.id == "range":
+                return "scalar"  # `for i in range(n)`: i is a Python int (`range(n)[_]`)
             call = e.value
             if isinstance(call, ast.Name):  # `ref = helper(...)`; `ref[0]` (0.5.23
                 # aiter_backend.py:1350-1358): a local bound once, to a call

@@ -62,7 +62,14 @@ def _local_source(fn: ast.AST, name: str, line: int) -> str | None:
 
 def memo_fill(st: ast.If, fn: ast.AST) -> str | None:
     """The attribute `st` fills once: its test finds `self.<a>` empty (directly, or through a
-    local read from it) and its body stores `self.<a> = ...`; else None."""
+    local read from it) and its body stores `self.<a> = ...`; else None (kept on the node:
+    every pass of the scan asks again)."""
+    if not hasattr(st, "_diag_memo"):
+        st._diag_memo = _memo_fill(st, fn)  # type: ignore[attr-defined]
+    return st._diag_memo  # type: ignore[attr-defined]
+
+
+def _memo_fill(st: ast.If, fn: ast.AST) -> str | None:
     e = _tested(st.test)
     if e is None:
         return None

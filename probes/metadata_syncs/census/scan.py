@@ -36,6 +36,7 @@ from diag.probes.metadata_syncs.census.paths import (
 from diag.probes.metadata_syncs.census.sites import (
     _DYNAMIC,
     _HOST_READ_METHODS,
+    _ONE_D,
     _REDUCTIONS,
     _SIZED,
     Guard,
@@ -462,11 +463,38 @@ class _Scan:
         return isinstance(b, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp, ast.Call)) \
             and self.kinds.of(b, line) == "tensor"
 
+    def _zero_dim(self, b: ast.AST, line: int, depth: int = 0) -> bool:
+        """A 0-dim device tensor: an element of a per-request 1-D batch field at a Python
+        integer (`req_pool_indices[seq_idx]`), a full reduction (`t.max()`), or a name every
+        assignment reaching `line` binds to one."""
+        if depth > 3:
+            return False
+        if isinstance(b, ast.Subscript):
+            v = b.value
+            last = v.id if isinstance(v, ast.Name) else v.attr if isinstance(
+                v, ast.Attribute) else ""
+            return last in _ONE_D and not isinstance(b.slice, (ast.Slice, ast.Tuple)) and \
+                self.kinds.of(b.slice, line) == "scalar" and self.kinds.of(v, line) == "tensor"
+        if isinstance(b, ast.Call):
+            return isinstance(b.func, ast.Attribute) and b.func.attr in _REDUCTIONS and \
+                not b.args and not b.keywords and self.kinds.of(b.func.value, line) == "tensor"
+        if isinstance(b, ast.Name):
+            prior = self.kinds.prior(b.id, line)
+            vals = [v for _, v in self.kinds.reaching(prior, line)] if prior else []
+            return bool(vals) and all(v is not None and self._zero_dim(v, line, depth + 1)
+                                      for v in vals)
+        return False
+
     def subscript(self, e: ast.Subscript, state: frozenset, unknown: bool) -> None:
-        """`x[n:]` / `x[:t[-1]]` with a device bound (`__index__` reads it back), and
-        `x[t > 0]` / `x[mask]` of a device bool mask (a data-dependent size): one sync each."""
+        """`x[n:]` / `x[:t[-1]]` with a device bound (`__index__` reads it back), `x[i, a:b]`
+        with a 0-dim device integer `i` (PyTorch's indexing reads it back,
+        `tensor.item<int64_t>()`, then selects), and `x[t > 0]` / `x[mask]` of a device bool mask
+        (a data-dependent size): one sync each."""
         sl, line = e.slice, e.lineno
         dims = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        # 0.5.23 torch_native_backend.py:139 `req_to_token[req_pool_idx, start_kv:end_kv]`,
+        # `req_pool_idx = req_pool_indices[seq_idx]` (:138): one read for the index
+        ints = [d for d in dims if not isinstance(d, ast.Slice) and self._zero_dim(d, line)]
         if any(isinstance(d, ast.Slice) for d in dims):
             # `x[a:b]` and `x[:, a:b, :]`: each device bound is read back, one site per subscript
             # with a sync per bound (0.5.23 torch_native_backend.py:127, both bounds from the
@@ -474,12 +502,22 @@ class _Scan:
             bounds = [b for d in dims if isinstance(d, ast.Slice)
                       for b in (d.lower, d.upper, d.step)
                       if b is not None and self._device_scalar(b, line)]
-            if bounds:
-                self.add(bounds[0], state, unknown, "slice-bound", "syncs",
-                         f"slice bound{'s' if len(bounds) > 1 else ''} "
-                         f"{', '.join(f'`{_src(b, 30)}`' for b in bounds)} "
-                         f"{'are device scalars' if len(bounds) > 1 else 'is a device scalar'}",
-                         len(bounds))
+            if bounds or ints:
+                what = [f"slice bound{'s' if len(bounds) > 1 else ''} "
+                        f"{', '.join(f'`{_src(b, 30)}`' for b in bounds)}"] if bounds else []
+                what += [f"integer index{'es' if len(ints) > 1 else ''} "
+                         f"{', '.join(f'`{_src(b, 30)}`' for b in ints)}"] if ints else []
+                n = len(bounds) + len(ints)
+                self.add((bounds or ints)[0], state, unknown, "slice-bound", "syncs",
+                         f"{' and '.join(what)} {'are device scalars' if n > 1 else 'is a device scalar'}"
+                         + ("; a 0-dim device integer index is read back (`item`) before the "
+                            "select" if ints else ""), n)
+            return
+        if ints:
+            self.add(ints[0], state, unknown, "index", "syncs",
+                     f"integer index{'es' if len(ints) > 1 else ''} "
+                     f"{', '.join(f'`{_src(b, 30)}`' for b in ints)}: a 0-dim device integer "
+                     f"index is read back (`item`) before the select", len(ints))
             return
         mask = sl
         if isinstance(sl, ast.Name):

@@ -30,6 +30,10 @@ _DYNAMIC = {"nonzero", "unique", "masked_select", "unique_consecutive", "argwher
 _SIZED = {"empty": None, "zeros": None, "ones": None, "rand": None, "randn": None,
           "arange": None, "full": 1, "new_empty": None, "new_zeros": None, "new_ones": None,
           "new_full": 1}
+# the per-request (or per-token) 1-D ones: an element at a Python integer is a 0-dim tensor
+_ONE_D = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
+          "extend_start_loc", "accept_length", "encoder_lens", "cache_seqlens_int32",
+          "cu_seqlens_q", "cu_seqlens_k", "positions", "out_cache_loc"}
 _REDUCTIONS = {"sum", "max", "min", "any", "all", "prod", "amax", "amin"}
 _SCALAR_CALLS = {"int", "len", "sum", "float", "bool", "round", "math.ceil", "cdiv"}
 _FACTORIES = {"tensor", "as_tensor", "arange", "zeros", "ones", "empty", "full", "rand",
