@@ -106,12 +106,6 @@ HAND = json.loads((Path(__file__).parent / "groundtruth" / "hand_h2d.json").read
 FA, LA = A + "flashattention_backend.py", A + "local_attention.py"
 # (version or "*", file, line) -> why the census does not meet the reader's row yet
 MISSES = {
-    # the draft-extend fallback `elif extend_seq_lens_cpu is not None: torch.as_tensor(...)`
-    # after `if extend_seq_lens_tensor is not None`: the reader finds every writer of the spec
-    # input sets both or neither, so the fallback cannot run; the census does not read the spec
-    # input's writers and keeps it live on draft-extend
-    ("0.5.19", FA, 3077): "spec-input writers",
-    ("0.5.23", FA, 3300): "spec-input writers",
     # the reader's NPU-only indexer rows (dsa_npu_indexer.py) and the arguments no caller passes
     # (0.5.19 dsa_indexer.py:1391 `cp_index`, 0.5.23 dsa_indexer_kpool.py:1442): the census
     # does not follow those calls, so lists them neither live nor unreachable

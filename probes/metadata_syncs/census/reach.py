@@ -219,6 +219,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         return out
 
     resolve.alternatives = alternatives  # type: ignore[attr-defined]
+    # the release's root: the writers of the speculative input (census.spec_writers)
+    resolve.root = modules.target.root if modules is not None else None  # type: ignore[attr-defined]
     resolve.held_by = held_by  # type: ignore[attr-defined]
     resolve.homes = homes  # type: ignore[attr-defined]
     resolve.classes = classes  # type: ignore[attr-defined]

@@ -29,6 +29,7 @@ from diag.probes.metadata_syncs.census.paths import (
     assigned_names,
     cond,
     facts_of,
+    getattr_read,
     known_value,
     path_class,
     step_paths,
@@ -43,6 +44,7 @@ from diag.probes.metadata_syncs.census.sites import (
     Site,
     _src,
 )
+from diag.probes.metadata_syncs.census.spec_writers import co_set
 from diag.probes.source import inner as _inner
 from diag.probes.source import unparse as _unparse
 
@@ -205,6 +207,9 @@ class _Scan:
         self.chain: tuple[str, ...] = ()  # set by _analyse: the calls that reach it
         self.stack: list[Guard] = []  # the guards around the statement being read
         self.memo: list[str] = []  # the one-time cache fills around it (census.memo)
+        # why a branch around it cannot run, where a writer fact decided it (co_set_value)
+        self.dead: list[str] = []
+        self.dead_why: dict[int, str] = {}
 
     def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
         self.stack = sorted(guards, key=lambda g: (g[3], g[0], g[1]))
@@ -213,13 +218,58 @@ class _Scan:
 
     def cond(self, test: ast.AST) -> Cond:
         """`paths.cond`, and a test the branches around it already decided: an `if a:` nested
-        in `if not a:` (or after `if a: return`) cannot run."""
+        in `if not a:` (or after `if a: return`) cannot run; nor `elif b is not None:` after
+        `if a is not None:` where every writer of the speculative input's `b` sets `a` too
+        (census.spec_writers)."""
         c = cond(test, self.facts, self.env)
         if self.known and c.true == ALL and c.false == ALL:
             v = known_value(test, {k: h for k, h, _ in self.known if k is not None})
+            if v is None:
+                v = self.co_set_value(test)
             if v is not None:
                 return Cond(ALL, NONE, c.unknown) if v else Cond(NONE, ALL, c.unknown)
         return c
+
+    def spec_field(self, e: ast.AST, line: int, depth: int = 0) -> str | None:
+        """The speculative input's field `e` reads: `spec_info.f`, `getattr(spec_info, "f",
+        None)`, or a local every reaching assignment binds to one of these."""
+        if isinstance(e, ast.Name) and depth < 3:
+            prior = self.kinds.prior(e.id, line)
+            vals = {self.spec_field(v, ln, depth + 1) if v is not None else None
+                    for ln, v in (self.kinds.reaching(prior, line) if prior else [])}
+            return vals.pop() if len(vals) == 1 else None
+        e = getattr_read(e) or e
+        if isinstance(e, ast.Attribute) and _unparse(e.value).split(".")[-1] == "spec_info":
+            return e.attr
+        return None
+
+    def co_set_value(self, test: ast.AST) -> bool | None:
+        """`b is not None` (`b is None`) where a fact in force says `a is None` and every writer
+        of the speculative input's `b` sets `a` beside it: false (true)."""
+        root = getattr(self.resolve, "root", None)
+        if root is None or not (isinstance(test, ast.Compare) and len(test.ops) == 1 and
+                                isinstance(test.ops[0], (ast.Is, ast.IsNot)) and
+                                isinstance(test.comparators[0], ast.Constant) and
+                                test.comparators[0].value is None):
+            return None
+        b = self.spec_field(test.left, test.lineno)
+        if b is None:
+            return None
+        for key, holds, _ in self.known:
+            if key is None or not holds or not key.endswith(" is None"):
+                continue
+            try:
+                left = ast.parse(key[: -len(" is None")], mode="eval").body
+            except SyntaxError:
+                continue
+            a = self.spec_field(left, test.lineno)
+            if a is None or a == b or not (writers := co_set(root, b, a)):
+                continue
+            self.dead_why[id(test)] = (
+                f"`{_src(test, 40)}` cannot hold where `{_src(left, 30)}` is None: every writer "
+                f"of the speculative input's {b} sets {a} beside it ({writers})")
+            return isinstance(test.ops[0], ast.Is)
+        return None
 
     def learn(self, test: ast.AST, holds: bool) -> int:
         """Put the facts a branch on `test` establishes in force; how many were pushed."""
@@ -381,10 +431,19 @@ class _Scan:
             c = self.cond(st.test)
             unk = unknown or c.unknown
             w = self._where(st)
-            return self.branch(st.test, True, self.guards_of(st.test, w, True), st.body,
-                               state & c.true, unk) | \
-                self.branch(st.test, False, self.guards_of(st.test, w, False), st.orelse,
-                            state & c.false, unk)
+            dead = self.dead_why.get(id(st.test))
+            self.dead.append(dead if dead and not c.true else "")
+            try:
+                body = self.branch(st.test, True, self.guards_of(st.test, w, True), st.body,
+                                   state & c.true, unk)
+            finally:
+                self.dead.pop()
+            self.dead.append(dead if dead and not c.false else "")
+            try:
+                return body | self.branch(st.test, False, self.guards_of(st.test, w, False),
+                                          st.orelse, state & c.false, unk)
+            finally:
+                self.dead.pop()
         if isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
             self.expr(st.iter if not isinstance(st, ast.While) else st.test, state, unknown)
             # a loop body runs a number of times the census does not count: never exact
@@ -656,7 +715,8 @@ class _Scan:
         pclass = path_class(state, unknown)
         syncs = n if verdict == "syncs" else 0  # what the call costs where it runs
         if pclass == "unreachable":
-            verdict, why = "unreachable", self._fast_path_why() or (
+            verdict, why = "unreachable", self._fast_path_why() or next(
+                (d for d in reversed(self.dead) if d), "") or (
                 "in a branch that cannot run (its condition contradicts the branches around "
                 "it, or no caller reaches it)")
         elif pclass == "capture-only" and verdict != "host-mirror":
