@@ -138,3 +138,18 @@ def test_blocking_host_to_device_copies_sync_and_non_blocking_pinned_ones_do_not
     print(f"h2d: blocking {blocking.count}, non-blocking pinned {non_blocking.count}, "
           f"scalar {scalar.count}, new_tensor {new_tensor.count}")
     assert (blocking.count, non_blocking.count, new_tensor.count) == (4, 0, 1)
+
+
+def test_a_zero_dim_device_index_syncs_once_on_both_counters():
+    """The census's 0-dim index rule (census/scan.py `_zero_dim`, sglang 0.5.23
+    torch_native_backend.py:138-139 `req_to_token[req_pool_idx, start_kv:end_kv]`): PyTorch
+    reads a 0-dim device integer index back before the select; a 1-D index tensor does not."""
+
+    def work(t):
+        table = torch.arange(20, device=t.device).view(4, 5)
+        table[t[1], 1:3]  # one read back
+        table[t, 1:3]  # advanced indexing: none
+
+    cpu = _same_lines_on_cpu_and_gpu(work)
+    print(f"0-dim index: {cpu.count} sync(s), {[e.op for e in cpu.events]}")
+    assert cpu.count == 1
