@@ -41,23 +41,38 @@ def _tested(test: ast.AST) -> ast.AST | None:
 
 
 def _own_nodes(stmts: list[ast.stmt]):
-    """The nodes of `stmts`, nested function and class bodies left out (they run elsewhere)."""
-    todo: list[ast.AST] = list(stmts)
+    """The statements of `stmts` and those nested in them, nested function and class bodies
+    left out (they run elsewhere); statements only: assignments are statements, and a full
+    walk of every expression costs several times as much."""
+    todo: list[ast.stmt] = list(stmts)
     while todo:
         n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
         yield n
-        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            todo.extend(ast.iter_child_nodes(n))
+        for part in ("body", "orelse", "finalbody"):
+            todo.extend(getattr(n, part, ()))
+        for h in getattr(n, "handlers", ()):
+            todo.extend(h.body)
+        for c in getattr(n, "cases", ()):
+            todo.extend(c.body)
 
 
 def _local_source(fn: ast.AST, name: str, line: int) -> str | None:
-    """The attribute a local holds at `line`: its last plain assignment before, `n = self.a`."""
-    best: tuple[int, str | None] = (-1, None)
-    for n in _own_nodes(getattr(fn, "body", [])):
-        if isinstance(n, ast.Assign) and n.lineno < line and best[0] < n.lineno and any(
-                isinstance(t, ast.Name) and t.id == name for t in n.targets):
-            best = (n.lineno, _self_attr(n.value) if len(n.targets) == 1 else None)
-    return best[1]
+    """The attribute a local holds at `line`: its last plain assignment before, `n = self.a`
+    (the function's assignments indexed once, on the node)."""
+    index = getattr(fn, "_diag_locals", None)
+    if index is None:
+        index = {}
+        for n in _own_nodes(getattr(fn, "body", [])):
+            if isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        index.setdefault(t.id, []).append(
+                            (n.lineno, _self_attr(n.value) if len(n.targets) == 1 else None))
+        fn._diag_locals = index  # type: ignore[attr-defined]
+    before = [(ln, a) for ln, a in index.get(name, ()) if ln < line]
+    return max(before, key=lambda x: x[0])[1] if before else None
 
 
 def memo_fill(st: ast.If, fn: ast.AST) -> str | None:
@@ -83,9 +98,9 @@ def _memo_fill(st: ast.If, fn: ast.AST) -> str | None:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             if any(_self_attr(t) == attr for t in targets if isinstance(t, ast.Attribute)):
                 return attr
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
-                and n.func.id == "setattr" and len(n.args) == 3 and _self_attr(
-                    ast.Call(ast.Name("getattr", ast.Load()), n.args[:2], [])) == attr:
+        elif isinstance(n, ast.Expr) and isinstance(c := n.value, ast.Call) and isinstance(
+                c.func, ast.Name) and c.func.id == "setattr" and len(c.args) == 3 and _self_attr(
+                    ast.Call(ast.Name("getattr", ast.Load()), c.args[:2], [])) == attr:
             return attr
     return None
 

@@ -114,10 +114,12 @@ class Objects:
         m = _methods(b).get(meth or "")
         if not factory or m is None:
             return None
-        rets = [r.value for r in ast.walk(m) if isinstance(r, ast.Return)]
-        made = {self._made(b, r, False) for r in rets
-                if r is not None and not (isinstance(r, ast.Constant) and r.value is None)}
-        return made.pop() if len(made) == 1 else None
+        if not hasattr(m, "_diag_made"):  # kept on the method: one read per factory
+            rets = [r.value for r in ast.walk(m) if isinstance(r, ast.Return)]
+            made = {self._made(b, r, False) for r in rets
+                    if r is not None and not (isinstance(r, ast.Constant) and r.value is None)}
+            m._diag_made = made.pop() if len(made) == 1 else None  # type: ignore[attr-defined]
+        return m._diag_made  # type: ignore[attr-defined]
 
     def _note_builder(self, bname: str, made: str, call: ast.Call) -> None:
         init = _methods(self.classes[made]).get("__init__")

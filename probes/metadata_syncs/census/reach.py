@@ -118,7 +118,10 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
                     foreign[name] = (rel, other, b.node)
         return foreign[name]
 
-    objs = objects(classes, lambda n: n not in classes and foreign_class(n) is not None)
+    # a name imported from another attention module that reads as a class: checked (parsed)
+    # only when a call goes through the attribute that holds it (`resolve`)
+    objs = objects(classes, lambda n: n not in classes and n[:1].isupper()
+                   and here.imports.get(n, "").startswith(_ATTENTION_PKG))
     # a method of another module's class (a held object's): that class, for its `self.m(...)`
     home_class: dict[int, ast.ClassDef] = {}
     # a method reached through an object a backend holds (`self.updater.update(...)`) -> its

@@ -100,7 +100,10 @@ def co_set(root: Path, field: str, partner: str) -> str | None:
                     isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
                     and s.target.id == field for s in node.body):
                 return None  # a declared field
+        lines = text.splitlines()
         for fn, in_input in _functions(tree):
+            if field not in "\n".join(lines[fn.lineno - 1:fn.end_lineno]):
+                continue  # a function that never names it writes nothing to it
             writes = _writes(fn, in_input)
             for obj, attr, line, none in writes:
                 if attr != field or none:
