@@ -329,6 +329,8 @@ def param_mirrors(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> M
         for p in args:
             m = argument_mirror(args[p], caller, call.lineno)
             found[p] = m if found.get(p, m) == m else None
+    if not any(found.values()):
+        return ()  # nothing bound to a mirror: no need to read what fn rebinds
     rebound = assigned_names(fn)
     return tuple(sorted((p, m) for p, m in found.items() if m and p not in rebound))
 
@@ -347,6 +349,8 @@ def spec_params(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> tup
             ok = a is not None and (_unparse(a) == SPEC or (
                 isinstance(a, ast.Name) and a.id in aliases))
             found[p] = found.get(p, True) and ok
+    if not any(found.values()):
+        return ()
     rebound = assigned_names(fn)
     return tuple(sorted(p for p, ok in found.items() if ok and p not in rebound))
 
