@@ -238,34 +238,24 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
             configs[name] = class_config_attrs(classes[name])
         return configs[name]
 
-    def host_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
+    def inherited(backend: str, read: Any, seen: set[str] | None = None) -> set[str]:
+        """`read(class)` of the class and of its bases defined in this module, joined."""
         seen = seen if seen is not None else set()
         cls = classes.get(backend)
         if cls is None or backend in seen:
             return set()
         seen.add(backend)
-        out = set(class_config(backend))
+        out = set(read(cls))
         for b in cls.bases:
             if isinstance(b, ast.Name):
-                out |= host_attrs(b.id, seen)
+                out |= inherited(b.id, read, seen)
         return out
 
-    resolve.host_attrs = host_attrs  # type: ignore[attr-defined]
-
-    def emptied_attrs(backend: str, seen: set[str] | None = None) -> set[str]:
-        """What a method of the class (or of a base in this module) empties again."""
-        seen = seen if seen is not None else set()
-        cls = classes.get(backend)
-        if cls is None or backend in seen:
-            return set()
-        seen.add(backend)
-        out = emptied(cls)
-        for b in cls.bases:
-            if isinstance(b, ast.Name):
-                out = out | emptied_attrs(b.id, seen)
-        return out
-
-    resolve.emptied = emptied_attrs  # type: ignore[attr-defined]
+    # attributes set from the server arguments (host numbers)
+    resolve.host_attrs = lambda b: inherited(  # type: ignore[attr-defined]
+        b, lambda c: class_config(c.name))
+    # what a method other than __init__ empties again (census.memo)
+    resolve.emptied = lambda b: inherited(b, emptied)  # type: ignore[attr-defined]
     devices: dict[str, set[str]] = {}
 
     def device_attrs(backend: str) -> set[str]:
