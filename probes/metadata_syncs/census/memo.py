@@ -12,18 +12,15 @@ matched here.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+
+from diag.probes.metadata_syncs.census.objects import _self_attr as self_attr
+from diag.probes.metadata_syncs.census.paths import getattr_read
 
 
 def _self_attr(e: ast.AST) -> str | None:
     """`self.a` or `getattr(self, "a"[, default])`: "a"."""
-    if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-        return e.attr
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" \
-            and len(e.args) in (2, 3) and isinstance(e.args[0], ast.Name) \
-            and e.args[0].id == "self" and isinstance(e.args[1], ast.Constant) \
-            and isinstance(e.args[1].value, str):
-        return e.args[1].value
-    return None
+    return self_attr(getattr_read(e) or e)
 
 
 def _tested(test: ast.AST) -> ast.AST | None:
@@ -40,7 +37,7 @@ def _tested(test: ast.AST) -> ast.AST | None:
     return None
 
 
-def _own_nodes(stmts: list[ast.stmt]):
+def _own_nodes(stmts: list[ast.stmt]) -> Iterator[ast.stmt]:
     """The statements of `stmts` and those nested in them, nested function and class bodies
     left out (they run elsewhere); statements only: assignments are statements, and a full
     walk of every expression costs several times as much."""

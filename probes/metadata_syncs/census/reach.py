@@ -24,6 +24,7 @@ from diag.probes.metadata_syncs.census.guards import (
 from diag.probes.metadata_syncs.census.kinds import _FnInfo
 from diag.probes.metadata_syncs.census.memo import emptied
 from diag.probes.metadata_syncs.census.objects import (
+    _self_attr,
     choices,
     device_copies,
     held_call,
@@ -52,15 +53,9 @@ from diag.probes.source import (
 from diag.probes.source import inner as _inner
 
 
-def _self_attr_name(f: ast.AST) -> str | None:
-    """`m` of a call's function `self.m`."""
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-        return f.attr
-    return None
-
-
 def _methods_of(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-    out = getattr(cls, "_diag_methods", None)  # kept on the node, as `methods` below
+    """A class's methods by name, kept on the node: asked per call."""
+    out = getattr(cls, "_diag_methods", None)
     if out is None:
         out = cls._diag_methods = {  # type: ignore[attr-defined]
             m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
@@ -74,12 +69,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
     funcs = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
 
-    def methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-        out = getattr(cls, "_diag_methods", None)  # kept on the node: asked per call
-        if out is None:
-            out = cls._diag_methods = {  # type: ignore[attr-defined]
-                m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
-        return out
+    methods = _methods_of
 
     def lookup(cls_name: str, meth: str, seen: set[str]) -> tuple[str, ast.FunctionDef] | None:
         cls = classes.get(cls_name)
@@ -158,7 +148,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         home = homes.get(id(where)) if where is not None else None
         if home is not None:  # inside a helper of another module: its own names
             cls = home_class.get(id(where))
-            if cls is not None and (m := _self_attr_name(f)) is not None:
+            if cls is not None and (m := _self_attr(f)) is not None:
                 fn = _methods_of(cls).get(m)
                 if fn is None:
                     return None
