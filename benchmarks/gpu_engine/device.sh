@@ -17,8 +17,10 @@ mkdir -p $W $S/src
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S/py $C/whl/*.whl >$W/pip.log 2>&1 \
   || { echo "device.sh: wheel install failed"; tail -5 $W/pip.log; }
 tar xzf $C/xgrammar-stripped.tgz -C $S/py
-V=${SGLANG_VERSION:-0.5.23}  # pack.sh VERSION built .carry/gpu/sglang-{src,meta}-V.tgz
-tar xzf $C/sglang-src-$V.tgz -C $S/src && tar xzf $C/sglang-meta-$V.tgz -C $S/src
+V=${SGLANG_VERSION:-0.5.23}  # pack.sh VERSION built .carry/gpu/sglang-src-V.txz, -meta-V.tgz
+# (python's lzma reads the .txz: the image need not have xz)
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+  $C/sglang-src-$V.txz $S/src && tar xzf $C/sglang-meta-$V.tgz -C $S/src
 # the flashinfer stand-in gets the real flashinfer headers beside it (SGLang's JIT finds them
 # through the package's folder: data/include; the other include folders it checks stay empty)
 FI=$PWD/tests/engine_standins_cuda/flashinfer/data
