@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from diag.probes.source import parse_file, walk_all
+from diag.probes.startup.resolve import architectures_listed
 from diag.target import Target
 
 CAN_RUN = ("can_run_graph", "can_run")
@@ -32,7 +33,6 @@ DP_VOTE = "data-parallel vote"
 BATCH_ABOVE = "batch-above-captured"
 DECLINED = "runner-declined"
 SPEC_INFO = "srt/speculative/spec_info.py"
-MODEL_CONFIG = "srt/configs/model_config.py"
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "FROZEN_KV_MTP"})
 
 
@@ -314,11 +314,5 @@ def decode_cleared(target: Target) -> frozenset[str] | None:
 
 def encoder_decoder_models(target: Target) -> frozenset[str] | None:
     """The architectures `is_encoder_decoder_model` lists (configs/model_config.py)."""
-    tree = parse_file(target.file(MODEL_CONFIG))
-    if tree is None:
-        return None
-    for fn in walk_all(tree):
-        if isinstance(fn, ast.FunctionDef) and fn.name == "is_encoder_decoder_model":
-            return frozenset(c.value for c in walk_all(fn)
-                             if isinstance(c, ast.Constant) and isinstance(c.value, str))
-    return None
+    got = architectures_listed(target, "is_encoder_decoder_model")
+    return got[0] if got is not None else None

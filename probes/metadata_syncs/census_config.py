@@ -80,6 +80,17 @@ def _value(cfg: SpecConfig, fact: str) -> Any:
     return getattr(cfg, fact, None)
 
 
+# model facts of the architecture: fact -> (model_facts.Window field, whose model: the one
+# serving the mode, or always the target's (the batch's `encoder_lens` follows the scheduler's
+# model config, 0.5.23 managers/schedule_batch.py:3128))
+_ARCH_FACTS = {"model:encoder_decoder": ("encoder_decoder", "mode"),
+               "model:local_attention": ("local_attention", "mode"),
+               "model:encoder_lens": ("encoder_decoder", "target"),
+               "model:prefill_aware_swa": ("prefill_aware", "mode")}
+_WHY = {"encoder_decoder": "encdec_why", "local_attention": "local_why",
+        "prefill_aware": "prefill_why"}
+
+
 def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
                  platform: str | None = None, models: dict[str, Any] | None = None,
                  relay: Any = None) -> tuple[bool | None, str]:
@@ -99,15 +110,17 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         else:
             holds = have is not None and bool(_CMP[op](have, value))
         return holds, f"model: {w.why} (`{text}`, {where})"
-    if fact == "model:encoder_decoder":
+    if fact in _ARCH_FACTS:  # what the model's architecture decides (model_facts)
         from diag.probes.metadata_syncs.model_facts import DRAFT_MODES
 
-        w = (models or {}).get("draft" if mode in DRAFT_MODES else "target")
-        if w is None or w.encoder_decoder is None:
+        attr, whose = _ARCH_FACTS[fact]
+        w = (models or {}).get("draft" if whose == "mode" and mode in DRAFT_MODES else "target")
+        have = getattr(w, attr, None) if w is not None else None
+        if have is None:
             return None, f"`{text}` ({where}): " + (
-                w.encdec_why if w else "the model (pass --model)")
-        return (w.encoder_decoder == value) == (op == "=="), \
-            f"model: {w.encdec_why} (`{text}`, {where})"
+                getattr(w, _WHY[attr]) if w else "the model (pass --model)")
+        return (have == value) == (op == "=="), f"model: {getattr(w, _WHY[attr])} " \
+                                                f"(`{text}`, {where})"
     if fact.startswith("data:"):
         return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
     if fact == "platform":

@@ -141,6 +141,23 @@ def relay_of(target: Any, platform: str, cfg: Any, name: str, draft: str | None)
     return decode_seq_lens_cpu(target, platform, cfg, name, draft, model.mla, worker)
 
 
+def grouped(items: list[dict], key: str, words: str) -> str:
+    """"; a.py:118, :119, b.py:7 <words>" per distinct `key` of the sites `items` (their `at`),
+    in the order each first appears: a condition shared by many sites is said once."""
+    groups: dict[str, list[str]] = {}
+    for u in items:
+        groups.setdefault(u[key], []).append(u["at"].rsplit("/", 1)[-1])
+    out = []
+    for text, ats in groups.items():
+        shown, last = [], None
+        for at in ats:
+            file, _, line = at.rpartition(":")
+            shown.append(f":{line}" if file == last else at)
+            last = file
+        out.append(f"; {', '.join(shown)} {words.format(text)}")
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class Configured:
     """What the configuration under audit runs, read from the release alone (no torch, no
@@ -240,8 +257,7 @@ class MetadataSyncsProbe(Probe):
             where = "".join(f"; {a.rsplit('/', 1)[-1]}" for a in t["at"])
             if t["not_read"]:
                 where += f"; not read: {', '.join(t['not_read'])}"
-            ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
-                          for u in t["depends"])
+            ifs = grouped(t["depends"], "condition", "depends on {}")
             ev.append(metric(f"attention-forward syncs per layer, eager {t['forward_phase']} pass "
                              f"(static)", t["syncs_per_layer"], "syncs", 0,
                              f"{'exact' if t['exact'] else 'upper bound'}: {t['sites']} live "
@@ -336,10 +352,8 @@ class MetadataSyncsProbe(Probe):
                                   target.version, ctx.platform, models, relay):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
-                gone = "".join(f"; {u['at'].rsplit('/', 1)[-1]} unreachable ({u['reason']})"
-                               for u in t["unreachable"])
-                ifs = "".join(f"; {u['at'].rsplit('/', 1)[-1]} depends on {u['condition']}"
-                              for u in t["depends"])
+                gone = grouped(t["unreachable"], "reason", "unreachable ({})")
+                ifs = grouped(t["depends"], "condition", "depends on {}")
                 ev.append(metric(f"syncs per {t['phase']} step (static)",
                                  t["syncs_per_step"], "syncs", 0,
                                  f"{'exact' if t['exact'] else 'upper bound'} for the "

@@ -187,6 +187,27 @@ def _model_config(model: str) -> tuple[str, dict, str] | None:
     return archs[0], params, f"{cfg_file}"
 
 
+def model_config(model: str) -> tuple[str, dict, str] | None:
+    """`_model_config`: (architecture, parameters, source) of a path or a name, None for a path
+    not on this machine; ValueError for a path here without a readable config.json."""
+    return _model_config(model)
+
+
+def architectures_listed(target: Target, func: str) -> tuple[frozenset[str], Where] | None:
+    """The architectures a model_config.py predicate names (`is_encoder_decoder_model`,
+    `is_local_attention_model`: a list or one name tested `in model_architectures`), and
+    where it is defined; None where the release has no such function."""
+    tree = parse_file(target.file(MODEL_CONFIG))
+    if tree is None:
+        return None
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef) and fn.name == func:
+            return frozenset(c.value for c in ast.walk(fn) if isinstance(c, ast.Constant)
+                             and isinstance(c.value, str)), \
+                Where(target.relpath(target.file(MODEL_CONFIG)), fn.lineno)
+    return None
+
+
 def model_problem(model: str | None) -> str | None:
     """Why `model` cannot be read here as a model (`read_model` would raise), or None."""
     try:

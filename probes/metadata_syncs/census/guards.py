@@ -43,6 +43,20 @@ MODEL_NAMES = {"sliding_window_size": "model:sliding_window_size"}
 # CROSS_ATTENTION for an encoder-decoder model (configs/model_config.py:871), else None.
 DISPATCH = {"SLIDING_WINDOW": ("model:sliding_window_size", "is not", None),
             "CROSS_ATTENTION": ("model:encoder_decoder", "==", True)}
+# fa3's chunked local attention, built only for a model_config `is_local_attention_model`
+# (Llama 4): `self.local_attn_builder is not None` (0.5.23 flashattention_backend.py:383-386),
+# `self.has_local_attention` (0.5.19 :227, 0.5.23 :243)
+LOCAL_BUILDER, LOCAL_FLAG = "local_attn_builder", "has_local_attention"
+# fa3's prefill-aware sliding window: the model runner's flag from the model class (0.5.23
+# flashattention_backend.py:257, model_executor/model_runner.py:1357-1360)
+MODEL_FLAGS = {LOCAL_FLAG: "model:local_attention", "is_prefill_aware_swa": "model:prefill_aware_swa"}
+# `forward_batch.encoder_lens` is set for every batch of an encoder-decoder target model and
+# for no other (0.5.23 managers/schedule_batch.py:3128-3129 -> :2748; ForwardBatch.init_new
+# copies it, model_executor/forward_batch_info.py:1076); the graph runners pass an
+# `encoder_lens` argument likewise: their buffer exists only for such a model
+# (model_executor/runner/base_runner.py:160-165, decode_cuda_graph_runner.py:217) and the
+# draft-extend runners pass None (speculative/eagle_draft_extend_cuda_graph_runner.py:652)
+ENCODER_LENS = "encoder_lens"
 # Platform flags (sglang.srt.utils `is_hip()` / `_is_hip = is_hip()` / `self.is_npu`): a test of
 # one is the platform under audit; diag audits hip and cuda, never npu or xpu.
 PLATFORM_NAMES = {"is_hip": "hip", "_is_hip": "hip", "is_cuda": "cuda", "_is_cuda": "cuda",
@@ -93,9 +107,20 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
     flag = e.func if isinstance(e, ast.Call) and not e.args and not e.keywords else e
     if isinstance(flag, (ast.Name, ast.Attribute)) and _last_name(flag) in PLATFORM_NAMES:
         return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
+    if isinstance(e, ast.Attribute) and e.attr in MODEL_FLAGS and _is_self(e.value):
+        return (MODEL_FLAGS[e.attr], "==", True, where, _src(e, 60))
     if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _OPS):
         return None
     left, op, right = e.left, _OPS[type(e.ops[0])], e.comparators[0]
+    if isinstance(left, ast.Attribute) and isinstance(right, ast.Constant) and \
+            right.value is None and op in ("is", "is not"):
+        if left.attr == LOCAL_BUILDER and _is_self(left.value):
+            return ("model:local_attention", "==" if op == "is not" else "!=", True, where,
+                    _src(e, 60))
+        if left.attr == ENCODER_LENS and isinstance(left.value, ast.Name) and \
+                left.value.id == "forward_batch":
+            return ("model:encoder_lens", "==" if op == "is not" else "!=", True, where,
+                    _src(e, 60))
     if isinstance(left, ast.Constant) and op in _SWAP:
         left, right, op = right, left, _SWAP[op]
     name = _last_name(left) if isinstance(left, (ast.Attribute, ast.Name)) else ""
@@ -112,6 +137,10 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
             return (f"bind:{name}", op, bound, where, _src(e, 60))
         # a parameter every caller binds to the batch's mirror (`param_mirrors`): its test
         return (f"mirror:{bound}", op, None, where, _src(e, 60))
+    if isinstance(left, ast.Name) and left.id == ENCODER_LENS and right.value is None and \
+            op in ("is", "is not"):  # the graph runners' argument, set likewise
+        return ("model:encoder_lens", "==" if op == "is not" else "!=", True, where,
+                _src(e, 60))
     if name in CONFIG_NAMES and isinstance(right.value, int) and \
             not isinstance(right.value, bool) and op in _SWAP:
         return (CONFIG_NAMES[name], op, right.value, where, _src(e, 60))
@@ -123,6 +152,10 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
             isinstance(left, ast.Attribute):
         return (f"mirror:{name}", op, None, where, _src(e, 60))
     return None
+
+
+def _is_self(e: ast.AST) -> bool:
+    return isinstance(e, ast.Name) and e.id == "self"
 
 
 def _data_atom(e: ast.AST, where: str) -> Guard | None:
