@@ -28,6 +28,16 @@ running diag:
   `int(forward_batch.seq_lens[:batch_size].max().item())`, in the `else` of `if seq_lens_cpu
   is not None:` under `if self.is_prefill_aware_swa:` (0.5.19 :1060 -> :1069, 0.5.23 :1224
   -> :1233).
+- The speculative input's ragged verify layout (an algorithm fact, not a model's). fa3's
+  target-verify branch reads `ragged_layout = getattr(forward_batch.spec_info,
+  "ragged_verify_layout", None)` and, `if ragged_layout is not None:`, syncs on
+  `int(metadata.cache_seqlens_int32.max().item())` (0.5.19 flashattention_backend.py:853-856 ->
+  :869, 0.5.23 :1038-1041 -> :1054). The field is a class default None on every input (0.5.19
+  speculative/spec_info.py:368, 0.5.23 :408). It is set only by DSPARK's verify
+  (0.5.23 speculative/dspark_components/dspark_verify.py:270, :436) and by the decode graph
+  runner's capture under `ragged_verify_mode` (model_executor/runner/decode_cuda_graph_runner.py:2131
+  -> :796-798), which needs `supports_ragged_verify()`: `self.is_dspark()` (0.5.19
+  spec_info.py:145-149, 0.5.23 :160-164). So it never runs under EAGLE, and may under DSPARK.
 AST only: no SGLang import.
 """
 
@@ -49,16 +59,18 @@ LOCAL = {"0.5.19": [f"{FA}:{n}" for n in (3175, 3176, 3191, 3192)],
 LOCAL_DEF = {"0.5.19": "configs/model_config.py:2027", "0.5.23": "configs/model_config.py:2549"}
 ENCODER = {"0.5.19": f"{FA}:1081", "0.5.23": f"{FA}:1245"}
 PREFILL_AWARE = {"0.5.19": f"{FA}:1069", "0.5.23": f"{FA}:1233"}
+RAGGED = {"0.5.19": f"{FA}:869", "0.5.23": f"{FA}:1054"}
 FA3 = dict(attention_backend="fa3", speculative_algorithm="EAGLE", speculative_num_steps=3,
            speculative_eagle_topk=1, page_size=1, tp_size=1)
 
 
-def _target_extend(release, version: str, model: str) -> dict:
+def _target_extend(release, version: str, model: str | None, phase: str = "target-extend",
+                   **more) -> dict:
     ctx = Context(target=release(version), platform="cuda", execute=False,
-                  config=SpecConfig(**FA3, model=model))
+                  config=SpecConfig(**(FA3 | more), model=model))
     [f] = run_probe(get_probe("metadata-syncs"), ctx)
     [te] = [e.data for e in f.evidence if e.kind == "metric" and e.data
-            and e.data.get("phase") == "target-extend"]
+            and e.data.get("phase") == phase]
     return te
 
 
@@ -118,3 +130,15 @@ def test_without_a_model_each_stays_depends_with_its_condition(release):
     for at in (*LOCAL["0.5.23"], ENCODER["0.5.23"], PREFILL_AWARE["0.5.23"]):
         assert te[at].startswith("depends: "), (at, te[at])
     assert "pass --model" in te[ENCODER["0.5.23"]]
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_the_ragged_verify_layout_is_decided_by_the_algorithm(release, version):
+    tv = _states(_target_extend(release, version, "llama", "target-verify"))
+    assert tv[RAGGED[version]].startswith("unreachable: release: only DSPARK verify inputs "
+                                          "carry a ragged layout"), tv[RAGGED[version]]
+    assert "supports_ragged_verify" in tv[RAGGED[version]]
+    tv = _states(_target_extend(release, version, "llama", "target-verify",
+                                speculative_algorithm="DSPARK"))
+    assert tv[RAGGED[version]].startswith("depends: ") and \
+        "DSPARK's verify input may carry a ragged layout" in tv[RAGGED[version]]

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from diag.probes.gate import ragged_algorithms
 from diag.probes.source import parse_file, walk_all
 from diag.probes.startup.resolve import architectures_listed
 from diag.target import Target
@@ -32,7 +33,6 @@ CAN_RUN = ("can_run_graph", "can_run")
 DP_VOTE = "data-parallel vote"
 BATCH_ABOVE = "batch-above-captured"
 DECLINED = "runner-declined"
-SPEC_INFO = "srt/speculative/spec_info.py"
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "FROZEN_KV_MTP"})
 
 
@@ -275,20 +275,6 @@ def _is_false(v: ast.expr | None) -> bool:
 
 def _is_true(v: ast.expr | None) -> bool:
     return isinstance(v, ast.Constant) and v.value is True
-
-
-def ragged_algorithms(target: Target) -> frozenset[str] | None:
-    """The algorithms whose `supports_ragged_verify()` is true (the `self.is_<name>()` it
-    returns), or None where the release has no such method (then nothing is ruled out)."""
-    tree = parse_file(target.file(SPEC_INFO))
-    if tree is None:
-        return None
-    for fn in walk_all(tree):
-        if isinstance(fn, ast.FunctionDef) and fn.name == "supports_ragged_verify":
-            ret = [n for n in walk_all(fn) if isinstance(n, ast.Return) and n.value]
-            return frozenset(m.upper() for r in ret
-                             for m in re.findall(r"self\.is_(\w+)\(\)", ast.unparse(r.value)))
-    return None
 
 
 # `forward_batch.<field> is not None`: a field the batch carries

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diag.context import SpecConfig
+from diag.probes.metadata_syncs.census.guards import RAGGED_FACT
 from diag.probes.startup.host_lengths import DECODE_SIDE
 
 _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
@@ -86,9 +87,10 @@ def _value(cfg: SpecConfig, fact: str) -> Any:
 _ARCH_FACTS = {"model:encoder_decoder": ("encoder_decoder", "mode"),
                "model:local_attention": ("local_attention", "mode"),
                "model:encoder_lens": ("encoder_decoder", "target"),
-               "model:prefill_aware_swa": ("prefill_aware", "mode")}
+               "model:prefill_aware_swa": ("prefill_aware", "mode"),
+               "model:mla": ("mla", "mode")}
 _WHY = {"encoder_decoder": "encdec_why", "local_attention": "local_why",
-        "prefill_aware": "prefill_why"}
+        "prefill_aware": "prefill_why", "mla": "mla_why"}
 
 
 def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
@@ -121,6 +123,18 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
                 getattr(w, _WHY[attr]) if w else "the model (pass --model)")
         return (have == value) == (op == "=="), f"model: {getattr(w, _WHY[attr])} " \
                                                 f"(`{text}`, {where})"
+    if fact == RAGGED_FACT:  # the speculative input's ragged verify layout (census.guards)
+        algo = (cfg.speculative_algorithm or "").upper()
+        if value is None or not algo:
+            return None, f"`{text}` ({where}): " + (
+                "the speculative algorithm" if value is None or algo else
+                "speculative_algorithm not given")
+        algos, at = value
+        if algo in algos:
+            return None, f"`{text}` ({where}): {algo}'s verify input may carry a ragged layout " \
+                         f"({at})"
+        return op == "!=", f"release: only {', '.join(algos)} verify inputs carry a ragged " \
+                           f"layout ({at} supports_ragged_verify; `{text}`, {where})"
     if fact.startswith("data:"):
         return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
     if fact == "platform":

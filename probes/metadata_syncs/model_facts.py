@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diag.probes.startup.resolve import MODEL_CONFIG, architectures_listed, model_config
+from diag.probes.startup.resolve import (
+    MODEL_CONFIG,
+    architectures_listed,
+    config_index,
+    model_config,
+)
 
 # census modes the draft model's backend runs (the rest run on the target model's)
 DRAFT_MODES = frozenset({"draft-extend", "decode"})
@@ -45,6 +50,9 @@ class Window:
     # whether fa3 keeps prefill tokens of a sliding window (`prefill_aware_swa`); None: unknown
     prefill_aware: bool | None = None
     prefill_why: str = ""
+    # whether its attention is MLA (`mla`); None: unknown
+    mla: bool | None = None
+    mla_why: str = ""
 
 
 @functools.lru_cache(maxsize=4)
@@ -148,11 +156,29 @@ def window(target: Any, model: str | None, which: str) -> Window:
         return Window(w.known, w.value, w.why, None,
                       f"whether the {which} model is an encoder-decoder model ({why})", None,
                       f"whether the {which} model has chunked local attention ({why})", None,
-                      f"whether the {which} model is a prefill-aware SWA model ({why})")
+                      f"whether the {which} model is a prefill-aware SWA model ({why})", None,
+                      f"whether the {which} model's attention is MLA ({why})")
     enc, enc_why = encoder_decoder(target, arch)
     loc, loc_why = local_attention(target, arch)
     pa, pa_why = prefill_aware_swa(target, arch)
-    return Window(w.known, w.value, w.why, enc, enc_why, loc, loc_why, pa, pa_why)
+    mla, mla_why = mla_of(target, arch)
+    return Window(w.known, w.value, w.why, enc, enc_why, loc, loc_why, pa, pa_why, mla, mla_why)
+
+
+def mla_of(target: Any, arch: str) -> tuple[bool | None, str]:
+    """Whether the release gives `arch` MLA attention: a backend's `self.use_mla` is
+    `model_config.attention_arch == AttentionArch.MLA` (0.5.23 aiter_backend.py:385,
+    flashattention_backend.py:203) or the model runner's `use_mla_backend`, the same test
+    (model_executor/model_runner.py:406); model_config.py sets it in a branch that names the
+    architecture (`resolve.config_index`, as the gate reads it)."""
+    index = config_index(target)
+    if index is None:
+        return None, f"sglang/{MODEL_CONFIG} unreadable"
+    line = index.mla.get(arch)
+    if line is None:
+        return False, f"{arch} is not an MLA model (no AttentionArch.MLA branch of " \
+                      f"sglang/{MODEL_CONFIG} names it)"
+    return True, f"{arch} is an MLA model (sglang/{MODEL_CONFIG}:{line})"
 
 
 def _window(target: Any, model: str | None, which: str) -> tuple[Window, str | None]:

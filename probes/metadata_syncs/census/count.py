@@ -10,8 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from diag.probes.gate import SPEC_INFO_FILE, ragged_algorithms
 from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
 from diag.probes.metadata_syncs.census.batch_fields import VERIFY_RELS
+from diag.probes.metadata_syncs.census.guards import RAGGED_FACT
 from diag.probes.metadata_syncs.census.reach import _analyse
 from diag.probes.metadata_syncs.census.scopes import BUILDERS, SCOPES, Scope
 from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
@@ -84,7 +86,9 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             pools = target.file("srt/mem_cache")
             batch = target.file(BATCH_REL)  # census.batch_fields reads ForwardBatch.init_new
             # ... and the verify preparation; census.wrapped reads a file under attention/
-            extra = [f for f in [batch] + [target.file(r) for r in VERIFY_RELS] if f.is_file()]
+            # ... and the algorithms with a ragged verify layout (`_fill_ragged`)
+            extra = [f for f in [batch] + [target.file(r) for r in (*VERIFY_RELS, SPEC_INFO_FILE)]
+                     if f.is_file()]
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
                                               else []) + extra,
                                      str(target.root), cache.code_fingerprint(
@@ -100,9 +104,29 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             except (KeyError, TypeError, ValueError):
                 pass
     with gc_paused():
-        out = _scan_all(target, paths, SCOPES[scope])
+        out = _fill_ragged(target, _scan_all(target, paths, SCOPES[scope]))
     if digest is not None:
         cache.store(_cache_name(scope), digest, out.to_dict())
+    return out
+
+
+def _fill_ragged(target: Target, out: Census) -> Census:
+    """Each ragged-layout guard (`guards.RAGGED_FACT`) gets the release's algorithms whose
+    verify input may carry one, with where that is said (`gate.ragged_algorithms`); a release
+    without `supports_ragged_verify` leaves it undecided."""
+    if not any(g[0] == RAGGED_FACT for s in out.sites for g in s.guards):
+        return out
+    algos = ragged_algorithms(target)
+    if algos is None:
+        return out
+    at = f"{target.relpath(target.file(SPEC_INFO_FILE))}:" + str(next(
+        (i for i, t in enumerate(target.file(SPEC_INFO_FILE).read_text(
+            encoding="utf-8", errors="replace").splitlines(), 1)
+         if "def supports_ragged_verify" in t), 0))
+    value = (tuple(sorted(algos)), at)
+    out.sites = [replace(s, guards=tuple((g[0], g[1], value, *g[3:]) if g[0] == RAGGED_FACT
+                                         else g for g in s.guards))
+                 if any(g[0] == RAGGED_FACT for g in s.guards) else s for s in out.sites]
     return out
 
 

@@ -49,7 +49,11 @@ DISPATCH = {"SLIDING_WINDOW": ("model:sliding_window_size", "is not", None),
 LOCAL_BUILDER, LOCAL_FLAG = "local_attn_builder", "has_local_attention"
 # fa3's prefill-aware sliding window: the model runner's flag from the model class (0.5.23
 # flashattention_backend.py:257, model_executor/model_runner.py:1357-1360)
-MODEL_FLAGS = {LOCAL_FLAG: "model:local_attention", "is_prefill_aware_swa": "model:prefill_aware_swa"}
+# ... and MLA: every backend's `self.use_mla` is `model_config.attention_arch ==
+# AttentionArch.MLA` or the model runner's `use_mla_backend`, the same test (0.5.9 - 0.5.23,
+# 79 assignments; 0.5.23 aiter_backend.py:385, model_executor/model_runner.py:406)
+MODEL_FLAGS = {LOCAL_FLAG: "model:local_attention", "is_prefill_aware_swa": "model:prefill_aware_swa",
+               "use_mla": "model:mla"}
 # `forward_batch.encoder_lens` is set for every batch of an encoder-decoder target model and
 # for no other (0.5.23 managers/schedule_batch.py:3128-3129 -> :2748; ForwardBatch.init_new
 # copies it, model_executor/forward_batch_info.py:1076); the graph runners pass an
@@ -57,6 +61,12 @@ MODEL_FLAGS = {LOCAL_FLAG: "model:local_attention", "is_prefill_aware_swa": "mod
 # (model_executor/runner/base_runner.py:160-165, decode_cuda_graph_runner.py:217) and the
 # draft-extend runners pass None (speculative/eagle_draft_extend_cuda_graph_runner.py:652)
 ENCODER_LENS = "encoder_lens"
+# The speculative input's ragged verify layout (`getattr(forward_batch.spec_info,
+# "ragged_verify_layout", None)`, 0.5.23 flashattention_backend.py:1038-1041): the class default
+# None (speculative/spec_info.py:408) except for an algorithm whose `supports_ragged_verify()`
+# is true (:160-164). The census fills in that list from the release (`RAGGED_FACT`'s value:
+# (algorithms, where), census.count); the configuration's algorithm decides.
+RAGGED, RAGGED_FACT = "ragged_verify_layout", "algo:ragged_verify"
 # Platform flags (sglang.srt.utils `is_hip()` / `_is_hip = is_hip()` / `self.is_npu`): a test of
 # one is the platform under audit; diag audits hip and cuda, never npu or xpu.
 PLATFORM_NAMES = {"is_hip": "hip", "_is_hip": "hip", "is_cuda": "cuda", "_is_cuda": "cuda",
@@ -117,6 +127,8 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
         if left.attr == LOCAL_BUILDER and _is_self(left.value):
             return ("model:local_attention", "==" if op == "is not" else "!=", True, where,
                     _src(e, 60))
+        if left.attr == RAGGED and _unparse(left.value).endswith("spec_info"):
+            return (RAGGED_FACT, "==" if op == "is not" else "!=", None, where, _src(e, 60))
         if left.attr == ENCODER_LENS and isinstance(left.value, ast.Name) and \
                 left.value.id == "forward_batch":
             return ("model:encoder_lens", "==" if op == "is not" else "!=", True, where,
@@ -137,6 +149,8 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
             return (f"bind:{name}", op, bound, where, _src(e, 60))
         # a parameter every caller binds to the batch's mirror (`param_mirrors`): its test
         return (f"mirror:{bound}", op, None, where, _src(e, 60))
+    if is_ragged_layout(left) and right.value is None and op in ("is", "is not"):
+        return (RAGGED_FACT, "==" if op == "is not" else "!=", None, where, _src(e, 60))
     if isinstance(left, ast.Name) and left.id == ENCODER_LENS and right.value is None and \
             op in ("is", "is not"):  # the graph runners' argument, set likewise
         return ("model:encoder_lens", "==" if op == "is not" else "!=", True, where,
@@ -152,6 +166,15 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
             isinstance(left, ast.Attribute):
         return (f"mirror:{name}", op, None, where, _src(e, 60))
     return None
+
+
+def is_ragged_layout(e: ast.AST) -> bool:
+    """`getattr(<...>.spec_info, "ragged_verify_layout", None)`."""
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and \
+        e.func.id == "getattr" and len(e.args) == 3 and \
+        isinstance(e.args[1], ast.Constant) and e.args[1].value == RAGGED and \
+        isinstance(e.args[2], ast.Constant) and e.args[2].value is None and \
+        _unparse(e.args[0]).endswith("spec_info")
 
 
 def _is_self(e: ast.AST) -> bool:

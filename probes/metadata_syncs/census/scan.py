@@ -15,6 +15,7 @@ from diag.probes.metadata_syncs.census.guards import (
     _ends,
     argument_mirror,
     guards_of,
+    is_ragged_layout,
     spec_aliases,
 )
 from diag.probes.metadata_syncs.census.kinds import _classify, _FnInfo, _Kinds
@@ -166,6 +167,35 @@ def _blocking_copy(call: ast.Call, positional: bool) -> bool:
                                                    .startswith("cpu")))
 
 
+
+def _inline_ragged(fn: ast.FunctionDef, test: ast.AST) -> ast.AST:
+    """`x is not None` where `x` is bound once in `fn`, to the speculative input's ragged
+    layout (`guards.is_ragged_layout`; 0.5.23 flashattention_backend.py:1038-1041): the same
+    test of the value it holds. Any other test is returned as it is."""
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and
+            len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))):
+        return test
+    aliases = getattr(fn, "_diag_ragged", None)
+    if aliases is None:  # name -> the layout read it alone binds, from one walk of `fn`
+        binds: dict[str, list[ast.AST]] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr,
+                              ast.For, ast.With, ast.comprehension)):
+                for name in assigned_names(n):
+                    binds.setdefault(name, []).append(n)
+        aliases = fn._diag_ragged = {  # type: ignore[attr-defined]
+            name: b[0].value for name, b in binds.items() if len(b) == 1
+            and isinstance(b[0], ast.Assign) and is_ragged_layout(b[0].value)}
+    value = aliases.get(test.left.id)
+    if value is None:
+        return test
+    got = getattr(test, "_diag_inlined", None)
+    if got is None:
+        got = test._diag_inlined = ast.copy_location(  # type: ignore[attr-defined]
+            ast.Compare(value, test.ops, test.comparators), test)
+    return got
+
+
 class _Scan:
     """One builder walked statement by statement, with the (mode, phase) pairs that reach each
     statement: branches narrow them, an early `return` removes its branch from what follows."""
@@ -303,6 +333,7 @@ class _Scan:
             line = int(where.rpartition(":")[2] or 0)
             mirrors = tuple((p, m) for p, m in mirrors if not isinstance(m, tuple)
                             or not _rebound_before(self.fn, p, line))
+        test = _inline_ragged(self.fn, test)
         own = guards_of(test, where, holds, mirrors, self.spec) or \
             self.mode_scoped(test, where, holds, mirrors)
         if not self.pguards:
