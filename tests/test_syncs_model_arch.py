@@ -38,6 +38,14 @@ running diag:
   runner's capture under `ragged_verify_mode` (model_executor/runner/decode_cuda_graph_runner.py:2131
   -> :796-798), which needs `supports_ragged_verify()`: `self.is_dspark()` (0.5.19
   spec_info.py:145-149, 0.5.23 :160-164). So it never runs under EAGLE, and may under DSPARK.
+- MLA. Every backend's `self.use_mla` is `model_runner.model_config.attention_arch ==
+  AttentionArch.MLA` (0.5.19 aiter_backend.py:254, 0.5.23 :385). model_config.py sets MLA in a
+  branch naming DeepseekV3ForCausalLM (0.5.19 configs/model_config.py:925-948), and none names
+  LlamaForCausalLM. aiter's `make_mla_prefill_ps_meta_data` (0.5.19 aiter_backend.py:689) reads
+  `.to("cpu")` at :710, :711 and :712; it is called at :1635, under `if self.use_mla:` (:1594).
+  The MHA updater `update_single_wrapper` slices `kv_indices[token_num:]` with `token_num =
+  kv_indptr[-1]` (0.5.19 :3233-3234, 0.5.23 :4973-4974); it is called from the `else` of that
+  test (0.5.19 :1669, 0.5.23 `if self.use_mla:` :2525).
 AST only: no SGLang import.
 """
 
@@ -65,8 +73,8 @@ FA3 = dict(attention_backend="fa3", speculative_algorithm="EAGLE", speculative_n
 
 
 def _target_extend(release, version: str, model: str | None, phase: str = "target-extend",
-                   **more) -> dict:
-    ctx = Context(target=release(version), platform="cuda", execute=False,
+                   platform: str = "cuda", **more) -> dict:
+    ctx = Context(target=release(version), platform=platform, execute=False,
                   config=SpecConfig(**(FA3 | more), model=model))
     [f] = run_probe(get_probe("metadata-syncs"), ctx)
     [te] = [e.data for e in f.evidence if e.kind == "metric" and e.data
@@ -142,3 +150,24 @@ def test_the_ragged_verify_layout_is_decided_by_the_algorithm(release, version):
                                 speculative_algorithm="DSPARK"))
     assert tv[RAGGED[version]].startswith("depends: ") and \
         "DSPARK's verify input may carry a ragged layout" in tv[RAGGED[version]]
+
+
+AITER = A + "aiter_backend.py"
+MHA_SLICE = {"0.5.19": f"{AITER}:3234", "0.5.23": f"{AITER}:4974"}
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_use_mla_is_decided_by_the_model(release, version):
+    llama = _states(_target_extend(release, version, "llama", platform="hip",
+                                   attention_backend="aiter"))
+    deepseek = _states(_target_extend(release, version, "deepseek-v3", platform="hip",
+                                      attention_backend="aiter"))
+    assert not llama[MHA_SLICE[version]].startswith("unreachable"), llama[MHA_SLICE[version]]
+    assert deepseek[MHA_SLICE[version]].startswith(
+        "unreachable: model: DeepseekV3ForCausalLM is an MLA model"), deepseek[MHA_SLICE[version]]
+    if version == "0.5.19":
+        for n in (710, 711, 712):
+            assert llama[f"{AITER}:{n}"].startswith(
+                "unreachable: model: LlamaForCausalLM is not an MLA model")
+            assert not deepseek[f"{AITER}:{n}"].startswith("unreachable")
+
