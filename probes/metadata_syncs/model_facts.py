@@ -56,23 +56,24 @@ class Window:
 
 
 @functools.lru_cache(maxsize=4)
-def _classes(models_dir: str) -> dict[str, tuple[str, list[str], str, int]]:
-    """The model classes of a release's srt/models: name -> (file, base names, class text,
-    the class's first line), from one read of each file."""
+def _classes(models_dir: str) -> tuple[dict[str, tuple[str, list[str], int, int]],
+                                       dict[str, str]]:
+    """The model classes of a release's srt/models: name -> (file, base names, the class's
+    start and end in the file's text), and each file's text, from one read of each file."""
     head, nxt = re.compile(r"^class (\w+)\(([^)]*)\)", re.M), re.compile(r"^class \w", re.M)
-    out: dict[str, tuple[str, list[str], str, int]] = {}
+    out: dict[str, tuple[str, list[str], int, int]] = {}
+    texts: dict[str, str] = {}
     for path in sorted(Path(models_dir).glob("*.py")):
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = texts[str(path)] = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
         for m in head.finditer(text):
             end = nxt.search(text, m.end())
             out.setdefault(m.group(1), (
                 str(path), [b.strip().split(".")[-1] for b in m.group(2).split(",") if b.strip()],
-                text[m.start():end.start() if end else len(text)],
-                text.count("\n", 0, m.start()) + 1))
-    return out
+                m.start(), end.start() if end else len(text)))
+    return out, texts
 
 
 def _defines(target: Any, arch: str, method: str) -> tuple[str, str] | None:
@@ -81,19 +82,20 @@ def _defines(target: Any, arch: str, method: str) -> tuple[str, str] | None:
     base = target.file(MODELS_DIR)
     if not base.is_dir():
         return None
-    classes = _classes(str(base))
+    classes, texts = _classes(str(base))
     want, seen = [arch], set()
     while want:
         name = want.pop()
         if name in seen or name not in classes:
             continue
         seen.add(name)
-        path, bases, body, first = classes[name]
-        hit = body.find(f"def {method}(")
+        path, bases, start, end = classes[name]
+        text = texts[path]
+        hit = text.find(f"def {method}(", start, end)
         if hit >= 0:
-            line = first + body.count("\n", 0, hit)
-            nxt = body.find("\n    def ", hit + 1)
-            return f"{target.relpath(Path(path))}:{line}", body[hit:nxt if nxt > 0 else None]
+            nxt = text.find("\n    def ", hit + 1, end)
+            return f"{target.relpath(Path(path))}:{text.count(chr(10), 0, hit) + 1}", \
+                text[hit:nxt if nxt > 0 else end]
         want += bases
     return None
 
@@ -104,7 +106,8 @@ def prefill_aware_swa(target: Any, arch: str) -> tuple[bool | None, str]:
     model_executor/model_runner.py:1357-1360), which fa3 keeps as `self.is_prefill_aware_swa`
     (layers/attention/flashattention_backend.py:257). Decided where the class has no such
     method, or one that returns True (0.5.23 models/unlimited_ocr.py:100-102)."""
-    if not target.file(MODELS_DIR).is_dir() or arch not in _classes(str(target.file(MODELS_DIR))):
+    if not target.file(MODELS_DIR).is_dir() or \
+            arch not in _classes(str(target.file(MODELS_DIR)))[0]:
         return None, f"{arch}: no such model class in sglang/{MODELS_DIR}"
     got = _defines(target, arch, "is_prefill_aware_swa")
     if got is None:
