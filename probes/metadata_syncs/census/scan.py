@@ -176,16 +176,15 @@ def _inline_ragged(fn: ast.FunctionDef, test: ast.AST) -> ast.AST:
             len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))):
         return test
     aliases = getattr(fn, "_diag_ragged", None)
-    if aliases is None:  # name -> the layout read it alone binds, from one walk of `fn`
-        binds: dict[str, list[ast.AST]] = {}
-        for n in ast.walk(fn):
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr,
-                              ast.For, ast.With, ast.comprehension)):
-                for name in assigned_names(n):
-                    binds.setdefault(name, []).append(n)
+    if aliases is None:  # name -> the layout read it alone binds (`inner`: kept on `fn`)
+        nodes = _inner(fn)
+        reads = {t.id: n.value for n in nodes if isinstance(n, ast.Assign)
+                 and len(n.targets) == 1 and isinstance(t := n.targets[0], ast.Name)
+                 and is_ragged_layout(n.value)}
+        binds = [n for n in nodes if reads and isinstance(n, ast.Name)
+                 and n.id in reads and isinstance(n.ctx, (ast.Store, ast.Del))]
         aliases = fn._diag_ragged = {  # type: ignore[attr-defined]
-            name: b[0].value for name, b in binds.items() if len(b) == 1
-            and isinstance(b[0], ast.Assign) and is_ragged_layout(b[0].value)}
+            name: v for name, v in reads.items() if sum(b.id == name for b in binds) == 1}
     value = aliases.get(test.left.id)
     if value is None:
         return test
