@@ -154,7 +154,7 @@ def window(target: Any, model: str | None, which: str) -> Window:
     w, arch = _window(target, model, which)
     if arch is None:
         why = "pass --model" if not model and which == "target" else \
-            "the draft model's path comes from --server" if not model else \
+            "pass --draft-model, or --server" if not model else \
             f"{model}: no architecture readable here"
         return Window(w.known, w.value, w.why, None,
                       f"whether the {which} model is an encoder-decoder model ({why})", None,
@@ -190,8 +190,8 @@ def _window(target: Any, model: str | None, which: str) -> tuple[Window, str | N
     what the architecture decides but not the window a checkpoint's config.json sets."""
     if not model:
         return Window(False, None, f"the {which} model's sliding window (" + (
-            "pass --model" if which == "target" else "the draft model's path comes from "
-            "--server") + ")"), None
+            "pass --model" if which == "target" else "pass --draft-model, or --server")
+            + ")"), None
     try:
         got = model_config(model)
     except ValueError as e:
