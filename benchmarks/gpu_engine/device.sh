@@ -3,6 +3,8 @@
 # as .carry/gpu), then run lane.py. Usage (from the repo root there):
 #   bash benchmarks/gpu_engine/device.sh OUTDIR [lane.py args...]   (OUTDIR gets lane.json,
 #   summary.txt, logs.tgz and caches.tgz; a caches.tgz left in .carry/gpu/ is restored first)
+# LANE_COMMIT=<sha>, given literally, is recorded as the run's commit (the device's copy of the
+# tree may carry an older .git: `git log` there is not the tree's commit).
 # Stand-ins (tests/engine_standins_cuda, each says why): sgl_kernel (pure-torch operators: no
 # sglang-kernel wheel for this torch), import-only flash_mla and cutlass (imported on CUDA, never
 # called for a Llama/EAGLE model on the triton backend), flashinfer.sampling's two renorms
