@@ -171,3 +171,12 @@ def test_use_mla_is_decided_by_the_model(release, version):
                 "unreachable: model: LlamaForCausalLM is not an MLA model")
             assert not deepseek[f"{AITER}:{n}"].startswith("unreachable")
 
+
+
+def test_a_name_that_is_no_model_class_decides_nothing(release):
+    """`Qwen3-8B` is neither a family name nor a class in 0.5.23's srt/models: nothing is
+    decided for it, where a release list merely not naming it would have said "not"."""
+    te = _states(_target_extend(release, "0.5.23", "Qwen3-8B"))
+    for at in (*LOCAL["0.5.23"], ENCODER["0.5.23"], PREFILL_AWARE["0.5.23"]):
+        assert te[at].startswith("depends: ") and "Qwen3-8B: no architecture readable here" \
+            in te[at], (at, te[at])

@@ -1,7 +1,8 @@
 """What the served models decide for the census: whether a backend has a sliding window,
 whether the model is an encoder-decoder one (flashinfer's wrapper dispatch and every batch's
-`encoder_lens`, `encoder_decoder`), and whether it has chunked local attention (fa3's local
-builder, `local_attention`).
+`encoder_lens`, `encoder_decoder`), whether it has chunked local attention (fa3's local
+builder, `local_attention`), whether fa3 keeps a prefill-aware window (`prefill_aware_swa`)
+and whether its attention is MLA (every backend's `self.use_mla`, `mla_of`).
 
 Why: builders test `self.sliding_window_size` (triton's window buffers: a device scalar as a
 size and as slice bounds, 0.5.23 triton_backend.py:2877/2897/2899), a value the model runner
@@ -13,7 +14,8 @@ backend serves target-extend and target-verify; the draft model's serves draft-e
 draft's decode steps. Read from a model directory's config.json (`--model`, or a server's model
 and draft model paths when readable here); anything else leaves the window unknown (`depends`).
 A family or architecture name (`--model llama`) decides what the architecture alone decides
-(the model_config.py lists), not the window a checkpoint's config.json sets.
+(the model_config.py lists, the model class), not the window a checkpoint's config.json sets;
+a name that is neither a family nor a model class of the release decides nothing.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def local_attention(target: Any, arch: str) -> tuple[bool | None, str]:
 
 def window(target: Any, model: str | None, which: str) -> Window:
     """The sliding window of the `which` ("target" or "draft") model, `model` its path or name,
-    and what its architecture decides (encoder-decoder, local attention)."""
+    and what its architecture decides (encoder-decoder, local attention, prefill-aware window,
+    MLA)."""
     w, arch = _window(target, model, which)
     if arch is None:
         why = "pass --model" if not model and which == "target" else \
@@ -200,6 +203,10 @@ def _window(target: Any, model: str | None, which: str) -> tuple[Window, str | N
         return Window(False, None, f"the {which} model's sliding window ({model}: not on this "
                       "machine)"), None
     arch, params, source = got
+    if _config_file(model) is None and target.file(MODELS_DIR).is_dir() and \
+            arch not in _classes(str(target.file(MODELS_DIR)))[0]:
+        return Window(False, None, f"the {which} model ({model}: neither a family name nor a "
+                      f"model class of sglang/{MODELS_DIR}; pass the model's directory)"), None
     own = _defines(target, arch, "get_attention_sliding_window_size")
     if own is not None:
         return Window(False, None, f"{arch} sets its own sliding window ({own[0]})"), arch

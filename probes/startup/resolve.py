@@ -176,7 +176,8 @@ def _model_config(model: str) -> tuple[str, dict, str] | None:
     cfg_file = p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
     if cfg_file is None:
         arch = FAMILIES.get(model.lower(), model)
-        return arch, dict(FAMILY_PARAMS.get(arch, {})), f"family {model!r} -> {arch}"
+        return arch, dict(FAMILY_PARAMS.get(arch, {})), \
+            f"family {model!r} -> {arch}" if arch != model else f"architecture {arch}"
     try:
         params = json.loads(cfg_file.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
