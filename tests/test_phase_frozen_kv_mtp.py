@@ -162,3 +162,16 @@ def test_every_surface_says_none_and_no_fix(tmp_path):
     bad = diag("fix", "check", *args, "--require-phase", "draft-extend=graph", "--json")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert bad.returncode == 1, bad.stdout + bad.stderr
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_an_architecture_name_as_the_draft_model_reads_as_its_config_would(tmp_path, version):
+    """`--draft-model Gemma4AssistantForCausalLM` (a name, no directory) gives the verdicts a
+    directory whose config.json names it gives; a name the alias does not test gives EAGLE's."""
+    by_dir = _verdicts(version, _draft(tmp_path, "Gemma4AssistantForCausalLM"), "EAGLE")
+    by_name = _verdicts(version, "Gemma4AssistantForCausalLM", "EAGLE")
+    assert {p: (v.mode, str(v.where)) for p, v in by_name.items()} == \
+        {p: (v.mode, str(v.where)) for p, v in by_dir.items()}
+    assert by_name["draft-extend"].mode == "none"
+    other = _verdicts(version, "LlamaForCausalLMEagle3", "EAGLE")
+    assert other["draft-extend"].mode != "none"

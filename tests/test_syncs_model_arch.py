@@ -180,3 +180,15 @@ def test_a_name_that_is_no_model_class_decides_nothing(release):
     for at in (*LOCAL["0.5.23"], ENCODER["0.5.23"], PREFILL_AWARE["0.5.23"]):
         assert te[at].startswith("depends: ") and "Qwen3-8B: no architecture readable here" \
             in te[at], (at, te[at])
+
+
+def test_the_draft_model_decides_the_draft_phases_also_by_name(release):
+    """Draft-decode runs on the draft model's backend: without `--draft-model` the local
+    attention sites depend on it; with its architecture name they are decided by it."""
+    dd = _states(_target_extend(release, "0.5.23", "llama", "draft-decode"))
+    assert dd[LOCAL["0.5.23"][0]].startswith("depends: ") and "pass --draft-model" in \
+        dd[LOCAL["0.5.23"][0]]
+    dd = _states(_target_extend(release, "0.5.23", "llama", "draft-decode",
+                                draft_model="LlamaForCausalLMEagle"))
+    assert dd[LOCAL["0.5.23"][0]].startswith(
+        "unreachable: model: LlamaForCausalLMEagle is not a local-attention model")

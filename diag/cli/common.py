@@ -148,9 +148,11 @@ def config_options(f: Callable) -> Callable:
         click.option("--model", metavar="PATH|FAMILY",
                      help="The served model: a directory with config.json (its architectures "
                           "are read), or an architecture/family name (e.g. deepseek-v32)."),
-        click.option("--draft-model", metavar="PATH",
-                     help="The draft model: a directory with config.json (its architecture "
-                          "decides the draft backend's sliding window; a server gives its own)."),
+        click.option("--draft-model", metavar="PATH|ARCH",
+                     help="The draft model: a directory with config.json, or its architecture "
+                          "name (e.g. LlamaForCausalLMEagle3): it decides the draft backend's "
+                          "model facts (its sliding window only from a config.json); a server "
+                          "gives its own."),
         click.option("--env", "environ", multiple=True, metavar="K=V", callback=_env_pairs,
                      help="The server's SGLANG_* environment (repeatable; default: this "
                           "process's environment)."),
@@ -361,8 +363,11 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed
     if facts.get("model") is not None:  # typed (the engine's own is checked where it is taken)
         _check_model(tgt, cfg.model)
-    if facts.get("draft_model") is not None:  # typed: a path with a config.json (exit 2)
-        _need_config("--draft-model", facts["draft_model"], "the draft model's directory")
+    draft = facts.get("draft_model")
+    if draft is not None and (os.sep in draft or os.path.exists(draft)):
+        # typed as a path: it must hold a config.json (exit 2); else an architecture name
+        _need_config("--draft-model", draft, "the draft model's directory or an architecture "
+                     "name")
     ctx = Context(target=tgt, platform=plat, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, full=full, log=log)
     if info is not None:

@@ -13,12 +13,16 @@ pass that never runs. EAGLE3 with such a draft is refused (probes.draft_extend_g
 from __future__ import annotations
 
 import ast
-import json
-from pathlib import Path
 
 from diag.context import SpecConfig
 from diag.probes.source import parse_file, walk_all
-from diag.probes.startup.resolve import SERVER_ARGS, SPEC_HOOK_FILE, Where, find_line
+from diag.probes.startup.resolve import (
+    SERVER_ARGS,
+    SPEC_HOOK_FILE,
+    Where,
+    find_line,
+    model_config,
+)
 from diag.target import Target
 
 # where the alias lives: the hook from 0.5.13, server_args.py before (0.5.12 :319-351)
@@ -50,18 +54,22 @@ def alias_file(target: Target) -> str | None:
 
 def gemma4_draft(target: Target, cfg: SpecConfig) -> tuple[str, Where] | None:
     """(the draft's architecture, where the alias reads it) when `--draft-model`'s config.json
-    names one of the architectures `is_gemma4_draft` tests, in a release that has the test."""
+    (or the architecture name it is) names one of the architectures `is_gemma4_draft` tests,
+    in a release that has the test."""
     if not cfg.draft_model:
         return None
     alias = _alias(target)
     if alias is None or not alias[1]:
         return None
     rel, found = alias
-    try:
-        params = json.loads((Path(cfg.draft_model) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a directory's config.json, or an architecture name (`resolve.model_config`)
+        got = model_config(cfg.draft_model)
+    except ValueError:
         return None
-    drafts = params.get("architectures") if isinstance(params, dict) else None
+    if got is None:
+        return None
+    arch, params, _ = got
+    drafts = params.get("architectures") or [arch]
     hits = sorted({a for _, a in found} & {a for a in drafts or [] if isinstance(a, str)})
     if not hits:
         return None
