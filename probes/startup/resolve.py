@@ -166,7 +166,7 @@ def config_index(target: Target) -> _ConfigIndex | None:
     return _config_index(*state) if state else None
 
 
-def _model_config(model: str) -> tuple[str, dict, str] | None:
+def model_config(model: str) -> tuple[str, dict, str] | None:
     """(architecture, config parameters, source) of a model path or family name; None for a
     path that is not on this machine. ValueError: a path here without a readable config.json
     naming an architecture."""
@@ -188,12 +188,6 @@ def _model_config(model: str) -> tuple[str, dict, str] | None:
     return archs[0], params, f"{cfg_file}"
 
 
-def model_config(model: str) -> tuple[str, dict, str] | None:
-    """`_model_config`: (architecture, parameters, source) of a path or a name, None for a path
-    not on this machine; ValueError for a path here without a readable config.json."""
-    return _model_config(model)
-
-
 def architectures_listed(target: Target, func: str) -> tuple[frozenset[str], Where] | None:
     """The architectures a model_config.py predicate names (`is_encoder_decoder_model`,
     `is_local_attention_model`: a list or one name tested `in model_architectures`), and
@@ -212,7 +206,7 @@ def architectures_listed(target: Target, func: str) -> tuple[frozenset[str], Whe
 def model_problem(model: str | None) -> str | None:
     """Why `model` cannot be read here as a model (`read_model` would raise), or None."""
     try:
-        _model_config(model) if model else None
+        model_config(model) if model else None
     except ValueError as e:
         return str(e)
     return None
@@ -223,7 +217,7 @@ def read_model(target: Target, model: str | None) -> Model:
     MLA and DSA as the release's model_config.py decides them for that architecture."""
     if not model:
         return Model(None, None)
-    got = _model_config(model)
+    got = model_config(model)
     if got is None:
         return Model(None, None, source=f"{model} (not readable here: MLA/MHA unknown)")
     arch, params, source = got

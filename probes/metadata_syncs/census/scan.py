@@ -167,7 +167,6 @@ def _blocking_copy(call: ast.Call, positional: bool) -> bool:
                                                    .startswith("cpu")))
 
 
-
 def _inline_ragged(fn: ast.FunctionDef, test: ast.AST) -> ast.AST:
     """`x is not None` where `x` is bound once in `fn`, to the speculative input's ragged
     layout (`guards.is_ragged_layout`; 0.5.23 flashattention_backend.py:1038-1041): the same
