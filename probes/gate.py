@@ -187,19 +187,19 @@ SPEC_INFO_FILE = "srt/speculative/spec_info.py"
 V1_MODULE, V2_MODULE = "sglang.srt.speculative.eagle_worker", "sglang.srt.speculative.eagle_worker_v2"
 
 
-def ragged_algorithms(target: Target) -> frozenset[str] | None:
+def ragged_algorithms(target: Target) -> tuple[frozenset[str], int] | None:
     """The algorithms whose `supports_ragged_verify()` is true (the `self.is_<name>()` it
-    returns), or None where the release has no such method (then nothing is ruled out): the
-    only ones whose verify input may carry a `RaggedVerifyLayout` (0.5.23
-    speculative/spec_info.py:160-164: DSPARK)."""
+    returns) and the method's line, or None where the release has no such method (then
+    nothing is ruled out): the only ones whose verify input may carry a `RaggedVerifyLayout`
+    (0.5.23 speculative/spec_info.py:160-164: DSPARK)."""
     tree = parse_file(target.file(SPEC_INFO_FILE))
     if tree is None:
         return None
     for fn in walk_all(tree):
         if isinstance(fn, ast.FunctionDef) and fn.name == "supports_ragged_verify":
             ret = [n for n in walk_all(fn) if isinstance(n, ast.Return) and n.value]
-            return frozenset(m.upper() for r in ret
-                             for m in re.findall(r"self\.is_(\w+)\(\)", ast.unparse(r.value)))
+            return frozenset(m.upper() for r in ret for m in re.findall(
+                r"self\.is_(\w+)\(\)", ast.unparse(r.value))), fn.lineno
     return None
 
 

@@ -215,8 +215,8 @@ class _Reader:
     def allowed(self, cond: str) -> bool:
         """Whether the configuration lets `cond` hold (False where a switch in it cannot)."""
         if "ragged_verify_mode" in cond and not cond.startswith("not ("):
-            algos = self._read("ragged", ragged_algorithms)
-            if algos is not None and (self.facts.algorithm or "").upper() not in algos:
+            got = self._read("ragged", ragged_algorithms)
+            if got is not None and (self.facts.algorithm or "").upper() not in got[0]:
                 return False
         if "is_ngram()" in cond and not cond.startswith("not ("):
             return (self.facts.algorithm or "").upper() == "NGRAM"

@@ -116,14 +116,11 @@ def _fill_ragged(target: Target, out: Census) -> Census:
     without `supports_ragged_verify` leaves it undecided."""
     if not any(g[0] == RAGGED_FACT for s in out.sites for g in s.guards):
         return out
-    algos = ragged_algorithms(target)
-    if algos is None:
+    got = ragged_algorithms(target)
+    if got is None:
         return out
-    at = f"{target.relpath(target.file(SPEC_INFO_FILE))}:" + str(next(
-        (i for i, t in enumerate(target.file(SPEC_INFO_FILE).read_text(
-            encoding="utf-8", errors="replace").splitlines(), 1)
-         if "def supports_ragged_verify" in t), 0))
-    value = (tuple(sorted(algos)), at)
+    algos, line = got
+    value = (tuple(sorted(algos)), f"{target.relpath(target.file(SPEC_INFO_FILE))}:{line}")
     out.sites = [replace(s, guards=tuple((g[0], g[1], value, *g[3:]) if g[0] == RAGGED_FACT
                                          else g for g in s.guards))
                  if any(g[0] == RAGGED_FACT for g in s.guards) else s for s in out.sites]

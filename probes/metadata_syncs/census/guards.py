@@ -47,13 +47,14 @@ DISPATCH = {"SLIDING_WINDOW": ("model:sliding_window_size", "is not", None),
 # (Llama 4): `self.local_attn_builder is not None` (0.5.23 flashattention_backend.py:383-386),
 # `self.has_local_attention` (0.5.19 :227, 0.5.23 :243)
 LOCAL_BUILDER, LOCAL_FLAG = "local_attn_builder", "has_local_attention"
-# fa3's prefill-aware sliding window: the model runner's flag from the model class (0.5.23
-# flashattention_backend.py:257, model_executor/model_runner.py:1357-1360)
-# ... and MLA: every backend's `self.use_mla` is `model_config.attention_arch ==
-# AttentionArch.MLA` or the model runner's `use_mla_backend`, the same test (0.5.9 - 0.5.23,
-# 79 assignments; 0.5.23 aiter_backend.py:385, model_executor/model_runner.py:406)
-MODEL_FLAGS = {LOCAL_FLAG: "model:local_attention", "is_prefill_aware_swa": "model:prefill_aware_swa",
-               "use_mla": "model:mla"}
+# Backend flags (`self.<flag>`) the model decides: the local-attention flag above; fa3's
+# prefill-aware sliding window, the model runner's flag from the model class (0.5.23
+# flashattention_backend.py:257, model_executor/model_runner.py:1357-1360); and MLA: every
+# backend's `self.use_mla` is `model_config.attention_arch == AttentionArch.MLA` or the model
+# runner's `use_mla_backend`, the same test (0.5.9 - 0.5.23, 79 assignments; 0.5.23
+# aiter_backend.py:385, model_executor/model_runner.py:406)
+MODEL_FLAGS = {LOCAL_FLAG: "model:local_attention",
+               "is_prefill_aware_swa": "model:prefill_aware_swa", "use_mla": "model:mla"}
 # `forward_batch.encoder_lens` is set for every batch of an encoder-decoder target model and
 # for no other (0.5.23 managers/schedule_batch.py:3128-3129 -> :2748; ForwardBatch.init_new
 # copies it, model_executor/forward_batch_info.py:1076); the graph runners pass an
