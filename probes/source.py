@@ -172,6 +172,29 @@ def unparse(node: ast.AST) -> str:
     return text
 
 
+def mentions(node: ast.AST, *words: str) -> bool:
+    """Whether `unparse(node)` can contain one of `words` (identifiers: they cannot span two
+    tokens): some name, attribute, keyword, parameter or string constant under `node` contains
+    it. A prefilter for a text test on an unparsed expression: the walk costs a fraction of
+    the unparse, which most expressions then skip (~40 ms of a cold census on 0.5.23)."""
+    for n in walk(node):
+        if isinstance(n, ast.Name):
+            text = n.id
+        elif isinstance(n, ast.Attribute):
+            text = n.attr
+        elif isinstance(n, ast.Constant):
+            if not isinstance(n.value, str):
+                continue
+            text = n.value
+        elif isinstance(n, (ast.keyword, ast.arg)):
+            text = n.arg or ""
+        else:
+            continue
+        if any(w in text for w in words):
+            return True
+    return False
+
+
 def _node_fields() -> dict[type, tuple[str, ...]]:
     """Per node class, the fields that can hold a node: `_fields` less those whose ASDL type
     (from the class's docstring, e.g. `Name(identifier id, expr_context ctx)`) is a name, a

@@ -84,6 +84,45 @@ def test_a_configured_worker_agrees_with_the_in_process_run(release):
                for _, m, _, _ in got)
 
 
+@pytest.mark.release
+def test_the_worker_judges_the_fixes_in_its_wait_as_the_parent_would(release):
+    """The worker judges every fix's applicability for the head's target, platform and
+    configuration while the parent computes the census (`probe_worker._resolve_idle`); the
+    parent takes that answer (`collect(extras=...)`) instead of judging them after the
+    probes. It is the answer `fixes.advice.resolve` gives here, fix by fix; a job for another
+    configuration than the head's gets none (the parent judges then)."""
+    import time
+
+    from diag.cli import probe_worker
+    from diag.context import Context, SpecConfig
+    from diag.fixes.advice import resolve
+
+    target = release("0.5.23")
+    cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    want = resolve(Context(target=target, platform="hip", config=cfg))
+    for job_cfg, judged in ((cfg, True), (SpecConfig(attention_backend="triton"), False)):
+        proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
+                                 "profiler-teardown"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg))
+        time.sleep(12)  # the job comes after the worker's wait (torch imported), as a census would
+        assert probe_worker.send(proc, probe_worker.Job(
+            ["profiler-teardown"], target, "hip", job_cfg, None, None, False, False, False))
+        extras: dict = {}
+        found = probe_worker.collect(proc, extras=extras)
+        assert found and {f.probe for f in found} == {"profiler-teardown"}
+        got = extras["resolved"]
+        if judged:
+            assert got is not None and set(got) == set(want)
+            assert {k: (a.status, a.reason) for k, a in got.items()} == \
+                {k: (a.status, a.reason) for k, a in want.items()}
+        else:
+            assert got is None
+
+
 def test_a_worker_its_parent_gave_up_on_says_nothing():
     """The parent starts the worker before it resolves the target; when the target turns out
     bad (an unreachable index, an unknown release) it gives the worker up, and nothing of the

@@ -220,9 +220,12 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
     if proc is not None:
         from diag.cli import probe_worker
 
-        _resolve_early(ctx)  # while the worker still runs: off the critical path
-
-        got = probe_worker.collect(proc)
+        extras: dict = {}
+        got = probe_worker.collect(proc, extras=extras)
+        if extras.get("resolved") is not None:  # the worker judged the fixes in its wait
+            ctx.cache[RESOLVED] = extras["resolved"]
+        else:
+            _resolve_early(ctx)
         if got is None:  # the worker failed: run its probes here, as without it
             log("torch worker failed; running its probes here")
         for probe in (p for p in probes if p.id in remote):

@@ -118,9 +118,11 @@ def _reap_at_exit(reaper: threading.Thread, timeout: float = 2.0) -> None:
     atexit.register(reaper.join, timeout)
 
 
-def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
+def collect(proc: subprocess.Popen, timeout: float = 600.0,
+            extras: dict[str, Any] | None = None) -> list | None:
     """The worker's findings; None when it failed or had no torch (the caller then runs the
-    probes itself, and they report it as they always do).
+    probes itself, and they report it as they always do). `extras` gets the fixes'
+    applicability the worker judged while it waited for the job (`resolved`, or None).
 
     The worker closes its stdout once its answer is out, then exits; the exit of a process
     holding torch takes ~20 ms (its memory is unmapped), so a whole answer is taken without
@@ -154,6 +156,8 @@ def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
     proc.stdout.close()
     if doc.get("torch"):
         return None
+    if extras is not None:
+        extras["resolved"] = doc.get("resolved")
     return doc.get("findings")
 
 
@@ -193,6 +197,24 @@ def _static_early(probes: list[str], head: Head) -> dict[str, Any]:
     return out
 
 
+def _resolve_idle(head: Head) -> dict[str, Any] | None:
+    """The fixes' applicability for the head's target, platform and configuration
+    (`fixes.advice.resolve`, which reads only those), judged here while the parent still
+    computes the census, so that its report does not wait for it; None when the job is
+    already here (then the parent judges them) or the judging fails."""
+    import select
+
+    try:
+        if select.select([sys.stdin], [], [], 0)[0]:
+            return None
+        from diag.context import Context
+        from diag.fixes.advice import resolve
+
+        return resolve(Context(target=head.target, platform=head.platform, config=head.config))
+    except Exception:
+        return None
+
+
 def _main(argv: list[str]) -> int:
     why = None
     try:
@@ -206,19 +228,25 @@ def _main(argv: list[str]) -> int:
     # measurement above, which times `gc.collect()` over that heap on purpose.
     gc.freeze()
     static: dict[str, Any] = {}
+    resolved = None
     try:
         first = pickle.load(sys.stdin.buffer)  # noqa: S301  (from our parent)
         # (run as `-m`, this module is `__main__`: the parent pickled the importable class)
         from diag.cli.probe_worker import Head as SentHead
 
         if isinstance(first, SentHead):  # the target and configuration, ahead of the job
+            head = first
             if why is None:
                 static = _static_early(argv, first)
+                resolved = _resolve_idle(first)
             first = pickle.load(sys.stdin.buffer)  # noqa: S301
     except (EOFError, pickle.UnpicklingError):
         # the parent gave up (bad input, an error of its own): nothing to run
         return 0
     job: Job = first
+    if resolved is not None and (job.target, job.platform, job.config) != (
+            head.target, head.platform, head.config):
+        resolved = None  # judged for another context than the job's: the parent judges
     if why:
         sys.stdout.buffer.write(pickle.dumps({"findings": [], "torch": why}))
         return 0
@@ -238,7 +266,8 @@ def _main(argv: list[str]) -> int:
     findings = []
     for pid in job.probes:
         findings.extend(run_probe(get(pid), ctx, verbose=job.verbose))
-    sys.stdout.buffer.write(pickle.dumps({"findings": findings, "torch": None}))
+    sys.stdout.buffer.write(pickle.dumps({"findings": findings, "torch": None,
+                                          "resolved": resolved}))
     return 0
 
 

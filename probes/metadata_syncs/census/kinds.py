@@ -17,6 +17,7 @@ from diag.probes.metadata_syncs.census.sites import (
     _SCALAR_CALLS,
 )
 from diag.probes.source import inner as _inner
+from diag.probes.source import mentions
 from diag.probes.source import unparse as _unparse
 
 
@@ -310,9 +311,10 @@ class _FnInfo:
                 if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
                     single.append(n)
                     self.assigned.setdefault(n.targets[0].id, []).append((n.lineno, n.value))
-                    text = _unparse(n.value)
-                    if "forward_mode" in text and not text.endswith("forward_mode"):
-                        mode_vars.append(n.targets[0].id)
+                    if mentions(n.value, "forward_mode"):
+                        text = _unparse(n.value)
+                        if "forward_mode" in text and not text.endswith("forward_mode"):
+                            mode_vars.append(n.targets[0].id)
                 elif len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) and \
                         isinstance(n.value, ast.Call) and \
                         all(isinstance(t, ast.Name) for t in n.targets[0].elts):
