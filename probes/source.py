@@ -28,6 +28,7 @@ from diag.target import Target
 
 _BY_FILE: dict[tuple[str, int, int], ast.Module] = {}
 _BY_TEXT: dict[str, ast.Module] = {}
+_PRUNED: dict[tuple, ast.Module] = {}  # `parse_pruned`: by (file state, words)
 _INDEX: dict[int, tuple[ast.Module, ModuleIndex]] = {}
 
 
@@ -104,6 +105,92 @@ def parse_file(path: Path) -> ast.Module | None:
             return None
         _BY_FILE[key] = tree
     return tree
+
+
+def parse_pruned(path: Path, words: tuple[str, ...]) -> ast.Module | None:
+    """`parse_file(path)` for a reader that looks only at functions whose text holds one of
+    `words`: the top-level functions and the methods of top-level classes that hold none are
+    left out, each as a `pass` on its first line with the rest of its lines blank (every line
+    number holds). A large module's parse is most of such a reader's cost (0.5.23
+    `schedule_batch.py`, 179 kB, for one method). The whole tree where it is parsed already;
+    the whole module where the text does not split that way (the pruned text does not parse).
+    Never cached as the module's tree: other readers get the whole one."""
+    try:
+        st = path.stat()
+        real = path.resolve()
+    except OSError:
+        return parse_file(path)
+    full = (str(real), st.st_mtime_ns, st.st_size)
+    if full in _BY_FILE:
+        return parse_file(path)
+    key = (full, words)
+    tree = _PRUNED.get(key)
+    if tree is None:
+        try:
+            text = path.read_bytes().decode("utf-8")
+            tree = ast.parse(_pruned_text(text, words), str(path))
+        except (SyntaxError, ValueError, OSError):
+            return parse_file(path)
+        tree._diag_source = text  # type: ignore[attr-defined]
+        _PRUNED[key] = tree
+    for seen in _READS:
+        seen.add((str(path), st.st_mtime_ns, st.st_size))
+    return tree
+
+
+def _pruned_text(text: str, words: tuple[str, ...]) -> str:
+    """`text` with each top-level function and top-level class's method (decorators included)
+    whose lines hold none of `words` replaced by `pass` and blank lines. A block ends at the
+    next code line indented no deeper than its `def` (a closing bracket of a multi-line
+    signature excepted); a string whose lines start at that depth ends it early, and the
+    pruned text then does not parse (the caller parses the whole module)."""
+    lines = text.split("\n")
+    n = len(lines)
+    in_class, body = False, -1  # inside a top-level class; its body's indentation once seen
+    keep_next = False  # a decorator over several lines: the def under it is kept whole
+    i = 0
+    while i < n:
+        line = lines[i]
+        code = line.lstrip()
+        if not code or code[0] == "#":
+            i += 1
+            continue
+        ind = len(line) - len(code)
+        if ind == 0 and code[0] not in "@)]}":  # (a bracket closes a multi-line header)
+            in_class, body = code.startswith("class "), -1
+        elif in_class and body < 0 and ind > 0:
+            body = ind
+        at_def = ind == 0 or (in_class and ind == body)
+        if not (at_def and (code.startswith(("def ", "async def ", "@")))):
+            i += 1
+            continue
+        j = i
+        while j < n and lines[j].lstrip().startswith("@") and \
+                len(lines[j]) - len(lines[j].lstrip()) == ind:
+            j += 1
+        head = lines[j].lstrip() if j < n else ""
+        if not head.startswith(("def ", "async def ")) or len(lines[j]) - len(head) != ind:
+            if ind == 0 and head.startswith("class "):  # a decorated top-level class
+                in_class, body = True, -1
+            else:
+                keep_next = j > i
+            i = j + 1 if j > i else i + 1
+            continue
+        k = j + 1
+        while k < n:
+            rest = lines[k].lstrip()
+            if rest and rest[0] != "#" and len(lines[k]) - len(rest) <= ind and \
+                    rest[0] not in ")]}":
+                break
+            k += 1
+        if keep_next:
+            keep_next = False
+        elif not any(w in lines[t] for t in range(i, k) for w in words):
+            lines[i] = " " * ind + "pass"
+            for t in range(i + 1, k):
+                lines[t] = ""
+        i = k
+    return "\n".join(lines)
 
 
 def parse_text(source: str, filename: str = "<unknown>") -> ast.Module:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from diag.probes.draft_extend_graph.fallbacks import DECLINED, Fallback, and_parts
 from diag.probes.gate import env_bool
-from diag.probes.source import parse_file, unparse, walk_all
+from diag.probes.source import parse_file, parse_pruned, unparse, walk_all
 from diag.target import Target
 
 MODEL_RUNNER = "srt/model_executor/model_runner.py"
@@ -177,8 +177,8 @@ def _statement_of(fn: ast.FunctionDef, node: ast.AST) -> ast.stmt | None:
 
 def _gates(target: Target, rel: str, phase: str, reached: set[str] | None) -> list[Fallback]:
     """The statements of `rel` that ask `phase`'s runner (in the functions reached, for a
-    helper file)."""
-    tree = parse_file(target.file(rel))
+    helper file). Only functions that name a test are read: the others are not parsed."""
+    tree = parse_pruned(target.file(rel), ASKS)
     if tree is None:
         return []
     out = []

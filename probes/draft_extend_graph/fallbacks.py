@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from diag.probes.gate import ragged_algorithms
-from diag.probes.source import parse_file, walk_all
+from diag.probes.source import parse_file, parse_pruned, walk_all
 from diag.probes.startup.resolve import architectures_listed
 from diag.target import Target
 
@@ -287,7 +287,7 @@ def decode_cleared(target: Target) -> frozenset[str] | None:
     every decode and verify step runs first (0.5.23 managers/schedule_batch.py:3736-3744: the
     prefill-time `replace_embeds`, before the speculative branch at :3754); None where the
     method is not found."""
-    tree = parse_file(target.file(SCHEDULE_BATCH))
+    tree = parse_pruned(target.file(SCHEDULE_BATCH), ("prepare_for_decode",))
     fn = next((n for n in walk_all(tree) if isinstance(n, ast.FunctionDef)
                and n.name == "prepare_for_decode"), None) if tree is not None else None
     if fn is None:
