@@ -46,7 +46,14 @@ from diag.probes.backends import (  # noqa: F401  (re-exported: the gate's calle
     backend_map,
     platform_truth,
 )
-from diag.probes.source import file_state, kept, parse_file, parse_problem, walk_all
+from diag.probes.source import (
+    file_state,
+    kept,
+    parse_file,
+    parse_problem,
+    parse_pruned,
+    walk_all,
+)
 from diag.target import Target
 
 V2_FILE = "srt/speculative/eagle_worker_v2.py"
@@ -884,7 +891,7 @@ def _eval_with(expr: ast.AST, platform: str) -> bool | None:
 
 def _read_multi_layer(target: Target) -> MultiLayerGate | None:
     path = target.file(MULTI_LAYER_FILE)
-    tree = parse_file(path)
+    tree = parse_pruned(path, (RUNNER_ATTR,))  # only a method that sets the runner counts
     if tree is None:
         return None
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
