@@ -114,7 +114,9 @@ def parse_pruned(path: Path, words: tuple[str, ...]) -> ast.Module | None:
     number holds). A large module's parse is most of such a reader's cost (0.5.23
     `schedule_batch.py`, 179 kB, for one method). The whole tree where it is parsed already;
     the whole module where the text does not split that way (the pruned text does not parse).
-    Never cached as the module's tree: other readers get the whole one."""
+    Never cached as the module's tree: other readers get the whole one. A syntax error inside
+    a left-out function goes unseen: not for a reader that reports a module that does not
+    parse (`parse_problem`; the gate's worker file, the backends)."""
     try:
         st = path.stat()
         real = path.resolve()
