@@ -3,7 +3,8 @@ profiler locators and the fixes.
 
 Why one module: each reader used to parse the same release files itself (`ast.parse` in eight
 places) and carry its own helpers for the same questions. Here: a parse cached by file state or
-by text (`parse_file`, `parse_text`; `parse_fresh` for callers that rewrite the tree), fast
+by text (`parse_file`, `parse_text`; `parse_fresh` for callers that rewrite the tree;
+`parse_pruned` for a reader of the few functions that name some words), fast
 walks, a cached `unparse`, a module index (`ModuleIndex`: functions, classes, `from X import Y`
 names), names bound across modules (`Modules.resolve`), the callers of a function in a module
 (`callers_of`), and finding code by shape (`find`, `find_def`, `methods`).
