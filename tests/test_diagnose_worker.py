@@ -87,10 +87,11 @@ def test_a_configured_worker_agrees_with_the_in_process_run(release):
 @pytest.mark.release
 def test_the_worker_judges_the_fixes_in_its_wait_as_the_parent_would(release):
     """The worker judges every fix's applicability for the head's target, platform and
-    configuration while the parent computes the census (`probe_worker._resolve_idle`); the
-    parent takes that answer (`collect(extras=...)`) instead of judging them after the
-    probes. It is the answer `fixes.advice.resolve` gives here, fix by fix; a job for another
-    configuration than the head's gets none (the parent judges then)."""
+    configuration while the parent computes the census, and sends it at once
+    (`probe_worker._send_resolved`); the parent takes it (`resolved_early`) instead of judging
+    them itself. It is the answer `fixes.advice.resolve` gives here, fix by fix; a parent
+    whose context is another one gets none (it judges them itself), and the answer that
+    follows is the job's, whichever way."""
     import time
 
     from diag.cli import probe_worker
@@ -103,24 +104,46 @@ def test_the_worker_judges_the_fixes_in_its_wait_as_the_parent_would(release):
     env = dict(os.environ, DIAG_NO_CACHE="1",
                PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     want = resolve(Context(target=target, platform="hip", config=cfg))
-    for job_cfg, judged in ((cfg, True), (SpecConfig(attention_backend="triton"), False)):
+    for key_cfg, judged in ((cfg, True), (SpecConfig(attention_backend="triton"), False)):
         proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
                                  "profiler-teardown"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg))
         time.sleep(12)  # the job comes after the worker's wait (torch imported), as a census would
-        assert probe_worker.send(proc, probe_worker.Job(
-            ["profiler-teardown"], target, "hip", job_cfg, None, None, False, False, False))
-        extras: dict = {}
-        found = probe_worker.collect(proc, extras=extras)
-        assert found and {f.probe for f in found} == {"profiler-teardown"}
-        got = extras["resolved"]
+        got = probe_worker.resolved_early(proc, (target, "hip", key_cfg))
         if judged:
             assert got is not None and set(got) == set(want)
             assert {k: (a.status, a.reason) for k, a in got.items()} == \
                 {k: (a.status, a.reason) for k, a in want.items()}
         else:
             assert got is None
+        assert probe_worker.send(proc, probe_worker.Job(
+            ["profiler-teardown"], target, "hip", cfg, None, None, False, False, False))
+        found = probe_worker.collect(proc)
+        assert found and {f.probe for f in found} == {"profiler-teardown"}
+
+
+def test_a_worker_behind_its_parent_sends_no_judgement_and_its_answer_still_arrives(release):
+    """A job that is there before the worker's wait ends (the worker is behind: a slow torch
+    import) gets no judgement of the fixes from it: `resolved_early` finds nothing, the parent
+    judges them itself, and `collect` takes the answer."""
+    from diag.cli import probe_worker
+    from diag.context import SpecConfig
+
+    target = release("0.5.23")
+    cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
+                             "profiler-teardown"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg))
+    assert probe_worker.send(proc, probe_worker.Job(
+        ["profiler-teardown"], target, "hip", cfg, None, None, False, False, False))
+    assert probe_worker.resolved_early(proc, (target, "hip", cfg)) is None  # still importing
+    found = probe_worker.collect(proc)
+    assert found and {f.probe for f in found} == {"profiler-teardown"}
 
 
 def test_a_worker_its_parent_gave_up_on_says_nothing():

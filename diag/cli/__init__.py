@@ -220,12 +220,14 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
     if proc is not None:
         from diag.cli import probe_worker
 
-        extras: dict = {}
-        got = probe_worker.collect(proc, extras=extras)
-        if extras.get("resolved") is not None:  # the worker judged the fixes in its wait
-            ctx.cache[RESOLVED] = extras["resolved"]
+        # the fixes' applicability: the worker's, judged in its wait for the census, or
+        # judged here while the worker still runs
+        judged = probe_worker.resolved_early(proc, (ctx.target, ctx.platform, ctx.config))
+        if judged is not None:
+            ctx.cache[RESOLVED] = judged
         else:
             _resolve_early(ctx)
+        got = probe_worker.collect(proc)
         if got is None:  # the worker failed: run its probes here, as without it
             log("torch worker failed; running its probes here")
         for probe in (p for p in probes if p.id in remote):

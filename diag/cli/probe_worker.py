@@ -16,6 +16,7 @@ import, when it did not). A worker that fails leaves the parent to run the probe
 from __future__ import annotations
 
 import gc
+import io
 import os
 import pickle
 import subprocess
@@ -118,11 +119,41 @@ def _reap_at_exit(reaper: threading.Thread, timeout: float = 2.0) -> None:
     atexit.register(reaper.join, timeout)
 
 
-def collect(proc: subprocess.Popen, timeout: float = 600.0,
-            extras: dict[str, Any] | None = None) -> list | None:
+def resolved_early(proc: subprocess.Popen, key: tuple) -> dict[str, Any] | None:
+    """The fixes' applicability the worker judged in its wait for the census, for `key`
+    (target, platform, configuration), when its message is here already; None when nothing
+    is to be read now. The worker sends it before the census has reached it, if at all (it
+    judges only when idle): a parent done with its own probes finds it waiting, and judges
+    the fixes itself, in its own wait, where it is not there."""
+    import select
+
+    try:
+        if not select.select([proc.stdout], [], [], 0)[0]:
+            return None
+        doc = pickle.load(proc.stdout)  # noqa: S301  (our own child's message)
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+        return None
+    if isinstance(doc, dict) and "resolved" in doc and "findings" not in doc:
+        return doc["resolved"] if doc.get("for") == key else None
+    proc._diag_answer = doc  # type: ignore[attr-defined]  # the answer itself: collect's
+    return None
+
+
+def _answer(data: bytes) -> Any:
+    """The worker's answer in what it wrote: its last message (a judgement of the fixes the
+    parent did not wait for may come first)."""
+    buf = io.BytesIO(data)
+    doc = None
+    while buf.tell() < len(data):
+        doc = pickle.load(buf)  # noqa: S301  (our own child's answer)
+        if isinstance(doc, dict) and "findings" in doc:
+            break
+    return doc
+
+
+def collect(proc: subprocess.Popen, timeout: float = 600.0) -> list | None:
     """The worker's findings; None when it failed or had no torch (the caller then runs the
-    probes itself, and they report it as they always do). `extras` gets the fixes'
-    applicability the worker judged while it waited for the job (`resolved`, or None).
+    probes itself, and they report it as they always do).
 
     The worker closes its stdout once its answer is out, then exits; the exit of a process
     holding torch takes ~20 ms (its memory is unmapped), so a whole answer is taken without
@@ -137,13 +168,13 @@ def collect(proc: subprocess.Popen, timeout: float = 600.0,
     except OSError:
         stop(proc)
         return None
-    doc = None
-    if out:
+    doc = getattr(proc, "_diag_answer", None)
+    if doc is None and out:
         try:
-            doc = pickle.loads(out)  # noqa: S301  (our own child's answer)
+            doc = _answer(out)
         except Exception:
             doc = None
-    if not isinstance(doc, dict) or proc.poll() not in (None, 0):
+    if not isinstance(doc, dict) or "findings" not in doc or proc.poll() not in (None, 0):
         try:  # no answer: the worker ended (or is ending) without one
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -156,8 +187,6 @@ def collect(proc: subprocess.Popen, timeout: float = 600.0,
     proc.stdout.close()
     if doc.get("torch"):
         return None
-    if extras is not None:
-        extras["resolved"] = doc.get("resolved")
     return doc.get("findings")
 
 
@@ -197,22 +226,41 @@ def _static_early(probes: list[str], head: Head) -> dict[str, Any]:
     return out
 
 
-def _resolve_idle(head: Head) -> dict[str, Any] | None:
-    """The fixes' applicability for the head's target, platform and configuration
-    (`fixes.advice.resolve`, which reads only those), judged here while the parent still
-    computes the census, so that its report does not wait for it; None when the job is
-    already here (then the parent judges them) or the judging fails."""
+def _job_waiting() -> bool:
+    """Whether the job is here (in the pipe, or read ahead with the head), without blocking."""
     import select
 
+    fd = sys.stdin.fileno()
+    if select.select([fd], [], [], 0)[0]:
+        return True
+    os.set_blocking(fd, False)  # peek reads the pipe only when nothing is buffered: not now
     try:
-        if select.select([sys.stdin], [], [], 0)[0]:
-            return None
+        return bool(sys.stdin.buffer.peek(1))
+    except BlockingIOError:
+        return False
+    finally:
+        os.set_blocking(fd, True)
+
+
+def _send_resolved(head: Head) -> None:
+    """Judge the fixes' applicability for the head's target, platform and configuration
+    (`fixes.advice.resolve`, which reads only those) while the parent still computes the
+    census, and send it at once (`resolved_early` takes it), so that the parent does not judge
+    them after its probes; nothing when the job is here already (the worker is behind: the
+    parent judges them in its wait) or the judging fails."""
+    try:
+        if _job_waiting():
+            return
         from diag.context import Context
         from diag.fixes.advice import resolve
 
-        return resolve(Context(target=head.target, platform=head.platform, config=head.config))
-    except Exception:
-        return None
+        resolved = resolve(Context(target=head.target, platform=head.platform,
+                                   config=head.config))
+        sys.stdout.buffer.write(pickle.dumps({"resolved": resolved, "for": (
+            head.target, head.platform, head.config)}))
+        sys.stdout.buffer.flush()
+    except Exception:  # (a message cut short fails the answer: the parent runs the probes)
+        return
 
 
 def _main(argv: list[str]) -> int:
@@ -228,25 +276,20 @@ def _main(argv: list[str]) -> int:
     # measurement above, which times `gc.collect()` over that heap on purpose.
     gc.freeze()
     static: dict[str, Any] = {}
-    resolved = None
     try:
         first = pickle.load(sys.stdin.buffer)  # noqa: S301  (from our parent)
         # (run as `-m`, this module is `__main__`: the parent pickled the importable class)
         from diag.cli.probe_worker import Head as SentHead
 
         if isinstance(first, SentHead):  # the target and configuration, ahead of the job
-            head = first
             if why is None:
                 static = _static_early(argv, first)
-                resolved = _resolve_idle(first)
+                _send_resolved(first)
             first = pickle.load(sys.stdin.buffer)  # noqa: S301
     except (EOFError, pickle.UnpicklingError):
         # the parent gave up (bad input, an error of its own): nothing to run
         return 0
     job: Job = first
-    if resolved is not None and (job.target, job.platform, job.config) != (
-            head.target, head.platform, head.config):
-        resolved = None  # judged for another context than the job's: the parent judges
     if why:
         sys.stdout.buffer.write(pickle.dumps({"findings": [], "torch": why}))
         return 0
@@ -266,8 +309,7 @@ def _main(argv: list[str]) -> int:
     findings = []
     for pid in job.probes:
         findings.extend(run_probe(get(pid), ctx, verbose=job.verbose))
-    sys.stdout.buffer.write(pickle.dumps({"findings": findings, "torch": None,
-                                          "resolved": resolved}))
+    sys.stdout.buffer.write(pickle.dumps({"findings": findings, "torch": None}))
     return 0
 
 
