@@ -33,7 +33,6 @@ import ast
 import functools
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -58,7 +57,7 @@ from diag.fixes.base import (
 from diag.fixes.capture_syncs import SyncSite, capture_sync_sites
 from diag.patcher import Patch, find_def, patched_by
 from diag.probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
-from diag.probes.source import parse_text
+from diag.probes.source import classes_defined, parse_text
 from diag.target import Target
 
 FIX_ID = "draft-extend-allowlist"
@@ -114,22 +113,12 @@ def _assigns_gate_var(node: ast.AST) -> bool:
 
 def class_locations(target: Target, names: Iterable[str]) -> dict[str, str]:
     """class name -> sglang-relative file defining it (searched under srt/layers/attention)."""
-    wanted = set(names)
-    out: dict[str, str] = {}
     base = target.file("srt/layers/attention")
-    for path in sorted(base.rglob("*.py")) if base.is_dir() and wanted else []:
-        left = wanted - out.keys()
-        if not left:
-            break
-        text = path.read_text(encoding="utf-8", errors="replace")
-        # a substring test first, then one pass over the file for the names it may define (a
-        # regex pass per name and file cost ~40 ms over the ~130 modules there)
-        here = sorted(n for n in left if f"class {n}" in text)
-        if not here:
-            continue
-        pattern = rf"^class ({'|'.join(map(re.escape, here))})\b"
-        for m in re.finditer(pattern, text, re.M):
-            out.setdefault(m.group(1), str(path.relative_to(target.package)))
+    out: dict[str, str] = {}
+    for path, defined in classes_defined(sorted(base.rglob("*.py")) if base.is_dir() else (),
+                                         names).items():
+        for name in defined:
+            out.setdefault(name, str(path.relative_to(target.package)))
     return out
 
 

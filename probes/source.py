@@ -20,6 +20,7 @@ import contextlib
 import gc
 import hashlib
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,9 +86,9 @@ def kept(cache: dict, key: object, compute: Callable[[], Any]) -> Any:
     return value
 
 
-def parse_file(path: Path) -> ast.Module | None:
-    """Parsed module, cached by (real path, mtime, size); None when it cannot be read or parsed
-    (`parse_problem` says why)."""
+def _read_state(path: Path) -> tuple[str, int, int] | None:
+    """(real path, mtime, size) of `path`, noted in every open `reads()` record; None when it
+    cannot be read (noted as such)."""
     try:
         st = path.stat()
         real = path.resolve()  # a linked copy of a tree shares the parse
@@ -97,7 +98,15 @@ def parse_file(path: Path) -> ast.Module | None:
         return None
     for seen in _READS:
         seen.add((str(path), st.st_mtime_ns, st.st_size))
-    key = (str(real), st.st_mtime_ns, st.st_size)
+    return str(real), st.st_mtime_ns, st.st_size
+
+
+def parse_file(path: Path) -> ast.Module | None:
+    """Parsed module, cached by (real path, mtime, size); None when it cannot be read or parsed
+    (`parse_problem` says why)."""
+    key = _read_state(path)
+    if key is None:
+        return None
     tree = _BY_FILE.get(key)
     if tree is None:
         try:  # through the text cache: a reader that has the text shares this parse
@@ -118,16 +127,10 @@ def parse_pruned(path: Path, words: tuple[str, ...]) -> ast.Module | None:
     Never cached as the module's tree: other readers get the whole one. A syntax error inside
     a left-out function goes unseen: not for a reader that reports a module that does not
     parse (`parse_problem`; the gate's worker file, the backends)."""
-    try:
-        st = path.stat()
-        real = path.resolve()
-    except OSError:
+    full = _read_state(path)
+    if full is None or full in _BY_FILE:
         return parse_file(path)
-    full = (str(real), st.st_mtime_ns, st.st_size)
-    if full in _BY_FILE:
-        return parse_file(path)
-    key = (full, words)
-    tree = _PRUNED.get(key)
+    tree = _PRUNED.get((full, words))
     if tree is None:
         try:
             text = path.read_bytes().decode("utf-8")
@@ -135,10 +138,25 @@ def parse_pruned(path: Path, words: tuple[str, ...]) -> ast.Module | None:
         except (SyntaxError, ValueError, OSError):
             return parse_file(path)
         tree._diag_source = text  # type: ignore[attr-defined]
-        _PRUNED[key] = tree
-    for seen in _READS:
-        seen.add((str(path), st.st_mtime_ns, st.st_size))
+        _PRUNED[(full, words)] = tree
     return tree
+
+
+def classes_defined(paths: Iterable[Path], names: Iterable[str]) -> dict[Path, set[str]]:
+    """The modules among `paths` (in their order) that define one of `names` at top level
+    (`class Name` at a line's start), each with those it defines: read as text, no parse (a
+    substring test, then one regex pass for the names the module may define)."""
+    wanted = sorted(set(names))
+    out: dict[Path, set[str]] = {}
+    for path in paths if wanted else ():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        here = [n for n in wanted if f"class {n}" in text]
+        if here:
+            got = {m.group(1) for m in re.finditer(
+                rf"^class ({'|'.join(map(re.escape, here))})\b", text, re.M)}
+            if got:
+                out[path] = got
+    return out
 
 
 def _pruned_text(text: str, words: tuple[str, ...]) -> str:

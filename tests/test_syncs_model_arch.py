@@ -172,7 +172,6 @@ def test_use_mla_is_decided_by_the_model(release, version):
             assert not deepseek[f"{AITER}:{n}"].startswith("unreachable")
 
 
-
 def test_a_name_that_is_no_model_class_decides_nothing(release):
     """`Qwen3-8B` is neither a family name nor a class in 0.5.23's srt/models: nothing is
     decided for it, where a release list merely not naming it would have said "not"."""

@@ -70,7 +70,7 @@ def gemma4_draft(target: Target, cfg: SpecConfig) -> tuple[str, Where] | None:
         return None
     arch, params, _ = got
     drafts = params.get("architectures") or [arch]
-    hits = sorted({a for _, a in found} & {a for a in drafts or [] if isinstance(a, str)})
+    hits = sorted({a for _, a in found} & {a for a in drafts if isinstance(a, str)})
     if not hits:
         return None
     w = Where(target.relpath(target.file(rel)), found[0][0].lineno)

@@ -5,7 +5,6 @@ sglang/srt/layers/attention, cached on disk) and of one file or source (`scan_fi
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from diag.probes.metadata_syncs.census.scopes import BUILDERS, SCOPES, Scope
 from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
 from diag.probes.source import (
     Modules,
+    classes_defined,
     gc_paused,
     parse_text,
 )
@@ -75,10 +75,7 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
         raise FileNotFoundError(f"{target.relpath(base)} not found")
     every = paths = sorted(base.rglob("*.py"))
     if classes is not None:  # each file read once: does it define one of them
-        names = "|".join(map(re.escape, sorted(classes)))
-        head = re.compile(rf"^class ({names})\b", re.M)
-        paths = [p for p in every
-                 if head.search(p.read_text(encoding="utf-8", errors="replace"))]
+        paths = list(classes_defined(every, classes))
     digest = None
     if use_cache:
         try:
