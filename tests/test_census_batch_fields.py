@@ -92,3 +92,52 @@ def test_the_mask_test_decides_the_any_on_target_verify(release):
     assert at and all(s.syncs == 1 and "target-extend" in s.paths
                       and "target-verify" not in s.paths and "draft-extend" not in s.paths
                       for s in at)
+
+
+@pytest.mark.parametrize("version, decided, where", [
+    # no speculative/eagle_worker_common.py: the draft extend is built elsewhere, not read
+    ("0.5.15", False, "speculative/ has no eagle_worker_common.py"),
+    # `prepare_for_draft_extend`: `batch.prefix_lens = (batch.seq_lens - front_offset)...` on
+    # the GPU-only path, `[max(int(x) - front_offset, 0) for x in batch.seq_lens_cpu.tolist()]`
+    # on the host path, then `ForwardMode.DRAFT_EXTEND_V2`
+    ("0.5.17", True, "eagle_worker_common.py:105, 158, 163-164, 176"),
+    ("0.5.21", True, "eagle_worker_common.py:106, 159, 164-165, 177"),
+    ("0.5.23", True, "eagle_worker_common.py:112, 183, 188-190, 201"),
+])
+def test_draft_extend_prefix_lengths_are_the_committed_ones(release, version, decided, where):
+    from diag.probes.metadata_syncs.census.batch_fields import prefix_on_draft_extend
+
+    assert prefix_on_draft_extend(Modules(release(version))) is decided, where
+
+
+def test_a_draft_extend_with_zero_prefixes_decides_nothing(release, tmp_path):
+    """The same 0.5.23 preparation with the host path's prefix list made of zeros: the test
+    `any(extend_prefix_lens_cpu)` could be false on draft-extend, so it is not decided."""
+    from diag.probes.metadata_syncs.census.batch_fields import (
+        DRAFT_EXTEND_REL,
+        prefix_on_draft_extend,
+    )
+
+    src = release("0.5.23").file(DRAFT_EXTEND_REL).read_text()
+    host = "max(int(x) - front_offset, 0) for x in batch.seq_lens_cpu.tolist()"
+    assert src.count(host) == 1  # 0.5.23 eagle_worker_common.py:189
+    path = tmp_path / "sglang" / DRAFT_EXTEND_REL
+    path.parent.mkdir(parents=True)
+    path.write_text(src.replace(host, "0 for _ in range(bs)"))
+    assert prefix_on_draft_extend(Modules(SimpleNamespace(root=tmp_path))) is False  # type: ignore[arg-type]
+    assert prefix_on_draft_extend(None) is False
+
+
+@pytest.mark.parametrize("version, line", [("0.5.19", 1020), ("0.5.23", 1029)])
+def test_flashinfer_mla_ragged_prefix_sum_is_not_on_draft_extend(release, version, line):
+    """flashinfer MLA's `paged_kernel_lens.sum().item()` under `if use_ragged:` (0.5.23
+    flashinfer_mla_backend.py:1027-1029, 0.5.19 :1018-1020): `use_ragged` needs `not
+    any(forward_batch.extend_prefix_lens_cpu)` (0.5.23 :449-453, 0.5.19 :454-458), false on a
+    draft-extend step (above); target-verify passes `use_ragged=False` (0.5.23 :447)."""
+    from diag.probes.metadata_syncs.census.count import census
+
+    at = [s for s in census(release(version)).sites
+          if s.file.endswith("/flashinfer_mla_backend.py") and s.line == line]
+    assert at and all(s.kind == "item" and s.syncs == 1 and s.verdict == "syncs"
+                      and set(s.paths) == {"target-extend", "other"} for s in at), \
+        [(s.kind, s.verdict, s.paths) for s in at]

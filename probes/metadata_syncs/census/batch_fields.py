@@ -34,6 +34,8 @@ REL = "srt/model_executor/forward_batch_info.py"  # (Target.file: part of the ce
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
 VERIFY_RELS = ("srt/speculative/spec_utils.py", "srt/speculative/eagle_utils.py")  # (key too)
+DRAFT_EXTEND_MODULE = "sglang.srt.speculative.eagle_worker_common"
+DRAFT_EXTEND_REL = "srt/speculative/eagle_worker_common.py"  # (key too)
 # The fields whose other writers (above) were read; `init_new` of the release decides whether
 # it still leaves them None on a target-verify batch.
 CHECKED = frozenset({"extend_seq_lens", "extend_prefix_lens"})
@@ -152,3 +154,47 @@ def _walk(stmts: list[ast.stmt], modes: set[str], assigned: dict[str, set[str]])
                   + st.finalbody, modes, assigned)
         elif isinstance(st, (ast.With, ast.For, ast.While)):
             _walk(st.body + getattr(st, "orelse", []), modes, assigned)
+
+
+def prefix_on_draft_extend(modules: Modules | None) -> bool:
+    """Whether a draft-extend step's `any(forward_batch.extend_prefix_lens_cpu)` never comes
+    out false: the EAGLE v2 worker's `prepare_for_draft_extend` (the one builder of an eager
+    DRAFT_EXTEND_V2 batch: eagle_worker_v2.py and multi_layer_eagle_worker_v2.py call it; the
+    draft-extend graph runners' own batches are capture-time ones) sets `batch.prefix_lens`
+    only from the committed `seq_lens`. On the host path that is a list of the committed
+    lengths (0.5.23 eagle_worker_common.py:188-190, 0.5.19 :163-165; `front_offset` is 0 with
+    the window widening off, its default, multi_layer_eagle_worker_v2.py:247), which
+    ForwardBatch.init_new hands on as `extend_prefix_lens_cpu` (0.5.23
+    forward_batch_info.py:1240, 0.5.19 :907); on the GPU-only path the prefix lengths are
+    device tensors and the mirror stays None (0.5.19 :909-913, 0.5.23 :1242-1246), where `any(None)` raises
+    before a branch on it. So flashinfer MLA's ragged prefill (0.5.23
+    flashinfer_mla_backend.py:449-453: `not any(...)`) is never taken on draft-extend.
+    Read from the release (kept per target): False where the function or its assignments
+    differ (no such fact on the v1 worker's releases)."""
+    if modules is None:
+        return False
+    got = getattr(modules, "_diag_prefix_on_de", None)
+    if got is None:
+        got = modules._diag_prefix_on_de = _read_prefix(modules)  # type: ignore[attr-defined]
+    return got
+
+
+def _read_prefix(modules: Modules) -> bool:
+    try:
+        text = modules.path(DRAFT_EXTEND_MODULE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    m = re.search(r"^def prepare_for_draft_extend\(", text, re.M)
+    if m is None:
+        return False
+    end = _NEXT_TOP.search(text, m.end())
+    try:
+        tree = ast.parse(text[m.start():end.start() if end else len(text)])
+    except SyntaxError:
+        return False
+    values = [st.value for st in ast.walk(tree) if isinstance(st, ast.Assign)
+              for t in st.targets for x in (t.elts if isinstance(t, ast.Tuple) else [t])
+              if isinstance(x, ast.Attribute) and x.attr == "prefix_lens"
+              and isinstance(x.value, ast.Name) and x.value.id == "batch"]
+    return bool(values) and all("seq_lens" in ast.unparse(v) for v in values) and \
+        "DRAFT_EXTEND_V2" in ast.unparse(tree)

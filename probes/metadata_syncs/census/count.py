@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.gate import SPEC_INFO_FILE, ragged_algorithms
+from diag.probes.metadata_syncs.census.batch_fields import DRAFT_EXTEND_REL, VERIFY_RELS
 from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
-from diag.probes.metadata_syncs.census.batch_fields import VERIFY_RELS
 from diag.probes.metadata_syncs.census.guards import RAGGED_FACT
 from diag.probes.metadata_syncs.census.reach import _analyse
 from diag.probes.metadata_syncs.census.scopes import BUILDERS, SCOPES, Scope
@@ -83,9 +83,10 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             pools = target.file("srt/mem_cache")
             batch = target.file(BATCH_REL)  # census.batch_fields reads ForwardBatch.init_new
             # ... and the verify preparation; census.wrapped reads a file under attention/
-            # ... and the algorithms with a ragged verify layout (`_fill_ragged`)
-            extra = [f for f in [batch] + [target.file(r) for r in (*VERIFY_RELS, SPEC_INFO_FILE)]
-                     if f.is_file()]
+            # ... and the algorithms with a ragged verify layout (`_fill_ragged`), and the
+            # draft-extend preparation (batch_fields.prefix_on_draft_extend)
+            extra = [f for f in [batch] + [target.file(r) for r in (
+                *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL)] if f.is_file()]
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
                                               else []) + extra,
                                      str(target.root), cache.code_fingerprint(

@@ -9,7 +9,12 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from diag.probes.metadata_syncs.census.paths import _mode_expr, batch_field, getattr_read
+from diag.probes.metadata_syncs.census.paths import (
+    _mode_expr,
+    batch_field,
+    getattr_read,
+    is_prefix_any,
+)
 from diag.probes.metadata_syncs.census.sites import (
     _DEVICE_FIELDS,
     _FACTORIES,
@@ -17,7 +22,7 @@ from diag.probes.metadata_syncs.census.sites import (
     _SCALAR_CALLS,
 )
 from diag.probes.source import inner as _inner
-from diag.probes.source import mentions
+from diag.probes.source import mentions, walk_all
 from diag.probes.source import unparse as _unparse
 
 
@@ -294,9 +299,12 @@ class _FnInfo:
         # (name, line) of an assignment statement -> its last line: a use inside the statement
         # (its own value, `x = x.cpu()`) reads the value from before it (`_Kinds.prior`)
         self.stmt_end: dict[tuple[str, int], int] = {}
+        calls_any = False  # an `any(...)`: the prefix test below needs one
         for n in _inner(fn):
             if isinstance(n, (ast.For, ast.While)):
                 self._loops.append((n.body[0].lineno, n.end_lineno or n.lineno))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "any":
+                calls_any = True
             if isinstance(n, ast.If):
                 self._ifs.append((
                     n.lineno, n.body[0].lineno, n.body[-1].end_lineno or n.lineno,
@@ -366,13 +374,26 @@ class _FnInfo:
             values.sort(key=lambda lv: lv[0])
         self.mode_vars = ",".join(mode_vars)
         self.names = set(counts)  # every name assigned in the body
-        # names assigned once from a forward-mode test (read through by `cond`)
-        self.locals = {n.targets[0].id: n.value for n in single
-                       if counts.get(n.targets[0].id) == 1 and _mode_expr(n.value, helpers)}
         # names bound once to a batch field (`x = getattr(forward_batch, "f", None)`: `cond`)
         self.fields = {n.targets[0].id: f for n in single
                        if counts.get(n.targets[0].id) == 1
                        and (f := batch_field(n.value, {})) is not None}
+        # names assigned once from a forward-mode test, or from a test of the prefix lengths
+        # a draft-extend step decides (`paths.is_prefix_any`), or from such a name (0.5.23
+        # flashinfer_mla_backend.py:449-453: `extend_no_prefix` into `use_ragged`): read
+        # through by `cond`
+        once = [n for n in single if counts.get(n.targets[0].id) == 1]
+        self.locals = {n.targets[0].id: n.value for n in once if _mode_expr(n.value, helpers)}
+        grew = calls_any
+        while grew:
+            grew = False
+            for n in once:
+                if n.targets[0].id not in self.locals and any(
+                        is_prefix_any(x, self.fields) or (
+                            isinstance(x, ast.Name) and x.id in self.locals)
+                        for x in walk_all(n.value)):
+                    self.locals[n.targets[0].id] = n.value
+                    grew = True
 
     def carried(self, name: str, use: int) -> list[tuple[int, ast.AST]]:
         """The assignments of `name` below a use inside a loop body that holds both: the value

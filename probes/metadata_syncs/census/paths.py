@@ -165,8 +165,9 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
          depth: int = 0) -> Cond:
     """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
     method that returns a forward-mode test of its argument), read through; "fields" (a name
-    bound once to a batch field) and "none_on_verify" (whether a target-verify step leaves that
-    field None: census.batch_fields)."""
+    bound once to a batch field), "none_on_verify" (whether a target-verify step leaves that
+    field None: census.batch_fields) and "prefix_on_draft_extend" (whether a draft-extend
+    step's prefix lengths are the committed ones: the same)."""
     env = env or {}
     if depth > 6:
         return Cond(ALL, ALL, True)
@@ -267,6 +268,10 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
             return Cond(ALL, NONE) if holds else Cond(NONE, ALL)
     if isinstance(e, ast.Name) and facts.get(e.id) == "none":
         return Cond(NONE, ALL)
+    if is_prefix_any(e, env.get("fields", {})) and (pre := env.get("prefix_on_draft_extend")) \
+            and pre():
+        # a draft-extend step's prefix lengths are the committed ones (census.batch_fields)
+        return Cond(ALL, ALL - frozenset({("draft-extend", "step")}))
     if isinstance(e, (ast.Name, ast.Attribute, ast.Call)) and _CAPTURE_FLAG.search(_last_name(e)):
         return Cond(_modes(set(MODES), ("capture",)), _modes(set(MODES), ("step", "once")))
     return Cond(ALL, ALL)
@@ -279,6 +284,13 @@ def getattr_read(e: ast.AST) -> ast.Attribute | None:
             isinstance(e.args[1].value, str):
         return ast.Attribute(e.args[0], e.args[1].value, ast.Load())
     return None
+
+
+def is_prefix_any(e: ast.AST, fields: dict[str, str]) -> bool:
+    """`any(forward_batch.extend_prefix_lens_cpu)` (or of a local bound once to it)."""
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "any" \
+        and len(e.args) == 1 and not e.keywords and \
+        batch_field(e.args[0], fields) == "extend_prefix_lens_cpu"
 
 
 def batch_field(e: ast.AST, fields: dict[str, str]) -> str | None:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from diag.probes.metadata_syncs.census.batch_fields import leaves_none
+from diag.probes.metadata_syncs.census.batch_fields import leaves_none, prefix_on_draft_extend
 from diag.probes.metadata_syncs.census.draft_steps import spec_sets
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
 from diag.probes.metadata_syncs.census.guards import (
@@ -332,6 +332,9 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
     resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
     # whether a target-verify step leaves a batch field None (census.batch_fields)
     resolve.none_on_verify = functools.partial(leaves_none, modules)  # type: ignore[attr-defined]
+    # whether a draft-extend step's prefix lengths are the committed ones (the same)
+    resolve.prefix_on_draft_extend = functools.partial(  # type: ignore[attr-defined]
+        prefix_on_draft_extend, modules)
     homes = getattr(resolve, "homes", {})
     held = wrapped(modules)  # a backend only a wrapper runs: the modes it withholds
     keys = [(q, b) for q, b, _ in builders]

@@ -222,7 +222,8 @@ class _Scan:
                     "params": {k: v for k, v in (params or {}).items()
                                if k not in info.names},
                     "locals": info.locals, "fields": info.fields,
-                    "none_on_verify": getattr(resolve, "none_on_verify", None)}
+                    "none_on_verify": getattr(resolve, "none_on_verify", None),
+                    "prefix_on_draft_extend": getattr(resolve, "prefix_on_draft_extend", None)}
         self.kinds = _Kinds(fn, facts, info)
         host_attrs = getattr(resolve, "host_attrs", None)
         self.kinds.config = host_attrs(backend) if host_attrs else set()
