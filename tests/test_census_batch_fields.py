@@ -141,3 +141,47 @@ def test_flashinfer_mla_ragged_prefix_sum_is_not_on_draft_extend(release, versio
     assert at and all(s.kind == "item" and s.syncs == 1 and s.verdict == "syncs"
                       and set(s.paths) == {"target-extend", "other"} for s in at), \
         [(s.kind, s.verdict, s.paths) for s in at]
+
+
+@pytest.mark.parametrize("version, fields, where", [
+    # a live batch turned IDLE: `batch.prepare_for_idle()` (speculative/eagle_worker.py:915)
+    ("0.5.9", set(), "eagle_worker.py:915"),
+    # `idle_batch = ScheduleBatch.init_new([], ...)`; `idle_batch.prepare_for_idle()`; the field
+    # `mamba_track_mask: torch.Tensor = None`; ForwardBatch.init_new's
+    # `mamba_track_mask=batch.mamba_track_mask`
+    ("0.5.14", {"mamba_track_mask"},
+     "dp_attn.py:304-313, schedule_batch.py:1759, forward_batch_info.py:682"),
+    ("0.5.19", {"mamba_track_mask"},
+     "dp_attn.py:586-595, schedule_batch.py:2232, forward_batch_info.py:792"),
+    # and the draft's idle batch of a prefill (speculative/eagle_worker_v2.py:1619-1628)
+    ("0.5.23", {"mamba_track_mask"},
+     "dp_attn.py:811-820, schedule_batch.py:2564, forward_batch_info.py:1061"),
+])
+def test_an_idle_batch_leaves_the_track_mask_none(release, version, fields, where):
+    from diag.probes.metadata_syncs.census.batch_fields import none_on_idle
+
+    assert set(none_on_idle(Modules(release(version)))) == fields, where
+
+
+def test_an_idle_batch_made_from_a_live_one_decides_nothing(release, tmp_path):
+    """The 0.5.23 sources with the scheduler's idle batch made from a live one (the rest of the
+    tree copied as it is): the mask may then be the live batch's, so nothing is decided."""
+    import shutil
+
+    from diag.probes.metadata_syncs.census.batch_fields import (
+        SCHEDULE_REL,
+        idle_maker_files,
+        none_on_idle,
+    )
+
+    src = release("0.5.23").root / "sglang"
+    dst = tmp_path / "sglang"
+    for path in [src / SCHEDULE_REL, src / REL] + idle_maker_files(src):
+        (dst / path.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, dst / path.relative_to(src))
+    assert none_on_idle(Modules(SimpleNamespace(root=tmp_path))) == {"mamba_track_mask"}  # type: ignore[arg-type]
+    dp = dst / "srt/managers/scheduler_components/dp_attn.py"
+    made = "idle_batch = ScheduleBatch.init_new("
+    assert dp.read_text().count(made) == 1  # 0.5.23 dp_attn.py:811
+    dp.write_text(dp.read_text().replace(made, "idle_batch = self.running_batch\n        _ = ("))
+    assert none_on_idle(Modules(SimpleNamespace(root=tmp_path))) == frozenset()  # type: ignore[arg-type]

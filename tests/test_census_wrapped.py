@@ -35,8 +35,41 @@ def test_the_wrappers_early_return_is_read_per_release(version, line):
     if line is None:
         assert got is None
         return
-    assert (got.child_type, got.entry, set(got.modes), got.where) == (
-        "MambaAttnBackendBase", "init_forward_metadata", {"draft-extend"}, f"{HYBRID}:{line}")
+    # decode too: speculative/draft_utils.py never builds the wrapper (0.5.19 :234-239: the
+    # draft decodes `hybrid_linear_attn` with fa3's, triton's or AMX's multi-step backend;
+    # neither class name appears in the file in 0.5.14, 0.5.19 or 0.5.23)
+    assert (got.child_type, got.entry, set(got.modes), got.where, got.wrapper,
+            set(got.wrapper_modes)) == (
+        "MambaAttnBackendBase", "init_forward_metadata", {"draft-extend", "decode"},
+        f"{HYBRID}:{line}", "HybridLinearAttnBackend", {"decode"})
+
+
+def test_a_draft_factory_that_builds_the_wrapper_keeps_decode(tmp_path):
+    """The same 0.5.23 sources with draft_utils.py naming the wrapper: a DECODE batch may then
+    reach it, so only the early return's draft-extend is withheld."""
+    import shutil
+
+    from diag.probes.metadata_syncs.census.wrapped import DRAFT_UTILS_REL
+
+    src = release_target("0.5.23").root
+    for rel in (HYBRID.removeprefix("sglang/"), DRAFT_UTILS_REL):
+        (tmp_path / "sglang" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / "sglang" / rel, tmp_path / "sglang" / rel)
+    utils = tmp_path / "sglang" / DRAFT_UTILS_REL
+    utils.write_text(utils.read_text() + "\n# HybridLinearAttnBackend\n")
+    from types import SimpleNamespace
+
+    got = wrapped(Modules(SimpleNamespace(root=tmp_path)))  # type: ignore[arg-type]
+    assert got is not None and set(got.modes) == {"draft-extend"} and not got.wrapper_modes
+
+
+def test_a_wrapped_backends_sites_never_run_on_decode():
+    """0.5.19 hybrid_linear_attn_backend.py:137 `bool(forward_batch.mamba_track_mask is not None
+    and forward_batch.mamba_track_mask.any())`: target-extend and `other` per step (the hand
+    census): not decode (above), not idle (census.batch_fields.none_on_idle)."""
+    at = [s for s in census(release_target("0.5.19")).sites if s.file == HYBRID and s.line == 137]
+    assert at and all(set(s.paths) == {"target-extend", "other"} for s in at), \
+        [s.paths for s in at]
 
 
 def test_a_wrapped_backends_sites_never_run_on_draft_extend():

@@ -27,7 +27,7 @@ import ast
 import re
 
 from diag.probes.metadata_syncs.census.paths import MODES, cond
-from diag.probes.source import Modules, parse_file
+from diag.probes.source import Modules, parse_file, parse_pruned
 
 _MODULE = "sglang.srt.model_executor.forward_batch_info"
 REL = "srt/model_executor/forward_batch_info.py"  # (Target.file: part of the census's key)
@@ -198,3 +198,134 @@ def _read_prefix(modules: Modules) -> bool:
               and isinstance(x.value, ast.Name) and x.value.id == "batch"]
     return bool(values) and all("seq_lens" in ast.unparse(v) for v in values) and \
         "DRAFT_EXTEND_V2" in ast.unparse(tree)
+
+
+# --- fields an IDLE batch leaves None ----------------------------------------------------
+SCHEDULE_MODULE = "sglang.srt.managers.schedule_batch"
+SCHEDULE_REL = "srt/managers/schedule_batch.py"  # (key too)
+IDLE_MAKERS = ("srt/managers", "srt/speculative")  # where `prepare_for_idle()` is called
+# The fields whose other writers were read (as CHECKED for target-verify): after the batch is
+# made, only the extend and the non-speculative decode preparations set `mamba_track_mask`
+# (0.5.19 managers/schedule_batch.py:2739, :3372), filter/merge and the verify preparation
+# clear it (:3435, :3501; speculative/spec_utils.py:793), ForwardBatch pads it only where set
+# (forward_batch_info.py:1549-1550), and inkling's short-conv backend sets it on its graph path
+# only (layers/attention/linear/inkling_sconv_backend.py:443); 0.5.23 the same (:3117, :3344,
+# :3892, :3960; spec_utils.py:937; forward_batch_info.py:2053; inkling_sconv_backend.py:477).
+CHECKED_IDLE = frozenset({"mamba_track_mask"})
+_IDLE_CALL = re.compile(r"(\w+)\.prepare_for_idle\(\)")
+
+
+def none_on_idle(modules: Modules | None) -> frozenset[str]:
+    """The ForwardBatch fields an IDLE step leaves None (kept per target).
+
+    Why: an IDLE batch (a DP rank with no request) is made fresh, `ScheduleBatch.init_new([],
+    ...)` then `prepare_for_idle()` (0.5.23 managers/scheduler_components/dp_attn.py:811-820,
+    speculative/eagle_worker_v2.py:1619-1628; 0.5.19 dp_attn.py:586-595), and `prepare_for_idle`
+    is the only writer of `ForwardMode.IDLE` in schedule_batch.py (0.5.23 :3603). A field
+    ScheduleBatch defaults to None (0.5.19 :2232 `mamba_track_mask: torch.Tensor = None`) that
+    neither `init_new`'s constructor call nor `prepare_for_idle` sets is None on that batch,
+    and ForwardBatch.init_new hands it on as it is (0.5.19 forward_batch_info.py:792
+    `mamba_track_mask=batch.mamba_track_mask`). So the linear-attention metadata's
+    `forward_batch.mamba_track_mask is not None` (0.5.19 hybrid_linear_attn_backend.py:137) is
+    false on IDLE. Nothing is decided where a `prepare_for_idle()` runs on a batch not made
+    right before by `ScheduleBatch.init_new` (0.5.9 speculative/eagle_worker.py:915 turns a
+    live batch IDLE)."""
+    if modules is None:
+        return frozenset()
+    got = getattr(modules, "_diag_none_idle", None)
+    if got is None:
+        got = modules._diag_none_idle = _read_idle(modules)  # type: ignore[attr-defined]
+    return got
+
+
+def idle_leaves_none(modules: Modules | None, field: str) -> bool:
+    """Whether an IDLE step leaves `field` None; read only for a field whose other writers
+    were read (CHECKED_IDLE), on the first test that asks."""
+    return field in CHECKED_IDLE and field in none_on_idle(modules)
+
+
+def idle_maker_files(root) -> list:
+    """The modules that can call `prepare_for_idle()` (the census's cache key holds them)."""
+    return sorted(p for d in IDLE_MAKERS for p in (root / d).rglob("*.py")) if root else []
+
+
+def _fresh_idle_batches(modules: Modules) -> bool:
+    """Every `X.prepare_for_idle()` under IDLE_MAKERS follows `X = ScheduleBatch.init_new(` in
+    the same function, and schedule_batch.py sets `ForwardMode.IDLE` in prepare_for_idle only."""
+    sched = modules.path(SCHEDULE_MODULE)
+    try:
+        text = sched.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    sets = [m.start() for m in re.finditer(r"forward_mode = ForwardMode\.IDLE\b", text)]
+    idle = re.search(r"^    def prepare_for_idle\(self\)", text, re.M)
+    if idle is None or len(sets) != 1 or not idle.start() < sets[0] < (
+            (re.compile(r"^    def ", re.M).search(text, idle.end()) or re.search(r"\Z", text))
+            .start()):
+        return False
+    found = False
+    for path in idle_maker_files(sched.parents[2]):
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return False
+        if b"prepare_for_idle()" not in raw:
+            continue
+        src = raw.decode("utf-8", errors="replace")
+        for m in _IDLE_CALL.finditer(src):
+            found = True
+            start = src.rfind("def ", 0, m.start())
+            if f"{m.group(1)} = ScheduleBatch.init_new(" not in src[start:m.start()]:
+                return False
+    return found
+
+
+def _read_idle(modules: Modules) -> frozenset[str]:
+    if not _fresh_idle_batches(modules):
+        return frozenset()
+    # the methods read, parsed alone (schedule_batch.py is 179 kB; source.parse_pruned)
+    sb = parse_pruned(modules.path(SCHEDULE_MODULE), ("init_new", "prepare_for_idle",
+                                                      "__post_init__"))
+    fb = parse_pruned(modules.path(_MODULE), ("init_new",))
+    sched = _class(sb, "ScheduleBatch")
+    fwd = _class(fb, "ForwardBatch")
+    if sched is None or fwd is None:
+        return frozenset()
+    methods = {f.name: f for f in sched.body if isinstance(f, ast.FunctionDef)}
+    fb_init = next((f for f in fwd.body if isinstance(f, ast.FunctionDef)
+                    and f.name == "init_new"), None)
+    if "init_new" not in methods or "prepare_for_idle" not in methods or fb_init is None:
+        return frozenset()
+    none = {s.target.id for s in sched.body if isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name) and isinstance(s.value, ast.Constant)
+            and s.value.value is None}
+    made = _keywords(methods["init_new"]) | _stores(methods["init_new"], "batch") | \
+        _stores(methods["prepare_for_idle"], "self") | \
+        (_stores(methods["__post_init__"], "self") if "__post_init__" in methods else set())
+    handed = {k.arg for n in ast.walk(fb_init) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Name) and n.func.id in ("cls", "ForwardBatch")
+              for k in n.keywords if k.arg and isinstance(k.value, ast.Attribute)
+              and k.value.attr == k.arg and isinstance(k.value.value, ast.Name)
+              and k.value.value.id == "batch"}
+    return frozenset((none - made) & (handed - _stores(fb_init, "ret")) & CHECKED_IDLE)
+
+
+def _class(tree: ast.Module | None, name: str) -> ast.ClassDef | None:
+    return next((c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == name),
+                None) if tree is not None else None
+
+
+def _keywords(fn: ast.FunctionDef) -> set[str]:
+    """The keywords of the `cls(...)` constructor calls in `fn`."""
+    return {k.arg for n in ast.walk(fn) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name) and n.func.id == "cls" for k in n.keywords if k.arg}
+
+
+def _stores(fn: ast.FunctionDef, owner: str) -> set[str]:
+    """The attributes `fn` assigns on `owner` (`owner.x = ...`, augmented or annotated too)."""
+    return {t.attr for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign,
+                                                            ast.AnnAssign))
+            for t0 in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            for t in (t0.elts if isinstance(t0, ast.Tuple) else [t0])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+            and t.value.id == owner}

@@ -10,12 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.gate import SPEC_INFO_FILE, ragged_algorithms
-from diag.probes.metadata_syncs.census.batch_fields import DRAFT_EXTEND_REL, VERIFY_RELS
+from diag.probes.metadata_syncs.census.batch_fields import (
+    DRAFT_EXTEND_REL,
+    SCHEDULE_REL,
+    VERIFY_RELS,
+    idle_maker_files,
+)
 from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
 from diag.probes.metadata_syncs.census.guards import RAGGED_FACT
 from diag.probes.metadata_syncs.census.reach import _analyse
 from diag.probes.metadata_syncs.census.scopes import BUILDERS, SCOPES, Scope
 from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
+from diag.probes.metadata_syncs.census.wrapped import DRAFT_UTILS_REL
 from diag.probes.source import (
     Modules,
     classes_defined,
@@ -84,9 +90,12 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             batch = target.file(BATCH_REL)  # census.batch_fields reads ForwardBatch.init_new
             # ... and the verify preparation; census.wrapped reads a file under attention/
             # ... and the algorithms with a ragged verify layout (`_fill_ragged`), and the
-            # draft-extend preparation (batch_fields.prefix_on_draft_extend)
+            # draft-extend preparation (batch_fields.prefix_on_draft_extend), and what makes an
+            # IDLE batch (batch_fields.none_on_idle)
             extra = [f for f in [batch] + [target.file(r) for r in (
-                *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL)] if f.is_file()]
+                *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL, SCHEDULE_REL, DRAFT_UTILS_REL)]
+                if f.is_file()] \
+                + idle_maker_files(target.file("srt").parent)
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
                                               else []) + extra,
                                      str(target.root), cache.code_fingerprint(

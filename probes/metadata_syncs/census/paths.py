@@ -34,6 +34,8 @@ PHASES = (*RUN_PHASES, "once")
 State = frozenset
 ALL: frozenset = frozenset((m, p) for m in MODES for p in PHASES)
 NONE: frozenset = frozenset()
+_VERIFY = frozenset({("target-verify", "step")})
+_IDLE = frozenset({("idle", "step")})
 PATH_CLASSES = ("per-step", "capture-only", "once", "unreachable", "cannot-tell")
 
 _ENUM_MODES = {"EXTEND": "target-extend", "MIXED": "target-extend",
@@ -165,8 +167,8 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
          depth: int = 0) -> Cond:
     """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
     method that returns a forward-mode test of its argument), read through; "fields" (a name
-    bound once to a batch field), "none_on_verify" (whether a target-verify step leaves that
-    field None: census.batch_fields) and "prefix_on_draft_extend" (whether a draft-extend
+    bound once to a batch field), "none_on_verify" / "none_on_idle" (whether a target-verify /
+    an IDLE step leaves that field None: census.batch_fields) and "prefix_on_draft_extend" (whether a draft-extend
     step's prefix lengths are the committed ones: the same)."""
     env = env or {}
     if depth > 6:
@@ -250,15 +252,16 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
                 return Cond(ALL, ALL, True)
             t, f = _modes(modes), _modes(set(MODES) - modes)
             return Cond(t, f) if isinstance(op, (ast.Eq, ast.In, ast.Is)) else Cond(f, t)
-        none = env.get("none_on_verify")
-        if none and isinstance(right, ast.Constant) and right.value is None and \
-                isinstance(op, (ast.Is, ast.IsNot)) and \
-                none(batch_field(left, env.get("fields", {}))):
-            # a field the target-verify step's batch leaves None (census.batch_fields): there
-            # the test is decided; elsewhere it goes both ways
-            verify = frozenset({("target-verify", "step")})
-            return Cond(ALL, ALL - verify) if isinstance(op, ast.Is) else \
-                Cond(ALL - verify, ALL)
+        none, idle = env.get("none_on_verify"), env.get("none_on_idle")
+        if (none or idle) and isinstance(right, ast.Constant) and right.value is None and \
+                isinstance(op, (ast.Is, ast.IsNot)):
+            # a field the target-verify step's (or an IDLE step's) batch leaves None
+            # (census.batch_fields): there the test is decided; elsewhere it goes both ways
+            field = batch_field(left, env.get("fields", {}))
+            off = (_VERIFY if none and none(field) else NONE) | \
+                (_IDLE if idle and field is not None and idle(field) else NONE)
+            if off:
+                return Cond(ALL, ALL - off) if isinstance(op, ast.Is) else Cond(ALL - off, ALL)
         fact = facts.get(left.id) if isinstance(left, ast.Name) else None
         if fact in ("host-set", "none") and isinstance(right, ast.Constant) and \
                 right.value is None and isinstance(op, (ast.Is, ast.IsNot)):

@@ -11,7 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from diag.probes.metadata_syncs.census.batch_fields import leaves_none, prefix_on_draft_extend
+from diag.probes.metadata_syncs.census.batch_fields import (
+    idle_leaves_none,
+    leaves_none,
+    prefix_on_draft_extend,
+)
 from diag.probes.metadata_syncs.census.draft_steps import spec_sets
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
 from diag.probes.metadata_syncs.census.guards import (
@@ -332,6 +336,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
     resolve.gpu_true = gpu_true_methods(tree, rel, modules)  # type: ignore[attr-defined]
     # whether a target-verify step leaves a batch field None (census.batch_fields)
     resolve.none_on_verify = functools.partial(leaves_none, modules)  # type: ignore[attr-defined]
+    # ... or an IDLE step (the same)
+    resolve.none_on_idle = functools.partial(idle_leaves_none, modules)  # type: ignore[attr-defined]
     # whether a draft-extend step's prefix lengths are the committed ones (the same)
     resolve.prefix_on_draft_extend = functools.partial(  # type: ignore[attr-defined]
         prefix_on_draft_extend, modules)
@@ -358,6 +364,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
         if external and held is not None and name == held.entry and \
                 is_held(classes, key[1], held.child_type):  # census.wrapped
             st = frozenset(s for s in st if s[0] not in held.modes)
+        elif external and held is not None and name == held.entry and key[1] == held.wrapper:
+            st = frozenset(s for s in st if s[0] not in held.wrapper_modes)
         if external and _MULTI_STEP.search(key[1]):
             st &= _DRAFT_DECODE
         for e in edges:

@@ -223,6 +223,7 @@ class _Scan:
                                if k not in info.names},
                     "locals": info.locals, "fields": info.fields,
                     "none_on_verify": getattr(resolve, "none_on_verify", None),
+                    "none_on_idle": getattr(resolve, "none_on_idle", None),
                     "prefix_on_draft_extend": getattr(resolve, "prefix_on_draft_extend", None)}
         self.kinds = _Kinds(fn, facts, info)
         host_attrs = getattr(resolve, "host_attrs", None)

@@ -9,17 +9,25 @@ its `init_forward_metadata` returns early on a mode where only the full-attentio
 init_forward_metadata(forward_batch); return`). A site in the linear backend's metadata then
 cannot run on that mode. Read from the wrapper of each release (its text, not a line kept
 here); a release whose wrapper has no such early return keeps every mode.
+
+Nor does a DECODE batch reach the wrapper or what it holds: under speculative decoding every
+DECODE batch is the draft's, run through the multi-step backend the draft worker builds in
+speculative/draft_utils.py, which never builds the wrapper (0.5.19 draft_utils.py:234-239: for
+`hybrid_linear_attn` the draft decodes with fa3's, triton's or the AMX backend's multi-step
+backend). Read from draft_utils.py: where it names the wrapper or the held type, decode stays.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from diag.probes.metadata_syncs.census.paths import MODES, cond
 from diag.probes.source import parse_file, unparse
 
 WRAPPER_MODULE = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
+DRAFT_UTILS = "sglang.srt.speculative.draft_utils"
+DRAFT_UTILS_REL = "srt/speculative/draft_utils.py"  # (the census's cache key)
 ENTRY = "init_forward_metadata"
 
 
@@ -31,6 +39,9 @@ class Wrapped:
     entry: str
     modes: frozenset[str]
     where: str  # file:line of the early return's test
+    wrapper: str = ""  # the wrapper's class
+    # the modes no batch of the wrapper's own entry has (decode: draft_utils never builds it)
+    wrapper_modes: frozenset[str] = frozenset()
 
 
 def wrapped(modules) -> Wrapped | None:
@@ -43,8 +54,20 @@ def wrapped(modules) -> Wrapped | None:
     tree = parse_file(modules.path(WRAPPER_MODULE))
     if tree is not None:
         got = _read(tree, WRAPPER_MODULE.replace(".", "/") + ".py")
+    if got is not None and _draft_never_builds(modules, (got.wrapper, got.child_type)):
+        got = replace(got, modes=got.modes | {"decode"}, wrapper_modes=frozenset({"decode"}))
     modules._diag_wrapped = got  # type: ignore[attr-defined]
     return got
+
+
+def _draft_never_builds(modules, names: tuple[str, ...]) -> bool:
+    """Whether the draft worker's backend factory (speculative/draft_utils.py) exists and
+    names none of `names`."""
+    try:
+        text = modules.path(DRAFT_UTILS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "def create_decode_backend" in text and not any(n and n in text for n in names)
 
 
 def _read(tree: ast.Module, rel: str) -> Wrapped | None:
@@ -67,7 +90,7 @@ def _read(tree: ast.Module, rel: str) -> Wrapped | None:
             skipped = [t for a, t in held.items() if f"self.{a}" not in called]
             if not c.unknown and withheld and withheld != set(MODES) and called and \
                     len(skipped) == 1:
-                return Wrapped(skipped[0], ENTRY, withheld, f"{rel}:{st.lineno}")
+                return Wrapped(skipped[0], ENTRY, withheld, f"{rel}:{st.lineno}", cls.name)
     return None
 
 
