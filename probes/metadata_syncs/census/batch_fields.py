@@ -1,4 +1,5 @@
-"""Batch fields a target-verify step leaves None, read from the release's `ForwardBatch.init_new`.
+"""Batch fields a target-verify step leaves None, read from the release's `ForwardBatch.init_new`
+(and, below, the fields an IDLE step leaves None and the prefix lengths of a draft-extend step).
 
 Why: a builder that tests `forward_batch.extend_seq_lens is not None` (or a local bound once to
 it) does not run that branch on a target-verify step. `init_new` sets `extend_seq_lens` and
@@ -167,8 +168,8 @@ def prefix_on_draft_extend(modules: Modules | None) -> bool:
     the window widening off, its default, multi_layer_eagle_worker_v2.py:247), which
     ForwardBatch.init_new hands on as `extend_prefix_lens_cpu` (0.5.23
     forward_batch_info.py:1240, 0.5.19 :907); on the GPU-only path the prefix lengths are
-    device tensors and the mirror stays None (0.5.19 :909-913, 0.5.23 :1242-1246), where `any(None)` raises
-    before a branch on it. So flashinfer MLA's ragged prefill (0.5.23
+    device tensors and the mirror stays None (0.5.19 :909-913, 0.5.23 :1242-1246), where
+    `any(None)` raises before a branch on it. So flashinfer MLA's ragged prefill (0.5.23
     flashinfer_mla_backend.py:449-453: `not any(...)`) is never taken on draft-extend.
     Read from the release (kept per target): False where the function or its assignments
     differ (no such fact on the v1 worker's releases)."""

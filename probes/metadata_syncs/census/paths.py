@@ -168,8 +168,8 @@ def cond(e: ast.AST, facts: dict[str, str], env: dict[str, dict[str, ast.AST]] |
     """`env`: "locals" (a name assigned once from a forward-mode expression) and "helpers" (a
     method that returns a forward-mode test of its argument), read through; "fields" (a name
     bound once to a batch field), "none_on_verify" / "none_on_idle" (whether a target-verify /
-    an IDLE step leaves that field None: census.batch_fields) and "prefix_on_draft_extend" (whether a draft-extend
-    step's prefix lengths are the committed ones: the same)."""
+    an IDLE step leaves that field None: census.batch_fields) and "prefix_on_draft_extend"
+    (whether a draft-extend step's prefix lengths are the committed ones: the same)."""
     env = env or {}
     if depth > 6:
         return Cond(ALL, ALL, True)
