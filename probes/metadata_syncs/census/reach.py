@@ -337,7 +337,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
     # whether a target-verify step leaves a batch field None (census.batch_fields)
     resolve.none_on_verify = functools.partial(leaves_none, modules)  # type: ignore[attr-defined]
     # ... or an IDLE step (the same)
-    resolve.none_on_idle = functools.partial(idle_leaves_none, modules)  # type: ignore[attr-defined]
+    resolve.none_on_idle = functools.partial(  # type: ignore[attr-defined]
+        idle_leaves_none, modules)
     # whether a draft-extend step's prefix lengths are the committed ones (the same)
     resolve.prefix_on_draft_extend = functools.partial(  # type: ignore[attr-defined]
         prefix_on_draft_extend, modules)
