@@ -101,13 +101,19 @@ def _verify_preparations(modules: Modules) -> list[ast.FunctionDef]:
     for m in _PREPARE.finditer(text):
         if f"{m.group(1)}(" not in callers:
             continue
-        end = _NEXT_TOP.search(text, m.end())
-        try:
-            tree = ast.parse(text[m.start():end.start() if end else len(text)])
-        except SyntaxError:
-            continue
-        out += [f for f in tree.body if isinstance(f, ast.FunctionDef)]
+        out += _top_defs(text, m)
     return out
+
+
+def _top_defs(text: str, m: re.Match) -> list[ast.FunctionDef]:
+    """The top-level function whose `def` `m` found, parsed alone (to the next top-level
+    statement); none where that text does not parse."""
+    end = _NEXT_TOP.search(text, m.end())
+    try:
+        tree = ast.parse(text[m.start():end.start() if end else len(text)])
+    except SyntaxError:
+        return []
+    return [f for f in tree.body if isinstance(f, ast.FunctionDef)]
 
 
 def _read(tree: ast.Module) -> frozenset[str]:
@@ -187,13 +193,10 @@ def _read_prefix(modules: Modules) -> bool:
     except OSError:
         return False
     m = re.search(r"^def prepare_for_draft_extend\(", text, re.M)
-    if m is None:
+    fns = _top_defs(text, m) if m is not None else []
+    if not fns:
         return False
-    end = _NEXT_TOP.search(text, m.end())
-    try:
-        tree = ast.parse(text[m.start():end.start() if end else len(text)])
-    except SyntaxError:
-        return False
+    tree = fns[0]
     values = [st.value for st in ast.walk(tree) if isinstance(st, ast.Assign)
               for t in st.targets for x in (t.elts if isinstance(t, ast.Tuple) else [t])
               if isinstance(x, ast.Attribute) and x.attr == "prefix_lens"
