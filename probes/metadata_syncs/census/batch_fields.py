@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 
 from diag.probes.metadata_syncs.census.paths import MODES, cond
-from diag.probes.source import Modules, parse_file
+from diag.probes.source import Modules, parse_file, parse_pruned
 
 _MODULE = "sglang.srt.model_executor.forward_batch_info"
 REL = "srt/model_executor/forward_batch_info.py"  # (Target.file: part of the census's key)
@@ -292,18 +291,22 @@ def _fresh_idle_batches(modules: Modules) -> bool:
 def _read_idle(modules: Modules) -> frozenset[str]:
     if not _fresh_idle_batches(modules):
         return frozenset()
-    try:  # the methods read, each parsed alone (schedule_batch.py is 179 kB)
-        sb = modules.path(SCHEDULE_MODULE).read_text(encoding="utf-8", errors="replace")
-        fb = modules.path(_MODULE).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    # the methods read, the rest of each module left out (source.parse_pruned)
+    sched = _class(parse_pruned(modules.path(SCHEDULE_MODULE), (
+        "init_new", "prepare_for_idle", "__post_init__")), "ScheduleBatch")
+    fwd = _class(parse_pruned(modules.path(_MODULE), ("init_new",)), "ForwardBatch")
+    if sched is None or fwd is None:
         return frozenset()
-    sched, fwd = _class_text(sb, "ScheduleBatch"), _class_text(fb, "ForwardBatch")
-    init, idle = _method(sched, "init_new"), _method(sched, "prepare_for_idle")
-    post, fb_init = _method(sched, "__post_init__"), _method(fwd, "init_new")
+    methods = {f.name: f for f in sched.body if isinstance(f, ast.FunctionDef)}
+    fb_init = next((f for f in fwd.body if isinstance(f, ast.FunctionDef)
+                    and f.name == "init_new"), None)
+    init, idle, post = (methods.get(n) for n in ("init_new", "prepare_for_idle",
+                                                  "__post_init__"))
     if init is None or idle is None or fb_init is None:
         return frozenset()
-    head = sched[:m.start()] if (m := _DEF.search(sched)) else sched  # the class's fields
-    none = set(re.findall(r"^    (\w+): [^=\n]+= None\b", head, re.M))
+    none = {s.target.id for s in sched.body if isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name) and isinstance(s.value, ast.Constant)
+            and s.value.value is None}
     made = _keywords(init) | _stores(init, "batch") | _stores(idle, "self") | \
         (_stores(post, "self") if post is not None else set())
     handed = {k.arg for n in ast.walk(fb_init) if isinstance(n, ast.Call)
@@ -314,34 +317,9 @@ def _read_idle(modules: Modules) -> frozenset[str]:
     return frozenset((none - made) & (handed - _stores(fb_init, "ret")) & CHECKED_IDLE)
 
 
-_DEF = re.compile(r"^    (?:@|def |async def )", re.M)
-# the next member of a class (or the next top-level statement): a line at four spaces that
-# starts a name or a decorator (a signature's closing `    ):` does not)
-_MEMBER_END = re.compile(r"^(?:    )?[A-Za-z_@]", re.M)
-
-
-def _class_text(text: str, name: str) -> str:
-    """The text of top-level class `name` (empty when absent)."""
-    m = re.search(rf"^class {name}\b", text, re.M)
-    if m is None:
-        return ""
-    end = re.compile(r"^\S", re.M).search(text, text.index("\n", m.end()) + 1)
-    return text[m.start():end.start() if end else len(text)]
-
-
-def _method(cls_text: str, name: str) -> ast.FunctionDef | None:
-    """Method `name` of a class's text, parsed alone (with its decorators)."""
-    m = re.search(rf"^(?:    @.*\n)*    def {name}\(", cls_text, re.M)
-    if m is None:
-        return None
-    body = cls_text.index("\n", cls_text.index(f"def {name}(", m.start())) + 1
-    end = _MEMBER_END.search(cls_text, body)
-    chunk = cls_text[m.start():end.start() if end else len(cls_text)]
-    try:
-        tree = ast.parse(textwrap.dedent(chunk))
-    except SyntaxError:
-        return None
-    return next((f for f in tree.body if isinstance(f, ast.FunctionDef)), None)
+def _class(tree: ast.Module | None, name: str) -> ast.ClassDef | None:
+    return next((c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == name),
+                None) if tree is not None else None
 
 
 def _keywords(fn: ast.FunctionDef) -> set[str]:
