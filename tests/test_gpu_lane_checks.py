@@ -596,6 +596,14 @@ TREE = {"lane-h100-run33": "8877a7b"}
     # prediction over the same windows -20.6 % (0.501 vs 0.630 (0.487-0.732)), the in-server
     # eager cost's interval 0.25 ms wide
     ("lane-h100-run33", {PREDICTION_INSIDE, BATCH1}),
+    # 2026-12-07 04:12 UTC, 47717e6 (HEAD: the census's draft-extend prefix, IDLE and DECODE
+    # facts; the worker's early judgement of the fixes since run 33), an H200 after 16 refused
+    # starts, run 33's caches, shortened to the device time left (`LANE_TIMEOUT=170`,
+    # `--rounds 6 --windows 12 --windows-batch16 12`): every check up to `tui --once` passed
+    # (22: captures, greedy tokens, every live eager reason named statically, syncs 0 vs the
+    # census's 0 in all three phases, the twins 0.792 (0.726-0.888) in 0.719 (0.662-0.901)),
+    # then the time limit
+    ("lane-h200-run34", {"lane ran to the end"}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -610,7 +618,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     assert {n for n, c in by_name.items() if c["ok"] is False} == failing
     assert len(doc["checks"]) == {"lane-h200-run4": 15, "lane-h100-run15": 25,
                                   "lane-h100-run24": 24, "lane-h100-run27": 23,
-                                  "lane-h100-run32": 23}.get(folder, 27)
+                                  "lane-h100-run32": 23, "lane-h200-run34": 23}.get(folder, 27)
     for label, bench in doc.get("in_server", {}).items():  # run 27 stopped before them
         row = next(r for r in bench["results"] if r["condition"] == "all")
         again = paired.paired_ratio(row["off_s_per_token"], row["on_s_per_token"])
@@ -638,7 +646,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     pname = next((n for n in by_name if n.startswith("prediction from the kill-switch")), None)
     assert pname is not None or folder in ("lane-h100-run27", "lane-h100-run29",
                                            "lane-h100-run30", "lane-h100-run31",
-                                           "lane-h100-run32", "lane-h100-run33")
+                                           "lane-h100-run32", "lane-h100-run33",
+                                           "lane-h200-run34")
     if pname is not None:
         assert pred.ok is by_name[pname]["ok"]
     if PREDICTION_INSIDE in by_name:  # since run 29: the model over the eager cost's windows,
@@ -664,7 +673,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                  "21b53a7", "f2bff3b", "b560163", "66eb112", "1bb2ecb",
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
                                  "bbebb96", "5303f39", "0726a08", "884389e", "8a4b617",
-                                 "d626b57", "0b47dc7", "ed77981", "8877a7b"}
+                                 "d626b57", "0b47dc7", "ed77981", "8877a7b", "47717e6"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("all five" if folder != "lane-h100-run25" else "diag first")
     if "cpus" in doc:  # pinned runs: no CPU in two servers' sets, none in the client's
