@@ -47,6 +47,10 @@ class SpecConfig:
     # adaptive speculation swaps each phase's runner for the active state's at run time
     # (probes.draft_extend_graph.dispatch); None: not given
     speculative_adaptive: bool | None = None
+    # the GPU's arch (gcnArchName stem: gfx942 = MI300X/MI325X, gfx950 = MI350/MI355): SGLang's
+    # `is_gfx95_supported()` and kin pick kernels and metadata paths by it; a host fact, not a
+    # server argument (so not in `_FACTS`); None: not given and no AMD GPU here
+    gpu_arch: str | None = None
     source: str = "options"  # "options" | "server"
 
     # the fields that describe a configuration (everything but the bookkeeping `source`)

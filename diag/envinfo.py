@@ -93,6 +93,13 @@ def amd_gpus() -> dict[str, Any]:
     return {"source": None, "gpus": [], "error": "neither amdsmi nor rocm-smi found"}
 
 
+def gpu_arch_part() -> dict[str, Any]:
+    """The first AMD GPU's arch from the KFD topology: what diagnose takes for --gpu-arch."""
+    from diag.gpu_platform import KFD_NODES, local_gpu_arch
+
+    return {"value": local_gpu_arch(), "source": str(KFD_NODES)}
+
+
 def sglang_part(spec: str | None, log=None) -> dict[str, Any]:
     """The importable SGLang (found, not imported), or the one `--sglang` names."""
     from diag import target as target_mod
@@ -122,6 +129,7 @@ def collect(sglang: str | None = None, log=None) -> dict[str, Any]:
         "os": pyplatform.platform(),
         "torch": torch_part(),
         "amd_smi": amd_gpus(),
+        "gpu_arch": gpu_arch_part(),
         "sglang": sglang_part(sglang, log),
         "env": env_vars(),
         "servers": servers_part(),
@@ -146,6 +154,10 @@ def render(doc: dict[str, Any]) -> str:
                      + (f" ({smi['error']})" if smi["error"] else ""))
     else:
         lines.append(f"AMD SMI: {smi['error']}")
+    arch = doc.get("gpu_arch") or {}
+    lines.append(f"gpu arch: {arch['value']} (from {arch['source']}; diagnose decides SGLang's "
+                 f"is_gfx*_supported() branches by it)" if arch.get("value") else
+                 f"gpu arch: no AMD GPU in {arch.get('source')} (pass --gpu-arch to diagnose)")
     if s["found"]:
         lines.append(f"sglang {s['version'] or '(unknown version)'} at {s['path']} "
                      f"[{s['origin']}]")

@@ -95,3 +95,39 @@ def default_platform(info: TorchInfo | None = None) -> str:
     if info.gpu_available and info.runtime == "cuda":
         return "cuda"
     return "hip"
+
+
+# ROCm's kernel driver lists each agent under the KFD topology; a GPU's `gfx_target_version` is
+# major * 10000 + minor * 100 + stepping (gfx942: 90402, gfx950: 90500, gfx90a: 90010), a CPU's 0
+KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+GPU_ARCH = re.compile(r"^gfx[0-9a-f]{3,5}(:[a-z0-9+:-]*)?$")
+
+
+def arch_name(target_version: int) -> str | None:
+    """`gfx_target_version` -> the gcnArchName stem (`gfx942`); None for 0 (a CPU node)."""
+    if target_version <= 0:
+        return None
+    major, minor, step = target_version // 10000, target_version // 100 % 100, \
+        target_version % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def local_gpu_arch(nodes: Path = KFD_NODES) -> str | None:
+    """The first AMD GPU's arch on this host, read from the KFD topology without importing torch
+    (what `torch.cuda.get_device_properties(0).gcnArchName` starts with); None without one.
+    Why: SGLang picks kernels and metadata paths by it (`is_gfx95_supported()`: MI350/MI355
+    against MI300's gfx942), so an audit on an AMD host decides those branches itself."""
+    try:
+        names = sorted(nodes.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 1 << 30)
+    except OSError:
+        return None
+    for node in names:
+        try:
+            text = (node / "properties").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        m = re.search(r"^gfx_target_version\s+(\d+)\s*$", text, re.M)
+        arch = arch_name(int(m.group(1))) if m else None
+        if arch:
+            return arch
+    return None

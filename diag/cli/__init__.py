@@ -329,8 +329,9 @@ def _emit(ctx, findings, as_json: bool, fail_on: str, verbose: bool,
     else:
         from diag.report import verdict
 
-        line = f"diag {__version__}: {ctx.target.describe()}, platform {ctx.platform}"
         cfg = ctx.config
+        line = f"diag {__version__}: {ctx.target.describe()}, platform {ctx.platform}" + (
+            f" ({cfg.gpu_arch})" if cfg.gpu_arch and ctx.platform == "hip" else "")
         configured = bool(ctx.server_url) or any(
             getattr(cfg, n, None) is not None for n in (
                 "attention_backend", "draft_attention_backend", "speculative_num_steps",

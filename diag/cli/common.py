@@ -134,6 +134,18 @@ def _env_pairs(_ctx: click.Context, _param: click.Parameter, value: tuple[str, .
     return out if value else None
 
 
+def _gpu_arch(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """--gpu-arch gfx942 (a gcnArchName, feature suffix allowed: gfx942:sramecc+:xnack-)."""
+    from diag.gpu_platform import GPU_ARCH
+
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if not GPU_ARCH.match(v):
+        raise click.BadParameter(f"{echo(value)} is not an AMD GPU arch (gfx942, gfx950, ...)")
+    return v
+
+
 def config_options(f: Callable) -> Callable:
     """The facts SGLang resolves a configuration from (diagnose, probe, fix check)."""
     from diag.context import MAX_COUNT  # past it no server runs a count (a typo: exit 2)
@@ -171,6 +183,10 @@ def config_options(f: Callable) -> Callable:
                           "are swapped per step count. Default: not given."),
         click.option("--dp", "dp_size", type=pos, metavar="N", help="The server's --dp-size."),
         click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
+        click.option("--gpu-arch", metavar="GFX", callback=_gpu_arch,
+                     help="The server's AMD GPU arch (gfx942: MI300X/MI325X, gfx950: "
+                          "MI350/MI355): it decides SGLang's is_gfx95_supported() branches. "
+                          "Default: this host's GPU on hip (read from the KFD topology)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -358,6 +374,10 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     if res and "model" in res.sources:  # the engine's model path is here but is no model
         log(res.sources["model"])
     plat = platform or default_platform()
+    if cfg.gpu_arch is None and plat == "hip" and _same_host(server_url):
+        from diag.gpu_platform import local_gpu_arch
+
+        cfg.gpu_arch = local_gpu_arch()  # this host's GPU decides its arch branches
     from diag.cli.validate import check_config
 
     check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed
@@ -382,6 +402,16 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
             ctx.server_url = server.normalize_url(server_url)
             ctx.cache["server_error"] = server_err
     return ctx
+
+
+def _same_host(server_url: str | None) -> bool:
+    """No server, or one on this host (loopback): this host's GPU is the one it runs on."""
+    if not server_url:
+        return True
+    from urllib.parse import urlsplit
+
+    host = urlsplit(server_url if "//" in server_url else f"http://{server_url}").hostname
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
 def _server_info(url: str) -> tuple[dict | None, str | None]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from diag.context import SpecConfig
+from diag.probes.metadata_syncs.census.flags import VIA
 from diag.probes.metadata_syncs.census.guards import RAGGED_FACT
 from diag.probes.startup.host_lengths import DECODE_SIDE
 
@@ -98,7 +99,20 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
                  relay: Any = None) -> tuple[bool | None, str]:
     """(True | False | None (undecided), words) for one guard on one forward mode; `models`:
     the served models' facts (`model_facts.windows`), else no model fact is decided; `relay`:
-    whether decode-side batches carry `seq_lens_cpu` (`probes.startup.host_lengths.Mirror`)."""
+    whether decode-side batches carry `seq_lens_cpu` (`probes.startup.host_lengths.Mirror`).
+    A guard read through start-up flags (census.flags) says so after its words."""
+    text = g[4]
+    core, sep, via = text.partition(VIA)
+    if not sep:
+        return _decide_guard(g, cfg, mode, version, platform, models, relay)
+    ok, words = _decide_guard((*g[:4], core, *g[5:]), cfg, mode, version, platform, models,
+                              relay)
+    return ok, f"{words}{sep}{via}"
+
+
+def _decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
+                  platform: str | None = None, models: dict[str, Any] | None = None,
+                  relay: Any = None) -> tuple[bool | None, str]:
     fact, op, value, where, text = g[:5]
     if fact == "model:sliding_window_size":
         from diag.probes.metadata_syncs.model_facts import DRAFT_MODES
@@ -137,6 +151,10 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
                            f"layout ({at} supports_ragged_verify; `{text}`, {where})"
     if fact.startswith("data:"):
         return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
+    if fact.startswith("arch:"):
+        return _arch(fact[5:], op, value, cfg, platform, where, text)
+    if fact.startswith("env:"):
+        return _env(fact[4:], op, value, cfg, where, text)
     if fact == "platform":
         if platform is None or op not in ("==", "!="):
             return None, f"`{text}` ({where}): the platform"
@@ -189,6 +207,54 @@ def decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
     if have is None or op not in _CMP:
         return None, f"`{text}` ({where}): {fact} not given"
     return bool(_CMP[op](have, value)), f"config: {fact}={have} (`{text}`, {where})"
+
+
+def _arch(fn: str, op: str, value: Any, cfg: SpecConfig, platform: str | None, where: str,
+          text: str) -> tuple[bool | None, str]:
+    """`is_gfx95_supported()` (census.switches: its arch names and where): false off HIP, on HIP
+    whether the configuration's GPU arch holds one of the names."""
+    if value is None:
+        return None, f"`{text}` ({where}): {fn} not read in this release"
+    names, at = value
+    if platform is None:
+        return None, f"`{text}` ({where}): the platform"
+    if platform != "hip":
+        return op == "!=", f"platform: {platform}, {fn}() is false off HIP ({at}; `{text}`, " \
+                           f"{where})"
+    if not cfg.gpu_arch:
+        return None, f"`{text}` ({where}): the GPU arch (pass --gpu-arch; {fn}() looks for " \
+                     f"{'/'.join(names)}, {at})"
+    got = any(n in cfg.gpu_arch for n in names)
+    return got == (op == "=="), f"gpu: {cfg.gpu_arch}, {fn}() is {got} ({at}; `{text}`, {where})"
+
+
+def _env(name: str, op: str, value: Any, cfg: SpecConfig, where: str, text: str
+         ) -> tuple[bool | None, str]:
+    """A boolean switch (census.flags.env_read; value: reader, default, where the default is
+    set) under the configuration's environment (--env, else this process's, as a server started
+    from it would have); with no configuration under audit at all, undecided (the release's
+    upper bound)."""
+    import os
+
+    reader, default, at = value if value else (None, None, None)
+    if cfg.environ is None and not cfg.given:  # the release's view: no server's environment
+        return None, f"`{text}` ({where}): the server's {name}" + (
+            f" (default {default}{f', {at}' if at else ''})" if default is not None else "")
+    env = os.environ if cfg.environ is None else cfg.environ
+    raw = env.get(name, default)
+    if raw is None:
+        return None, f"`{text}` ({where}): {name} not set, and its default not read"
+    low = raw.lower()
+    if reader == "get_bool_env_var":  # true for "true"/"1", else false (0.5.23 utils/common.py:1424-1441)
+        got: bool | None = low in ("true", "1")
+    else:  # EnvBool.parse (0.5.23 environ.py:143-150); anything else: not decided
+        got = True if low in ("true", "1", "yes", "y") else \
+            False if low in ("false", "0", "no", "n") else None
+    if got is None:
+        return None, f"`{text}` ({where}): {name}={raw!r} is no boolean"
+    src = f"{name}={raw}" if name in env else f"{name} unset, default {default}" + (
+        f" ({at})" if at else "")
+    return got == (op == "=="), f"env: {src} (`{text}`, {where})"
 
 
 def decide(site: Any, cfg: SpecConfig, mode: str, version: str | None,

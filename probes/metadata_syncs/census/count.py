@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.gate import SPEC_INFO_FILE, ragged_algorithms
+from diag.probes.metadata_syncs.census import switches
 from diag.probes.metadata_syncs.census.batch_fields import (
     DRAFT_EXTEND_REL,
     SCHEDULE_REL,
@@ -33,8 +34,8 @@ from diag.target import Target
 # The census's own modules: their sources are part of its cache key.
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
-                                         "reach", "count", "fast_paths", "batch_fields",
-                                         "wrapped", "scopes"))
+                        "flags", "switches", "reach", "count", "fast_paths", "batch_fields",
+                        "wrapped", "scopes"))
 
 
 def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
@@ -91,9 +92,11 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             # ... and the verify preparation; census.wrapped reads a file under attention/
             # ... and the algorithms with a ragged verify layout (`_fill_ragged`), and the
             # draft-extend preparation (batch_fields.prefix_on_draft_extend), and what makes an
-            # IDLE batch (batch_fields.none_on_idle)
+            # IDLE batch (batch_fields.none_on_idle), and the arch tests and boolean switches
+            # (census.switches)
             extra = [f for f in [batch] + [target.file(r) for r in (
-                *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL, SCHEDULE_REL, DRAFT_UTILS_REL)]
+                *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL, SCHEDULE_REL, DRAFT_UTILS_REL,
+                *switches.UTILS_FILES, switches.ENVIRON_FILE)]
                 if f.is_file()] \
                 + idle_maker_files(target.file("srt").parent)
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
@@ -111,7 +114,8 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             except (KeyError, TypeError, ValueError):
                 pass
     with gc_paused():
-        out = _fill_ragged(target, _scan_all(target, paths, SCOPES[scope]))
+        out = switches.fill(target, _fill_ragged(target, _scan_all(target, paths,
+                                                                   SCOPES[scope])))
     if digest is not None:
         cache.store(_cache_name(scope), digest, out.to_dict())
     return out

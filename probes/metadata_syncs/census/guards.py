@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, SPEC
+from diag.probes.metadata_syncs.census.flags import arch_call, env_read
 from diag.probes.metadata_syncs.census.paths import (
     _CAPTURE_FLAG,
     _kids,
@@ -115,6 +116,10 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
                 ) -> Guard | None:
     if spec and (g := _spec_atom(e, where, spec)) is not None:
         return g
+    if (arch := arch_call(e)) is not None:  # the GPU arch (value: census.count._fill_arch)
+        return (f"arch:{arch}", "==", None, where, _src(e, 60))
+    if (env := env_read(e)) is not None:  # a boolean switch (value: reader, default, where)
+        return (f"env:{env[0]}", "==", (env[1], env[2], None), where, _src(e, 60))
     flag = e.func if isinstance(e, ast.Call) and not e.args and not e.keywords else e
     if isinstance(flag, (ast.Name, ast.Attribute)) and _last_name(flag) in PLATFORM_NAMES:
         return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
@@ -220,7 +225,10 @@ def _guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams,
         # `a or b` true / `a and b` false: one part at least, a guard only where every part
         # is a fact of the release (a spec input the multi-step owner sets, a mirror)
         parts = [guards_of(v, where, holds, mirrors, spec) for v in e.values]
-        if all(len(p) == 1 and p[0][0].startswith(_RELEASE_FACTS) for p in parts):
+        # ... or where the parts are a start-up flag's definition (census.flags): one decided
+        # part holding is enough, data parts only leave it undecided
+        if all(len(p) == 1 and p[0][0].startswith(_RELEASE_FACTS) for p in parts) or (
+                getattr(e, "_diag_flag", False) and all(len(p) == 1 for p in parts)):
             return (("any", "true", tuple(p[0] for p in parts), where,
                      _src(e, 90) if holds else f"not ({_src(e, 90)})"),)
         return ()

@@ -18,6 +18,7 @@ from diag.probes.metadata_syncs.census.batch_fields import (
 )
 from diag.probes.metadata_syncs.census.draft_steps import spec_sets
 from diag.probes.metadata_syncs.census.fast_paths import gpu_true_methods
+from diag.probes.metadata_syncs.census.flags import fn_flags
 from diag.probes.metadata_syncs.census.guards import (
     MirrorParams,
     call_site_guards,
@@ -343,6 +344,22 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
     resolve.prefix_on_draft_extend = functools.partial(  # type: ignore[attr-defined]
         prefix_on_draft_extend, modules)
     homes = getattr(resolve, "homes", {})
+    classes_ = getattr(resolve, "classes", {})
+    defining = {id(m): cname for cname, c in classes_.items() for m in c.body
+                if isinstance(m, ast.FunctionDef)}
+    flag_memo: dict[tuple[str, int], Any] = {}
+
+    def flags_for(backend: str, fn: ast.FunctionDef) -> Any:
+        """The start-up flags `fn`'s tests may read through (census.flags); None for a helper
+        of another module."""
+        if id(fn) in homes:
+            return None
+        key = (backend, id(fn))
+        if key not in flag_memo:
+            flag_memo[key] = fn_flags(tree, classes_, backend, fn, rel, defining.get(id(fn)))
+        return flag_memo[key]
+
+    resolve.fn_flags = flags_for  # type: ignore[attr-defined]
     held = wrapped(modules)  # a backend only a wrapper runs: the modes it withholds
     keys = [(q, b) for q, b, _ in builders]
     # a named builder only non-builders call: the guards around those calls (kept)

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, rules_out
+from diag.probes.metadata_syncs.census.flags import via_note
 from diag.probes.metadata_syncs.census.guards import (
     MirrorParams,
     _ends,
+    _guard_atom,
     argument_mirror,
     guards_of,
     is_ragged_layout,
@@ -167,6 +169,11 @@ def _blocking_copy(call: ast.Call, positional: bool) -> bool:
                                                    .startswith("cpu")))
 
 
+def _recognised(atom: ast.AST) -> bool:
+    """An atom census.guards decides as it stands (a flag is never inlined over one)."""
+    return _guard_atom(atom, "") is not None
+
+
 def _inline_ragged(fn: ast.FunctionDef, test: ast.AST) -> ast.AST:
     """`x is not None` where `x` is bound once in `fn`, to the speculative input's ragged
     layout (`guards.is_ragged_layout`; 0.5.23 flashattention_backend.py:1038-1041): the same
@@ -213,6 +220,8 @@ class _Scan:
         # (names bound to the spec input: its locals, the parameters its callers bind to it)
         self.spec = (spec_aliases(fn) + spec_params, sets) if sets else ()
         self.resolve = resolve
+        flags_for = getattr(resolve, "fn_flags", None)
+        self.flags = flags_for(backend, fn) if flags_for is not None else None
         helpers = getattr(resolve, "mode_helpers", {})
         if info is None:
             info = _FnInfo(fn, helpers)
@@ -336,12 +345,31 @@ class _Scan:
         test = _inline_ragged(self.fn, test)
         own = guards_of(test, where, holds, mirrors, self.spec) or \
             self.mode_scoped(test, where, holds, mirrors)
+        own = self.through_flags(test, where, holds, mirrors, own)
         if not self.pguards:
             return own
         more = [g for p in _param_atoms(test, holds, self.env["params"])
                 for g in self.pguards.get(p, ())]
         return own + tuple(sorted(set(more) - set(own) - set(self.stack),
                                   key=lambda g: (g[3], g[0], g[1])))
+
+    def through_flags(self, test: ast.AST, where: str, holds: bool, mirrors: MirrorParams,
+                      own: tuple[Guard, ...]) -> tuple[Guard, ...]:
+        """`own` (the test's guards as it stands), or those of the test with its start-up flags
+        inlined (census.flags) where that gives any: each guard a flag's definition brought in
+        names the flags it was read through."""
+        flags = self.flags
+        if flags is None:
+            return own
+        new, used = flags.inline(test, _recognised)
+        if new is test:
+            return own
+        got = guards_of(new, where, holds, mirrors, self.spec)
+        if not got:
+            return own
+        had = {g[:3] for g in own}
+        note = via_note(used)
+        return tuple(g if g[:3] in had else (*g[:4], g[4] + note, *g[5:]) for g in got)
 
     def mode_scoped(self, test: ast.AST, where: str, holds: bool, mirrors: MirrorParams
                     ) -> tuple[Guard, ...]:

@@ -1,0 +1,268 @@
+"""Start-up flags inlined into the branch tests that read them.
+
+Why: a backend fixes many switches once, in `__init__` or at import, from facts an audit can
+decide: 0.5.23 aiter_backend.py:104-106 `_use_fp8_prefill_attn = get_bool_env_var(
+"SGLANG_AITER_FP8_PREFILL_ATTN", "True") and is_gfx95_supported()`, :443-445
+`self.use_fp8_prefill_attn = _use_fp8_prefill_attn and self.fp8_prefill_num_head is not None`,
+then `if self.use_fp8_prefill_attn:` (:2542) in front of two `.item()` reads. Read as it
+stands, that test is data (no input decides it, the site `depends`); read through its
+definitions it holds the GPU arch and an environment switch, which decide it on an MI300 (gfx942:
+false, the reads cannot run) and leave only the model's head count open on an MI355.
+
+A flag is inlined only where it cannot change after start: a module name bound once, at the
+module's top level, that no function declares `global`; a `self.<flag>` assigned once in the
+backend's class chain (this module's classes), as a statement of `__init__` itself (not under a
+branch or loop), and not a class attribute too. A flag whose definition holds no fact an input
+decides stays as it is (its text is the clearer one). A negated conjunction of inlined parts
+becomes one `any` guard over the negated parts (census.guards), data parts included: it holds
+where one decided part holds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# `is_gfx95_supported()`, `is_gfx942_supported()`, ...: sglang.srt.utils' arch tests
+ARCH_CALL = re.compile(r"^is_gfx\w+_supported$")
+# how deep a flag defined from flags is followed (aiter: self flag -> module flag -> calls)
+_DEPTH = 3
+
+
+@dataclass
+class Flag:
+    expr: ast.expr
+    line: int
+    text: str  # `self.use_fp8_prefill_attn` / `_use_fp8_prefill_attn`
+    scope: frozenset[str] = frozenset()  # names local to where it is defined (`__init__`)
+
+
+def module_flags(tree: ast.Module) -> dict[str, Flag]:
+    """Top-level `NAME = expr` bound once in the module, never declared `global` (kept on the
+    tree)."""
+    got = getattr(tree, "_diag_mod_flags", None)
+    if got is not None:
+        return got
+    binds: dict[str, list[ast.stmt]] = {}
+    for st in tree.body:
+        for name in _bound(st):
+            binds.setdefault(name, []).append(st)
+    globals_ = {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+    out = {}
+    for name, sts in binds.items():
+        st = sts[0]
+        if len(sts) == 1 and name not in globals_ and _plain_assign(st, name):
+            out[name] = Flag(st.value, st.lineno, name)  # type: ignore[union-attr]
+    tree._diag_mod_flags = out  # type: ignore[attr-defined]
+    return out
+
+
+def _bound(st: ast.stmt) -> set[str]:
+    """Names a top-level statement binds (assignments, imports, defs, loops, ...)."""
+    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {st.name}
+    if isinstance(st, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in st.names}
+    return {n.id for n in ast.walk(st) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _plain_assign(st: ast.stmt, name: str) -> bool:
+    if isinstance(st, ast.Assign):
+        return len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and \
+            st.targets[0].id == name
+    return isinstance(st, ast.AnnAssign) and st.value is not None and \
+        isinstance(st.target, ast.Name)
+
+
+def _self_store(n: ast.AST) -> str | None:
+    if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and \
+            isinstance(n.value, ast.Name) and n.value.id == "self":
+        return n.attr
+    return None
+
+
+def _locals(fn: ast.FunctionDef) -> frozenset[str]:
+    a = fn.args
+    params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+    params |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
+    return frozenset(params | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                               and isinstance(n.ctx, (ast.Store, ast.Del))})
+
+
+def class_flags(classes: dict[str, ast.ClassDef], backend: str) -> dict[str, Flag]:
+    """`self.<flag>` of `backend`'s class chain (its bases defined in this module) assigned once,
+    at the top level of an `__init__`, nowhere else, and not a class attribute (kept on the
+    class)."""
+    cls = classes.get(backend)
+    if cls is None:
+        return {}
+    got = getattr(cls, "_diag_flags", None)
+    if got is not None:
+        return got
+    chain, todo = [], [backend]
+    while todo:
+        c = classes.get(todo.pop(0))
+        if c is None or c in chain:
+            continue
+        chain.append(c)
+        todo += [b.id for b in c.bases if isinstance(b, ast.Name)]
+    stores: dict[str, int] = {}
+    class_attrs: set[str] = set()
+    for c in chain:
+        for st in c.body:
+            if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                class_attrs |= _bound(st)
+        for n in ast.walk(c):
+            if (a := _self_store(n)) is not None:
+                stores[a] = stores.get(a, 0) + 1
+    out: dict[str, Flag] = {}
+    for c in chain:
+        init = next((m for m in c.body if isinstance(m, ast.FunctionDef)
+                     and m.name == "__init__"), None)
+        if init is None:
+            continue
+        scope = _locals(init)
+        for st in init.body:
+            target = st.targets[0] if isinstance(st, ast.Assign) and len(st.targets) == 1 \
+                else st.target if isinstance(st, ast.AnnAssign) and st.value is not None \
+                else None
+            a = _self_store(target) if target is not None else None
+            if a and stores.get(a) == 1 and a not in class_attrs and a not in out:
+                out[a] = Flag(st.value, st.lineno, f"self.{a}", scope)  # type: ignore[arg-type]
+    cls._diag_flags = out  # type: ignore[attr-defined]
+    return out
+
+
+@dataclass
+class FnFlags:
+    """The flags a builder's tests may read: its class chain's (when `self` is the backend) and
+    its module's, less the names it binds itself."""
+
+    selfs: dict[str, Flag]
+    mods: dict[str, Flag]
+    local: frozenset[str]
+    rel: str
+    memo: dict[int, tuple[ast.AST, tuple[str, ...]]] = field(default_factory=dict)
+
+    def inline(self, test: ast.AST, recognised: Callable[[ast.AST], bool]
+               ) -> tuple[ast.AST, tuple[str, ...]]:
+        """(the test with each inlinable flag replaced by its definition, the flags replaced as
+        `text (file:line)`); `recognised(atom)`: an atom census.guards decides as it stands
+        (never replaced)."""
+        if id(test) not in self.memo:
+            used: list[str] = []
+            new = self._sub(test, self.local, 0, recognised, used)
+            self.memo[id(test)] = (new, tuple(dict.fromkeys(used)))
+        return self.memo[id(test)]
+
+    def _flag(self, e: ast.AST, local: frozenset[str]) -> Flag | None:
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
+                e.value.id == "self":
+            return self.selfs.get(e.attr)
+        if isinstance(e, ast.Name) and e.id not in local:
+            return self.mods.get(e.id)
+        return None
+
+    def _sub(self, e: ast.AST, local: frozenset[str], depth: int,
+             recognised: Callable[[ast.AST], bool], used: list[str]) -> ast.AST:
+        if isinstance(e, ast.BoolOp):
+            vals = [self._sub(v, local, depth, recognised, used) for v in e.values]
+            if all(a is b for a, b in zip(vals, e.values, strict=True)):
+                return e
+            out = ast.copy_location(ast.BoolOp(e.op, vals), e)
+            out._diag_flag = True  # type: ignore[attr-defined]
+            return out
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            v = self._sub(e.operand, local, depth, recognised, used)
+            return e if v is e.operand else ast.copy_location(ast.UnaryOp(ast.Not(), v), e)
+        if depth >= _DEPTH or recognised(e):
+            return e
+        f = self._flag(e, local)
+        if f is None:
+            return e
+        inner: list[str] = []
+        # names in a self flag's definition are `__init__`'s locals or the module's
+        new = self._sub(f.expr, f.scope, depth + 1, recognised, inner)
+        if not _decides(new, recognised):
+            return e
+        used.append(f"{f.text} ({self.rel}:{f.line})")
+        used.extend(inner)
+        if isinstance(new, ast.BoolOp) and not getattr(new, "_diag_flag", False):
+            new = ast.copy_location(ast.BoolOp(new.op, list(new.values)), new)
+            new._diag_flag = True  # type: ignore[attr-defined]
+        return new
+
+
+def _decides(e: ast.AST, recognised: Callable[[ast.AST], bool]) -> bool:
+    """Whether some boolean atom of `e` is one census.guards decides."""
+    if isinstance(e, ast.BoolOp):
+        return any(_decides(v, recognised) for v in e.values)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return _decides(e.operand, recognised)
+    return recognised(e)
+
+
+def fn_flags(tree: ast.Module, classes: dict[str, ast.ClassDef], backend: str,
+             fn: ast.FunctionDef, rel: str, defining: str | None) -> FnFlags:
+    """The flags `fn` (a function of this module; `defining`: the class it is a method of) may
+    read: `self` is the backend only where `fn` is a method of the backend's chain."""
+    selfs: dict[str, Flag] = {}
+    if defining is not None and _in_chain(classes, backend, defining):
+        selfs = class_flags(classes, backend)
+    return FnFlags(selfs, module_flags(tree), _locals(fn), rel)
+
+
+def _in_chain(classes: dict[str, ast.ClassDef], backend: str, name: str) -> bool:
+    seen, todo = set(), [backend]
+    while todo:
+        c = todo.pop()
+        if c == name:
+            return True
+        if c in seen or c not in classes:
+            continue
+        seen.add(c)
+        todo += [b.id for b in classes[c].bases if isinstance(b, ast.Name)]
+    return False
+
+
+VIA = " [read through "
+
+
+def via_note(used: tuple[str, ...]) -> str:
+    """What a guard's text gets when a flag's definition brought it in."""
+    return f"{VIA}{', '.join(used)}]" if used else ""
+
+
+def env_read(e: Any) -> tuple[str, str, str | None] | None:
+    """(name, reader, default) of a boolean environment read: `get_bool_env_var("N")` /
+    `get_bool_env_var("N", "True")` (reader `get_bool_env_var`, default its literal, else the
+    function's own "false": 0.5.23 utils/common.py:1424), `envs.N.get()` (reader `envs`, default
+    None: census.count fills in the release's `N = EnvBool(...)`)."""
+    if not isinstance(e, ast.Call):
+        return None
+    f = e.func
+    if isinstance(f, ast.Name) and f.id == "get_bool_env_var" and not e.keywords and \
+            1 <= len(e.args) <= 2 and all(isinstance(a, ast.Constant) and
+                                          isinstance(a.value, str) for a in e.args):
+        default = e.args[1].value if len(e.args) == 2 else "false"  # type: ignore[attr-defined]
+        return e.args[0].value, "get_bool_env_var", default  # type: ignore[attr-defined]
+    if isinstance(f, ast.Attribute) and f.attr == "get" and not e.args and not e.keywords and \
+            isinstance(f.value, ast.Attribute) and isinstance(f.value.value, ast.Name) and \
+            f.value.value.id == "envs" and f.value.attr.isupper():
+        return f.value.attr, "envs", None
+    return None
+
+
+def arch_call(e: Any) -> str | None:
+    """`is_gfx95_supported()` -> its name; else None."""
+    if isinstance(e, ast.Call) and not e.args and not e.keywords:
+        f = e.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+            else ""
+        if ARCH_CALL.match(name):
+            return name
+    return None

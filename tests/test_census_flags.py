@@ -1,0 +1,143 @@
+"""Start-up flags, the GPU arch and boolean environment switches in the census
+(probes/metadata_syncs/census/flags.py, switches.py), against the release sources READ BY HAND:
+
+- 0.5.23 aiter_backend.py:104-106 `_use_fp8_prefill_attn = (get_bool_env_var(
+  "SGLANG_AITER_FP8_PREFILL_ATTN", "True") and is_gfx95_supported())`; :443-445
+  `self.use_fp8_prefill_attn = (_use_fp8_prefill_attn and self.fp8_prefill_num_head is not
+  None)`, a statement of `__init__` and the only assignment of that attribute; the extend
+  branch of init_forward_metadata tests it at :2542 and calls `_build_prefill_ps_metadata`
+  (:2543, def :3502), which calls `make_mla_prefill_ps_meta_data` (:3527, def :977), whose
+  `qo_indptr.to("cpu", ...)` and `kv_indptr.to("cpu", ...)` (:998, :999) copy device tensors
+  to the host.
+- 0.5.22, the same chain: :106-108, :452-454, the test at :2529, `_build_prefill_ps_metadata`
+  :3491, `make_mla_prefill_ps_meta_data` :963 with the copies at :984, :985.
+- utils/common.py: `is_gfx95_supported` is `if torch.version.hip: gcn_arch = ...gcnArchName;
+  return any(gfx in gcn_arch for gfx in ["gfx95"])` else `return False` (0.5.23 :1239-1248,
+  0.5.22 :1195-1204, 0.5.9 :3601-3609); `is_gfx942_supported` looks for "gfx942" (0.5.23
+  :1252-1261).
+- environ.py: 0.5.23 :638 `SGLANG_AITER_PAGED_PREFILL_ASM = EnvBool(True)`.
+
+So on an MI300 (gfx942) the two copies cannot run; on an MI355 (gfx950) they run where the
+model's head count gives an fp8 prefill head count (`fp8_prefill_num_head`, MLA only: :432-441),
+which no input here decides; with SGLANG_AITER_FP8_PREFILL_ATTN=0 they cannot run anywhere.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from diag.context import SpecConfig
+from diag.probes.metadata_syncs.census.count import census
+from diag.probes.metadata_syncs.census.switches import arch_tests, env_defaults
+from diag.probes.metadata_syncs.census_config import decide
+from diag.target import Target
+from tests.conftest import release_target
+
+pytestmark = pytest.mark.release
+AITER = "sglang/srt/layers/attention/aiter_backend.py"
+COPIES = {"0.5.23": (998, 999), "0.5.22": (984, 985)}
+
+
+def _copies(c, version: str) -> list:
+    got = [s for s in c.sites if s.file == AITER and s.line in COPIES[version]
+           and "target-extend" in s.paths]
+    assert {s.line for s in got} == set(COPIES[version]), [(s.line, s.paths) for s in got]
+    return got
+
+
+def _status(sites: list, version: str, **cfg) -> set[str]:
+    c = SpecConfig(attention_backend="aiter", **cfg)
+    return {decide(s, c, "target-extend", version, "hip").status for s in sites}
+
+
+@pytest.mark.parametrize("version", sorted(COPIES))
+def test_the_gpu_arch_decides_the_fp8_prefill_copies(version):
+    sites = _copies(census(release_target(version)), version)
+    env: dict[str, str] = {}
+    assert _status(sites, version, gpu_arch="gfx942", environ=env) == {"unreachable"}
+    assert _status(sites, version, gpu_arch="gfx950", environ=env) == {"depends"}
+    # the feature suffix of a gcnArchName does not matter: the test is a substring
+    assert _status(sites, version, gpu_arch="gfx950:sramecc+:xnack-", environ=env) == {"depends"}
+    assert _status(sites, version, gpu_arch="gfx950",
+                   environ={"SGLANG_AITER_FP8_PREFILL_ATTN": "0"}) == {"unreachable"}
+    assert _status(sites, version, environ=env) == {"depends"}  # no arch: not decided
+    # what still decides it on gfx950 is named, and where it was read through
+    [why] = {decide(s, SpecConfig(attention_backend="aiter", gpu_arch="gfx950", environ=env),
+                    "target-extend", version, "hip").reason for s in sites}
+    assert "self.fp8_prefill_num_head is not None" in why and \
+        "read through self.use_fp8_prefill_attn" in why, why
+    # off HIP the arch test is false (its `else: return False`)
+    c = SpecConfig(attention_backend="aiter", environ=env)
+    assert {decide(s, c, "target-extend", version, "cuda").status for s in sites} == \
+        {"unreachable"}
+
+
+@pytest.mark.parametrize("version, line", [("0.5.23", 1239), ("0.5.9", 3601)])
+def test_the_arch_tests_are_read_from_the_release(version, line):
+    got = arch_tests(release_target(version))
+    assert got["is_gfx95_supported"] == (("gfx95",), f"sglang/srt/utils/common.py:{line}")
+    if version == "0.5.23":
+        assert got["is_gfx942_supported"] == (("gfx942",), "sglang/srt/utils/common.py:1252")
+
+
+def test_the_environment_defaults_are_read_from_the_release():
+    got = env_defaults(release_target("0.5.23"))
+    assert got["SGLANG_AITER_PAGED_PREFILL_ASM"] == ("True", "sglang/srt/environ.py:638")
+
+
+def _copy_tree(tmp_path, version: str, rels: tuple[str, ...]) -> Target:
+    src = release_target(version).root
+    for rel in rels:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / rel, tmp_path / rel)
+    return Target(root=tmp_path, version=version, origin="path")
+
+
+def test_an_arch_test_of_another_shape_decides_nothing(tmp_path):
+    """The same 0.5.23 sources with `is_gfx95_supported` returning True off HIP too: not the
+    shape read, so the copies stay `depends` even on gfx942."""
+    t = _copy_tree(tmp_path, "0.5.23", (AITER, "sglang/srt/utils/common.py"))
+    utils = t.root / "sglang/srt/utils/common.py"
+    text = utils.read_text()
+    head = text.index("def is_gfx95_supported():")
+    end = text.index("def is_gfx942_supported():")
+    utils.write_text(text[:head] + text[head:end].replace("return False", "return True")
+                     + text[end:])
+    assert "is_gfx95_supported" not in arch_tests(t)
+    sites = _copies(census(t, use_cache=False), "0.5.23")
+    assert _status(sites, "0.5.23", gpu_arch="gfx942", environ={}) == {"depends"}
+
+
+def test_a_flag_set_again_after_start_is_not_read_through(tmp_path):
+    """The same 0.5.23 aiter_backend.py with `self.use_fp8_prefill_attn` assigned a second
+    time, in a method other than `__init__`: it may change after start, so the test at :2542
+    stays data and the arch decides nothing."""
+    t = _copy_tree(tmp_path, "0.5.23", (AITER, "sglang/srt/utils/common.py"))
+    path = t.root / AITER
+    text = path.read_text()
+    anchor = "    def _build_prefill_ps_metadata(\n"  # after :998-999: their lines stay
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, "    def _switch_fp8(self):\n"
+                                         "        self.use_fp8_prefill_attn = False\n\n" + anchor))
+    sites = _copies(census(t, use_cache=False), "0.5.23")
+    assert _status(sites, "0.5.23", gpu_arch="gfx942", environ={}) == {"depends"}
+
+
+def test_an_environment_switch_decides_a_site_with_a_configuration_only():
+    """0.5.23 aiter_backend.py:2591 tests `envs.SGLANG_AITER_PAGED_PREFILL_ASM.get()` (default
+    True, environ.py:638) with `is_gfx95_supported()` and more before the `.item()`s at
+    :246-248: set to 0 they cannot run; with no configuration under audit at all the
+    environment is not the server's, so it decides nothing (the release's upper bound)."""
+    sites = [s for s in census(release_target("0.5.23")).sites
+             if s.file == AITER and s.line in (246, 248)
+             and any(g[0] == "env:SGLANG_AITER_PAGED_PREFILL_ASM" for g in s.guards)]
+    assert sites
+    off = SpecConfig(attention_backend="aiter",
+                     environ={"SGLANG_AITER_PAGED_PREFILL_ASM": "0"})
+    assert {decide(s, off, "target-extend", "0.5.23", "hip").status for s in sites} == \
+        {"unreachable"}
+    bare = SpecConfig()
+    assert {decide(s, bare, "target-extend", "0.5.23", "hip").status for s in sites} == \
+        {"depends"}
