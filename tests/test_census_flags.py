@@ -17,9 +17,10 @@
   :1252-1261).
 - environ.py: 0.5.23 :638 `SGLANG_AITER_PAGED_PREFILL_ASM = EnvBool(True)`.
 
-So on an MI300 (gfx942) the two copies cannot run; on an MI355 (gfx950) they run where the
-model's head count gives an fp8 prefill head count (`fp8_prefill_num_head`, MLA only: :432-441),
-which no input here decides; with SGLANG_AITER_FP8_PREFILL_ATTN=0 they cannot run anywhere.
+So on an MI300 (gfx942) the two copies cannot run; on an MI355 (gfx950) they run for an MLA
+model whose head count `check_fp8_prefill_num_head` accepts (`fp8_prefill_num_head`, 0.5.23
+:432-441 `... if self.use_mla else None`), which no input here decides, and not for a model
+that is not MLA; with SGLANG_AITER_FP8_PREFILL_ATTN=0 they cannot run anywhere.
 """
 
 from __future__ import annotations
@@ -66,8 +67,18 @@ def test_the_gpu_arch_decides_the_fp8_prefill_copies(version):
     # what still decides it on gfx950 is named, and where it was read through
     [why] = {decide(s, SpecConfig(attention_backend="aiter", gpu_arch="gfx950", environ=env),
                     "target-extend", version, "hip").reason for s in sites}
-    assert "self.fp8_prefill_num_head is not None" in why and \
+    assert "`self.use_mla`" in why and "self.check_fp8_prefill_num_head(" in why and \
         "read through self.use_fp8_prefill_attn" in why, why
+    # :432-441 `self.fp8_prefill_num_head = (...) if self.use_mla else None` (0.5.22
+    # :443-451): a model that is not MLA (Llama, 0.5.23 configs/model_config.py names no
+    # AttentionArch.MLA branch for it) leaves it None, so the copies cannot run on gfx950 either
+    from diag.probes.metadata_syncs.model_facts import windows
+
+    t = release_target(version)
+    for model, want in (("llama", "unreachable"), ("deepseek-v3", "depends")):
+        c = SpecConfig(attention_backend="aiter", gpu_arch="gfx950", environ=env, model=model)
+        assert {decide(s, c, "target-extend", version, "hip", windows(t, model, None)).status
+                for s in sites} == {want}, model
     # off HIP the arch test is false (its `else: return False`)
     c = SpecConfig(attention_backend="aiter", environ=env)
     assert {decide(s, c, "target-extend", version, "cuda").status for s in sites} == \

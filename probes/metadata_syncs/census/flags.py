@@ -181,6 +181,8 @@ class FnFlags:
             return e if v is e.operand else ast.copy_location(ast.UnaryOp(ast.Not(), v), e)
         if depth >= _DEPTH or recognised(e):
             return e
+        if (none_test := self._none_test(e, local, depth, recognised, used)) is not None:
+            return none_test
         f = self._flag(e, local)
         if f is None:
             return e
@@ -195,6 +197,36 @@ class FnFlags:
             new = ast.copy_location(ast.BoolOp(new.op, list(new.values)), new)
             new._diag_flag = True  # type: ignore[attr-defined]
         return new
+
+    def _none_test(self, e: ast.AST, local: frozenset[str], depth: int,
+                   recognised: Callable[[ast.AST], bool], used: list[str]) -> ast.AST | None:
+        """`flag is not None` where the flag is `A if c else None` (0.5.23 aiter_backend.py:
+        432-441 `self.fp8_prefill_num_head = (self.check_fp8_prefill_num_head(...) if
+        self.use_mla else None)`): `c and A is not None` (`is None`: `not c or A is None`);
+        None where `e` is no such test or `c` decides nothing."""
+        if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and
+                isinstance(e.ops[0], (ast.Is, ast.IsNot)) and
+                isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None):
+            return None
+        f = self._flag(e.left, local)
+        x = f.expr if f is not None else None
+        if not (isinstance(x, ast.IfExp) and isinstance(x.orelse, ast.Constant) and
+                x.orelse.value is None):
+            return None
+        inner: list[str] = []
+        c = self._sub(x.test, f.scope, depth + 1, recognised, inner)  # type: ignore[union-attr]
+        if not _decides(c, recognised):
+            return None
+        a = ast.copy_location(ast.Compare(x.body, [e.ops[0]], [e.comparators[0]]), e)
+        if isinstance(e.ops[0], ast.IsNot):
+            out = ast.BoolOp(ast.And(), [c, a])
+        else:
+            out = ast.BoolOp(ast.Or(), [ast.copy_location(ast.UnaryOp(ast.Not(), c), e), a])
+        out = ast.copy_location(out, e)
+        out._diag_flag = True  # type: ignore[attr-defined]
+        used.append(f"{f.text} ({self.rel}:{f.line})")  # type: ignore[union-attr]
+        used.extend(inner)
+        return out
 
 
 def _decides(e: ast.AST, recognised: Callable[[ast.AST], bool]) -> bool:
