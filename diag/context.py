@@ -51,6 +51,9 @@ class SpecConfig:
     # `is_gfx95_supported()` and kin pick kernels and metadata paths by it; a host fact, not a
     # server argument (so not in `_FACTS`); None: not given and no AMD GPU here
     gpu_arch: str | None = None
+    # the server's Triton version: on ROCm the DSA page size follows it (aiter's preshuffle paged
+    # MQA path); a host fact like gpu_arch; None: not given and not this host's
+    triton_version: str | None = None
     source: str = "options"  # "options" | "server"
 
     # the fields that describe a configuration (everything but the bookkeeping `source`)

@@ -131,3 +131,22 @@ def local_gpu_arch(nodes: Path = KFD_NODES) -> str | None:
         if arch:
             return arch
     return None
+
+
+def local_triton_version() -> str | None:
+    """The version of the `triton` this Python finds (the ROCm build ships it as
+    pytorch-triton-rocm, same module), read from its `__init__.py` without importing it; None
+    without one. Why: on ROCm SGLang's DSA page size follows it (aiter's preshuffle paged MQA
+    needs Triton >= 3.5.0: 0.5.23 layers/attention/dsa/utils.py:66)."""
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    try:
+        text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^__version__\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return m.group(1) if m else None

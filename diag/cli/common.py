@@ -146,6 +146,20 @@ def _gpu_arch(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     return v
 
 
+def _triton_version(_ctx: click.Context, _param: click.Parameter, value: str | None
+                    ) -> str | None:
+    """--triton-version 3.5.0 (a PEP 440 version, as triton.__version__ spells one)."""
+    from packaging.version import InvalidVersion, Version
+
+    if value is None:
+        return None
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise click.BadParameter(f"{echo(value)} is not a version (3.5.0, 3.4.0+rocm...)") from None
+    return value.strip()
+
+
 def config_options(f: Callable) -> Callable:
     """The facts SGLang resolves a configuration from (diagnose, probe, fix check)."""
     from diag.context import MAX_COUNT  # past it no server runs a count (a typo: exit 2)
@@ -183,6 +197,9 @@ def config_options(f: Callable) -> Callable:
                           "are swapped per step count. Default: not given."),
         click.option("--dp", "dp_size", type=pos, metavar="N", help="The server's --dp-size."),
         click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
+        click.option("--triton-version", metavar="X.Y.Z", callback=_triton_version,
+                     help="The server's Triton (on ROCm the DSA page size follows it). Default: "
+                          "this Python's, on a host with an AMD GPU."),
         click.option("--gpu-arch", metavar="GFX", callback=_gpu_arch,
                      help="The server's AMD GPU arch (gfx942: MI300X/MI325X, gfx950: "
                           "MI350/MI355): it decides SGLang's is_gfx95_supported() branches. "
@@ -374,10 +391,14 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     if res and "model" in res.sources:  # the engine's model path is here but is no model
         log(res.sources["model"])
     plat = platform or default_platform()
-    if cfg.gpu_arch is None and plat == "hip" and _same_host(server_url):
-        from diag.gpu_platform import local_gpu_arch
+    if plat == "hip" and _same_host(server_url):  # this host's GPU is the server's
+        from diag.gpu_platform import local_gpu_arch, local_triton_version
 
-        cfg.gpu_arch = local_gpu_arch()  # this host's GPU decides its arch branches
+        local = local_gpu_arch()
+        if cfg.gpu_arch is None:  # it decides SGLang's is_gfx*_supported() branches
+            cfg.gpu_arch = local
+        if local and cfg.triton_version is None:  # an AMD host: its Triton is the server's
+            cfg.triton_version = local_triton_version()
     from diag.cli.validate import check_config
 
     check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed

@@ -319,7 +319,7 @@ def resolve_page_size(target: Target, platform: str, cfg: SpecConfig, model: Mod
         w = find_first(target, DSA_PAGE_FILES,
                        r"Setting page size to (\{page_size\}|64) for DeepSeek DSA\.")
         if platform == "hip":
-            hip = _dsa_hip_page(target, env, env_given, forced)
+            hip = _dsa_hip_page(target, env, env_given, forced, cfg.triton_version)
             if hip is not None:
                 return hip
         if w:
@@ -431,8 +431,8 @@ def _qwen3vl_page(target: Target, env: dict[str, str], env_given: bool) -> PageS
                         f"page_size 16 ({cite})", w)
 
 
-def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: int
-                  ) -> PageSize | None:
+def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: int,
+                  triton: str | None = None) -> PageSize | None:
     """The DSA page size on ROCm. 0.5.9 - 0.5.11: `if is_hip(): self.page_size = 1` (0.5.9
     server_args.py:1251-1254). From 0.5.12: `if is_hip() and not
     aiter_can_use_preshuffle_paged_mqa()` gives 1, else 64 x index_kpool (0.5.12
@@ -469,10 +469,38 @@ def _dsa_hip_page(target: Target, env: dict[str, str], env_given: bool, forced: 
     if _get_bool(env, "AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS"):
         return PageSize(forced, "DSA on HIP with AITER_ENABLE_AOT_GLUON_PA_MQA_LOGITS"
                                 f" set: page_size {forced} ({cite})", w1)
+    floor = _triton_floor(target)
+    if triton is not None and floor is not None:  # `Version(Version(triton.__version__)
+        # .base_version) >= Version("3.5.0")`, false on any exception (0.5.23 dsa/utils.py:63-68)
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            ok = Version(Version(triton).base_version) >= Version(floor[0])
+        except InvalidVersion:
+            ok = False
+        size = forced if ok else 1
+        return PageSize(size, f"DSA on HIP with SGLANG_USE_AITER: the server's Triton {triton} "
+                              f"is {'at least' if ok else 'older than'} {floor[0]} ({floor[1]}): "
+                              f"page_size {size} ({cite})", w1)
     return PageSize(None, "DSA on HIP: the page size follows the server's Triton",
                     w1, condition=f"aiter's preshuffle paged-MQA path: the server's Triton >= "
-                                  f"3.5.0 gives page_size {forced}, older gives 1 ({cite})",
+                                  f"3.5.0 gives page_size {forced}, older gives 1 ({cite}; pass "
+                                  f"--triton-version)",
                     if_true=forced)
+
+
+def _triton_floor(target: Target) -> tuple[str, Where] | None:
+    """The Triton version aiter's preshuffle path needs, as the release writes it
+    (`Version(Version(triton.__version__).base_version) >= Version("3.5.0")`, 0.5.12 - 0.5.23
+    dsa/utils.py or nsa/utils.py), with where; None in another shape."""
+    pattern = r'Version\(Version\(triton\.__version__\)\.base_version\)\s*>=\s*Version\("([\d.]+)"\)'
+    w = find_first(target, DSA_UTILS_FILES, pattern)
+    if w is None:
+        return None
+    line = target.file(w.file.removeprefix("sglang/")).read_text(
+        encoding="utf-8", errors="replace").splitlines()[w.line - 1]
+    m = re.search(pattern, line)
+    return (m.group(1), w) if m else None
 
 
 # --------------------------------------------------------------------------- multi-layer EAGLE
