@@ -231,6 +231,11 @@ class Start(Event):
     # The fix ids this process's registry knows (plugins included): what `diag fix apply
     # --run-dir` may ask of it. Null: an agent from before this field.
     registry: list[str] | None = None
+    # This host's first AMD GPU arch (KFD topology) and the process's Triton version, read
+    # without importing anything: what the census and the DSA page size are decided by for a
+    # `--run-dir` audit. Null: none there (or an agent from before these fields).
+    gpu_arch: str | None = None
+    triton: str | None = None
 
     def apply(self, fold: Any) -> None:
         fold.start = self.to_dict()

@@ -63,3 +63,34 @@ def test_this_pythons_triton_is_read_without_importing_it():
     assert out.returncode == 0, out.stderr
     got, meta = out.stdout.split()
     assert got == meta == "3.7.1"
+
+
+@pytest.mark.release
+def test_a_run_dir_carries_the_engines_triton_into_the_verdict(tmp_path):
+    """`diag run` in the SGLang-requirements Python (its real Triton 3.7.1): the agent's start
+    record names it, and `diagnose --run-dir` decides the DSA page with it, as a typed
+    --triton-version would (the hand reading above: 3.7.1 >= 3.5.0, page 64, topk 4 refused)."""
+    import json
+    import sys
+
+    py = ROOT / ".venv-sglang" / "bin" / "python"
+    if not py.exists():
+        pytest.skip("no .venv-sglang (scripts/sglang-env.sh builds it)")
+    d = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "diag", "run", "--run-dir", str(d), "--", str(py),
+                        "-c", "pass"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    starts = [e for p in d.glob("events-*.jsonl") for e in map(json.loads, p.read_text()
+                                                                    .splitlines())
+              if e["kind"] == "start"]
+    assert [e["triton"] for e in starts] == ["3.7.1"]
+    r = subprocess.run([sys.executable, "-m", "diag", "diagnose", "--run-dir", str(d),
+                        "--sglang", "0.5.23", "--platform", "hip", "--attention-backend", "dsa",
+                        "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+                        "--speculative-num-draft-tokens", "8", "--env", "SGLANG_USE_AITER=1",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    doc = json.loads(r.stdout)
+    assert doc["config"]["triton_version"] == "3.7.1"
+    [f] = [f for f in doc["findings"] if f["probe"] == "draft-extend-graph"]
+    rows = [e["data"] for e in f["evidence"] if e["kind"] == "row" and "phase" in e["data"]]
+    assert rows and {row["mode"] for row in rows} == {"refused"}, rows

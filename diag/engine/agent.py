@@ -155,6 +155,20 @@ def _torch_build() -> dict[str, str | None] | None:
         return None
 
 
+def _host_facts() -> dict[str, str | None]:
+    """This host's AMD GPU arch and the process's Triton, read without imports (never raises):
+    what `diag diagnose --run-dir` decides arch and Triton branches by."""
+    try:
+        from diag.gpu_platform import local_gpu_arch, local_triton_version
+
+        triton = sys.modules.get("triton")
+        version = getattr(triton, "__version__", None) if triton is not None else None
+        return {"gpu_arch": local_gpu_arch(),
+                "triton": version if isinstance(version, str) else local_triton_version()}
+    except Exception:
+        return {"gpu_arch": None, "triton": None}
+
+
 def _platform() -> str:
     """hip | cuda without importing torch (`diag.fixes.base.process_platform`)."""
     from diag.fixes.base import process_platform
@@ -355,7 +369,7 @@ class Agent:
                          fixes={f: st.to_dict() for f, st in self.fixes.items()},
                          probes_state=dict(self.probes),
                          control=self.control_mode, torch=_torch_build(),
-                         platform=_platform(), registry=fixes.all_ids()))
+                         platform=_platform(), registry=fixes.all_ids(), **_host_facts()))
 
     def _on_sglang(self, module: Any, emit: bool) -> None:
         """sglang was imported: evaluate and apply the requested fixes, switch counters on."""

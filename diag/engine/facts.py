@@ -34,6 +34,8 @@ class EngineFacts:
     platform: str | None = None  # hip | cuda
     platform_from: str = ""
     device: str | None = None
+    gpu_arch: str | None = None  # the engine host's AMD GPU arch, as its agent read it
+    triton: str | None = None  # the engine's Triton version, as its agent read it
     args: dict[str, Any] = field(default_factory=dict)  # server_args names
     config_from: str = ""
 
@@ -152,6 +154,13 @@ def from_run_dir(run_dir: str) -> EngineFacts:
         if plat:
             f.platform, f.platform_from = plat, why
             break
+    for p in procs:  # the host facts an agent read (the engine's first)
+        start = p.start or {}
+        arch, triton = start.get("gpu_arch"), start.get("triton")
+        if isinstance(arch, str) or isinstance(triton, str):
+            f.gpu_arch = arch if isinstance(arch, str) else None
+            f.triton = triton if isinstance(triton, str) else None
+            break
     if f.platform is None and f.device == "cpu":
         f.platform, f.platform_from = _platform_of("cpu", None, "the engine's command line")
     return f
@@ -214,6 +223,13 @@ def resolve(sglang: str | None, platform: str | None, config: Any, run_dir: str 
             if f.platform:
                 platform, sources["platform"] = f.platform, f.platform_from
                 break
+    if run is not None:  # the engine host's GPU arch and Triton (its agent's start record)
+        if config.gpu_arch is None and run.gpu_arch:
+            config.gpu_arch = run.gpu_arch
+            sources["gpu arch"] = f"the engine's agent read {run.gpu_arch} (run dir {run_dir})"
+        if config.triton_version is None and run.triton:
+            config.triton_version = run.triton
+            sources["triton"] = f"the engine's agent read {run.triton} (run dir {run_dir})"
     facts_fields = tuple(n for n in SpecConfig._FACTS if n != "environ")
     had = any(getattr(config, n) is not None for n in facts_fields)
     typed_model = config.model is not None
