@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diag.probes.source import inner
+
 # `is_gfx95_supported()`, `is_gfx942_supported()`, ...: sglang.srt.utils' arch tests
 ARCH_CALL = re.compile(r"^is_gfx\w+_supported$")
 # how deep a flag defined from flags is followed (aiter: self flag -> module flag -> calls)
@@ -37,7 +39,12 @@ class Flag:
     expr: ast.expr
     line: int
     text: str  # `self.use_fp8_prefill_attn` / `_use_fp8_prefill_attn`
-    scope: frozenset[str] = frozenset()  # names local to where it is defined (`__init__`)
+    home: ast.FunctionDef | None = None  # where it is defined (`__init__`; None: the module)
+
+    @property
+    def scope(self) -> frozenset[str]:
+        """The names local to where it is defined (read when first asked)."""
+        return _locals(self.home) if self.home is not None else frozenset()
 
 
 def module_flags(tree: ast.Module) -> dict[str, Flag]:
@@ -50,7 +57,9 @@ def module_flags(tree: ast.Module) -> dict[str, Flag]:
     for st in tree.body:
         for name in _bound(st):
             binds.setdefault(name, []).append(st)
-    globals_ = {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+    text = getattr(tree, "_diag_source", None)  # (source.parse_text keeps it)
+    globals_ = {n for st in _statements(tree) if isinstance(st, ast.Global) for n in st.names} \
+        if text is None or "global " in text else set()
     out = {}
     for name, sts in binds.items():
         st = sts[0]
@@ -78,6 +87,53 @@ def _plain_assign(st: ast.stmt, name: str) -> bool:
         isinstance(st.target, ast.Name)
 
 
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+# the nodes that hold blocks of statements (every other statement is a leaf)
+_COMPOUND = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For,
+             ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match,
+             ast.ExceptHandler, ast.match_case)
+
+
+def _statements(node: ast.AST) -> list[ast.AST]:
+    """Every statement in `node`'s blocks, nested ones (defs, classes) too, in no particular
+    order: stores and `global`s are statements, so no walk of the expressions is needed."""
+    out: list[ast.AST] = []
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if isinstance(n, _COMPOUND):
+            for f in _BLOCKS:
+                block = getattr(n, f, None)
+                if block:
+                    todo.extend(block)
+    return out
+
+
+def _targets(st: ast.AST) -> list[ast.AST]:
+    """What a statement stores to or deletes, tuples and starred targets unpacked."""
+    if isinstance(st, ast.Assign):
+        raw = list(st.targets)
+    elif isinstance(st, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        raw = [st.target]
+    elif isinstance(st, ast.Delete):
+        raw = list(st.targets)
+    elif isinstance(st, (ast.With, ast.AsyncWith)):
+        raw = [i.optional_vars for i in st.items if i.optional_vars is not None]
+    else:
+        return []
+    out = []
+    while raw:
+        t = raw.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            raw.extend(t.elts)
+        elif isinstance(t, ast.Starred):
+            raw.append(t.value)
+        else:
+            out.append(t)
+    return out
+
+
 def _self_store(n: ast.AST) -> str | None:
     if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)) and \
             isinstance(n.value, ast.Name) and n.value.id == "self":
@@ -86,11 +142,20 @@ def _self_store(n: ast.AST) -> str | None:
 
 
 def _locals(fn: ast.FunctionDef) -> frozenset[str]:
+    """The names `fn` binds: its parameters and every name it stores (kept on the node)."""
+    got = getattr(fn, "_diag_bound", None)
+    if got is None:
+        got = fn._diag_bound = _bound_in(fn)  # type: ignore[attr-defined]
+    return got
+
+
+def _bound_in(fn: ast.FunctionDef) -> frozenset[str]:
     a = fn.args
     params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
     params |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
-    return frozenset(params | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
-                               and isinstance(n.ctx, (ast.Store, ast.Del))})
+    # (`inner`: the walk the census keeps on the function, shared with its other readers)
+    return frozenset(params | {n.id for n in inner(fn) if type(n) is ast.Name
+                               and type(n.ctx) is not ast.Load})
 
 
 def class_flags(classes: dict[str, ast.ClassDef], backend: str) -> dict[str, Flag]:
@@ -116,23 +181,23 @@ def class_flags(classes: dict[str, ast.ClassDef], backend: str) -> dict[str, Fla
         for st in c.body:
             if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 class_attrs |= _bound(st)
-        for n in ast.walk(c):
-            if (a := _self_store(n)) is not None:
-                stores[a] = stores.get(a, 0) + 1
+        for st in _statements(c):
+            for t in _targets(st):
+                if (a := _self_store(t)) is not None:
+                    stores[a] = stores.get(a, 0) + 1
     out: dict[str, Flag] = {}
     for c in chain:
         init = next((m for m in c.body if isinstance(m, ast.FunctionDef)
                      and m.name == "__init__"), None)
         if init is None:
             continue
-        scope = _locals(init)
         for st in init.body:
             target = st.targets[0] if isinstance(st, ast.Assign) and len(st.targets) == 1 \
                 else st.target if isinstance(st, ast.AnnAssign) and st.value is not None \
                 else None
             a = _self_store(target) if target is not None else None
             if a and stores.get(a) == 1 and a not in class_attrs and a not in out:
-                out[a] = Flag(st.value, st.lineno, f"self.{a}", scope)  # type: ignore[arg-type]
+                out[a] = Flag(st.value, st.lineno, f"self.{a}", init)  # type: ignore[arg-type]
     cls._diag_flags = out  # type: ignore[attr-defined]
     return out
 
@@ -142,11 +207,35 @@ class FnFlags:
     """The flags a builder's tests may read: its class chain's (when `self` is the backend) and
     its module's, less the names it binds itself."""
 
-    selfs: dict[str, Flag]
-    mods: dict[str, Flag]
-    local: frozenset[str]
+    read_selfs: Callable[[], dict[str, Flag]]
+    read_mods: Callable[[], dict[str, Flag]]
+    fn: ast.FunctionDef
     rel: str
     memo: dict[int, tuple[ast.AST, tuple[str, ...]]] = field(default_factory=dict)
+    _local: frozenset[str] | None = None
+    _selfs: dict[str, Flag] | None = None
+    _mods: dict[str, Flag] | None = None
+
+    @property
+    def selfs(self) -> dict[str, Flag]:
+        """The class chain's flags, read when a test first names `self.<x>`."""
+        if self._selfs is None:
+            self._selfs = self.read_selfs()
+        return self._selfs
+
+    @property
+    def mods(self) -> dict[str, Flag]:
+        """The module's flags, read when a test first names a bare name."""
+        if self._mods is None:
+            self._mods = self.read_mods()
+        return self._mods
+
+    @property
+    def local(self) -> frozenset[str]:
+        """The names the builder binds itself (read once, when a test names a module flag)."""
+        if self._local is None:
+            self._local = _locals(self.fn)
+        return self._local
 
     def inline(self, test: ast.AST, recognised: Callable[[ast.AST], bool]
                ) -> tuple[ast.AST, tuple[str, ...]]:
@@ -155,19 +244,21 @@ class FnFlags:
         (never replaced)."""
         if id(test) not in self.memo:
             used: list[str] = []
-            new = self._sub(test, self.local, 0, recognised, used)
+            new = self._sub(test, None, 0, recognised, used)
             self.memo[id(test)] = (new, tuple(dict.fromkeys(used)))
         return self.memo[id(test)]
 
-    def _flag(self, e: ast.AST, local: frozenset[str]) -> Flag | None:
+    def _flag(self, e: ast.AST, local: frozenset[str] | None) -> Flag | None:
+        """`local`: the names bound where `e` stands (None: the builder's own, read lazily)."""
         if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
                 e.value.id == "self":
             return self.selfs.get(e.attr)
-        if isinstance(e, ast.Name) and e.id not in local:
-            return self.mods.get(e.id)
+        if isinstance(e, ast.Name) and e.id in self.mods and \
+                e.id not in (self.local if local is None else local):
+            return self.mods[e.id]
         return None
 
-    def _sub(self, e: ast.AST, local: frozenset[str], depth: int,
+    def _sub(self, e: ast.AST, local: frozenset[str] | None, depth: int,
              recognised: Callable[[ast.AST], bool], used: list[str]) -> ast.AST:
         if isinstance(e, ast.BoolOp):
             vals = [self._sub(v, local, depth, recognised, used) for v in e.values]
@@ -179,12 +270,12 @@ class FnFlags:
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
             v = self._sub(e.operand, local, depth, recognised, used)
             return e if v is e.operand else ast.copy_location(ast.UnaryOp(ast.Not(), v), e)
-        if depth >= _DEPTH or recognised(e):
+        if depth >= _DEPTH:
             return e
         if (none_test := self._none_test(e, local, depth, recognised, used)) is not None:
             return none_test
         f = self._flag(e, local)
-        if f is None:
+        if f is None or recognised(e):  # an atom census.guards decides as it stands stays
             return e
         inner: list[str] = []
         # names in a self flag's definition are `__init__`'s locals or the module's
@@ -198,7 +289,7 @@ class FnFlags:
             new._diag_flag = True  # type: ignore[attr-defined]
         return new
 
-    def _none_test(self, e: ast.AST, local: frozenset[str], depth: int,
+    def _none_test(self, e: ast.AST, local: frozenset[str] | None, depth: int,
                    recognised: Callable[[ast.AST], bool], used: list[str]) -> ast.AST | None:
         """`flag is not None` where the flag is `A if c else None` (0.5.23 aiter_backend.py:
         432-441 `self.fp8_prefill_num_head = (self.check_fp8_prefill_num_head(...) if
@@ -242,10 +333,9 @@ def fn_flags(tree: ast.Module, classes: dict[str, ast.ClassDef], backend: str,
              fn: ast.FunctionDef, rel: str, defining: str | None) -> FnFlags:
     """The flags `fn` (a function of this module; `defining`: the class it is a method of) may
     read: `self` is the backend only where `fn` is a method of the backend's chain."""
-    selfs: dict[str, Flag] = {}
-    if defining is not None and _in_chain(classes, backend, defining):
-        selfs = class_flags(classes, backend)
-    return FnFlags(selfs, module_flags(tree), _locals(fn), rel)
+    mine = defining is not None and _in_chain(classes, backend, defining)
+    return FnFlags((lambda: class_flags(classes, backend)) if mine else dict,
+                   lambda: module_flags(tree), fn, rel)
 
 
 def _in_chain(classes: dict[str, ast.ClassDef], backend: str, name: str) -> bool:

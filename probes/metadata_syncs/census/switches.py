@@ -13,6 +13,7 @@ switch of another shape is left undecided.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -33,14 +34,24 @@ def arch_tests(target: Target) -> dict[str, tuple[tuple[str, ...], str]]:
         if not path.is_file():
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
-        if "_supported" not in text:
-            return {}
-        tree = ast.parse(text, str(path))
         where = target.relpath(path)
-        return {fn.name: (names, f"{where}:{fn.lineno}") for fn in tree.body
-                if isinstance(fn, ast.FunctionDef) and ARCH_CALL.match(fn.name)
-                and (names := _arch_names(fn)) is not None}
+        out = {}
+        # each top-level `def is_gfx*_supported` parsed alone (the module is ~4,000 lines)
+        for m in _ARCH_DEF.finditer(text):
+            try:
+                fn = ast.parse(m.group(0)).body[0]
+            except SyntaxError:
+                continue
+            names = _arch_names(fn) if isinstance(fn, ast.FunctionDef) else None
+            if names is not None and ARCH_CALL.match(fn.name):
+                out[fn.name] = (names, f"{where}:{text.count(chr(10), 0, m.start()) + 1}")
+        return out
     return {}
+
+
+# a top-level `def is_gfx...():` and its indented body (up to the next unindented line)
+_ARCH_DEF = re.compile(r"^def is_gfx\w+_supported\(\):[^\n]*\n(?:(?:[ \t]+[^\n]*)?\n)*",
+                       re.M)
 
 
 def _arch_names(fn: ast.FunctionDef) -> tuple[str, ...] | None:
@@ -79,24 +90,24 @@ def _arch_names(fn: ast.FunctionDef) -> tuple[str, ...] | None:
 
 def env_defaults(target: Target) -> dict[str, tuple[str, str]]:
     """NAME -> (its default as the environment would spell it, "True"/"False"; `file:line`) of
-    each `NAME = EnvBool(<True|False>)` in the release's environ.py."""
+    each `NAME = EnvBool(<True|False>)` line of the release's environ.py (a class attribute of
+    its `Envs`; another shape, an alias class or a computed default, is not read)."""
     path = target.file(ENVIRON_FILE)
-    if not path.is_file():
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
         return {}
-    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), str(path))
     where = target.relpath(path)
-    out = {}
-    for cls in tree.body:
-        if not isinstance(cls, ast.ClassDef):
-            continue
-        for st in cls.body:
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and \
-                    isinstance(st.targets[0], ast.Name) and isinstance(v := st.value, ast.Call) \
-                    and isinstance(v.func, ast.Name) and v.func.id == "EnvBool" and \
-                    len(v.args) == 1 and not v.keywords and \
-                    isinstance(v.args[0], ast.Constant) and isinstance(v.args[0].value, bool):
-                out[st.targets[0].id] = (str(v.args[0].value), f"{where}:{st.lineno}")
+    out, line, at = {}, 1, 0
+    for m in _ENV_BOOL.finditer(text):  # line numbers counted on from the last match
+        line += text.count("\n", at, m.start())
+        at = m.start()
+        out[m.group(1)] = (m.group(2), f"{where}:{line}")
     return out
+
+
+_ENV_BOOL = re.compile(r"^[ \t]+([A-Z][A-Z0-9_]*)\s*=\s*EnvBool\((True|False)\)[ \t]*(?:#.*)?$",
+                       re.M)
 
 
 def fill(target: Target, out: Any) -> Any:
