@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from diag.probes.metadata_syncs.census.wrapped import is_held
 from diag.probes.source import inner
 
 # `is_gfx95_supported()`, `is_gfx942_supported()`, ...: sglang.srt.utils' arch tests
@@ -333,22 +334,9 @@ def fn_flags(tree: ast.Module, classes: dict[str, ast.ClassDef], backend: str,
              fn: ast.FunctionDef, rel: str, defining: str | None) -> FnFlags:
     """The flags `fn` (a function of this module; `defining`: the class it is a method of) may
     read: `self` is the backend only where `fn` is a method of the backend's chain."""
-    mine = defining is not None and _in_chain(classes, backend, defining)
+    mine = defining is not None and is_held(classes, backend, defining)  # (its chain)
     return FnFlags((lambda: class_flags(classes, backend)) if mine else dict,
                    lambda: module_flags(tree), fn, rel)
-
-
-def _in_chain(classes: dict[str, ast.ClassDef], backend: str, name: str) -> bool:
-    seen, todo = set(), [backend]
-    while todo:
-        c = todo.pop()
-        if c == name:
-            return True
-        if c in seen or c not in classes:
-            continue
-        seen.add(c)
-        todo += [b.id for b in classes[c].bases if isinstance(b, ast.Name)]
-    return False
 
 
 VIA = " [read through "
