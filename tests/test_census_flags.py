@@ -152,3 +152,15 @@ def test_an_environment_switch_decides_a_site_with_a_configuration_only():
     bare = SpecConfig()
     assert {decide(s, bare, "target-extend", "0.5.23", "hip").status for s in sites} == \
         {"depends"}
+
+
+def test_a_flag_another_object_sets_is_not_read_through(tmp_path):
+    """The same 0.5.23 aiter_backend.py with a module function that sets the flag on a backend
+    it is handed (`backend.use_fp8_prefill_attn = False`, appended: no line moves): the flag
+    may change after start, so the arch decides nothing."""
+    t = _copy_tree(tmp_path, "0.5.23", (AITER, "sglang/srt/utils/common.py"))
+    path = t.root / AITER
+    path.write_text(path.read_text() + "\n\ndef _force_off(backend):\n"
+                                       "    backend.use_fp8_prefill_attn = False\n")
+    sites = _copies(census(t, use_cache=False), "0.5.23")
+    assert _status(sites, "0.5.23", gpu_arch="gfx942", environ={}) == {"depends"}

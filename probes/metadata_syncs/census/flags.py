@@ -159,10 +159,22 @@ def _bound_in(fn: ast.FunctionDef) -> frozenset[str]:
                                and type(n.ctx) is not ast.Load})
 
 
-def class_flags(classes: dict[str, ast.ClassDef], backend: str) -> dict[str, Flag]:
+def foreign_stores(tree: ast.Module) -> frozenset[str]:
+    """The attribute names the module stores on anything but `self` (`backend.flag = ...`): no
+    such name is a flag (kept on the tree)."""
+    got = getattr(tree, "_diag_foreign", None)
+    if got is None:
+        got = tree._diag_foreign = frozenset(  # type: ignore[attr-defined]
+            t.attr for st in _statements(tree) for t in _targets(st)
+            if isinstance(t, ast.Attribute) and _self_store(t) is None)
+    return got
+
+
+def class_flags(classes: dict[str, ast.ClassDef], backend: str,
+                foreign: frozenset[str] = frozenset()) -> dict[str, Flag]:
     """`self.<flag>` of `backend`'s class chain (its bases defined in this module) assigned once,
-    at the top level of an `__init__`, nowhere else, and not a class attribute (kept on the
-    class)."""
+    at the top level of an `__init__`, nowhere else (`foreign`: the names the module stores on
+    other objects), and not a class attribute (kept on the class)."""
     cls = classes.get(backend)
     if cls is None:
         return {}
@@ -197,7 +209,8 @@ def class_flags(classes: dict[str, ast.ClassDef], backend: str) -> dict[str, Fla
                 else st.target if isinstance(st, ast.AnnAssign) and st.value is not None \
                 else None
             a = _self_store(target) if target is not None else None
-            if a and stores.get(a) == 1 and a not in class_attrs and a not in out:
+            if a and stores.get(a) == 1 and a not in class_attrs and a not in foreign and \
+                    a not in out:
                 out[a] = Flag(st.value, st.lineno, f"self.{a}", init)  # type: ignore[arg-type]
     cls._diag_flags = out  # type: ignore[attr-defined]
     return out
@@ -278,13 +291,13 @@ class FnFlags:
         f = self._flag(e, local)
         if f is None or recognised(e):  # an atom census.guards decides as it stands stays
             return e
-        inner: list[str] = []
+        deeper: list[str] = []
         # names in a self flag's definition are `__init__`'s locals or the module's
-        new = self._sub(f.expr, f.scope, depth + 1, recognised, inner)
+        new = self._sub(f.expr, f.scope, depth + 1, recognised, deeper)
         if not _decides(new, recognised):
             return e
         used.append(f"{f.text} ({self.rel}:{f.line})")
-        used.extend(inner)
+        used.extend(deeper)
         if isinstance(new, ast.BoolOp) and not getattr(new, "_diag_flag", False):
             new = ast.copy_location(ast.BoolOp(new.op, list(new.values)), new)
             new._diag_flag = True  # type: ignore[attr-defined]
@@ -305,8 +318,8 @@ class FnFlags:
         if not (isinstance(x, ast.IfExp) and isinstance(x.orelse, ast.Constant) and
                 x.orelse.value is None):
             return None
-        inner: list[str] = []
-        c = self._sub(x.test, f.scope, depth + 1, recognised, inner)  # type: ignore[union-attr]
+        deeper: list[str] = []
+        c = self._sub(x.test, f.scope, depth + 1, recognised, deeper)  # type: ignore[union-attr]
         if not _decides(c, recognised):
             return None
         a = ast.copy_location(ast.Compare(x.body, [e.ops[0]], [e.comparators[0]]), e)
@@ -317,7 +330,7 @@ class FnFlags:
         out = ast.copy_location(out, e)
         out._diag_flag = True  # type: ignore[attr-defined]
         used.append(f"{f.text} ({self.rel}:{f.line})")  # type: ignore[union-attr]
-        used.extend(inner)
+        used.extend(deeper)
         return out
 
 
@@ -335,7 +348,8 @@ def fn_flags(tree: ast.Module, classes: dict[str, ast.ClassDef], backend: str,
     """The flags `fn` (a function of this module; `defining`: the class it is a method of) may
     read: `self` is the backend only where `fn` is a method of the backend's chain."""
     mine = defining is not None and is_held(classes, backend, defining)  # (its chain)
-    return FnFlags((lambda: class_flags(classes, backend)) if mine else dict,
+    return FnFlags((lambda: class_flags(classes, backend, foreign_stores(tree))) if mine
+                   else dict,
                    lambda: module_flags(tree), fn, rel)
 
 
