@@ -8,6 +8,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PLATFORMS = ("hip", "cuda")
 
@@ -150,3 +151,26 @@ def local_triton_version() -> str | None:
         return None
     m = re.search(r"^__version__\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
     return m.group(1) if m else None
+
+
+def same_host(server_url: str | None) -> bool:
+    """No server, or one on this host (loopback): this host's GPU is the one it runs on."""
+    if not server_url:
+        return True
+    from urllib.parse import urlsplit
+
+    host = urlsplit(server_url if "//" in server_url else f"http://{server_url}").hostname
+    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def fill_host_facts(cfg: Any, platform: str, server_url: str | None) -> None:
+    """The configuration's GPU arch and Triton, where not given, from this host when the server
+    runs here on HIP (`diagnose`, `probe`, `fix check` and the TUI alike): its first AMD GPU
+    (KFD topology) and, on a host with one, this Python's Triton."""
+    if platform != "hip" or not same_host(server_url):
+        return
+    local = local_gpu_arch()
+    if cfg.gpu_arch is None:  # it decides SGLang's is_gfx*_supported() branches
+        cfg.gpu_arch = local
+    if local and cfg.triton_version is None:  # an AMD host: its Triton is the server's
+        cfg.triton_version = local_triton_version()

@@ -63,3 +63,19 @@ def test_text_and_json_agree_on_what_the_arch_decides():
     # gfx942 rules out the sites behind is_gfx95_supported() (0.5.23 aiter_backend.py:2542,
     # :2591), so its total is strictly lower than gfx950's upper bound
     assert totals["gfx942"] < totals["gfx950"], totals
+
+
+@pytest.mark.release
+def test_the_tui_decides_by_the_same_arch():
+    """`diag tui --once` with --gpu-arch: its header shows the arch and its per-step line the
+    total the JSON report gives (one census decision, rendered twice)."""
+    args = ("--sglang", "0.5.23", "--platform", "hip", "--attention-backend", "aiter",
+            "--speculative-num-steps", "3", "--gpu-arch", "gfx942")
+    doc = json.loads(_diag("diagnose", *args, "--json").stdout)
+    [syncs] = [f for f in doc["findings"] if f["probe"] == "metadata-syncs"]
+    [metric] = [e for e in syncs["evidence"] if e["kind"] == "metric"
+                and e["metric"] == "syncs per target-extend step (static)"]
+    shown = "≤" if not metric["data"]["exact"] else ""
+    once = " ".join(_diag("tui", "--once", *args).stdout.split())
+    assert "hip gfx942" in once
+    assert f"syncs per step (static): target-extend {shown}{metric['value']} ·" in once, once

@@ -52,7 +52,7 @@ def header_text(m: Model, width: int) -> Text:
     h = m.header
     target = (Text(f"target error: {h.error}", style="bold red") if h.error
               else Text(h.target, style="bold"))
-    plat = Text(data.fmt_value(h.platform))
+    plat = Text(data.fmt_value(h.platform) + (f" {h.gpu_arch}" if h.gpu_arch else ""))
     required = [n for n in m.sources if configured(n)]
     optional = [n for n in m.sources if not configured(n)]
 

@@ -391,14 +391,9 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
     if res and "model" in res.sources:  # the engine's model path is here but is no model
         log(res.sources["model"])
     plat = platform or default_platform()
-    if plat == "hip" and _same_host(server_url):  # this host's GPU is the server's
-        from diag.gpu_platform import local_gpu_arch, local_triton_version
+    from diag.gpu_platform import fill_host_facts
 
-        local = local_gpu_arch()
-        if cfg.gpu_arch is None:  # it decides SGLang's is_gfx*_supported() branches
-            cfg.gpu_arch = local
-        if local and cfg.triton_version is None:  # an AMD host: its Triton is the server's
-            cfg.triton_version = local_triton_version()
+    fill_host_facts(cfg, plat, server_url)  # this host's GPU arch and Triton, where not given
     from diag.cli.validate import check_config
 
     check_config(tgt, plat, attention_backend, speculative_algorithm)  # what was typed
@@ -423,16 +418,6 @@ def build_context(sglang: str | None, platform: str | None, attention_backend: s
             ctx.server_url = server.normalize_url(server_url)
             ctx.cache["server_error"] = server_err
     return ctx
-
-
-def _same_host(server_url: str | None) -> bool:
-    """No server, or one on this host (loopback): this host's GPU is the one it runs on."""
-    if not server_url:
-        return True
-    from urllib.parse import urlsplit
-
-    host = urlsplit(server_url if "//" in server_url else f"http://{server_url}").hostname
-    return host in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 
 def _server_info(url: str) -> tuple[dict | None, str | None]:

@@ -21,6 +21,7 @@ class Header:
     gpu: Any = NA
     error: str | None = None
     sources: dict[str, str] = field(default_factory=dict)  # release | platform | config → from
+    gpu_arch: str | None = None  # the AMD arch the audit decides by (hip only), shown beside it
 
 
 def gpu_text() -> str:
@@ -76,6 +77,9 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
         platform = default_platform()
         if run_dir or server_url:
             sources["platform"] = "this machine's torch (the engine recorded none)"
+    from diag.gpu_platform import fill_host_facts
+
+    fill_host_facts(cfg, platform, server_url)  # as `diag diagnose` does
     ctx = Context(target=tgt, platform=platform, config=cfg, server_url=server_url,
                   run_dir=run_dir, execute=execute, log=log)
     ctx.cache["sources"] = sources
@@ -92,7 +96,8 @@ def resolve_context(sglang: str | None, platform: str | None, run_dir: str | Non
         except ServerError as e:
             ctx.cache["server_error"] = str(e)
     head = Header(target=f"sglang {tgt.version or '?'} [{tgt.origin}]", version=tgt.version or NA,
-                  platform=platform, sources=sources)
+                  platform=platform, sources=sources,
+                  gpu_arch=cfg.gpu_arch if platform == "hip" and cfg.gpu_arch else None)
     return ctx, head
 
 
