@@ -51,6 +51,9 @@ def env_line(env: dict[str, Any]) -> str:
     rt = f"HIP {t['hip']}" if t.get("hip") else f"CUDA {t['cuda']}" if t.get("cuda") else "CPU"
     gpus = ", ".join(t.get("devices") or []) or ", ".join((env.get("amd_smi") or {}).get("gpus")
                                                          or []) or "no GPU"
+    arch = (env.get("gpu_arch") or {}).get("value")
+    if arch:  # the arch the host's audits decide is_gfx*_supported() by
+        gpus += f" ({arch})"
     sg = env.get("sglang") or {}
     sgl = f"SGLang {sg.get('version')}" if sg.get("found") else "SGLang not found"
     sets = [f"{k}={v}" for k, v in (env.get("env") or {}).items()
