@@ -136,11 +136,13 @@ def test_a_flag_set_again_after_start_is_not_read_through(tmp_path):
     assert _status(sites, "0.5.23", gpu_arch="gfx942", environ={}) == {"depends"}
 
 
-def test_an_environment_switch_decides_a_site_with_a_configuration_only():
+def test_an_environment_switch_decides_a_site_with_a_configuration_only(monkeypatch):
     """0.5.23 aiter_backend.py:2591 tests `envs.SGLANG_AITER_PAGED_PREFILL_ASM.get()` (default
     True, environ.py:638) with `is_gfx95_supported()` and more before the `.item()`s at
     :246-248: set to 0 they cannot run; with no configuration under audit at all the
-    environment is not the server's, so it decides nothing (the release's upper bound)."""
+    environment is not the server's, so it decides nothing (the release's upper bound); nor
+    does this process's environment where it lacks the variable (not taken as unset on the
+    server, as the start-up verdicts read it), but it does where it sets it."""
     sites = [s for s in census(release_target("0.5.23")).sites
              if s.file == AITER and s.line in (246, 248)
              and any(g[0] == "env:SGLANG_AITER_PAGED_PREFILL_ASM" for g in s.guards)]
@@ -152,6 +154,13 @@ def test_an_environment_switch_decides_a_site_with_a_configuration_only():
     bare = SpecConfig()
     assert {decide(s, bare, "target-extend", "0.5.23", "hip").status for s in sites} == \
         {"depends"}
+    here = SpecConfig(attention_backend="aiter")  # the environment: this process's
+    monkeypatch.delenv("SGLANG_AITER_PAGED_PREFILL_ASM", raising=False)
+    assert {decide(s, here, "target-extend", "0.5.23", "hip").status for s in sites} == \
+        {"depends"}
+    monkeypatch.setenv("SGLANG_AITER_PAGED_PREFILL_ASM", "false")
+    assert {decide(s, here, "target-extend", "0.5.23", "hip").status for s in sites} == \
+        {"unreachable"}
 
 
 def test_a_flag_another_object_sets_is_not_read_through(tmp_path):

@@ -231,15 +231,18 @@ def _arch(fn: str, op: str, value: Any, cfg: SpecConfig, platform: str | None, w
 def _env(name: str, op: str, value: Any, cfg: SpecConfig, where: str, text: str
          ) -> tuple[bool | None, str]:
     """A boolean switch (census.flags.env_read; value: reader, default, where the default is
-    set) under the configuration's environment (--env, else this process's, as a server started
-    from it would have); with no configuration under audit at all, undecided (the release's
+    set) under the server's environment: `--env` (a variable it leaves out is unset, its
+    default), else this process's where it sets the variable, as the start-up verdicts take it
+    (`probes.draft_extend_graph.phases.env_of`: a variable this process lacks is not taken as
+    unset on the server); undecided with no configuration under audit at all (the release's
     upper bound)."""
     import os
 
     reader, default, at = value if value else (None, None, None)
-    if cfg.environ is None and not cfg.given:  # the release's view: no server's environment
+    if cfg.environ is None and (not cfg.given or name not in os.environ):
         return None, f"`{text}` ({where}): the server's {name}" + (
-            f" (default {default}{f', {at}' if at else ''})" if default is not None else "")
+            f" (default {default}{f', {at}' if at else ''}; pass --env {name}=...)"
+            if default is not None else "")
     env = os.environ if cfg.environ is None else cfg.environ
     raw = env.get(name, default)
     if raw is None:
