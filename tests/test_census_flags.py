@@ -11,6 +11,10 @@
   to the host.
 - 0.5.22, the same chain: :106-108, :452-454, the test at :2529, `_build_prefill_ps_metadata`
   :3491, `make_mla_prefill_ps_meta_data` :963 with the copies at :984, :985.
+- 0.5.19: :101-103, :282-284 (`fp8_prefill_num_head` :273-281, `... if self.use_mla else
+  None`), the test `if self.use_fp8_prefill_attn and self.head_pad_mode != "zero":` at :1619
+  (init_forward_metadata's extend branch) calls `make_mla_prefill_ps_meta_data` (:1635, def
+  :689), whose three `.to("cpu", ...)` (qo_indptr, kv_indptr, seq_lens) are :710-712.
 - utils/common.py: `is_gfx95_supported` is `if torch.version.hip: gcn_arch = ...gcnArchName;
   return any(gfx in gcn_arch for gfx in ["gfx95"])` else `return False` (0.5.23 :1239-1248,
   0.5.22 :1195-1204, 0.5.9 :3601-3609); `is_gfx942_supported` looks for "gfx942" (0.5.23
@@ -38,7 +42,7 @@ from tests.conftest import release_target
 
 pytestmark = pytest.mark.release
 AITER = "sglang/srt/layers/attention/aiter_backend.py"
-COPIES = {"0.5.23": (998, 999), "0.5.22": (984, 985)}
+COPIES = {"0.5.23": (998, 999), "0.5.22": (984, 985), "0.5.19": (710, 711, 712)}
 
 
 def _copies(c, version: str) -> list:
