@@ -63,6 +63,19 @@ def test_text_and_json_agree_on_what_the_arch_decides():
     # gfx942 rules out the sites behind is_gfx95_supported() (0.5.23 aiter_backend.py:2542,
     # :2591), so its total is strictly lower than gfx950's upper bound
     assert totals["gfx942"] < totals["gfx950"], totals
+    # the eager target-extend forward's host reads all lie in the gfx950 ASM context prefill:
+    # forward_extend's `if (is_gfx95_supported() and forward_batch.forward_mode.is_extend() and
+    # ...)` (0.5.23 aiter_backend.py:4456-4472) -> the gather (:1333-1360 with
+    # `_asm_context_prefill_gather_indices`, :287-336): none on gfx942
+    for arch, want in (("gfx942", 0), ("gfx950", None)):
+        doc = json.loads(_diag(*args, "--gpu-arch", arch, "--json").stdout)
+        [syncs] = [f for f in doc["findings"] if f["probe"] == "metadata-syncs"]
+        [fwd] = [e for e in syncs["evidence"] if e["kind"] == "metric" and e["metric"] ==
+                 "attention-forward syncs per layer, eager target-extend pass (static)"]
+        if want is None:
+            assert fwd["value"] > 0 and not fwd["data"]["exact"], fwd
+        else:
+            assert fwd["value"] == want and fwd["data"]["exact"], fwd
 
 
 @pytest.mark.release
