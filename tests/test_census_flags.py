@@ -99,7 +99,32 @@ def test_the_arch_tests_are_read_from_the_release(version, line):
 
 def test_the_environment_defaults_are_read_from_the_release():
     got = env_defaults(release_target("0.5.23"))
-    assert got["SGLANG_AITER_PAGED_PREFILL_ASM"] == ("True", "sglang/srt/environ.py:638")
+    assert got["SGLANG_AITER_PAGED_PREFILL_ASM"] == ("True", "sglang/srt/environ.py:638", "bool")
+    assert got["SGLANG_HACK_FLASHMLA_BACKEND"] == ("auto", "sglang/srt/environ.py:1051", "str")
+
+
+def test_a_gate_function_is_read_through_into_its_module():
+    """0.5.23 deepseek_v4_backend_hip_radix.py:2714-2715 `if not is_unified_kv_triton():
+    return` stands before `_attach_unified_kv_prefill_meta`'s repeat_interleave (:2723-2727,
+    the one hand_census.json row still missed as a data flow); the gate, imported from
+    dsv4/unified_kv_gate.py (:12-15), returns `is_hip() and
+    envs.SGLANG_HACK_FLASHMLA_BACKEND.get() == "unified_kv_triton"`, an EnvStr whose default
+    is "auto" (environ.py:1051). So on a server with the default the site cannot run; set to
+    unified_kv_triton it runs where `exact_num_tokens` is false (still `depends`)."""
+    rel = "sglang/srt/layers/attention/deepseek_v4_backend_hip_radix.py"
+    [site] = [s for s in census(release_target("0.5.23")).sites
+              if s.file == rel and s.line == 2723]
+    default = SpecConfig(attention_backend="dsv4", environ={})
+    unified = SpecConfig(attention_backend="dsv4",
+                         environ={"SGLANG_HACK_FLASHMLA_BACKEND": "unified_kv_triton"})
+    assert {decide(site, default, m, "0.5.23", "hip").status for m in site.paths} == \
+        {"unreachable"}
+    d = decide(site, default, "target-verify", "0.5.23", "hip")
+    assert "SGLANG_HACK_FLASHMLA_BACKEND unset, default auto" in d.reason and \
+        "is_unified_kv_triton() (sglang/srt/layers/attention/dsv4/unified_kv_gate.py:15)" in \
+        d.reason, d.reason
+    assert {decide(site, unified, m, "0.5.23", "hip").status for m in site.paths} == \
+        {"depends"}
 
 
 def _copy_tree(tmp_path, version: str, rels: tuple[str, ...]) -> Target:

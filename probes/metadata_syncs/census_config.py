@@ -238,7 +238,7 @@ def _env(name: str, op: str, value: Any, cfg: SpecConfig, where: str, text: str
     upper bound)."""
     import os
 
-    reader, default, at = value if value else (None, None, None)
+    reader, default, at = value[:3] if value else (None, None, None)
     if cfg.environ is None and (not cfg.given or name not in os.environ):
         return None, f"`{text}` ({where}): the server's {name}" + (
             f" (default {default}{f', {at}' if at else ''}; pass --env {name}=...)"
@@ -248,8 +248,10 @@ def _env(name: str, op: str, value: Any, cfg: SpecConfig, where: str, text: str
     if raw is None:
         return None, f"`{text}` ({where}): {name} not set, and its default not read"
     low = raw.lower()
-    if reader == "get_bool_env_var":  # true for "true"/"1", else false (0.5.23 utils/common.py:1424-1441)
-        got: bool | None = low in ("true", "1")
+    if reader == "envs-str":  # `envs.N.get() == "x"`: an EnvStr is its text as set
+        got: bool | None = raw == value[3]
+    elif reader == "get_bool_env_var":  # true for "true"/"1", else false (0.5.23 utils/common.py:1424-1441)
+        got = low in ("true", "1")
     else:  # EnvBool.parse (0.5.23 environ.py:143-150); anything else: not decided
         got = True if low in ("true", "1", "yes", "y") else \
             False if low in ("false", "0", "no", "n") else None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.probes.metadata_syncs.census.wrapped import is_held
-from diag.probes.source import inner
+from diag.probes.source import Modules, index, inner
 
 # `is_gfx95_supported()`, `is_gfx942_supported()`, ...: sglang.srt.utils' arch tests
 ARCH_CALL = re.compile(r"^is_gfx\w+_supported$")
@@ -35,16 +35,24 @@ ARCH_CALL = re.compile(r"^is_gfx\w+_supported$")
 _DEPTH = 3
 
 
+# the scope of another module's definition: none of this module's names stand for its names
+FOREIGN: frozenset[str] = frozenset({"<another module>"})
+
+
 @dataclass
 class Flag:
     expr: ast.expr
     line: int
-    text: str  # `self.use_fp8_prefill_attn` / `_use_fp8_prefill_attn`
+    text: str  # `self.use_fp8_prefill_attn` / `_use_fp8_prefill_attn` / `is_unified_kv_triton()`
     home: ast.FunctionDef | None = None  # where it is defined (`__init__`; None: the module)
+    rel: str | None = None  # its file, where not the builder's
+    names: frozenset[str] | None = None  # FOREIGN: another module's definition
 
     @property
     def scope(self) -> frozenset[str]:
         """The names local to where it is defined (read when first asked)."""
+        if self.names is not None:
+            return self.names
         return _locals(self.home) if self.home is not None else frozenset()
 
 
@@ -225,6 +233,9 @@ class FnFlags:
     read_mods: Callable[[], dict[str, Flag]]
     fn: ast.FunctionDef
     rel: str
+    # a zero-argument function whose body is one `return <test>`, by the name a call uses
+    # (this module's or one it imports: `function_flag`); None: not read
+    read_fn: Callable[[str], Flag | None] = lambda name: None
     memo: dict[int, tuple[ast.AST, tuple[str, ...]]] = field(default_factory=dict)
     _local: frozenset[str] | None = None
     _selfs: dict[str, Flag] | None = None
@@ -263,13 +274,19 @@ class FnFlags:
         return self.memo[id(test)]
 
     def _flag(self, e: ast.AST, local: frozenset[str] | None) -> Flag | None:
-        """`local`: the names bound where `e` stands (None: the builder's own, read lazily)."""
+        """`local`: the names bound where `e` stands (None: the builder's own, read lazily;
+        `FOREIGN`: another module's, whose names this module's flags never stand for)."""
         if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and \
                 e.value.id == "self":
-            return self.selfs.get(e.attr)
+            return self.selfs.get(e.attr) if local is not FOREIGN else None
+        if local is FOREIGN:
+            return None
         if isinstance(e, ast.Name) and e.id in self.mods and \
                 e.id not in (self.local if local is None else local):
             return self.mods[e.id]
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.args and \
+                not e.keywords and e.func.id not in (self.local if local is None else local):
+            return self.read_fn(e.func.id)
         return None
 
     def _sub(self, e: ast.AST, local: frozenset[str] | None, depth: int,
@@ -284,7 +301,7 @@ class FnFlags:
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
             v = self._sub(e.operand, local, depth, recognised, used)
             return e if v is e.operand else ast.copy_location(ast.UnaryOp(ast.Not(), v), e)
-        if depth >= _DEPTH:
+        if depth >= _DEPTH or (isinstance(e, ast.Call) and recognised(e)):
             return e
         if (none_test := self._none_test(e, local, depth, recognised, used)) is not None:
             return none_test
@@ -296,7 +313,7 @@ class FnFlags:
         new = self._sub(f.expr, f.scope, depth + 1, recognised, deeper)
         if not _decides(new, recognised):
             return e
-        used.append(f"{f.text} ({self.rel}:{f.line})")
+        used.append(f"{f.text} ({f.rel or self.rel}:{f.line})")
         used.extend(deeper)
         if isinstance(new, ast.BoolOp) and not getattr(new, "_diag_flag", False):
             new = ast.copy_location(ast.BoolOp(new.op, list(new.values)), new)
@@ -329,7 +346,7 @@ class FnFlags:
             out = ast.BoolOp(ast.Or(), [ast.copy_location(ast.UnaryOp(ast.Not(), c), e), a])
         out = ast.copy_location(out, e)
         out._diag_flag = True  # type: ignore[attr-defined]
-        used.append(f"{f.text} ({self.rel}:{f.line})")  # type: ignore[union-attr]
+        used.append(f"{f.text} ({f.rel or self.rel}:{f.line})")  # type: ignore[union-attr]
         used.extend(deeper)
         return out
 
@@ -344,13 +361,48 @@ def _decides(e: ast.AST, recognised: Callable[[ast.AST], bool]) -> bool:
 
 
 def fn_flags(tree: ast.Module, classes: dict[str, ast.ClassDef], backend: str,
-             fn: ast.FunctionDef, rel: str, defining: str | None) -> FnFlags:
+             fn: ast.FunctionDef, rel: str, defining: str | None,
+             modules: Modules | None = None) -> FnFlags:
     """The flags `fn` (a function of this module; `defining`: the class it is a method of) may
     read: `self` is the backend only where `fn` is a method of the backend's chain."""
     mine = defining is not None and is_held(classes, backend, defining)  # (its chain)
     return FnFlags((lambda: class_flags(classes, backend, foreign_stores(tree))) if mine
                    else dict,
-                   lambda: module_flags(tree), fn, rel)
+                   lambda: module_flags(tree), fn, rel,
+                   lambda name: function_flag(tree, rel, name, modules))
+
+
+def function_flag(tree: ast.Module, rel: str, name: str, modules: Modules | None
+                  ) -> Flag | None:
+    """`name()` where `name` is a function of this module, or one it imports from sglang
+    (`Modules.resolve`, lazy imports too), that takes no argument and whose body is one
+    `return <test>` (a docstring aside; `@lru_cache` or not): 0.5.23
+    dsv4/unified_kv_gate.py:12-15 `is_unified_kv_triton()` returns `is_hip() and
+    envs.SGLANG_HACK_FLASHMLA_BACKEND.get() == "unified_kv_triton"`. Another module's test is
+    read without its names (`FOREIGN`). Kept on the tree per name."""
+    memo = getattr(tree, "_diag_fn_flags", None)
+    if memo is None:
+        memo = tree._diag_fn_flags = {}  # type: ignore[attr-defined]
+    if name in memo:
+        return memo[name]
+    idx = index(tree)
+    node, where, home = idx.funcs.get(name), rel, None
+    # only the attention package's modules, which the census parses anyway: a helper of
+    # `sglang.srt.utils` (`get_global_server_args()`) is not one, and would cost a parse
+    if node is None and modules is not None and \
+            idx.imports.get(name, "").startswith("sglang.srt.layers.attention"):
+        bound = modules.resolve(idx, name)
+        if bound is not None and isinstance(bound.node, ast.FunctionDef):
+            node, where, home = bound.node, modules.relpath(bound.path), FOREIGN
+    out = None
+    a = node.args if node is not None else None
+    if a is not None and not (a.posonlyargs or a.args or a.kwonlyargs or a.vararg or a.kwarg):
+        body = [st for st in node.body if not (isinstance(st, ast.Expr) and  # type: ignore[union-attr]
+                                               isinstance(st.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            out = Flag(body[0].value, body[0].lineno, f"{name}()", None, where, home)
+    memo[name] = out
+    return out
 
 
 VIA = " [read through "

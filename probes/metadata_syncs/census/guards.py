@@ -128,6 +128,11 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
     if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _OPS):
         return None
     left, op, right = e.left, _OPS[type(e.ops[0])], e.comparators[0]
+    if isinstance(right, ast.Constant) and isinstance(right.value, str) and \
+            op in ("==", "!=") and (env := env_read(left)) is not None and env[1] == "envs":
+        # `envs.N.get() == "x"` of an EnvStr (its default: census.switches.fill)
+        return (f"env:{env[0]}", op, ("envs-str", None, None, right.value), where,
+                _src(e, 60))
     if isinstance(left, ast.Attribute) and isinstance(right, ast.Constant) and \
             right.value is None and op in ("is", "is not"):
         if left.attr == LOCAL_BUILDER and _is_self(left.value):

@@ -356,7 +356,8 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
             return None
         key = (backend, id(fn))
         if key not in flag_memo:
-            flag_memo[key] = fn_flags(tree, classes_, backend, fn, rel, defining.get(id(fn)))
+            flag_memo[key] = fn_flags(tree, classes_, backend, fn, rel, defining.get(id(fn)),
+                                      modules)
         return flag_memo[key]
 
     resolve.fn_flags = flags_for  # type: ignore[attr-defined]

@@ -88,10 +88,11 @@ def _arch_names(fn: ast.FunctionDef) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def env_defaults(target: Target) -> dict[str, tuple[str, str]]:
-    """NAME -> (its default as the environment would spell it, "True"/"False"; `file:line`) of
-    each `NAME = EnvBool(<True|False>)` line of the release's environ.py (a class attribute of
-    its `Envs`; another shape, an alias class or a computed default, is not read)."""
+def env_defaults(target: Target) -> dict[str, tuple[str, str, str]]:
+    """NAME -> (its default as the environment would spell it ("True"/"False" for a bool),
+    `file:line`, "bool" | "str") of each `NAME = EnvBool(<True|False>)` or `NAME =
+    EnvStr("<text>")` line of the release's environ.py (0.5.23 :1051 `SGLANG_HACK_FLASHMLA_BACKEND
+    = EnvStr("auto")`; another shape, an alias class or a computed default, is not read)."""
     path = target.file(ENVIRON_FILE)
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -102,12 +103,15 @@ def env_defaults(target: Target) -> dict[str, tuple[str, str]]:
     for m in _ENV_BOOL.finditer(text):  # line numbers counted on from the last match
         line += text.count("\n", at, m.start())
         at = m.start()
-        out[m.group(1)] = (m.group(2), f"{where}:{line}")
+        if m.group(2) is not None:
+            out[m.group(1)] = (m.group(2), f"{where}:{line}", "bool")
+        else:
+            out[m.group(1)] = (m.group(3) or m.group(4) or "", f"{where}:{line}", "str")
     return out
 
 
-_ENV_BOOL = re.compile(r"^[ \t]+([A-Z][A-Z0-9_]*)\s*=\s*EnvBool\((True|False)\)[ \t]*(?:#.*)?$",
-                       re.M)
+_ENV_BOOL = re.compile(r"^[ \t]+([A-Z][A-Z0-9_]*)\s*=\s*(?:EnvBool\((True|False)\)|"
+                       r"""EnvStr\((?:"([^"\\]*)"|'([^'\\]*)')\))[ \t]*(?:#.*)?$""", re.M)
 
 
 def fill(target: Target, out: Any) -> Any:
@@ -130,9 +134,11 @@ def fill(target: Target, out: Any) -> Any:
             return (g[0], g[1], (modes, one(inner)), *g[3:])
         if fact.startswith("arch:"):
             return (fact, g[1], arch.get(fact[5:]), *g[3:])
-        if fact.startswith("env:") and g[2] and g[2][0] == "envs":
+        if fact.startswith("env:") and g[2] and g[2][0] in ("envs", "envs-str"):
             got = envs.get(fact[4:])
-            return (fact, g[1], ("envs", *got) if got else ("envs", None, None), *g[3:])
+            kind = "bool" if g[2][0] == "envs" else "str"
+            default, at = got[:2] if got and got[2] == kind else (None, None)
+            return (fact, g[1], (g[2][0], default, at, *g[2][3:]), *g[3:])
         return g
 
     out.sites = [replace(s, guards=tuple(one(g) for g in s.guards))
