@@ -37,9 +37,12 @@ def _diag(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_a_bad_arch_is_a_usage_error():
+def test_a_bad_arch_or_triton_version_is_a_usage_error():
     r = _diag("diagnose", "--sglang", "0.5.23", "--gpu-arch", "mi300x")
     assert r.returncode == 2 and "'mi300x' is not an AMD GPU arch" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _diag("diagnose", "--sglang", "0.5.23", "--triton-version", "three")
+    assert r.returncode == 2 and "'three' is not a version" in r.stderr
     assert "Traceback" not in r.stderr
 
 
