@@ -167,22 +167,41 @@ def _bound_in(fn: ast.FunctionDef) -> frozenset[str]:
                                and type(n.ctx) is not ast.Load})
 
 
-def foreign_stores(tree: ast.Module) -> frozenset[str]:
-    """The attribute names the module stores on anything but `self` (`backend.flag = ...`): no
-    such name is a flag (kept on the tree)."""
-    got = getattr(tree, "_diag_foreign", None)
-    if got is None:
-        got = tree._diag_foreign = frozenset(  # type: ignore[attr-defined]
-            t.attr for st in _statements(tree) for t in _targets(st)
-            if isinstance(t, ast.Attribute) and _self_store(t) is None)
+_STORES = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete, ast.For, ast.AsyncFor, ast.With,
+           ast.AsyncWith)
+
+
+def store_index(tree: ast.Module) -> tuple[dict[str, dict[str, int]], frozenset[str]]:
+    """(per top-level class, how often its methods store each `self.<a>`; the attribute names
+    the module stores on anything but `self`, `backend.flag = ...`, which no flag may be), from
+    one pass over the module's statements (kept on the tree)."""
+    got = getattr(tree, "_diag_stores", None)
+    if got is not None:
+        return got
+    per_class: dict[str, dict[str, int]] = {}
+    foreign: set[str] = set()
+    for top in tree.body:
+        counts = per_class.setdefault(top.name, {}) if isinstance(top, ast.ClassDef) else None
+        for st in _statements(top):
+            if not isinstance(st, _STORES):
+                continue
+            for t in _targets(st):
+                if not isinstance(t, ast.Attribute):
+                    continue
+                a = _self_store(t)
+                if a is None:
+                    foreign.add(t.attr)
+                elif counts is not None:
+                    counts[a] = counts.get(a, 0) + 1
+    got = tree._diag_stores = (per_class, frozenset(foreign))  # type: ignore[attr-defined]
     return got
 
 
-def class_flags(classes: dict[str, ast.ClassDef], backend: str,
-                foreign: frozenset[str] = frozenset()) -> dict[str, Flag]:
+def class_flags(classes: dict[str, ast.ClassDef], backend: str, tree: ast.Module
+                ) -> dict[str, Flag]:
     """`self.<flag>` of `backend`'s class chain (its bases defined in this module) assigned once,
-    at the top level of an `__init__`, nowhere else (`foreign`: the names the module stores on
-    other objects), and not a class attribute (kept on the class)."""
+    at the top level of an `__init__`, nowhere else (nor stored on another object anywhere in
+    the module: `store_index`), and not a class attribute (kept on the class)."""
     cls = classes.get(backend)
     if cls is None:
         return {}
@@ -196,16 +215,15 @@ def class_flags(classes: dict[str, ast.ClassDef], backend: str,
             continue
         chain.append(c)
         todo += [b.id for b in c.bases if isinstance(b, ast.Name)]
+    per_class, foreign = store_index(tree)
     stores: dict[str, int] = {}
     class_attrs: set[str] = set()
     for c in chain:
         for st in c.body:
             if not isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 class_attrs |= _bound(st)
-        for st in _statements(c):
-            for t in _targets(st):
-                if (a := _self_store(t)) is not None:
-                    stores[a] = stores.get(a, 0) + 1
+        for a, n in per_class.get(c.name, {}).items():
+            stores[a] = stores.get(a, 0) + n
     out: dict[str, Flag] = {}
     for c in chain:
         init = next((m for m in c.body if isinstance(m, ast.FunctionDef)
@@ -327,6 +345,7 @@ class FnFlags:
         self.use_mla else None)`): `c and A is not None` (`is None`: `not c or A is None`);
         None where `e` is no such test or `c` decides nothing."""
         if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and
+                isinstance(e.left, (ast.Attribute, ast.Name)) and
                 isinstance(e.ops[0], (ast.Is, ast.IsNot)) and
                 isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None):
             return None
@@ -366,7 +385,7 @@ def fn_flags(tree: ast.Module, classes: dict[str, ast.ClassDef], backend: str,
     """The flags `fn` (a function of this module; `defining`: the class it is a method of) may
     read: `self` is the backend only where `fn` is a method of the backend's chain."""
     mine = defining is not None and is_held(classes, backend, defining)  # (its chain)
-    return FnFlags((lambda: class_flags(classes, backend, foreign_stores(tree))) if mine
+    return FnFlags((lambda: class_flags(classes, backend, tree)) if mine
                    else dict,
                    lambda: module_flags(tree), fn, rel,
                    lambda name: function_flag(tree, rel, name, modules))
