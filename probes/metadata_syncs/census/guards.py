@@ -116,7 +116,7 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
                 ) -> Guard | None:
     if spec and (g := _spec_atom(e, where, spec)) is not None:
         return g
-    if (arch := arch_call(e)) is not None:  # the GPU arch (value: census.count._fill_arch)
+    if (arch := arch_call(e)) is not None:  # the GPU arch (value: census.switches.fill)
         return (f"arch:{arch}", "==", None, where, _src(e, 60))
     if (env := env_read(e)) is not None:  # a boolean switch (value: reader, default, where)
         return (f"env:{env[0]}", "==", (env[1], env[2], None), where, _src(e, 60))
