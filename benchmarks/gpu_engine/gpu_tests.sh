@@ -4,10 +4,11 @@
 # .carry/pytest/*.whl (pytest, pluggy, iniconfig) and .carry/rel/releases.tar.xz, the .py files
 # and dist-info of the releases these tests read (0.5.17, 0.5.18, 0.5.23) from ~/.cache/diag:
 #   (cd ~/.cache/diag && find releases/0.5.17 releases/0.5.18 releases/0.5.23 \( -name '*.py' \
-#     -o -name .complete -o -path '*dist-info*' \) -type f | tar cf - -T - | xz -6) \
+#     -o -name .complete -o -path '*dist-info*' \) -type f | tar cf - -T - | xz -9e -T2) \
 #     > .carry/rel/releases.tar.xz
-# Carry [".carry/gpu/whl", ".carry/rel", ".carry/pytest"] (~45 MB; the whole .carry/gpu with them is
-# over the 64 MiB a call takes). Ran on an H100 at 5742d3a (2026-12-06): 11 passed in 86 s.
+# Carry [".carry/gpu/whl", ".carry/rel", ".carry/pytest"] (~32 MB with xz -9e: 12.5 MB of releases;
+# with xz -6, 23 MB, the tracked tree's 24 MB took the call over the 64 MiB it carries, and so does
+# the whole .carry/gpu). Ran on an H100 at 5742d3a (2026-12-06): 11 passed in 86 s.
 # Usage (repo root there): bash benchmarks/gpu_engine/gpu_tests.sh OUTDIR [pytest args...]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
