@@ -202,3 +202,24 @@ def test_a_flag_another_object_sets_is_not_read_through(tmp_path):
                                        "    backend.use_fp8_prefill_attn = False\n")
     sites = _copies(census(t, use_cache=False), "0.5.23")
     assert _status(sites, "0.5.23", gpu_arch="gfx942", environ={}) == {"depends"}
+
+
+@pytest.mark.parametrize("version, lines", [("0.5.22", (255, 257)), ("0.5.23", (246, 248))])
+def test_a_flag_set_in_both_arms_of_an_if_is_read_through(version, lines):
+    """`if self.use_sliding_window_kv_pool: self.use_triton_unified_attention = True` / `else:
+    ... = get_bool_env_var("SGLANG_USE_AITER_UNIFIED_ATTN")` (0.5.23 aiter_backend.py:529-534,
+    0.5.22 :538-543; the attribute's only stores) is `use_sliding_window_kv_pool or the
+    switch`. The paged-ASM prefill view is built only `and not self.use_triton_unified_attention`
+    (0.5.23 :2591-2603, 0.5.22 :2578-2590), and `_build_paged_kv_view` (0.5.23 :223, 0.5.22
+    :232) copies to the device at 0.5.23 :246, :248 (0.5.22 :255, :257): with the switch set
+    those copies cannot run, even on gfx950; unset, the pool and the page size still decide."""
+    sites = [s for s in census(release_target(version)).sites
+             if s.file == AITER and s.line in lines and s.verdict == "syncs"]
+    assert {s.line for s in sites} == set(lines)
+    on = SpecConfig(attention_backend="aiter", gpu_arch="gfx950",
+                    environ={"SGLANG_USE_AITER_UNIFIED_ATTN": "1"})
+    off = SpecConfig(attention_backend="aiter", gpu_arch="gfx950", environ={})
+    assert {decide(s, on, "target-extend", version, "hip").status for s in sites} == \
+        {"unreachable"}
+    assert {decide(s, off, "target-extend", version, "hip").status for s in sites} == \
+        {"depends"}

@@ -231,15 +231,63 @@ def class_flags(classes: dict[str, ast.ClassDef], backend: str, tree: ast.Module
         if init is None:
             continue
         for st in init.body:
-            target = st.targets[0] if isinstance(st, ast.Assign) and len(st.targets) == 1 \
-                else st.target if isinstance(st, ast.AnnAssign) and st.value is not None \
-                else None
-            a = _self_store(target) if target is not None else None
-            if a and stores.get(a) == 1 and a not in class_attrs and a not in foreign and \
+            one = _one_store(st)
+            if one is not None:
+                a, value, n = one[0], one[1], 1
+            elif (both := _either_store(st)) is not None:
+                a, value, n = both[0], both[1], 2
+            else:
+                continue
+            if stores.get(a) == n and a not in class_attrs and a not in foreign and \
                     a not in out:
-                out[a] = Flag(st.value, st.lineno, f"self.{a}", init)  # type: ignore[arg-type]
+                out[a] = Flag(value, st.lineno, f"self.{a}", init)
     cls._diag_flags = out  # type: ignore[attr-defined]
     return out
+
+
+def _one_store(st: ast.stmt) -> tuple[str, ast.expr] | None:
+    """`self.a = v` / `self.a: T = v`: (a, v)."""
+    target = st.targets[0] if isinstance(st, ast.Assign) and len(st.targets) == 1 \
+        else st.target if isinstance(st, ast.AnnAssign) and st.value is not None else None
+    a = _self_store(target) if target is not None else None
+    return (a, st.value) if a else None  # type: ignore[attr-defined]
+
+
+def _either_store(st: ast.stmt) -> tuple[str, ast.expr] | None:
+    """`if c: self.a = x` / `else: self.a = y`, one statement each (0.5.23 aiter_backend.py:529-534
+    `self.use_triton_unified_attention = True` under `if self.use_sliding_window_kv_pool:`, else
+    `get_bool_env_var("SGLANG_USE_AITER_UNIFIED_ATTN")`): (a, the test it equals), a constant
+    arm folded (`c or y`), else `(c and x) or (not c and y)`."""
+    if not (isinstance(st, ast.If) and len(st.body) == 1 and len(st.orelse) == 1):
+        return None
+    x, y = _one_store(st.body[0]), _one_store(st.orelse[0])
+    if x is None or y is None or x[0] != y[0]:
+        return None
+    c, xv, yv = st.test, x[1], y[1]
+
+    def lit(v: ast.expr) -> bool | None:
+        return v.value if isinstance(v, ast.Constant) and isinstance(v.value, bool) else None
+
+    def neg(e: ast.expr) -> ast.expr:
+        return ast.copy_location(ast.UnaryOp(ast.Not(), e), e)
+
+    def op(kind: ast.boolop, *vals: ast.expr) -> ast.expr:
+        return ast.copy_location(ast.BoolOp(kind, list(vals)), st)
+
+    lx, ly = lit(xv), lit(yv)
+    if lx is not None and ly is not None:
+        value = c if lx and not ly else neg(c) if ly and not lx else xv
+    elif lx is True:
+        value = op(ast.Or(), c, yv)
+    elif lx is False:
+        value = op(ast.And(), neg(c), yv)
+    elif ly is True:
+        value = op(ast.Or(), neg(c), xv)
+    elif ly is False:
+        value = op(ast.And(), c, xv)
+    else:
+        value = op(ast.Or(), op(ast.And(), c, xv), op(ast.And(), neg(c), yv))
+    return x[0], value
 
 
 @dataclass
