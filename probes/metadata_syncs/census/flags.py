@@ -302,7 +302,7 @@ class FnFlags:
     # a zero-argument function whose body is one `return <test>`, by the name a call uses
     # (this module's or one it imports: `function_flag`); None: not read
     read_fn: Callable[[str], Flag | None] = lambda name: None
-    memo: dict[int, tuple[ast.AST, tuple[str, ...]]] = field(default_factory=dict)
+    memo: dict[int, tuple[ast.AST, ast.AST, tuple[str, ...]]] = field(default_factory=dict)
     _local: frozenset[str] | None = None
     _selfs: dict[str, Flag] | None = None
     _mods: dict[str, Flag] | None = None
@@ -333,11 +333,12 @@ class FnFlags:
         """(the test with each inlinable flag replaced by its definition, the flags replaced as
         `text (file:line)`); `recognised(atom)`: an atom census.guards decides as it stands
         (never replaced)."""
-        if id(test) not in self.memo:
+        hit = self.memo.get(id(test))
+        if hit is None or hit[0] is not test:  # (the node kept with it: an id is reused)
             used: list[str] = []
             new = self._sub(test, None, 0, recognised, used)
-            self.memo[id(test)] = (new, tuple(dict.fromkeys(used)))
-        return self.memo[id(test)]
+            hit = self.memo[id(test)] = (test, new, tuple(dict.fromkeys(used)))
+        return hit[1], hit[2]
 
     def _flag(self, e: ast.AST, local: frozenset[str] | None) -> Flag | None:
         """`local`: the names bound where `e` stands (None: the builder's own, read lazily;

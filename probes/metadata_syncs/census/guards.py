@@ -247,9 +247,22 @@ def _guards_of(e: ast.AST, where: str, holds: bool, mirrors: MirrorParams,
 
 def common_guards(sets: list[frozenset]) -> frozenset:
     """The guards (fact, test, value) every one of `sets` holds, each kept at its first place."""
-    keyed = [{g[:3]: g for g in gs} for gs in sets]
+    # of two guards with one key in a set (a test read as it stands and again through a flag,
+    # census.flags) the first place wins, whatever order the set iterates in
+    keyed = [{g[:3]: g for g in sorted(gs, key=_first, reverse=True)} for gs in sets]
     keys = set.intersection(*(set(k) for k in keyed))
-    return frozenset(min((k[key] for k in keyed), key=_place) for key in keys)
+    return frozenset(min((k[key] for k in keyed), key=_first) for key in keys)
+
+
+def _first(g: Guard) -> tuple:
+    """A total order of guards, by place first (`_place`), then by what they say."""
+    return (*_place(g), g[0], g[1], repr(g[2]), g[4])
+
+
+def guard_order(g: Guard) -> tuple:
+    """How a site's guards are listed: by `file:line`, fact, test, then value and words (a total
+    order: the same guards list alike in every process, whatever their sets' order)."""
+    return (g[3], g[0], g[1], repr(g[2]), g[4])
 
 
 def _place(g: Guard) -> tuple[str, int]:

@@ -16,6 +16,7 @@ from diag.probes.metadata_syncs.census.guards import (
     _ends,
     _guard_atom,
     argument_mirror,
+    guard_order,
     guards_of,
     is_ragged_layout,
     spec_aliases,
@@ -251,7 +252,7 @@ class _Scan:
         self.dead_why: dict[int, str] = {}
 
     def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
-        self.stack = sorted(guards, key=lambda g: (g[3], g[0], g[1]))
+        self.stack = sorted(guards, key=guard_order)
         self.known: list[tuple[str | None, bool, str]] = []  # facts in force (paths.facts_of)
         self.block(self.fn.body, state, unknown)
 
@@ -351,7 +352,7 @@ class _Scan:
         more = [g for p in _param_atoms(test, holds, self.env["params"])
                 for g in self.pguards.get(p, ())]
         return own + tuple(sorted(set(more) - set(own) - set(self.stack),
-                                  key=lambda g: (g[3], g[0], g[1])))
+                                  key=guard_order))
 
     def through_flags(self, test: ast.AST, where: str, holds: bool, mirrors: MirrorParams,
                       own: tuple[Guard, ...]) -> tuple[Guard, ...]:
