@@ -249,9 +249,20 @@ def common_guards(sets: list[frozenset]) -> frozenset:
     """The guards (fact, test, value) every one of `sets` holds, each kept at its first place."""
     # of two guards with one key in a set (a test read as it stands and again through a flag,
     # census.flags) the first place wins, whatever order the set iterates in
-    keyed = [{g[:3]: g for g in sorted(gs, key=_first, reverse=True)} for gs in sets]
+    keyed = []
+    for gs in sets:
+        d: dict[tuple, Guard] = {}
+        for g in gs:
+            o = d.setdefault(g[:3], g)
+            if o is not g and _first(g) < _first(o):  # (only a clash is ordered)
+                d[g[:3]] = g
+        keyed.append(d)
     keys = set.intersection(*(set(k) for k in keyed))
-    return frozenset(min((k[key] for k in keyed), key=_first) for key in keys)
+    out = []
+    for key in keys:
+        cands = {k[key] for k in keyed}
+        out.append(cands.pop() if len(cands) == 1 else min(cands, key=_first))
+    return frozenset(out)
 
 
 def _first(g: Guard) -> tuple:
