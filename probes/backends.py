@@ -812,3 +812,19 @@ def never_draft_extends(target: Target, platforms: tuple[str, ...] = ("hip", "cu
 
 
 _NEVER: dict[tuple, dict[str, str]] = {}
+
+
+def class_attrs_of(target: Target, pairs: list[tuple[str, str]], attr: str
+                   ) -> dict[tuple[str, str], tuple | None]:
+    """What each class `cls` of `pairs` (cls, rel), as the module `rel` (relative to the root)
+    sees the name, sets `attr` to: `_Resolver.attrs`'s row (class, True | False | None, words,
+    "file:line"; "" where no class of its chain sets it), or None where the module or a base
+    cannot be read."""
+    res = _Resolver(target, "any")
+    out: dict[tuple[str, str], tuple | None] = {}
+    for cls, rel in pairs:
+        dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel
+        mod = res.module(dotted)
+        out[(cls, rel)] = None if mod is None or res.attr_of(cls, mod, dotted, attr) is None \
+            else res.attrs([cls], attr, mod, dotted)[0]
+    return out

@@ -17,7 +17,17 @@ No class of aiter_backend.py sets `needs_cpu_seq_lens` (0.5.23 mentions it only 
 :2054): AiterAttnBackend and AiterMultiStepDraftBackend keep the AttentionBackend default
 `needs_cpu_seq_lens: bool = True` (base_attn_backend.py 0.5.23 :163, 0.5.19 :140, 0.5.18 :117,
 0.5.17 :102), so under the overlap scheduler the spec-v2 relay keeps `seq_lens_cpu` on
-decode-side batches (tests/test_host_lengths.py) and the read at :2974 cannot run there.
+decode-side batches (tests/test_host_lengths.py): it nulls the copy only `if not
+self.needs_cpu_seq_lens:` (managers/overlap_utils.py 0.5.23 :615, 0.5.19 :539, 0.5.18 :477,
+0.5.17 :436), which `decide_needs_cpu_seq_lens` makes false only where every backend of the
+worker says so, `getattr(b, "needs_cpu_seq_lens", True)` (0.5.23 :50, 0.5.19 :50, 0.5.18 :48,
+0.5.17 :47). Off the overlap scheduler nothing drops it: the scheduler refreshes the copy a batch
+has after each round, `if batch.seq_lens_cpu is not None: batch.seq_lens_cpu =
+new_seq_lens.to("cpu")` (managers/scheduler.py 0.5.23 :4847-4848, 0.5.19 :4161-4162), and
+`resolve_seq_lens_cpu` runs under `if self.enable_overlap:` only (0.5.23 :4658-4667). An IDLE
+batch gets an empty copy in `prepare_for_idle` (managers/schedule_batch.py 0.5.23 :3606, 0.5.19
+:3181, 0.5.18 :2933, 0.5.17 :2844). So the read at :2974 cannot run on any step an aiter class
+serves, whatever the scheduler: a fact of the release alone (census/kept_lengths.py).
 
 Negative (a caller passes something else): `MambaAttnBackendBase._replayssm_track_flush_mask(
 self, seq_lens_cpu, bs)` (layers/attention/hybrid_linear_attn_backend.py 0.5.23 :595, 0.5.19
@@ -51,10 +61,12 @@ AITER = "sglang/srt/layers/attention/aiter_backend.py"
 MAMBA = "sglang/srt/layers/attention/hybrid_linear_attn_backend.py"
 BASE = "sglang/srt/layers/attention/base_attn_backend.py"
 # release -> the conditional's first line (the guard's place), the device read, the base default
-HAND = {"0.5.23": {"test": 2970, "site": 2974, "base": 163},
-        "0.5.19": {"test": 1844, "site": 1846, "base": 140},
-        "0.5.18": {"test": 1534, "site": 1536, "base": 117},
-        "0.5.17": {"test": 1526, "site": 1528, "base": 102}}
+HAND = {"0.5.23": {"test": 2970, "site": 2974, "base": 163, "nulls": 615, "idle": 3606},
+        "0.5.19": {"test": 1844, "site": 1846, "base": 140, "nulls": 539, "idle": 3181},
+        "0.5.18": {"test": 1534, "site": 1536, "base": 117, "nulls": 477, "idle": 2933},
+        "0.5.17": {"test": 1526, "site": 1528, "base": 102, "nulls": 436, "idle": 2844}}
+RELAY = "sglang/srt/managers/overlap_utils.py"
+SCHEDULE = "sglang/srt/managers/schedule_batch.py"
 MAMBA_HAND = {"0.5.23": {"test": 602, "site": 609}, "0.5.19": {"test": 431, "site": 438}}
 DECODE_SIDE = ("draft-extend", "target-verify", "decode")
 
@@ -86,9 +98,14 @@ def test_the_parameter_guard_is_the_mirror_guard(version):
     assert s.function == "AiterAttnBackend._apply_cuda_graph_metadata"
     assert s.path_class == "per-step" and set(DECODE_SIDE) <= set(s.paths)
     mine = [g for g in s.guards if g[3] == f"{AITER}:{h['test']}"]
-    # the `else` of `seq_lens_cpu is not None`: the mirror is None
-    assert [g[:3] for g in mine] == [("mirror:seq_lens_cpu", "is", None)], s.guards
+    # the `else` of `seq_lens_cpu is not None`: the mirror is None; the class keeps it
+    assert [g[:2] for g in mine] == [("mirror:seq_lens_cpu", "is")], s.guards
+    kept, why, idle = mine[0][2]
+    assert kept == "kept" and idle == f"{SCHEDULE}:{h['idle']}"
+    assert f"{BASE}:{h['base']}" in why and f"{RELAY}:{h['nulls']}" in why
     assert not any(g[0].startswith("data:") and "seq_lens_cpu" in g[0] for g in s.guards)
+    # a fact of the release: no decode-side step (nor IDLE) is left, no configuration given
+    assert release_paths(s, version) == ()
 
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
@@ -101,27 +118,27 @@ def test_under_the_overlap_scheduler_the_read_cannot_run_on_decode_side_steps(ve
     for mode in DECODE_SIDE:
         d = decide(s, cfg, mode, version, "hip", None, relay)
         assert d.status == "unreachable", (mode, d)
-        assert f"seq_lens_cpu set on {mode} batches" in d.reason
+        assert f"seq_lens_cpu is set on every {mode} batch this class serves" in d.reason
         assert f"{BASE}:{h['base']}" in d.reason
 
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
 @pytest.mark.parametrize("overlap", [None, True])
-def test_without_the_overlap_fact_it_depends_on_the_relay(version, overlap):
-    """Not given (or --disable-overlap-schedule, whose path the relay reader does not read):
-    the site stays in the bound, with the relay's reason, not a data condition."""
+def test_without_the_overlap_fact_the_class_decides(version, overlap):
+    """Not given, or --disable-overlap-schedule: the relay's reader decides nothing, but the
+    class keeps the copy on either path (read above): unreachable, with the class's reason."""
     h = HAND[version]
     s = _site(version, AITER, h["site"], "AiterAttnBackend")
     cfg = _cfg(disable_overlap_schedule=overlap)
     relay = _relay(version, disable_overlap_schedule=overlap)
     assert relay.holds is None
-    for mode in DECODE_SIDE:
+    for mode in (*DECODE_SIDE, "idle"):
         d = decide(s, cfg, mode, version, "hip", None, relay)
-        assert d.status == "depends" and not d.on_config, (mode, d)
-        assert f"`not (seq_lens_cpu is not None)` ({AITER}:{h['test']}): " \
-               f"{relay.why}" in d.reason
-        flag = "--disable-overlap-schedule" if overlap else "--overlap-schedule"
-        assert flag in d.reason
+        assert d.status == "unreachable", (mode, d)
+        assert "AiterAttnBackend keeps the host lengths" in d.reason
+        assert (f"{SCHEDULE}:{h['idle']}" in d.reason) == (mode == "idle")
+    # and with no configuration at all
+    assert decide(s, SpecConfig(), "target-verify", version).status == "unreachable"
 
 
 @pytest.mark.parametrize("version", sorted(MAMBA_HAND))
@@ -172,8 +189,8 @@ def _phases(version: str, *flags: str) -> dict:
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
 def test_the_metadata_syncs_finding(version):
-    """End to end (`diag diagnose --json`): with --overlap-schedule the read is unreachable on
-    every decode-side phase (and out of the count); not given, it depends on the relay."""
+    """End to end (`diag diagnose --json`): the read is unreachable on every decode-side phase
+    (and out of the count), with --overlap-schedule or not given."""
     site = f"{AITER}:{HAND[version]['site']}"
     on = _phases(version, "--overlap-schedule")
     for phase in ("draft-extend", "target-verify", "draft-decode"):
@@ -184,9 +201,11 @@ def test_the_metadata_syncs_finding(version):
         assert on[phase]["syncs_per_step"] == 0 and on[phase]["exact"] is True, on[phase]
     unknown = _phases(version)
     for phase in ("draft-extend", "target-verify", "draft-decode"):
-        dep = [d for d in unknown[phase]["depends"] if d["at"] == site]
-        assert dep and "--overlap-schedule" in dep[0]["condition"], unknown[phase]
-        assert unknown[phase]["exact"] is False
+        row = unknown[phase]
+        assert site not in [d["at"] for d in row["depends"]], row
+        assert site in [u["at"] for u in row["unreachable"]], row
+    for phase in ("draft-extend", "draft-decode"):
+        assert unknown[phase]["syncs_per_step"] == 0, unknown[phase]
 
 
 # Per forward mode (census/reach.py `mode_binds`), READ BY HAND: flashinfer's

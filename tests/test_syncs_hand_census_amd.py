@@ -32,10 +32,6 @@ DIFFER = {
     ("0.5.19", A + "deepseek_v4_backend_hip_radix.py", 1643),
     # the callers' `exact_num_tokens or host_proves_exact_num_tokens` (hand_census.json's miss)
     ("0.5.23", A + "deepseek_v4_backend_hip_radix.py", 2723),
-    # aiter keeps `needs_cpu_seq_lens` True, so the relay never nulls the mirror where aiter
-    # runs: the census does not tie the relay to the site's own class without a configuration
-    ("0.5.19", A + "aiter_backend.py", 1012), ("0.5.19", A + "aiter_backend.py", 1846),
-    ("0.5.23", A + "aiter_backend.py", 1548), ("0.5.23", A + "aiter_backend.py", 2974),
 }
 
 

@@ -192,6 +192,11 @@ def _decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
     if fact.startswith("mirror:"):  # also a helper's parameter its callers bind to one
         name = fact.split(":", 1)[1]  # (census.guards.param_mirrors)
         set_at = MIRRORS_SET.get((version or "", name), {}).get(mode)
+        if set_at is None and isinstance(value, (tuple, list)) and len(value) == 3 \
+                and value[0] == "kept" and (mode in DECODE_SIDE or mode == "idle" and value[2]):
+            made = f"; an IDLE batch gets it at {value[2]}" if mode == "idle" else ""
+            return op == "is not", f"release: {name} is set on every {mode} batch this " \
+                                   f"class serves: {value[1]}{made} (`{text}`, {where})"
         if set_at is None and name == "seq_lens_cpu" and mode in DECODE_SIDE \
                 and relay is not None:
             if relay.holds is None:

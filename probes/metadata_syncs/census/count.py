@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from diag.probes.gate import SPEC_INFO_FILE, ragged_algorithms
-from diag.probes.metadata_syncs.census import switches
+from diag.probes.metadata_syncs.census import kept_lengths, switches
 from diag.probes.metadata_syncs.census.batch_fields import (
     DRAFT_EXTEND_REL,
     SCHEDULE_REL,
@@ -35,7 +35,7 @@ from diag.target import Target
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
                         "flags", "switches", "reach", "count", "fast_paths", "batch_fields",
-                        "wrapped", "scopes"))
+                        "wrapped", "scopes", "kept_lengths"))
 
 
 def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:
@@ -93,10 +93,10 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             # ... and the algorithms with a ragged verify layout (`_fill_ragged`), and the
             # draft-extend preparation (batch_fields.prefix_on_draft_extend), and what makes an
             # IDLE batch (batch_fields.none_on_idle), and the arch tests and boolean switches
-            # (census.switches)
+            # (census.switches), and the host-lengths relay (census.kept_lengths)
             extra = [f for f in [batch] + [target.file(r) for r in (
                 *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL, SCHEDULE_REL, DRAFT_UTILS_REL,
-                *switches.UTILS_FILES, switches.ENVIRON_FILE)]
+                *switches.UTILS_FILES, switches.ENVIRON_FILE, kept_lengths.RELAY)]
                 if f.is_file()] \
                 + idle_maker_files(target.file("srt").parent)
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
@@ -114,8 +114,8 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             except (KeyError, TypeError, ValueError):
                 pass
     with gc_paused():
-        out = switches.fill(target, _fill_ragged(target, _scan_all(target, paths,
-                                                                   SCOPES[scope])))
+        out = kept_lengths.fill(target, switches.fill(target, _fill_ragged(
+            target, _scan_all(target, paths, SCOPES[scope]))))
     if digest is not None:
         cache.store(_cache_name(scope), digest, out.to_dict())
     return out

@@ -1,0 +1,104 @@
+"""Backend classes that keep the batch's host lengths (`seq_lens_cpu`) on every decode-side batch
+they serve: a fact of the release alone, for the census without a configuration.
+
+Why: a builder's `if seq_lens_cpu is None: ... seq_lens.max().item()` (0.5.23
+aiter_backend.py:2969-2975) syncs only where the batch comes without its host copy. From 0.5.17
+the one thing that drops it on target-verify, draft-decode and draft-extend batches is the
+spec-v2 relay, `FutureMap.resolve_seq_lens_cpu` under the overlap scheduler (0.5.23
+managers/overlap_utils.py:615-619; 0.5.19 :539-542), and only where
+`decide_needs_cpu_seq_lens` finds no backend of the worker that wants it (`getattr(b,
+"needs_cpu_seq_lens", True)`, 0.5.23 :48-51). Off the overlap scheduler the batch keeps the copy
+it has and refreshes it after each verify (0.5.23 managers/scheduler.py:4847-4848,
+speculative/eagle_worker_v2.py:1527). A wrapper asks the class it hands those batches to
+(hybrid_attn_backend.py:47-48 ORs the decode backend's and, where the spec passes go to the
+prefill backend, that one's; hybrid_linear_attn_backend.py:1201-1203 the full-attention one's),
+and no module sets the flag on another object. So a class whose chain sets
+`needs_cpu_seq_lens` to the constant True, or never sets it (the getattr default), is never
+served a decode-side batch without `seq_lens_cpu`. A class that decides it at start (0.5.23
+DSV4 HIP radix: `envs.SGLANG_OPT_USE_ONLINE_COMPRESS.get()`, :1006) or opts out is left to the
+configuration (probes.startup.host_lengths). An IDLE batch gets an empty copy where it is made
+(`prepare_for_idle`, 0.5.23 managers/schedule_batch.py:3606; 0.5.19 :3181), which the same relay
+alone could drop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from diag.probes.backends import class_attrs_of
+from diag.probes.startup.resolve import find_line
+from diag.target import Target
+
+RELAY = "srt/managers/overlap_utils.py"
+SCHEDULE = "srt/managers/schedule_batch.py"
+ATTR = "needs_cpu_seq_lens"
+FACT = "mirror:seq_lens_cpu"
+# the modes the relay serves (probes.startup.host_lengths.DECODE_SIDE)
+DECODE_SIDE = ("target-verify", "decode", "draft-extend")
+
+
+def relay_lines(target: Target) -> tuple[str, str] | None:
+    """(where the relay nulls the copy, where the decision's default is True), or None where the
+    release has no relay of that shape."""
+    nulls = find_line(target, RELAY, r"if not self\.needs_cpu_seq_lens:")
+    default = find_line(target, RELAY, r'getattr\(b, "needs_cpu_seq_lens", True\)')
+    return (str(nulls), str(default)) if nulls and default else None
+
+
+def idle_line(target: Target) -> str | None:
+    """Where `prepare_for_idle` gives an IDLE batch its (empty) host copy, or None."""
+    start = find_line(target, SCHEDULE, r"def prepare_for_idle\(")
+    got = find_line(target, SCHEDULE, r"self\.seq_lens_cpu = torch\.empty\(0\b",
+                    start.line) if start else None
+    return str(got) if got and start and got.line - start.line <= 20 else None
+
+
+def fill(target: Target, out: Any) -> Any:
+    """Each `mirror:seq_lens_cpu` guard of a site whose class keeps the copy gets
+    `("kept", why, where an IDLE batch gets it or None)` as its value
+    (census_config.decide_guard: set on the decode-side modes, and on IDLE where made)."""
+    if not any(FACT in _facts(g) for s in out.sites for g in s.guards):
+        return out
+    lines = relay_lines(target)
+    if lines is None:
+        return out
+    nulls, default = lines
+    idle = idle_line(target)
+    pairs = sorted({(s.backend, s.file) for s in out.sites
+                    if any(FACT in _facts(g) for g in s.guards)})
+    rows = class_attrs_of(target, pairs, ATTR)
+    why: dict[tuple[str, str], str] = {}
+    for key, row in rows.items():
+        if row is None:
+            continue
+        cls, value, text, where = row
+        if value is True:
+            said = f"{text}, {where}"
+        elif value is None and where == "":
+            said = f"no class of {cls}'s chain sets it: the relay's default True, {default}"
+        else:
+            continue
+        why[key] = (f"{cls} keeps the host lengths ({said}); the relay drops them only where "
+                    f"no backend of the worker wants them ({nulls})")
+
+    def one(g: tuple, w: str) -> tuple:
+        if g[0] == "any":
+            return (g[0], g[1], tuple(one(p, w) for p in g[2]), *g[3:])
+        if g[0] == "on":
+            return (g[0], g[1], (g[2][0], one(g[2][1], w)), *g[3:])
+        return (g[0], g[1], ("kept", w, idle), *g[3:]) if g[0] == FACT else g
+
+    out.sites = [replace(s, guards=tuple(one(g, why[(s.backend, s.file)]) for g in s.guards))
+                 if (s.backend, s.file) in why and any(FACT in _facts(g) for g in s.guards)
+                 else s for s in out.sites]
+    return out
+
+
+def _facts(g: tuple) -> list[str]:
+    """The facts a guard holds (an `any` its parts', an `on` its inner guard's)."""
+    if g[0] == "any":
+        return [f for p in g[2] for f in _facts(p)]
+    if g[0] == "on":
+        return _facts(g[2][1])
+    return [g[0]]
