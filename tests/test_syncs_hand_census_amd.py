@@ -30,8 +30,6 @@ DIFFER = {
     ("0.5.19", A + "dsa_backend.py", 797), ("0.5.23", A + "dsa_backend.py", 1115),
     # the reader follows DP attention's padding to rule out verify and draft-extend (unsure)
     ("0.5.19", A + "deepseek_v4_backend_hip_radix.py", 1643),
-    # the callers' `exact_num_tokens or host_proves_exact_num_tokens` (hand_census.json's miss)
-    ("0.5.23", A + "deepseek_v4_backend_hip_radix.py", 2723),
 }
 
 

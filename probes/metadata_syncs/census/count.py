@@ -35,7 +35,7 @@ from diag.target import Target
 CENSUS_MODULES = tuple(f"diag.probes.metadata_syncs.census.{m}" for m in
                        ("sites", "paths", "guards", "kinds", "scan", "objects", "draft_steps",
                         "flags", "switches", "reach", "count", "fast_paths", "batch_fields",
-                        "wrapped", "scopes", "kept_lengths"))
+                        "wrapped", "scopes", "kept_lengths", "formulas"))
 
 
 def scan_file(path: Path, rel: str) -> tuple[list[str], list[Site], list[Site]]:

@@ -437,6 +437,9 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
             into = incoming.get(key, {})
             edges = [e for k in sorted(into, key=index.__getitem__) for e in into[k]]
             inputs = derive(key, edges)
+            if key in made and made[key][1].used_formula:
+                # its formulas read each call's arguments: a new call is a new input
+                inputs = (*inputs, tuple(map(id, edges)))
             if key in made and made[key][0] == inputs:
                 continue
             where = homes[id(fn)][0] if id(fn) in homes else rel  # a helper's own file
@@ -444,6 +447,7 @@ def _analyse(tree: ast.Module, rel: str, modules: Modules | None = None,
                       mirrors[id(fn)] + tuple(b for b in inputs[6]
                                               if b[0] not in dict(mirrors[id(fn)])),
                       inputs[5], specs.get(id(fn), ()))
+            s.in_calls = [(e.state, e.call) for e in edges if e.state and e.call is not None]
             s.run(inputs[0], inputs[1], inputs[4])
             if key in made:
                 for e in made[key][1].edges:

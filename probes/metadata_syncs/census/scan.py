@@ -11,6 +11,12 @@ from typing import Any
 
 from diag.probes.metadata_syncs.census.draft_steps import DRAFT_DECODE_MODE, rules_out
 from diag.probes.metadata_syncs.census.flags import via_note
+from diag.probes.metadata_syncs.census.formulas import (
+    CallArgs,
+    mentions_params,
+    through_callers,
+    truth_tested,
+)
 from diag.probes.metadata_syncs.census.guards import (
     MirrorParams,
     _ends,
@@ -125,6 +131,8 @@ class _Edge:
     # callee parameter -> "none" (None passed or left to a None default) | "mirror:<x>" (the
     # batch's host mirror, `guards.argument_mirror`): what the call binds, for its modes
     binds: dict[str, str] = field(default_factory=dict)
+    # the arguments as the callee's formulas read them (census.formulas)
+    call: CallArgs | None = field(default=None, compare=False)
 
 
 # What `_Scan.expr` does nothing for: no call, subscript, test or lambda can lie under a name,
@@ -250,6 +258,9 @@ class _Scan:
         # why a branch around it cannot run, where a writer fact decided it (co_set_value)
         self.dead: list[str] = []
         self.dead_why: dict[int, str] = {}
+        # each call into it: the pairs it reaches it on, its arguments (set by _analyse)
+        self.in_calls: list[tuple[frozenset, CallArgs]] = []
+        self.used_formula = False  # an argument's truth was read through its callers
 
     def run(self, state: frozenset, unknown: bool, guards: frozenset = frozenset()) -> None:
         self.stack = sorted(guards, key=guard_order)
@@ -261,9 +272,14 @@ class _Scan:
         in `if not a:` (or after `if a: return`) cannot run; nor `elif b is not None:` after
         `if a is not None:` where every writer of the speculative input's `b` sets `a` too
         (census.spec_writers)."""
+        return self.cond_known(test, {k: h for k, h, _ in self.known if k is not None}
+                               if self.known else {})
+
+    def cond_known(self, test: ast.AST, known: dict[str, bool]) -> Cond:
+        """`cond` with the facts `known` in force."""
         c = cond(test, self.facts, self.env)
-        if self.known and c.true == ALL and c.false == ALL:
-            v = known_value(test, {k: h for k, h, _ in self.known if k is not None})
+        if known and c.true == ALL and c.false == ALL:
+            v = known_value(test, known)
             if v is None:
                 v = self.co_set_value(test)
             if v is not None:
@@ -709,16 +725,16 @@ class _Scan:
                      for q, d, tests in (alts(self.backend, call, self.fn) if alts else ())]
         state = self.spec_state(state)
         for cqual, cfn, chosen in picks:
-            args, truth, binds = self._args(cfn, call, state)
+            args, truth, binds, given = self._args(cfn, call, state)
             callee = getattr(self.resolve, "owner", {}).get(id(cfn), self.backend)
             self.edges.append(_Edge((cqual, callee), state, unknown, args, truth,
                                     f"{self.rel}:{call.lineno} {self.qual}",
-                                    frozenset(self.stack) | frozenset(chosen), binds))
+                                    frozenset(self.stack) | frozenset(chosen), binds, given))
         self.check(call, state, unknown)
 
     def _args(self, callee: ast.FunctionDef, call: ast.Call, state: frozenset
               ) -> tuple[dict[str, str], dict[str, tuple[frozenset, frozenset]],
-                         dict[str, str]]:
+                         dict[str, str], CallArgs | None]:
         params = [a.arg for a in callee.args.posonlyargs + callee.args.args]
         if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
             params = params[1:]
@@ -730,19 +746,30 @@ class _Scan:
         if any(isinstance(a, ast.Starred) for a in call.args) or \
                 any(k.arg is None for k in call.keywords):
             # *args / **kwargs: the census cannot match arguments to parameters
-            return {}, {}, {}
+            return {}, {}, {}, None
         given |= {k.arg: k.value for k in call.keywords if k.arg}
         out: dict[str, str] = {}
         truth = {}
         binds: dict[str, str] = {}
         known = {k: h for k, h, _ in self.known if k is not None}
         none_tested = _none_tested(callee)
+        passed: dict[str, ast.AST] = {}
         for name in params + [a.arg for a in callee.args.kwonlyargs]:
             value = given.get(name, defaults.get(name))
             if value is None:
                 continue
-            value = _settled(value, known)
+            value = passed[name] = _settled(value, known)
             c = cond(value, self.facts, self.env)
+            if state & c.true & c.false and self.in_calls and \
+                    name in truth_tested(callee) and mentions_params(value, self.fn,
+                                                                      call.lineno):
+                # true and false on a pair: read it per call into this function, where its
+                # parameters are the arguments (census.formulas)
+                self.used_formula = True
+                got = through_callers(value, self.fn, call.lineno, self.cond, self.in_calls,
+                                      state)
+                if got is not None:
+                    c = Cond(got[0], got[1], c.unknown)
             truth[name] = (state & c.true, state & c.false)
             if name in given and name in none_tested and \
                     (m := argument_mirror(value, self.fn, call.lineno)):
@@ -765,7 +792,7 @@ class _Scan:
                 out[name] = "tensor"
             else:
                 out[name] = "other"
-        return out, truth, binds
+        return out, truth, binds, CallArgs(passed, lambda e, k=known: self.cond_known(e, k))
 
     def add(self, call: ast.Call, state: frozenset, unknown: bool, kind: str, verdict: str,
             why: str, n: int) -> None:
