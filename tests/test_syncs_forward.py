@@ -29,11 +29,6 @@ DIFFER = {
     # cannot fire, and marks it unsure; the census takes a data test both ways
     **{("0.5.19", A + "aiter_backend.py", n): "data" for n in (193, 195, 196, 206)},
     **{("0.5.23", A + "aiter_backend.py", n): "data" for n in (323, 325, 326, 336)},
-    # `seq_lens_cpu is None` where aiter keeps `needs_cpu_seq_lens`: the relay never nulls the
-    # mirror where aiter runs; the census does not tie the relay to the site's own class
-    # without a configuration (the builders' rows of test_syncs_hand_census_amd, likewise)
-    ("0.5.19", A + "aiter_backend.py", 1012): "relay",
-    ("0.5.23", A + "aiter_backend.py", 1548): "relay",
     # the `dsa_impl == "intel_xpu"` arm (0.5.23 dsa_backend.py:2523): the implementation the
     # backend picked at start for the platform; the census takes a string test both ways
     ("0.5.23", A + "dsa_backend.py", 3590): "data",
@@ -65,7 +60,7 @@ def test_the_set_apart_rows_are_still_read_as_named(release, version):
         if v != version:
             continue
         at = [s for s in c.sites if (s.file, s.line) == (file, line)]
-        assert why in ("data", "relay")
+        assert why == "data"
         assert at and all(s.verdict == "syncs" for s in at), (line, [s.verdict for s in at])
 
 
