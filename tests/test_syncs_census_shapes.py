@@ -360,3 +360,44 @@ def test_own_statement_identity_tests_truth_and_clamp_bounds():
     assert [g[0] for g in guarded.guards] == ["data:forward_batch.spec_info is not None"]
     assert got[(16, "scalar-arg")] == ("syncs", "per-step", 1)
     assert not any(k == "scalar-arg" for line, k in got if line == 17)
+
+
+STANDIN_INT_SHAPES = """\
+import torch
+
+
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        cu = torch.cumsum(forward_batch.seq_lens, dim=0)
+        a = forward_batch.positions.view(cu[-1], -1)
+        b = forward_batch.positions.narrow(0, 0, cu[-1])
+        c = forward_batch.positions.expand(cu[0], 4)
+        d = forward_batch.positions.repeat(cu[0])
+        e = [0] * cu[-1]
+        f = forward_batch.seq_lens.sum() > 0 and cu[0] == 1
+        g = not forward_batch.seq_lens.any()
+        h = forward_batch.seq_lens.any().item()
+        if forward_batch.seq_lens.any() and not forward_batch.seq_lens.all():
+            pass
+        k = forward_batch.positions.view(torch.int32)
+        n = forward_batch.seq_lens_cpu.max().item() and forward_batch.seq_lens_cpu.all()
+        return a, b, c, d, e, f, g, h, k, n
+"""
+
+
+def test_a_device_scalar_becomes_a_python_int_wherever_python_needs_one():
+    """Sizes of view/narrow/expand/repeat, a repeated list, the truth of every `and` operand
+    but the last outside a test, `not t`, a reduction's `.item()`; each read once."""
+    got = _sites(STANDIN_INT_SHAPES)
+    for line in (7, 8, 9, 10, 11):
+        assert got[(line, "size")] == ("syncs", "per-step", 1), line
+    assert got[(12, "bool()")] == ("syncs", "per-step", 1)  # `t.sum() > 0 and ...`
+    assert (12, "bool()") in got and sum(k[0] == 12 for k in got) == 1  # not the last operand
+    assert got[(13, "bool()")] == ("syncs", "per-step", 1)  # `not t.any()`
+    assert got[(14, "item")] == ("syncs", "per-step", 1)  # `.any()` stays on the device
+    # a branch's test: each operand once, not again as an expression
+    _, sites, _ = scan_source(STANDIN_INT_SHAPES, Path("standin_backend.py"), REL)
+    assert sorted((s.line, s.col, s.kind) for s in sites if s.line == 15) == [
+        (15, 11, "bool()"), (15, 48, "bool()")]
+    assert not [k for k, v in got.items() if k[0] in (17, 18) and v[0] == "syncs"]  # a dtype
+    # view; host values

@@ -579,13 +579,31 @@ class _Scan:
                 del self.known[len(self.known) - n:]
             return
         if isinstance(e, ast.BoolOp):  # `a and b` runs b only where a holds
+            tested = getattr(e, "_diag_truth_read", False)
+            last = e.values[-1]
             for v, st, unk in self.operands(e, state, unknown, self._where(e)):
+                if not tested and v is not last:
+                    # outside a branch's test `and`/`or` still read each operand's truth
+                    # but the last's (`x = t.any() and y`: bool() of `t.any()`)
+                    self.truth_test(v, st, unk)
                 self.expr(v, st, unk)
             return
         if isinstance(e, ast.Call):
             self.call(e, state, unknown)
         elif isinstance(e, ast.Subscript):
             self.subscript(e, state, unknown)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not) and \
+                not getattr(e, "_diag_truth_read", False):
+            self.truth_test(e, state, unknown)  # `x = not t.any()`: bool() of `t.any()`
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+            # `[0] * n` / `"x" * n`: a sequence repeated a device scalar's times (__index__)
+            for seq, n in ((e.left, e.right), (e.right, e.left)):
+                if isinstance(seq, (ast.List, ast.Tuple, ast.ListComp)) or (
+                        isinstance(seq, ast.Constant) and isinstance(seq.value, str)):
+                    if self._device_scalar(n, e.lineno):
+                        self.add(n, state, unknown, "size", "syncs",
+                                 f"`{_src(n, 40)}` repeats a Python sequence and is a device "
+                                 "scalar", 1)
         for child in _expr_kids(e):
             self.expr(child, state, unknown)
 
@@ -686,8 +704,10 @@ class _Scan:
         """`if torch.all(t == n):` / `if t.any():` / `if t.max() > n:` of a device tensor:
         `bool()` reads it back (one sync per test that runs)."""
         while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test._diag_truth_read = True  # type: ignore[attr-defined]  (expr: not again)
             test = test.operand
         if isinstance(test, ast.BoolOp):  # `a and b`: each operand is a test of its own
+            test._diag_truth_read = True  # type: ignore[attr-defined]  (expr: not again)
             for v in test.values:
                 self.truth_test(v, state, unknown)
             return
@@ -911,6 +931,16 @@ class _Scan:
                 if self._device_scalar(a, line):
                     self.add(a, state, unknown, "size", "syncs",
                              f"size `{_src(a, 40)}` of {name} is a device scalar", 1)
+        elif name in _SHAPED and isinstance(f, ast.Attribute) and not is_torch:
+            # `x.view(n, -1)` / `x.expand(n, d)` / `x.narrow(0, s, n)`: a size (or narrow's
+            # start) is a Python int; a device scalar there is read back through __index__
+            args = list(call.args[_SHAPED[name]:])
+            if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+                args = list(args[0].elts)
+            for a in args:
+                if self._device_scalar(a, line):
+                    self.add(a, state, unknown, "size", "syncs",
+                             f"size `{_src(a, 40)}` of {name} is a device scalar", 1)
         elif name in _CLAMPS and (is_torch or isinstance(f, ast.Attribute)):
             # `x.clamp(0, t[-1] - 1)`: beside a Python number PyTorch's parser picks the Scalar
             # overload and reads a 0-dim tensor bound as a Scalar (`aten._local_scalar_dense`,
@@ -975,6 +1005,7 @@ class _Scan:
             # hybrid_linear_attn_backend.py:137-140: the mask's `.any()` only when it is set)
             # (and where its paths let it: a field a target-verify batch leaves None makes
             # `m is not None` false there, census.batch_fields)
+            arg._diag_truth_read = True  # type: ignore[attr-defined]  (expr: not again)
             for v, st, unk in self.operands(arg, state, unknown, self._where(call)):
 
                 def add_at(kind: str, verdict: str, why: str, n: int,
@@ -1025,6 +1056,9 @@ class _Scan:
 
 # ops with a Scalar and a Tensor overload of their bounds (`clamp(Tensor, Scalar?, Scalar?)`)
 _CLAMPS = ("clamp", "clamp_", "clip", "clip_")
+# Tensor methods whose arguments from this index on are sizes (narrow: its start and length)
+_SHAPED = {"view": 0, "reshape": 0, "expand": 0, "repeat": 0, "tile": 0, "narrow": 1,
+           "unflatten": 1}
 
 
 def _settled(value: ast.AST, known: dict[str, bool]) -> ast.AST:

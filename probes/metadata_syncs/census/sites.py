@@ -42,7 +42,10 @@ _SAME_KIND = {"to", "long", "int", "clamp", "clamp_min", "clamp_max", "cumsum", 
               "flatten", "view", "reshape", "squeeze", "unsqueeze", "clone", "sum", "max", "min",
               "type", "detach", "narrow", "expand", "repeat", "nonzero", "unique", "argwhere",
               "masked_select", "bincount", "diff", "abs", "ne", "eq", "gt", "lt", "ge", "le",
-              "logical_not", "bool", "float", "sort", "argsort", "cummax", "index_select"}
+              "logical_not", "bool", "float", "sort", "argsort", "cummax", "index_select",
+              "any", "all", "prod", "amax", "amin", "argmax", "argmin", "count_nonzero",
+              "cumprod", "mean", "neg", "add", "sub", "mul", "minimum", "maximum",
+              "logical_and", "logical_or", "remainder"}
 
 # Backends on each platform's draft-extend path: the HIP gate's allow-list over the releases,
 # plus the backends it tests (sglang 0.5.23 srt/speculative/eagle_worker_v2.py:560-564; `nsa`
