@@ -102,7 +102,8 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             digest = cache.files_key(every + (sorted(pools.rglob("*.py")) if pools.is_dir()
                                               else []) + extra,
                                      str(target.root), cache.code_fingerprint(
-                *CENSUS_MODULES, "diag.probes.source"),  # the parse core is part of the census
+                *CENSUS_MODULES, "diag.probes.source",  # the parse core is part of the census
+                "diag.probes.backends", "diag.probes.gate"),  # ... and the class/gate readers
                 *([sorted(classes)] if classes is not None else []))
         except OSError:
             digest = None
