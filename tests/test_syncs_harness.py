@@ -1,4 +1,4 @@
-"""The harness runs the REAL `_attach_unified_kv_prefill_meta` of three releases alone."""
+"""The harness runs the REAL `_attach_unified_kv_prefill_meta` of four releases alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ pytestmark = pytest.mark.release
 EXPECTED = {  # CPU counts per call (2 = repeat_interleave without output_size)
     "0.5.17": {"draft-extend": 2, "target-extend": 2},  # no output_size anywhere
     "0.5.18": {"draft-extend": 0, "target-extend": 2},  # #29202: draft-extend path only
-    "0.5.23": {"draft-extend": 0, "target-extend": 2},  # exact_num_tokens=is_draft
+    # `output_size=num_tokens if exact_num_tokens else None` (0.5.20 :1348), the caller passing
+    # its `exact_num_tokens` (:594), which the prefill call sets to is_draft (:1212)
+    "0.5.20": {"draft-extend": 0, "target-extend": 2},
+    # the caller passes `exact_num_tokens or host_proves_exact_num_tokens` (0.5.23 :1236), the
+    # local `need_compress and not attach_decode_streams and extend_seq_lens_cpu is not None and
+    # sum(extend_seq_lens_cpu) == num_tokens` (:1221-1226), which the prefill call's
+    # `need_compress=not is_draft`, `num_tokens=sum(extend_seq_lens_cpu)` (:2221-2236) and
+    # attach_decode_streams' default False (:1174) make true on a target prefill
+    "0.5.23": {"draft-extend": 0, "target-extend": 0},
 }
 
 

@@ -192,9 +192,15 @@ def make_inputs(fn: Any, path: str, batch: int, device: str = "cpu", seed: int =
     values = {"core": core, "req_pool_indices": rpi, "req_pool_indices_repeated": rpi_rep,
               "seq_lens": seq_lens, "extend_seq_lens": ext_lens, "num_tokens": num_tokens,
               # what the real callers pass on each path (0.5.18: need_compress=not is_draft;
-              # 0.5.23: exact_num_tokens=is_draft from init_forward_metadata)
+              # 0.5.20-0.5.23: exact_num_tokens=is_draft from init_forward_metadata, which
+              # 0.5.21-0.5.23's init_forward_metadata_prefill may prove: `caller_argument`)
               "need_compress": path != "draft-extend",
               "exact_num_tokens": path == "draft-extend"}
+    exact = caller_argument(fn, "exact_num_tokens", {
+        "exact_num_tokens": path == "draft-extend", "need_compress": path != "draft-extend",
+        "extend_seq_lens_cpu": ext, "num_tokens": num_tokens})
+    if exact is not None:
+        values["exact_num_tokens"] = bool(exact)
     params = list(inspect.signature(fn).parameters)[1:]  # without self
     kwargs = {p: values[p] for p in params if p in values and p != "_diag_output_size"}
     unknown = [p for p in params if p not in values and p != "_diag_output_size"]
@@ -204,6 +210,64 @@ def make_inputs(fn: Any, path: str, batch: int, device: str = "cpu", seed: int =
                      "need_compress": values["need_compress"]}
     return Inputs(kwargs, core, [rpi, rpi_rep, seq_lens, ext_lens, core.positions_casual],
                   caller_locals)
+
+
+_SAFE_BUILTINS = {"sum": sum, "len": len, "int": int, "bool": bool, "min": min, "max": max}
+
+
+def caller_argument(fn: Any, name: str, params: dict[str, Any]) -> Any | None:
+    """What the release's `CALLER` passes as `name` to the builder, computed from its source
+    with its parameters as the prefill call gives them (`params`, its defaults for the rest):
+    0.5.21-0.5.23 pass `exact_num_tokens or host_proves_exact_num_tokens` (0.5.23
+    deepseek_v4_backend_hip_radix.py:1236), the local at :1221-1226, which the host lengths
+    of a target prefill prove (the prefill call, :2221-2236). None where the caller, its call or
+    a value it reads cannot be found: the path's own value stands."""
+    code = getattr(fn, "__code__", None)
+    try:
+        with open(code.co_filename, encoding="utf-8") as f:  # the release's file (real lines)
+            tree = parse_fresh(f.read(), code.co_filename)
+    except (AttributeError, OSError, SyntaxError, ValueError):
+        return None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == DSV4_CLASS),
+               None)
+    caller = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)
+                   and n.name == CALLER), None)
+    if caller is None:
+        return None
+    calls = [c for c in ast.walk(caller) if isinstance(c, ast.Call)
+             and isinstance(c.func, ast.Attribute) and c.func.attr == fn.__name__]
+    exprs = [k.value for c in calls for k in c.keywords if k.arg == name]
+    if len(calls) != 1 or len(exprs) != 1:
+        return None
+    args = caller.args
+    ns: dict[str, Any] = {}
+    for a, d in [*zip(args.args[len(args.args) - len(args.defaults):], args.defaults),
+                 *zip(args.kwonlyargs, args.kw_defaults)]:
+        if d is not None:
+            try:
+                ns[a.arg] = ast.literal_eval(d)
+            except ValueError:
+                pass
+    ns.update(params)
+    for st in caller.body:  # the locals bound before the call, where they can be computed
+        if st.lineno >= calls[0].lineno:
+            break
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and \
+                isinstance(st.targets[0], ast.Name):
+            try:
+                ns[st.targets[0].id] = _eval(st.value, ns)
+            except Exception:  # reads something the harness does not hold: not a value
+                ns.pop(st.targets[0].id, None)
+    try:
+        return _eval(exprs[0], ns)
+    except Exception:
+        return None
+
+
+def _eval(e: ast.expr, ns: dict[str, Any]) -> Any:
+    """An expression of the caller's source over `ns` and a few builtins only."""
+    code = compile(ast.Expression(e), "<diag caller>", "eval")
+    return eval(code, {"__builtins__": _SAFE_BUILTINS}, dict(ns))  # noqa: S307
 
 
 def backend_self() -> BackendSelfStandIn:
