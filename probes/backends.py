@@ -24,7 +24,7 @@ import ast
 import dataclasses
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -353,8 +353,8 @@ class _Resolver:
             and any(isinstance(t, ast.Name) and t.id == attr
                     for t in (st.targets if isinstance(st, ast.Assign) else [st.target]))]
         for fn in (n for n in node.body if isinstance(n, ast.FunctionDef)):
-            sets += [st for st in walk_all(fn) if isinstance(st, (ast.Assign, ast.AugAssign,
-                                                                   ast.AnnAssign))
+            sets += [st for st in _statements(fn) if isinstance(st, (ast.Assign, ast.AugAssign,
+                                                                      ast.AnnAssign))
                      and any(isinstance(t, ast.Attribute) and t.attr == attr
                              and isinstance(t.value, ast.Name) and t.value.id == "self"
                              for t in (st.targets if isinstance(st, ast.Assign)
@@ -673,6 +673,21 @@ def backend_aliases(target: Target, skipped: dict[str, str] | None = None
                                 if isinstance(k, ast.Constant) and isinstance(v, ast.Constant):
                                     out.setdefault(k.value, (v.value, f"{rel}:{dn.lineno}"))
     return out
+
+
+def _statements(fn: ast.AST) -> Iterator[ast.stmt]:
+    """Every statement under `fn`, nested blocks included (an assignment is one): far fewer
+    nodes than a walk of every expression of a long method."""
+    stack = list(getattr(fn, "body", []))
+    while stack:
+        st = stack.pop()
+        yield st
+        for name in ("body", "orelse", "finalbody", "handlers"):
+            sub = getattr(st, name, None)
+            if isinstance(sub, list):
+                stack.extend(sub)
+        for case in getattr(st, "cases", ()):  # match statements
+            stack.extend(case.body)
 
 
 def _dotted(target: Target, path: Path) -> str:

@@ -30,7 +30,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from diag.probes.source import parse_fresh
+from diag.probes.source import parse_file, parse_fresh
 from diag.target import Target
 
 DSV4_FILE = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
@@ -222,11 +222,12 @@ def caller_argument(fn: Any, name: str, params: dict[str, Any]) -> Any | None:
     deepseek_v4_backend_hip_radix.py:1236), the local at :1221-1226, which the host lengths
     of a target prefill prove (the prefill call, :2221-2236). None where the caller, its call or
     a value it reads cannot be found: the path's own value stands."""
+    from pathlib import Path
+
     code = getattr(fn, "__code__", None)
-    try:
-        with open(code.co_filename, encoding="utf-8") as f:  # the release's file (real lines)
-            tree = parse_fresh(f.read(), code.co_filename)
-    except (AttributeError, OSError, SyntaxError, ValueError):
+    # the release's file (real lines), parsed once per process and only read here
+    tree = parse_file(Path(code.co_filename)) if code is not None else None
+    if tree is None:
         return None
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == DSV4_CLASS),
                None)
@@ -264,10 +265,15 @@ def caller_argument(fn: Any, name: str, params: dict[str, Any]) -> Any | None:
         return None
 
 
+_CODE: dict[int, tuple[ast.expr, Any]] = {}  # an expression node -> its code (one compile)
+
+
 def _eval(e: ast.expr, ns: dict[str, Any]) -> Any:
     """An expression of the caller's source over `ns` and a few builtins only."""
-    code = compile(ast.Expression(e), "<diag caller>", "eval")
-    return eval(code, {"__builtins__": _SAFE_BUILTINS}, dict(ns))  # noqa: S307
+    hit = _CODE.get(id(e))
+    if hit is None or hit[0] is not e:
+        hit = _CODE[id(e)] = (e, compile(ast.Expression(e), "<diag caller>", "eval"))
+    return eval(hit[1], {"__builtins__": _SAFE_BUILTINS}, dict(ns))  # noqa: S307
 
 
 def backend_self() -> BackendSelfStandIn:

@@ -780,11 +780,13 @@ class _Scan:
                 continue
             value = passed[name] = _settled(value, known)
             c = cond(value, self.facts, self.env)
-            if state & c.true & c.false and self.in_calls and \
+            if state & c.true & c.false and self.in_calls and isinstance(
+                    value, (ast.BoolOp, ast.UnaryOp)) and \
                     name in truth_tested(callee) and mentions_params(value, self.fn,
                                                                       call.lineno):
-                # true and false on a pair: read it per call into this function, where its
-                # parameters are the arguments (census.formulas)
+                # a test true and false on a pair: read it per call into this function,
+                # where its parameters are the arguments (census.formulas; a bare name has no
+                # two atoms to tie)
                 self.used_formula = True
                 got = through_callers(value, self.fn, call.lineno, self.cond, self.in_calls,
                                       state)
