@@ -30,7 +30,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from diag.probes.source import parse_file, parse_fresh
+from diag.probes.source import parse_fresh
 from diag.target import Target
 
 DSV4_FILE = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
@@ -146,6 +146,7 @@ def load_class(target: Target, rel: str, cls: str, methods: tuple[str, ...]) -> 
             "__builtins__": {**vars(builtins), "__import__": _import},
         })
         exec(code, mod.__dict__)
+        mod.__dict__["_diag_defs"] = {m: defs[m] for m in methods}  # their trees (read only)
         sys.modules[name] = mod
         _modules[key] = mod
         return getattr(mod, cls)
@@ -222,18 +223,9 @@ def caller_argument(fn: Any, name: str, params: dict[str, Any]) -> Any | None:
     deepseek_v4_backend_hip_radix.py:1236), the local at :1221-1226, which the host lengths
     of a target prefill prove (the prefill call, :2221-2236). None where the caller, its call or
     a value it reads cannot be found: the path's own value stands."""
-    from pathlib import Path
-
-    code = getattr(fn, "__code__", None)
-    # the release's file (real lines), parsed once per process and only read here
-    tree = parse_file(Path(code.co_filename)) if code is not None else None
-    if tree is None:
-        return None
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == DSV4_CLASS),
-               None)
-    caller = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)
-                   and n.name == CALLER), None)
-    if caller is None:
+    # the caller's tree as `load_class` parsed it (the release's file, real lines)
+    caller = getattr(fn, "__globals__", {}).get("_diag_defs", {}).get(CALLER)
+    if not isinstance(caller, ast.FunctionDef):
         return None
     calls = [c for c in ast.walk(caller) if isinstance(c, ast.Call)
              and isinstance(c.func, ast.Attribute) and c.func.attr == fn.__name__]
