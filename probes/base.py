@@ -60,6 +60,13 @@ class Probe:
         own target and configuration). Default: none."""
         return {}
 
+    def execute_early(self, target: Any, platform: str) -> dict[str, Any]:
+        """In `diag diagnose`'s torch worker, after `static_early` and only where execution is
+        allowed and the job has not arrived: the release's code run alone (torch imported), as
+        `ctx.cache` entries for `run` (which must check they are for its own target). Default:
+        none."""
+        return {}
+
     def prepare(self, ctx: Context) -> None:
         """Called for every probe before any runs: start slow work in the background here
         (e.g. a child process) so that it overlaps the other probes. Optional."""

@@ -402,7 +402,7 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
             from diag.cli import probe_worker
 
             probe_worker.send_head(worker[1], probe_worker.Head(ctx.target, ctx.platform,
-                                                                ctx.config))
+                                                                ctx.config, ctx.execute))
         _emit(ctx, _run_probes(ctx, ids, verbose, worker), as_json, fail_on, verbose,
               allow_unrecognised)
     finally:  # the exit (after the freeze: nothing left to walk), or a caller in-process

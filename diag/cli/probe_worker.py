@@ -54,6 +54,7 @@ class Head:
     target: Target
     platform: str
     config: SpecConfig
+    execute: bool = True  # whether the probes may run the release's code (`execute_early`)
 
 
 def start(probes: list[str]) -> subprocess.Popen | None:
@@ -226,6 +227,23 @@ def _static_early(probes: list[str], head: Head) -> dict[str, Any]:
     return out
 
 
+def _execute_early(probes: list[str], head: Head) -> dict[str, Any]:
+    """Each probe's `execute_early` work (the release's code run alone), where the job has not
+    arrived yet: the census is still on its way, so this costs the parent nothing; a probe that
+    fails here does it in its `run`."""
+    from diag.probes import get
+
+    out: dict[str, Any] = {}
+    for pid in probes:
+        if _job_waiting():
+            break
+        try:
+            out.update(get(pid).execute_early(head.target, head.platform))
+        except Exception:
+            pass
+    return out
+
+
 def _job_waiting() -> bool:
     """Whether the job is here (in the pipe, or read ahead with the head), without blocking."""
     import select
@@ -285,6 +303,8 @@ def _main(argv: list[str]) -> int:
             if why is None:
                 static = _static_early(argv, first)
                 _send_resolved(first)
+                if first.execute:
+                    static.update(_execute_early(argv, first))
             first = pickle.load(sys.stdin.buffer)  # noqa: S301
     except (EOFError, pickle.UnpicklingError):
         # the parent gave up (bad input, an error of its own): nothing to run
