@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from diag.probes.backends import class_attrs_of
+from diag.probes.metadata_syncs.census.switches import guard_facts
 from diag.probes.startup.resolve import find_line
 from diag.target import Target
 
@@ -58,7 +59,7 @@ def fill(target: Target, out: Any) -> Any:
     """Each `mirror:seq_lens_cpu` guard of a site whose class keeps the copy gets
     `("kept", why, where an IDLE batch gets it or None)` as its value
     (census_config.decide_guard: set on the decode-side modes, and on IDLE where made)."""
-    if not any(FACT in _facts(g) for s in out.sites for g in s.guards):
+    if not any(FACT in guard_facts(g) for s in out.sites for g in s.guards):
         return out
     lines = relay_lines(target)
     if lines is None:
@@ -66,7 +67,7 @@ def fill(target: Target, out: Any) -> Any:
     nulls, default = lines
     idle = idle_line(target)
     pairs = sorted({(s.backend, s.file) for s in out.sites
-                    if any(FACT in _facts(g) for g in s.guards)})
+                    if any(FACT in guard_facts(g) for g in s.guards)})
     rows = class_attrs_of(target, pairs, ATTR)
     why: dict[tuple[str, str], str] = {}
     for key, row in rows.items():
@@ -90,15 +91,7 @@ def fill(target: Target, out: Any) -> Any:
         return (g[0], g[1], ("kept", w, idle), *g[3:]) if g[0] == FACT else g
 
     out.sites = [replace(s, guards=tuple(one(g, why[(s.backend, s.file)]) for g in s.guards))
-                 if (s.backend, s.file) in why and any(FACT in _facts(g) for g in s.guards)
+                 if (s.backend, s.file) in why and any(FACT in guard_facts(g) for g in s.guards)
                  else s for s in out.sites]
     return out
 
-
-def _facts(g: tuple) -> list[str]:
-    """The facts a guard holds (an `any` its parts', an `on` its inner guard's)."""
-    if g[0] == "any":
-        return [f for p in g[2] for f in _facts(p)]
-    if g[0] == "on":
-        return _facts(g[2][1])
-    return [g[0]]

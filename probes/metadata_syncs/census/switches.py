@@ -119,7 +119,7 @@ def fill(target: Target, out: Any) -> Any:
     `env:` guard its default and where (`env_defaults`); a guard the release does not define so
     keeps None (undecided)."""
     wanted = {f.split(":", 1)[0] for s in out.sites for g in s.guards
-              for f in _facts(g)}
+              for f in guard_facts(g)}
     if not wanted & {"arch", "env"}:
         return out
     arch = arch_tests(target) if "arch" in wanted else {}
@@ -142,15 +142,15 @@ def fill(target: Target, out: Any) -> Any:
         return g
 
     out.sites = [replace(s, guards=tuple(one(g) for g in s.guards))
-                 if any(f.startswith(("arch:", "env:")) for g in s.guards for f in _facts(g))
+                 if any(f.startswith(("arch:", "env:")) for g in s.guards for f in guard_facts(g))
                  else s for s in out.sites]
     return out
 
 
-def _facts(g: tuple) -> list[str]:
+def guard_facts(g: tuple) -> list[str]:
     """The facts a guard holds (an `any` its parts', an `on` its inner guard's)."""
     if g[0] == "any":
-        return [f for p in g[2] for f in _facts(p)]
+        return [f for p in g[2] for f in guard_facts(p)]
     if g[0] == "on":
-        return _facts(g[2][1])
+        return guard_facts(g[2][1])
     return [g[0]]
