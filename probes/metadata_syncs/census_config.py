@@ -45,6 +45,16 @@ _INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
 # where every backend opts out of the host lengths, 0.5.23 managers/overlap_utils.py:615-619).
 _EXTEND_SEQ_LENS = "sglang/srt/managers/schedule_batch.py:2888"
 _EXTEND_SEQ_LENS_19 = "sglang/srt/managers/schedule_batch.py:2545"
+# The dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same
+# prepare_for_extend, its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND`
+# (0.5.23 schedule_batch.py:2850-2852, 0.5.19 :2507-2509) before the line that sets the copy; a
+# PREBUILT batch never runs a model forward (`if batch.forward_mode.is_prebuilt(): return
+# self._run_batch_prebuilt(batch)`, 0.5.23 scheduler.py:4645-4646, 0.5.19 :4035-4036; "PREBUILT
+# never enters a model forward", disaggregation/decode_schedule_batch_mixin.py:31)
+_OTHER_SEQ_LENS = (f"{_EXTEND_SEQ_LENS} after the DLLM_EXTEND arm :2852; PREBUILT runs no "
+                   "forward, sglang/srt/managers/scheduler.py:4645-4646")
+_OTHER_SEQ_LENS_19 = (f"{_EXTEND_SEQ_LENS_19} after the DLLM_EXTEND arm :2509; PREBUILT runs "
+                      "no forward, sglang/srt/managers/scheduler.py:4035-4036")
 # `extend_prefix_lens_cpu`, filled by the same branch of ForwardBatch.init_new (0.5.23
 # forward_batch_info.py:1240, 0.5.19 :907) from the scheduler's host lists on a target-extend
 # batch; the EAGLE draft extend's gpu-only path leaves it None (it sets extend_seq_lens_cpu
@@ -54,8 +64,9 @@ _PREFIX_19 = "sglang/srt/model_executor/forward_batch_info.py:907"
 MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
     ("0.5.23", "extend_prefix_lens_cpu"): {"target-extend": _PREFIX_23},
     ("0.5.19", "extend_prefix_lens_cpu"): {"target-extend": _PREFIX_19},
-    ("0.5.23", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS},
-    ("0.5.19", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS_19},
+    ("0.5.23", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS, "other": _OTHER_SEQ_LENS},
+    ("0.5.19", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS_19,
+                                 "other": _OTHER_SEQ_LENS_19},
     ("0.5.23", "extend_seq_lens_cpu"): {
         "target-extend": _INIT_NEW, "other": _INIT_NEW,
         "draft-extend": f"{_INIT_NEW}, sglang/srt/speculative/eagle_worker_common.py:222"},
