@@ -24,7 +24,7 @@ import ast
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from diag.probes.source import (
     index,
     parse_file,
     parse_problem,
+    statements,
     walk_all,
 )
 from diag.target import Target
@@ -353,8 +354,8 @@ class _Resolver:
             and any(isinstance(t, ast.Name) and t.id == attr
                     for t in (st.targets if isinstance(st, ast.Assign) else [st.target]))]
         for fn in (n for n in node.body if isinstance(n, ast.FunctionDef)):
-            sets += [st for st in _statements(fn) if isinstance(st, (ast.Assign, ast.AugAssign,
-                                                                      ast.AnnAssign))
+            sets += [st for st in statements(fn) if isinstance(st, (ast.Assign, ast.AugAssign,
+                                                                     ast.AnnAssign))
                      and any(isinstance(t, ast.Attribute) and t.attr == attr
                              and isinstance(t.value, ast.Name) and t.value.id == "self"
                              for t in (st.targets if isinstance(st, ast.Assign)
@@ -675,21 +676,6 @@ def backend_aliases(target: Target, skipped: dict[str, str] | None = None
     return out
 
 
-def _statements(fn: ast.AST) -> Iterator[ast.stmt]:
-    """Every statement under `fn`, nested blocks included (an assignment is one): far fewer
-    nodes than a walk of every expression of a long method."""
-    stack = list(getattr(fn, "body", []))
-    while stack:
-        st = stack.pop()
-        yield st
-        for name in ("body", "orelse", "finalbody", "handlers"):
-            sub = getattr(st, name, None)
-            if isinstance(sub, list):
-                stack.extend(sub)
-        for case in getattr(st, "cases", ()):  # match statements
-            stack.extend(case.body)
-
-
 def _dotted(target: Target, path: Path) -> str:
     rel = target.relpath(path)
     return rel[:-3].replace("/", ".") if rel.endswith(".py") else rel
@@ -838,7 +824,7 @@ def class_attrs_of(target: Target, pairs: list[tuple[str, str]], attr: str
     res = _Resolver(target, "any")
     out: dict[tuple[str, str], tuple | None] = {}
     for cls, rel in pairs:
-        dotted = rel[:-3].replace("/", ".") if rel.endswith(".py") else rel
+        dotted = _dotted(target, target.root / rel)
         mod = res.module(dotted)
         out[(cls, rel)] = None if mod is None or res.attr_of(cls, mod, dotted, attr) is None \
             else res.attrs([cls], attr, mod, dotted)[0]

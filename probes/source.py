@@ -368,6 +368,29 @@ def inner(fn: ast.AST) -> list[ast.AST]:
     return out
 
 
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+# the nodes that hold blocks of statements (every other statement is a leaf)
+_COMPOUND = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For,
+             ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match,
+             ast.ExceptHandler, ast.match_case)
+
+
+def statements(node: ast.AST) -> list[ast.AST]:
+    """Every statement in `node`'s blocks, nested ones (defs, classes) too, in no particular
+    order: stores and `global`s are statements, so no walk of the expressions is needed."""
+    out: list[ast.AST] = []
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if isinstance(n, _COMPOUND):
+            for f in _BLOCKS:
+                block = getattr(n, f, None)
+                if block:
+                    todo.extend(block)
+    return out
+
+
 def walk_all(node: ast.AST) -> Iterable[ast.AST]:
     """`ast.walk(node)`: the same nodes in the same (breadth-first) order, `node` first, from
     the walk `inner` keeps on it. For readers of cached trees that walk the same module or

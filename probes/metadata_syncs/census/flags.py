@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from diag.probes.metadata_syncs.census.wrapped import is_held
-from diag.probes.source import Modules, index, inner
+from diag.probes.source import Modules, index, inner, statements
 
 # `is_gfx95_supported()`, `is_gfx942_supported()`, ...: sglang.srt.utils' arch tests
 ARCH_CALL = re.compile(r"^is_gfx\w+_supported$")
@@ -67,7 +67,7 @@ def module_flags(tree: ast.Module) -> dict[str, Flag]:
         for name in _bound(st):
             binds.setdefault(name, []).append(st)
     text = getattr(tree, "_diag_source", None)  # (source.parse_text keeps it)
-    globals_ = {n for st in _statements(tree) if isinstance(st, ast.Global) for n in st.names} \
+    globals_ = {n for st in statements(tree) if isinstance(st, ast.Global) for n in st.names} \
         if text is None or "global " in text else set()
     out = {}
     for name, sts in binds.items():
@@ -94,29 +94,6 @@ def _plain_assign(st: ast.stmt, name: str) -> bool:
             st.targets[0].id == name
     return isinstance(st, ast.AnnAssign) and st.value is not None and \
         isinstance(st.target, ast.Name)
-
-
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
-# the nodes that hold blocks of statements (every other statement is a leaf)
-_COMPOUND = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For,
-             ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match,
-             ast.ExceptHandler, ast.match_case)
-
-
-def _statements(node: ast.AST) -> list[ast.AST]:
-    """Every statement in `node`'s blocks, nested ones (defs, classes) too, in no particular
-    order: stores and `global`s are statements, so no walk of the expressions is needed."""
-    out: list[ast.AST] = []
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        out.append(n)
-        if isinstance(n, _COMPOUND):
-            for f in _BLOCKS:
-                block = getattr(n, f, None)
-                if block:
-                    todo.extend(block)
-    return out
 
 
 def _targets(st: ast.AST) -> list[ast.AST]:
@@ -182,7 +159,7 @@ def store_index(tree: ast.Module) -> tuple[dict[str, dict[str, int]], frozenset[
     foreign: set[str] = set()
     for top in tree.body:
         counts = per_class.setdefault(top.name, {}) if isinstance(top, ast.ClassDef) else None
-        for st in _statements(top):
+        for st in statements(top):
             if not isinstance(st, _STORES):
                 continue
             for t in _targets(st):
