@@ -620,6 +620,14 @@ TREE = {"lane-h100-run33": "8877a7b"}
     # their intervals too wide for the bar: batch 1 1.017 (0.983-1.048), floor 1.006; batch 16
     # 1.052 (0.974-1.083), floor 0.971 (0.846-0.985)
     ("lane-h100-run36", {BATCH1, BATCH16}),
+    # 10:00 UTC, ff2f07c (HEAD: the census's dLLM/prebuilt mirror, one guard-facts reader and
+    # one statement walker since run 36; nothing on the server's path), a fresh H100 with run
+    # 36's caches, shortened (`LANE_TIMEOUT=300`, `--rounds 6 --windows 12 --windows-batch16
+    # 12`): 24 of 27, every functional check (syncs 0 vs the census's 0 in all three phases,
+    # every live eager reason named statically); the three bars read from 12 windows each: the
+    # prediction -12.3 % (0.401 vs 0.457 ms/token), batch 1 1.026 (0.992-1.081), floor 1.012;
+    # batch 16 1.046 (0.993-1.073), floor 1.016
+    ("lane-h100-run37", {PREDICTION_INSIDE, BATCH1, BATCH16}),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -664,7 +672,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                            "lane-h100-run30", "lane-h100-run31",
                                            "lane-h100-run32", "lane-h100-run33",
                                            "lane-h200-run34", "lane-h100-run35",
-                                           "lane-h100-run36")
+                                           "lane-h100-run36", "lane-h100-run37")
     if pname is not None:
         assert pred.ok is by_name[pname]["ok"]
     if PREDICTION_INSIDE in by_name:  # since run 29: the model over the eager cost's windows,
@@ -691,7 +699,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
                                  "bbebb96", "5303f39", "0726a08", "884389e", "8a4b617",
                                  "d626b57", "0b47dc7", "ed77981", "8877a7b", "47717e6",
-                                 "f9aeaa2", "b0d3e9b"}
+                                 "f9aeaa2", "b0d3e9b", "ff2f07c"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("diag first" if folder in ("lane-h100-run25",
                                                                "lane-h100-run35")
