@@ -35,6 +35,11 @@ class Probe:
     # Runs torch work (measurements on the local torch): `diag diagnose` runs it in its torch
     # worker process, started first, so the parent never imports torch.
     needs_torch: ClassVar[bool] = False
+    # With no server given, `run` reads only the context's target, platform, configuration
+    # and options (no census, no other probe's `ctx.cache` entries): `diag diagnose`'s torch
+    # worker runs it whole in its wait for the census, and the parent takes those findings
+    # (the same code on the same inputs) instead of running it after the census.
+    runs_early: ClassVar[bool] = False
 
     def handover(self, ctx: Context) -> dict[str, Any]:
         """Torch-free work the parent can do for this probe while the worker imports torch:

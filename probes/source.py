@@ -16,6 +16,7 @@ change the tree (take `parse_fresh` for that).
 from __future__ import annotations
 
 import ast
+import bisect
 import contextlib
 import gc
 import hashlib
@@ -225,6 +226,34 @@ def parse_text(source: str, filename: str = "<unknown>") -> ast.Module:
     return tree
 
 
+def text_lines(tree: ast.Module, pattern: str) -> list[int] | None:
+    """The sorted lines of the module's text (`parse_text` keeps it) where the regex `pattern`
+    matches, kept on the tree per pattern; None without the text. A prefilter: a node none of
+    whose lines matches holds no such text (`spans_line`)."""
+    text = getattr(tree, "_diag_source", None)
+    if text is None:
+        return None
+    memo = getattr(tree, "_diag_text_lines", None)
+    if memo is None:
+        memo = tree._diag_text_lines = {}  # type: ignore[attr-defined]
+    got = memo.get(pattern)
+    if got is None:
+        starts = getattr(tree, "_diag_line_starts", None)
+        if starts is None:
+            starts = tree._diag_line_starts = [0] + [  # type: ignore[attr-defined]
+                m.end() for m in re.finditer("\n", text)]
+        got = memo[pattern] = sorted({bisect.bisect_right(starts, m.start())
+                                      for m in re.finditer(pattern, text)})
+    return got
+
+
+def spans_line(node: ast.AST, lines: list[int]) -> bool:
+    """Whether one of `lines` (sorted) lies within `node`'s lines (a def's decorators too)."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    i = bisect.bisect_left(lines, first)
+    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
+
+
 def parse_fresh(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
     """An uncached tree the caller owns (a fix rewrites it, or builds code from a snippet)."""
     return ast.parse(source, filename, mode=mode)
@@ -285,22 +314,24 @@ def mentions(node: ast.AST, *words: str) -> bool:
     tokens): some name, attribute, keyword, parameter or string constant under `node` contains
     it. A prefilter for a text test on an unparsed expression: the walk costs a fraction of
     the unparse, which most expressions then skip (~40 ms of a cold census on 0.5.23)."""
+    field = _TEXT_FIELD.get
     for n in walk(node):
-        if isinstance(n, ast.Name):
-            text = n.id
-        elif isinstance(n, ast.Attribute):
-            text = n.attr
-        elif isinstance(n, ast.Constant):
-            if not isinstance(n.value, str):
-                continue
+        cls = n.__class__
+        name = field(cls)
+        if name is not None:
+            text = getattr(n, name) or ""
+        elif cls is ast.Constant and n.value.__class__ is str:
             text = n.value
-        elif isinstance(n, (ast.keyword, ast.arg)):
-            text = n.arg or ""
         else:
             continue
-        if any(w in text for w in words):
-            return True
+        for w in words:
+            if w in text:
+                return True
     return False
+
+
+# the identifier a node of each class carries (the parser makes these classes exactly)
+_TEXT_FIELD = {ast.Name: "id", ast.Attribute: "attr", ast.keyword: "arg", ast.arg: "arg"}
 
 
 def _node_fields() -> dict[type, tuple[str, ...]]:

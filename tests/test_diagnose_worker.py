@@ -123,6 +123,49 @@ def test_the_worker_judges_the_fixes_in_its_wait_as_the_parent_would(release):
         assert found and {f.probe for f in found} == {"profiler-teardown"}
 
 
+@pytest.mark.release
+def test_the_worker_runs_a_lent_probe_in_its_wait_as_the_parent_would(release):
+    """A probe the parent lends (`Head.borrow`: `Probe.runs_early`, no server) runs whole in
+    the worker's wait for the census; its findings reach the parent ahead of the answer
+    (`borrowed`), the same as `run_probe` here, evidence and all, next to the fixes'
+    judgement; another configuration's parent takes none of them (it runs the probe itself).
+    """
+    import time
+
+    from diag.cli import probe_worker
+    from diag.context import Context, SpecConfig
+    from diag.probes import get, spec
+    from diag.probes.base import run_probe
+
+    assert spec("draft-extend-graph").runs_early
+    assert not spec("metadata-syncs").runs_early  # it reads the parent's census
+    target = release("0.5.23")
+    cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
+    want = run_probe(get("draft-extend-graph"), Context(target=target, platform="hip",
+                                                        config=cfg))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
+                             "profiler-teardown"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg, False,
+                                                   ("draft-extend-graph",)))
+    other = (target, "hip", SpecConfig(attention_backend="triton"))
+    got, deadline = None, time.monotonic() + 120
+    while got is None and time.monotonic() < deadline:  # as a parent still in its census
+        got = probe_worker.borrowed(proc, "draft-extend-graph", (target, "hip", cfg))
+        time.sleep(0.2)
+    assert got is not None and [f.to_dict() for f in got] == [f.to_dict() for f in want]
+    assert probe_worker.borrowed(proc, "draft-extend-graph", other) is None
+    assert probe_worker.borrowed(proc, "metadata-syncs", (target, "hip", cfg)) is None
+    assert probe_worker.resolved_early(proc, (target, "hip", cfg)) is not None  # sent first
+    assert probe_worker.send(proc, probe_worker.Job(
+        ["profiler-teardown"], target, "hip", cfg, None, None, False, False, False))
+    found = probe_worker.collect(proc)
+    assert found and {f.probe for f in found} == {"profiler-teardown"}
+
+
 def test_a_worker_behind_its_parent_sends_no_judgement_and_its_answer_still_arrives(release):
     """A job that is there before the worker's wait ends (the worker is behind: a slow torch
     import) gets no judgement of the fixes from it: `resolved_early` finds nothing, the parent

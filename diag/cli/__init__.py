@@ -214,7 +214,12 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
                 probe.prepare(ctx)
         except Exception as e:  # run() then does the work itself
             log(f"{probe.id}: background start failed ({type(e).__name__}: {e})")
+    key = (ctx.target, ctx.platform, ctx.config)
     for probe in local:
+        lent = _borrowed(proc, probe.id, key)
+        if lent is not None:  # run whole in the worker's wait for the census (Head.borrow)
+            results[probe.id].extend(lent)
+            continue
         with _collector_for(probe):
             results[probe.id].extend(run_probe(probe, ctx, verbose=verbose))
     if proc is not None:
@@ -222,7 +227,7 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
 
         # the fixes' applicability: the worker's, judged in its wait for the census, or
         # judged here while the worker still runs
-        judged = probe_worker.resolved_early(proc, (ctx.target, ctx.platform, ctx.config))
+        judged = probe_worker.resolved_early(proc, key)
         if judged is not None:
             ctx.cache[RESOLVED] = judged
         else:
@@ -237,6 +242,32 @@ def _run_probes(ctx, ids: list[str], verbose: bool,
                     mine = run_probe(probe, ctx, verbose=verbose)
             results[probe.id].extend(mine)
     return [f for pid in ids for f in results[pid]]
+
+
+def _borrowed(proc, probe_id: str, key: tuple) -> list | None:
+    """The findings of `probe_id` the worker ran in its wait, when they are here now."""
+    if proc is None:
+        return None
+    from diag.cli import probe_worker
+
+    return probe_worker.borrowed(proc, probe_id, key)
+
+
+def _lent(ids: list[str], remote: list[str], ctx) -> tuple[str, ...]:
+    """The probes of this process the torch worker may run whole in its wait for the census
+    (`Probe.runs_early`): none where a server is read (its probes read what it answered)."""
+    if ctx.server_url:
+        return ()
+    from diag.probes import spec
+
+    out = []
+    for pid in ids:
+        try:
+            if pid not in remote and spec(pid).runs_early:
+                out.append(pid)
+        except Exception:  # reported where it is run
+            continue
+    return tuple(out)
 
 
 ENV_WORKER = "DIAG_PROBE_WORKER"  # "0": run every probe in this process (no torch worker)
@@ -401,8 +432,9 @@ def _diagnose(ids: list[str], verbose: bool, as_json: bool, fail_on: str, execut
         if worker[1] is not None:  # what the worker can do before the census arrives
             from diag.cli import probe_worker
 
-            probe_worker.send_head(worker[1], probe_worker.Head(ctx.target, ctx.platform,
-                                                                ctx.config, ctx.execute))
+            probe_worker.send_head(worker[1], probe_worker.Head(
+                ctx.target, ctx.platform, ctx.config, ctx.execute, _lent(ids, worker[0], ctx),
+                ctx.run_dir, ctx.full, verbose))
         _emit(ctx, _run_probes(ctx, ids, verbose, worker), as_json, fail_on, verbose,
               allow_unrecognised)
     finally:  # the exit (after the freeze: nothing left to walk), or a caller in-process

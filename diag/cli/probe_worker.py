@@ -10,7 +10,10 @@ import in all, overlapped with the parsing on a second core; the parent never im
 
 Protocol (parent and its own child, so pickle): argv the probe ids; stdin one pickled `Job`;
 stdout one pickled `{"findings": [...], "torch": str | None}` (`torch`: why torch did not
-import, when it did not). A worker that fails leaves the parent to run the probes itself.
+import, when it did not). Ahead of the job a `Head` (the target and configuration) may come,
+and ahead of the answer the messages of the worker's wait (the fixes' judgement, the findings
+of a parent's probe it ran whole: `Head.borrow`). A worker that fails leaves the parent to run
+the probes itself.
 """
 
 from __future__ import annotations
@@ -55,6 +58,12 @@ class Head:
     platform: str
     config: SpecConfig
     execute: bool = True  # whether the probes may run the release's code (`execute_early`)
+    # the parent's probes this worker may run whole in its wait (`Probe.runs_early`), with the
+    # rest of the parent's context (no server: those probes read nothing else)
+    borrow: tuple[str, ...] = ()
+    run_dir: str | None = None
+    full: bool = False
+    verbose: bool = False
 
 
 def start(probes: list[str]) -> subprocess.Popen | None:
@@ -126,23 +135,44 @@ def resolved_early(proc: subprocess.Popen, key: tuple) -> dict[str, Any] | None:
     is to be read now. The worker sends it before the census has reached it, if at all (it
     judges only when idle): a parent done with its own probes finds it waiting, and judges
     the fixes itself, in its own wait, where it is not there."""
-    import select
+    doc = _early(proc).get("resolved")
+    return doc["resolved"] if doc is not None and doc.get("for") == key else None
 
-    try:
-        if not select.select([proc.stdout], [], [], 0)[0]:
-            return None
-        doc = pickle.load(proc.stdout)  # noqa: S301  (our own child's message)
-    except (OSError, ValueError, EOFError, pickle.UnpicklingError):
-        return None
-    if isinstance(doc, dict) and "resolved" in doc and "findings" not in doc:
-        return doc["resolved"] if doc.get("for") == key else None
-    proc._diag_answer = doc  # type: ignore[attr-defined]  # the answer itself: collect's
-    return None
+
+def borrowed(proc: subprocess.Popen, probe_id: str, key: tuple) -> list | None:
+    """The findings of the parent's probe `probe_id` that the worker ran whole in its wait
+    (`Head.borrow`), for `key` (target, platform, configuration), when its message is here
+    already; None when it is not (the worker had no time, or the probe is still running
+    there): the parent runs the probe itself then, as without the worker."""
+    doc = _early(proc).get(("borrowed", probe_id))
+    return doc["found"] if doc is not None and doc.get("for") == key else None
+
+
+def _early(proc: subprocess.Popen) -> dict[Any, dict]:
+    """The worker's messages ahead of its answer that are here now, read without waiting
+    (each is written whole, at once): the fixes' judgement under "resolved", a borrowed
+    probe's findings under ("borrowed", id). The answer itself, when it came, is kept for
+    `collect`."""
+    got: dict[Any, dict] = proc.__dict__.setdefault("_diag_early", {})
+    while getattr(proc, "_diag_answer", None) is None:
+        try:
+            if not _ready(proc.stdout):
+                break
+            doc = pickle.load(proc.stdout)  # noqa: S301  (our own child's message)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            break
+        if isinstance(doc, dict) and "resolved" in doc and "findings" not in doc:
+            got["resolved"] = doc
+        elif isinstance(doc, dict) and "borrowed" in doc:
+            got[("borrowed", doc["borrowed"])] = doc
+        else:
+            proc._diag_answer = doc  # type: ignore[attr-defined]  # the answer: collect's
+    return got
 
 
 def _answer(data: bytes) -> Any:
-    """The worker's answer in what it wrote: its last message (a judgement of the fixes the
-    parent did not wait for may come first)."""
+    """The worker's answer in what it wrote: its last message (a judgement of the fixes or a
+    borrowed probe's findings the parent did not wait for may come first)."""
     buf = io.BytesIO(data)
     doc = None
     while buf.tell() < len(data):
@@ -246,18 +276,53 @@ def _execute_early(probes: list[str], head: Head) -> dict[str, Any]:
 
 def _job_waiting() -> bool:
     """Whether the job is here (in the pipe, or read ahead with the head), without blocking."""
+    return _ready(sys.stdin.buffer)
+
+
+def _ready(stream: io.BufferedReader) -> bool:
+    """Whether `stream` (a pipe) has bytes to read now, in the pipe or read ahead into its
+    buffer, without blocking."""
     import select
 
-    fd = sys.stdin.fileno()
+    fd = stream.fileno()
     if select.select([fd], [], [], 0)[0]:
         return True
     os.set_blocking(fd, False)  # peek reads the pipe only when nothing is buffered: not now
     try:
-        return bool(sys.stdin.buffer.peek(1))
+        return bool(stream.peek(1))
     except BlockingIOError:
         return False
     finally:
         os.set_blocking(fd, True)
+
+
+def _run_borrowed(head: Head) -> None:
+    """Run the parent's probes the head lends (`Head.borrow`) whole, each only while the job
+    has not arrived, and send each one's findings at once (`borrowed` takes them): the parent
+    then skips that probe after its census. A probe that fails to load or run reports it in
+    its findings, as `run_probe` makes them."""
+    if not head.borrow:
+        return
+    from diag.cli.common import log
+    from diag.context import Context
+    from diag.probes import get
+    from diag.probes.base import run_probe
+
+    for pid in head.borrow:
+        if _job_waiting():
+            return
+        try:
+            probe = get(pid)
+            ctx = Context(target=head.target, platform=head.platform, config=head.config,
+                          run_dir=head.run_dir, execute=head.execute, full=head.full,
+                          log=log)
+            findings = run_probe(probe, ctx, verbose=head.verbose)
+            data = pickle.dumps({"borrowed": pid, "found": findings,
+                                 "for": (head.target, head.platform, head.config)})
+        except Exception:  # the parent runs it itself
+            continue
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
 
 
 def _send_resolved(head: Head) -> None:
@@ -305,6 +370,7 @@ def _main(argv: list[str]) -> int:
                 _send_resolved(first)
                 if first.execute:
                     static.update(_execute_early(argv, first))
+                _run_borrowed(first)
             first = pickle.load(sys.stdin.buffer)  # noqa: S301
     except (EOFError, pickle.UnpicklingError):
         # the parent gave up (bad input, an error of its own): nothing to run

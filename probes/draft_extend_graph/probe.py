@@ -75,6 +75,7 @@ class DraftExtendGraphProbe(Probe):
     fixes = (FIX_ID,)
     counter = Counter("diag.probes.draft_extend_graph.runtime:runtime_patch",
                       ("draft_extend", "graph_phase"))
+    runs_early = True  # the static verdict: the target, platform and configuration only
 
     def run(self, ctx: Context) -> list[Finding]:
         out = [self._static(ctx)]

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 from typing import Any
 
@@ -21,6 +20,7 @@ from diag.probes.metadata_syncs.census.paths import (
 )
 from diag.probes.metadata_syncs.census.sites import Guard, _src
 from diag.probes.source import inner as _inner
+from diag.probes.source import spans_line, text_lines
 from diag.probes.source import unparse as _unparse
 from diag.probes.source import walk_all as _walk
 
@@ -292,12 +292,16 @@ def _call_index(cls: ast.ClassDef, rel: str) -> dict[str, list[tuple[str, frozen
 
 
 def _self_call_sites(cls: ast.ClassDef, rel: str, methods: list[ast.FunctionDef],
-                     name: str | None = None) -> dict[str, list[tuple[str, frozenset]]]:
+                     name: str | None = None, lines: list[int] | None = None
+                     ) -> dict[str, list[tuple[str, frozenset]]]:
     """The `self.<x>(...)` calls in `methods` (only `self.<name>(...)` when given): x ->
-    [(caller, the guards around the call in the caller)]."""
+    [(caller, the guards around the call in the caller)]. With `lines` (where the module's
+    text holds `name(`), a statement none of whose lines is one of them is not read."""
     out: dict[str, list[tuple[str, frozenset]]] = {}
 
     def visit(n: ast.AST, caller: str, stack: tuple) -> None:
+        if lines is not None and isinstance(n, ast.stmt) and not spans_line(n, lines):
+            return
         if isinstance(n, (ast.If, ast.IfExp)):
             visit(n.test, caller, stack)
             w = f"{rel}:{n.lineno}"
@@ -347,29 +351,17 @@ def _self_calls(cls: ast.ClassDef, rel: str, name: str, tree: ast.Module | None
     if name not in memo:
         memo[name] = _self_call_sites(cls, rel, [
             m for m in cls.body if isinstance(m, ast.FunctionDef) and _spans_one(m, lines)],
-            name).get(name, [])
+            name, lines).get(name, [])
     return memo[name]
 
 
 def _match_lines(tree: ast.Module, name: str) -> list[int] | None:
     """The sorted lines of the module's text where `name(` stands (whitespace allowed before
     the parenthesis); None without the text."""
-    text = getattr(tree, "_diag_source", None)
-    if text is None:
-        return None
-    starts = getattr(tree, "_diag_line_starts", None)
-    if starts is None:
-        starts = tree._diag_line_starts = [0] + [  # type: ignore[attr-defined]
-            m.end() for m in re.finditer("\n", text)]
-    return sorted({bisect.bisect_right(starts, m.start())
-                   for m in re.finditer(rf"{re.escape(name)}\s*\(", text)})
+    return text_lines(tree, rf"{re.escape(name)}\s*\(")
 
 
-def _spans_one(st: ast.AST, lines: list[int]) -> bool:
-    """Whether one of `lines` lies within `st` (its decorators included)."""
-    first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", ()))])
-    i = bisect.bisect_left(lines, first)
-    return i < len(lines) and lines[i] <= (st.end_lineno or st.lineno)
+_spans_one = spans_line  # whether one of those lines lies within a statement
 
 
 def _ends(stmts: list[ast.stmt]) -> bool:

@@ -279,6 +279,11 @@ _LEAVES = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _ENTRY: tuple[int, None] = (0, None)  # `reaching`: the name's value on entry
 
 
+# the node classes `_FnInfo` reads (the parser makes these classes exactly, never subclasses)
+_FN_NODES = frozenset({ast.For, ast.While, ast.Call, ast.If, ast.Assign, ast.AnnAssign,
+                       ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp})
+
+
 class _FnInfo:
     """What a builder's body says by itself (its assignments), whatever its callers pass: read
     once per builder, not on every pass of the fixpoint in `_analyse`."""
@@ -301,6 +306,8 @@ class _FnInfo:
         self.stmt_end: dict[tuple[str, int], int] = {}
         calls_any = False  # an `any(...)`: the prefix test below needs one
         for n in _inner(fn):
+            if n.__class__ not in _FN_NODES:  # most nodes: one set lookup, not seven tests
+                continue
             if isinstance(n, (ast.For, ast.While)):
                 self._loops.append((n.body[0].lineno, n.end_lineno or n.lineno))
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "any":

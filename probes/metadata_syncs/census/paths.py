@@ -16,6 +16,8 @@ from diag.probes.source import (
     inner,
     last_name,
     mentions,
+    spans_line,
+    text_lines,
     unparse,
     walk,
     walk_all,
@@ -391,16 +393,26 @@ def mode_guards(tree: ast.Module) -> dict[str, frozenset]:
 _CONFIG = re.compile(r"\bserver_args\b|\bget_spec\(\)|get_global_server_args\(\)")
 
 
-def _config_read(value: ast.AST) -> bool:
+_CONFIG_WORDS = "server_args|get_spec"  # what `_CONFIG` needs in some name
+
+
+def _config_read(value: ast.AST, lines: list[int] | None = None) -> bool:
     """`value` reads the server arguments (`_CONFIG` on its text; unparsed only where a name in
-    it can match)."""
-    return mentions(value, "server_args", "get_spec") and bool(_CONFIG.search(_unparse(value)))
+    it can match: one of its module's `lines` holding a word of `_CONFIG_WORDS` lies within
+    it, or, without them, one of its names holds one)."""
+    if lines is not None:
+        if not spans_line(value, lines):
+            return False
+    elif not mentions(value, *_CONFIG_WORDS.split("|")):
+        return False
+    return bool(_CONFIG.search(_unparse(value)))
 
 
 def config_attrs(tree: ast.Module) -> dict[str, set[str]]:
     """Per class, the `self.X` set only from the server arguments (`get_spec().num_...`,
     `server_args.x`) or constants: host values, never a device tensor."""
-    return {c.name: class_config_attrs(c) for c in tree.body if isinstance(c, ast.ClassDef)}
+    return {c.name: class_config_attrs(c, tree) for c in tree.body
+            if isinstance(c, ast.ClassDef)}
 
 
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
@@ -423,9 +435,11 @@ def _assignments(node: ast.AST) -> list[ast.Assign | ast.AnnAssign]:
     return out
 
 
-def class_config_attrs(c: ast.ClassDef) -> set[str]:
+def class_config_attrs(c: ast.ClassDef, tree: ast.Module | None = None) -> set[str]:
     """`config_attrs` of one class (assignments are statements: all of them lie in the blocks
-    of the members of its body)."""
+    of the members of its body); `tree`, its module, lets the text say which values can read
+    the server arguments (a walk of each value cost ~5 % of a cold census on 0.5.23)."""
+    lines = text_lines(tree, _CONFIG_WORDS) if tree is not None else None
     seen: dict[str, bool] = {}
     for item in c.body:
         nodes = _assignments(item)
@@ -433,19 +447,18 @@ def class_config_attrs(c: ast.ClassDef) -> set[str]:
         # to the server arguments is read as them
         args_locals = {t.id for n in nodes if isinstance(n, ast.Assign)
                        and any(isinstance(t, ast.Name) for t in n.targets)
-                       and _config_read(n.value) for t in n.targets
+                       and _config_read(n.value, lines) for t in n.targets
                        if isinstance(t, ast.Name)}
         for n in nodes:
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                 for t in targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
-                            t.value.id == "self":
-                        ok = isinstance(n.value, ast.Constant) or _config_read(n.value) or (
+                            t.value.id == "self" and seen.get(t.attr, True):
+                        seen[t.attr] = isinstance(n.value, ast.Constant) or _config_read(n.value, lines) or (
                             isinstance(n.value, ast.Attribute)
                             and isinstance(n.value.value, ast.Name)
                             and n.value.value.id in args_locals)
-                        seen[t.attr] = seen.get(t.attr, True) and ok
     return {a for a, ok in seen.items() if ok}
 
 

@@ -230,7 +230,7 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
 
     def class_config(name: str) -> set[str]:
         if name not in configs:
-            configs[name] = class_config_attrs(classes[name])
+            configs[name] = class_config_attrs(classes[name], tree)
         return configs[name]
 
     def inherited(backend: str, read: Any, seen: set[str] | None = None) -> set[str]:
