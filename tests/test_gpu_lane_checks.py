@@ -628,6 +628,13 @@ TREE = {"lane-h100-run33": "8877a7b"}
     # prediction -12.3 % (0.401 vs 0.457 ms/token), batch 1 1.026 (0.992-1.081), floor 1.012;
     # batch 16 1.046 (0.993-1.073), floor 1.016
     ("lane-h100-run37", {PREDICTION_INSIDE, BATCH1, BATCH16}),
+    # 12:05 UTC, 2c733c0 (HEAD: the worker's lent draft-extend probe, the census's text-line
+    # prefilters; nothing on the server's path since run 37), a fresh H100 after 13 refused
+    # calls (5 failed starts), run 37's caches, `LANE_TIMEOUT=510` (full windows): 27 of 27; the twins 1.022
+    # (1.005-1.052) in 0.956 (0.937-0.970); batch 1 1.010 (1.003-1.020), floor 0.992; batch 16
+    # 1.008 (1.001-1.011), floor 1.003; the prediction over the same windows -8.1 % (0.394 vs
+    # 0.429 (0.401-0.447))
+    ("lane-h100-run38", set()),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -672,7 +679,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                            "lane-h100-run30", "lane-h100-run31",
                                            "lane-h100-run32", "lane-h100-run33",
                                            "lane-h200-run34", "lane-h100-run35",
-                                           "lane-h100-run36", "lane-h100-run37")
+                                           "lane-h100-run36", "lane-h100-run37",
+                                           "lane-h100-run38")
     if pname is not None:
         assert pred.ok is by_name[pname]["ok"]
     if PREDICTION_INSIDE in by_name:  # since run 29: the model over the eager cost's windows,
@@ -699,7 +707,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
                                  "bbebb96", "5303f39", "0726a08", "884389e", "8a4b617",
                                  "d626b57", "0b47dc7", "ed77981", "8877a7b", "47717e6",
-                                 "f9aeaa2", "b0d3e9b", "ff2f07c"}
+                                 "f9aeaa2", "b0d3e9b", "ff2f07c", "2c733c0"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("diag first" if folder in ("lane-h100-run25",
                                                                "lane-h100-run35")
