@@ -630,10 +630,10 @@ TREE = {"lane-h100-run33": "8877a7b"}
     ("lane-h100-run37", {PREDICTION_INSIDE, BATCH1, BATCH16}),
     # 12:05 UTC, 2c733c0 (HEAD: the worker's lent draft-extend probe, the census's text-line
     # prefilters; nothing on the server's path since run 37), a fresh H100 after 13 refused
-    # calls (5 failed starts), run 37's caches, `LANE_TIMEOUT=510` (full windows): 27 of 27; the twins 1.022
-    # (1.005-1.052) in 0.956 (0.937-0.970); batch 1 1.010 (1.003-1.020), floor 0.992; batch 16
-    # 1.008 (1.001-1.011), floor 1.003; the prediction over the same windows -8.1 % (0.394 vs
-    # 0.429 (0.401-0.447))
+    # calls (5 failed starts), run 37's caches, `LANE_TIMEOUT=510` (full windows): 27 of 27;
+    # the twins 1.022 (1.005-1.052) in 0.956 (0.937-0.970); batch 1 1.010 (1.003-1.020),
+    # floor 0.992; batch 16 1.008 (1.001-1.011), floor 1.003; the prediction over the same
+    # windows -8.1 % (0.394 vs 0.429 (0.401-0.447))
     ("lane-h100-run38", set()),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
