@@ -36,6 +36,17 @@ def _diagnose(version: str, worker: bool, *args: str) -> tuple[list[dict], bool]
     return json.loads(out)["findings"], last.strip() == "True"
 
 
+def _worker(*probes: str) -> subprocess.Popen:
+    """The torch worker for `probes`, started as `diag diagnose` starts it (this tree first on
+    the path, nothing cached), its stderr kept apart."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, DIAG_NO_CACHE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    return subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker", *probes],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+
+
 @pytest.mark.release
 def test_worker_and_in_process_runs_agree_and_the_parent_skips_torch(release):
     release("0.5.17")
@@ -100,14 +111,9 @@ def test_the_worker_judges_the_fixes_in_its_wait_as_the_parent_would(release):
 
     target = release("0.5.23")
     cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, DIAG_NO_CACHE="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     want = resolve(Context(target=target, platform="hip", config=cfg))
     for key_cfg, judged in ((cfg, True), (SpecConfig(attention_backend="triton"), False)):
-        proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
-                                 "profiler-teardown"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        proc = _worker("profiler-teardown")
         probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg))
         time.sleep(12)  # the job comes after the worker's wait (torch imported), as a census would
         got = probe_worker.resolved_early(proc, (target, "hip", key_cfg))
@@ -143,12 +149,7 @@ def test_the_worker_runs_a_lent_probe_in_its_wait_as_the_parent_would(release):
     cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
     want = run_probe(get("draft-extend-graph"), Context(target=target, platform="hip",
                                                         config=cfg))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, DIAG_NO_CACHE="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
-                             "profiler-teardown"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = _worker("profiler-teardown")
     probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg, False,
                                                    ("draft-extend-graph",)))
     other = (target, "hip", SpecConfig(attention_backend="triton"))
@@ -175,12 +176,7 @@ def test_a_worker_behind_its_parent_sends_no_judgement_and_its_answer_still_arri
 
     target = release("0.5.23")
     cfg = SpecConfig(attention_backend="aiter", speculative_num_steps=3)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, DIAG_NO_CACHE="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "diag.cli.probe_worker",
-                             "profiler-teardown"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = _worker("profiler-teardown")
     probe_worker.send_head(proc, probe_worker.Head(target, "hip", cfg))
     assert probe_worker.send(proc, probe_worker.Job(
         ["profiler-teardown"], target, "hip", cfg, None, None, False, False, False))
