@@ -208,6 +208,10 @@ def _decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
             made = f"; an IDLE batch gets it at {value[2]}" if mode == "idle" else ""
             return op == "is not", f"release: {name} is set on every {mode} batch this " \
                                    f"class serves: {value[1]}{made} (`{text}`, {where})"
+        if set_at is None and isinstance(value, (tuple, list)) and len(value) == 3 \
+                and value[0] == "idle" and mode == "idle" and value[2]:
+            return op == "is not", f"release: {name} is set on every IDLE batch (made at " \
+                                   f"{value[2]}): {value[1]} (`{text}`, {where})"
         if set_at is None and name == "seq_lens_cpu" and mode in DECODE_SIDE \
                 and relay is not None:
             if relay.holds is None:

@@ -253,6 +253,14 @@ def idle_maker_files(root) -> list:
     return sorted(p for d in IDLE_MAKERS for p in (root / d).rglob("*.py")) if root else []
 
 
+def fresh_idle_batches(modules: Modules) -> bool:
+    """`_fresh_idle_batches`, read once per target (census.kept_lengths asks it too)."""
+    got = getattr(modules, "_diag_fresh_idle", None)
+    if got is None:
+        got = modules._diag_fresh_idle = _fresh_idle_batches(modules)  # type: ignore[attr-defined]
+    return got
+
+
 def _fresh_idle_batches(modules: Modules) -> bool:
     """Every `X.prepare_for_idle()` under IDLE_MAKERS follows `X = ScheduleBatch.init_new(` in
     the same function, and schedule_batch.py sets `ForwardMode.IDLE` in prepare_for_idle only."""
@@ -289,7 +297,7 @@ def _fresh_idle_batches(modules: Modules) -> bool:
 
 
 def _read_idle(modules: Modules) -> frozenset[str]:
-    if not _fresh_idle_batches(modules):
+    if not fresh_idle_batches(modules):
         return frozenset()
     # the methods read, the rest of each module left out (source.parse_pruned)
     sched = _class(parse_pruned(modules.path(SCHEDULE_MODULE), (

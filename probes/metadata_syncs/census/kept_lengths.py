@@ -17,8 +17,15 @@ and no module sets the flag on another object. So a class whose chain sets
 served a decode-side batch without `seq_lens_cpu`. A class that decides it at start (0.5.23
 DSV4 HIP radix: `envs.SGLANG_OPT_USE_ONLINE_COMPRESS.get()`, :1006) or opts out is left to the
 configuration (probes.startup.host_lengths). An IDLE batch gets an empty copy where it is made
-(`prepare_for_idle`, 0.5.23 managers/schedule_batch.py:3606; 0.5.19 :3181), which the same relay
-alone could drop.
+(`prepare_for_idle`, 0.5.23 managers/schedule_batch.py:3606; 0.5.19 :3181), and the relay does
+not drop it whatever the class: every IDLE batch is made fresh, `ScheduleBatch.init_new([],
+...)` then `prepare_for_idle()` (census.batch_fields.fresh_idle_batches; 0.5.23
+managers/scheduler_components/dp_attn.py:810-821), so it has no speculative input when the
+relay reads it, and the relay returns before it drops anything for a batch without one (`if
+draft_input is None: return`, 0.5.23 overlap_utils.py:594-595; 0.5.19 :519-520). So a
+`seq_lens_cpu is None` test is false on IDLE for a class that opts out too (0.5.23
+dsa_backend.py:1107, whose `seq_lens.max().item()` at :1115 runs on the relayed
+target-verify, draft-decode and draft-extend batches only).
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from dataclasses import replace
 from typing import Any
 
 from diag.probes.backends import class_attrs_of
+from diag.probes.metadata_syncs.census.batch_fields import fresh_idle_batches
 from diag.probes.metadata_syncs.census.switches import guard_facts
+from diag.probes.source import Modules
 from diag.probes.startup.resolve import find_line
 from diag.target import Target
 
@@ -55,10 +64,36 @@ def idle_line(target: Target) -> str | None:
     return str(got) if got and start and got.line - start.line <= 20 else None
 
 
+def relay_skips_idle(target: Target) -> str | None:
+    """Where the relay returns for a batch without a speculative input (`draft_input =
+    batch.spec_info`, `if draft_input is None:`, `return` on the next lines), before the line
+    that drops the copy, where every IDLE batch is made fresh (so has none then); else None."""
+    path = target.file(RELAY)
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    at = next((i for i, x in enumerate(lines) if "def resolve_seq_lens_cpu(" in x), None)
+    if at is None:
+        return None
+    for i in range(at + 1, len(lines) - 2):
+        text = lines[i].strip()
+        if text.startswith("def ") or "if not self.needs_cpu_seq_lens:" in text:
+            return None  # the function ends, or drops the copy, before such a return
+        if text == "draft_input = batch.spec_info" and lines[i + 1].strip() == \
+                "if draft_input is None:" and lines[i + 2].strip() == "return":
+            if not fresh_idle_batches(Modules(target)):
+                return None
+            return f"{target.relpath(path)}:{i + 2}"
+    return None
+
+
 def fill(target: Target, out: Any) -> Any:
     """Each `mirror:seq_lens_cpu` guard of a site whose class keeps the copy gets
     `("kept", why, where an IDLE batch gets it or None)` as its value
-    (census_config.decide_guard: set on the decode-side modes, and on IDLE where made)."""
+    (census_config.decide_guard: set on the decode-side modes, and on IDLE where made); that
+    of a site whose class does not, `("idle", why, where an IDLE batch gets it)` where the
+    relay never drops an IDLE batch's copy (`relay_skips_idle`): set on IDLE only."""
     if not any(FACT in guard_facts(g) for s in out.sites for g in s.guards):
         return out
     lines = relay_lines(target)
@@ -66,6 +101,7 @@ def fill(target: Target, out: Any) -> Any:
         return out
     nulls, default = lines
     idle = idle_line(target)
+    skips = relay_skips_idle(target) if idle else None
     pairs = sorted({(s.backend, s.file) for s in out.sites
                     if any(FACT in guard_facts(g) for g in s.guards)})
     rows = class_attrs_of(target, pairs, ATTR)
@@ -83,15 +119,27 @@ def fill(target: Target, out: Any) -> Any:
         why[key] = (f"{cls} keeps the host lengths ({said}); the relay drops them only where "
                     f"no backend of the worker wants them ({nulls})")
 
-    def one(g: tuple, w: str) -> tuple:
-        if g[0] == "any":
-            return (g[0], g[1], tuple(one(p, w) for p in g[2]), *g[3:])
-        if g[0] == "on":
-            return (g[0], g[1], (g[2][0], one(g[2][1], w)), *g[3:])
-        return (g[0], g[1], ("kept", w, idle), *g[3:]) if g[0] == FACT else g
+    idle_why = (f"every IDLE batch is made fresh and the relay returns for a batch without a "
+                f"speculative input ({skips}) before it drops the copy ({nulls})") if skips \
+        else None
 
-    out.sites = [replace(s, guards=tuple(one(g, why[(s.backend, s.file)]) for g in s.guards))
-                 if (s.backend, s.file) in why and any(FACT in guard_facts(g) for g in s.guards)
-                 else s for s in out.sites]
+    def one(g: tuple, value: tuple) -> tuple:
+        if g[0] == "any":
+            return (g[0], g[1], tuple(one(p, value) for p in g[2]), *g[3:])
+        if g[0] == "on":
+            return (g[0], g[1], (g[2][0], one(g[2][1], value)), *g[3:])
+        return (g[0], g[1], value, *g[3:]) if g[0] == FACT else g
+
+    def value_of(s: Any) -> tuple | None:
+        if (s.backend, s.file) in why:
+            return ("kept", why[(s.backend, s.file)], idle)
+        return ("idle", idle_why, idle) if idle_why else None
+
+    sites = []
+    for s in out.sites:
+        value = value_of(s) if any(FACT in guard_facts(g) for g in s.guards) else None
+        sites.append(replace(s, guards=tuple(one(g, value) for g in s.guards))
+                     if value is not None else s)
+    out.sites = sites
     return out
 
