@@ -22,7 +22,7 @@ not drop it whatever the class: every IDLE batch is made fresh, `ScheduleBatch.i
 ...)` then `prepare_for_idle()` (census.batch_fields.fresh_idle_batches; 0.5.23
 managers/scheduler_components/dp_attn.py:810-821), so it has no speculative input when the
 relay reads it, and the relay returns before it drops anything for a batch without one (`if
-draft_input is None: return`, 0.5.23 overlap_utils.py:594-595; 0.5.19 :519-520). So a
+draft_input is None: return`, 0.5.23 overlap_utils.py:593-595; 0.5.19 :519-521). So a
 `seq_lens_cpu is None` test is false on IDLE for a class that opts out too (0.5.23
 dsa_backend.py:1107, whose `seq_lens.max().item()` at :1115 runs on the relayed
 target-verify, draft-decode and draft-extend batches only).
