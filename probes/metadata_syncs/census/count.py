@@ -115,8 +115,9 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             except (KeyError, TypeError, ValueError):
                 pass
     with gc_paused():
+        modules = Modules(target)  # helpers in other attention modules, parsed once for all
         out = kept_lengths.fill(target, switches.fill(target, _fill_ragged(
-            target, _scan_all(target, paths, SCOPES[scope]))))
+            target, _scan_all(target, paths, SCOPES[scope], modules))), modules)
     if digest is not None:
         cache.store(_cache_name(scope), digest, out.to_dict())
     return out
@@ -143,9 +144,10 @@ def _cache_name(scope: str) -> str:
     return "census" if scope == "builders" else f"census-{scope}"
 
 
-def _scan_all(target: Target, paths: list[Path], scope: Scope = BUILDERS) -> Census:
+def _scan_all(target: Target, paths: list[Path], scope: Scope = BUILDERS,
+              modules: Modules | None = None) -> Census:
     out = Census(str(target.root))
-    modules = Modules(target)  # helpers in other attention modules, parsed once for all
+    modules = modules if modules is not None else Modules(target)
     root = target.root.resolve()
 
     def relpath(path: Path) -> str:  # Target.relpath, with the root resolved once

@@ -64,7 +64,7 @@ def idle_line(target: Target) -> str | None:
     return str(got) if got and start and got.line - start.line <= 20 else None
 
 
-def relay_skips_idle(target: Target) -> str | None:
+def relay_skips_idle(target: Target, modules: Modules | None = None) -> str | None:
     """Where the relay returns for a batch without a speculative input (`draft_input =
     batch.spec_info`, `if draft_input is None:`, `return` on the next lines), before the line
     that drops the copy, where every IDLE batch is made fresh (so has none then); else None."""
@@ -82,18 +82,19 @@ def relay_skips_idle(target: Target) -> str | None:
             return None  # the function ends, or drops the copy, before such a return
         if text == "draft_input = batch.spec_info" and lines[i + 1].strip() == \
                 "if draft_input is None:" and lines[i + 2].strip() == "return":
-            if not fresh_idle_batches(Modules(target)):
+            if not fresh_idle_batches(modules if modules is not None else Modules(target)):
                 return None
             return f"{target.relpath(path)}:{i + 2}"
     return None
 
 
-def fill(target: Target, out: Any) -> Any:
+def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
     """Each `mirror:seq_lens_cpu` guard of a site whose class keeps the copy gets
     `("kept", why, where an IDLE batch gets it or None)` as its value
     (census_config.decide_guard: set on the decode-side modes, and on IDLE where made); that
     of a site whose class does not, `("idle", why, where an IDLE batch gets it)` where the
-    relay never drops an IDLE batch's copy (`relay_skips_idle`): set on IDLE only."""
+    relay never drops an IDLE batch's copy (`relay_skips_idle`): set on IDLE only. `modules`:
+    the census's own, whose reading of the IDLE makers is reused."""
     if not any(FACT in guard_facts(g) for s in out.sites for g in s.guards):
         return out
     lines = relay_lines(target)
@@ -101,7 +102,7 @@ def fill(target: Target, out: Any) -> Any:
         return out
     nulls, default = lines
     idle = idle_line(target)
-    skips = relay_skips_idle(target) if idle else None
+    skips = relay_skips_idle(target, modules) if idle else None
     pairs = sorted({(s.backend, s.file) for s in out.sites
                     if any(FACT in guard_facts(g) for g in s.guards)})
     rows = class_attrs_of(target, pairs, ATTR)
