@@ -635,6 +635,12 @@ TREE = {"lane-h100-run33": "8877a7b"}
     # floor 0.992; batch 16 1.008 (1.001-1.011), floor 1.003; the prediction over the same
     # windows -8.1 % (0.394 vs 0.429 (0.401-0.447))
     ("lane-h100-run38", set()),
+    # 2026-12-07 14:02 UTC, c1498c1 (HEAD: since run 38 the census's IDLE fact and its review;
+    # nothing on the server's path), a fresh H100 after 4 refused calls, run 38's caches,
+    # `LANE_TIMEOUT=510` (full windows): 27 of 27; the twins 1.004 (0.992-1.009) in 1.003
+    # (0.987-1.013); batch 1 1.012 (1.001-1.021), floor 0.998; batch 16 1.008 (1.003-1.022),
+    # floor 1.001; the prediction over the same windows +0.8 % (0.428 vs 0.424 (0.401-0.457))
+    ("lane-h100-run39", set()),
 ])
 def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
     """Each recorded full-lane run: the in-server verdicts recomputed from the recorded windows,
@@ -680,7 +686,7 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                            "lane-h100-run32", "lane-h100-run33",
                                            "lane-h200-run34", "lane-h100-run35",
                                            "lane-h100-run36", "lane-h100-run37",
-                                           "lane-h100-run38")
+                                           "lane-h100-run38", "lane-h100-run39")
     if pname is not None:
         assert pred.ok is by_name[pname]["ok"]
     if PREDICTION_INSIDE in by_name:  # since run 29: the model over the eager cost's windows,
@@ -707,7 +713,8 @@ def test_recorded_full_lane_runs_follow_from_their_numbers(folder, failing):
                                  "689fa87", "f87a910", "f9d9769", "bb26b0d", "cfde7c7", "0dc281e", "062f7e8",
                                  "bbebb96", "5303f39", "0726a08", "884389e", "8a4b617",
                                  "d626b57", "0b47dc7", "ed77981", "8877a7b", "47717e6",
-                                 "f9aeaa2", "b0d3e9b", "ff2f07c", "2c733c0"}
+                                 "f9aeaa2", "b0d3e9b", "ff2f07c", "2c733c0",
+                                 "c1498c1"}
     # cold caches: the diag server starts (and compiles) first, the other four after it
     assert doc["start"].startswith("diag first" if folder in ("lane-h100-run25",
                                                                "lane-h100-run35")
