@@ -223,7 +223,15 @@ def test_decide_guard_values():
     assert decide_guard(g, SpecConfig(), "decode", "0.5.23")[0] is None
     m = ("mirror:extend_seq_lens_cpu", "is", None, "f.py:2", "x.extend_seq_lens_cpu is None")
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.23")[0] is False
-    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.17")[0] is None  # not read
+    # read in 0.5.17 too (eagle_worker_common.py:193 sets it on the gpu-only draft extend),
+    # not in 0.5.15 (its draft extend is built elsewhere) nor in a release not named
+    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.17")[0] is False
+    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.15")[0] is None  # not read
+    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.24")[0] is None
+    s = ("mirror:seq_lens_cpu", "is", None, "f.py:5", "x.seq_lens_cpu is None")
+    # target-extend: 0.5.19+ rebuild it on a mixed chunk after merge_batch; 0.5.18 does not
+    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.21")[0] is False
+    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.18")[0] is None
     assert decide_guard(m, SpecConfig(), "decode", "0.5.23")[0] is None
     from diag.probes.metadata_syncs.model_facts import Window
 

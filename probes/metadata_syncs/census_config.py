@@ -24,56 +24,70 @@ from diag.probes.startup.host_lengths import DECODE_SIDE
 _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge,
         "<": operator.lt, "<=": operator.le}
 
-# Host mirrors a release's callers always set for a forward mode, read by hand from that
-# release (never from running diag): (release, mirror) -> {census mode: where it is set}.
-# sglang 0.5.23: ForwardBatch.init_new fills `extend_seq_lens_cpu` from the host lists of every
-# batch that is neither decode nor target-verify (model_executor/forward_batch_info.py:1226,
-# 1230-1241); the one caller that hands device tensors in instead, the EAGLE draft extend with
-# no host seq_lens (speculative/eagle_worker_common.py:137, 182-186), sets it right after
-# (eagle_worker_common.py:222, "so backend max() reads from list without a per-iter D2H sync").
-_INIT_NEW = "sglang/srt/model_executor/forward_batch_info.py:1241"
-# sglang 0.5.19, the same: forward_batch_info.py:893 (decode / target-verify apart), 897-908
-# (host lists: `ret.extend_seq_lens_cpu = extend_seq_lens`), eagle_worker_common.py:127, 157,
-# 193 (the gpu-only draft extend).
-_INIT_NEW_19 = "sglang/srt/model_executor/forward_batch_info.py:908"
+# Host mirrors a release's callers always set for a forward mode, read by hand from each
+# release named below (never from running diag): (release, mirror) -> {census mode: where it is
+# set}. A release not named decides none of them (its sites keep those modes).
+#
+# `extend_seq_lens_cpu` / `extend_prefix_lens_cpu`: ForwardBatch.init_new binds
+# `extend_seq_lens = batch.extend_lens` for every batch that is not decode or idle (0.5.23
+# model_executor/forward_batch_info.py:1134 region; 0.5.21 :932-936) and, in the arm of `if
+# ret.forward_mode.is_decode() or ret.forward_mode.is_target_verify():` that is neither, fills
+# both copies under `if isinstance(extend_seq_lens, list):` (0.5.23 :1226, 1230, 1240-1241;
+# 0.5.19 :893, 897, 907-908). Every writer of a ScheduleBatch's `extend_lens` gives a list
+# (prepare_for_extend, mix_with_running's `self.extend_lens + [1] * running_bs`, 0.5.21
+# managers/schedule_batch.py:2767, 3210), but for the EAGLE draft extend with no host seq_lens
+# (`gpu_only = batch.seq_lens_cpu is None`), which hands device tensors in and sets
+# `forward_batch.extend_seq_lens_cpu = [num_window_tokens] * bs` right after ("so backend max()
+# reads from list without a per-iter D2H sync"; 0.5.23 speculative/eagle_worker_common.py:137,
+# 222; 0.5.22's fused-lengths arm is gpu-only too, :170, 225). The draft extend's prefix copy
+# stays None there, so draft-extend is not listed for `extend_prefix_lens_cpu`. Lines per
+# release: (init_new's `ret.extend_prefix_lens_cpu =`, its `ret.extend_seq_lens_cpu =`,
+# eagle_worker_common's gpu-only `forward_batch.extend_seq_lens_cpu =`), each read in that
+# release; 0.5.15 and older build the draft extend elsewhere and are not named.
+_INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
+                   "0.5.18": (883, 884, 193), "0.5.19": (907, 908, 193),
+                   "0.5.20": (944, 945, 193), "0.5.21": (1117, 1118, 194),
+                   "0.5.22": (1188, 1189, 225), "0.5.23": (1240, 1241, 222)}
 # `seq_lens_cpu` on a target-extend (prefill) batch: ScheduleBatch.prepare_for_extend sets it
-# (0.5.23 managers/schedule_batch.py:2879, 2888; 0.5.19 :2545), a mixed chunk under speculative
-# decoding rebuilds it from the requests (0.5.23 :3303-3311, 3349; 0.5.19 :2921-2941, its
-# merge_batch would null it), and ForwardBatch.init_new hands it on
-# (0.5.23 model_executor/forward_batch_info.py:1013). The decode-side phases are decided by the
-# spec-v2 relay instead (probes.startup.host_lengths: FutureMap.resolve_seq_lens_cpu nulls it
-# where every backend opts out of the host lengths, 0.5.23 managers/overlap_utils.py:615-619).
-_EXTEND_SEQ_LENS = "sglang/srt/managers/schedule_batch.py:2888"
-_EXTEND_SEQ_LENS_19 = "sglang/srt/managers/schedule_batch.py:2545"
-# The dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same
+# (`seq_lens_cpu = torch.tensor(seq_lens, ...)`, then `self.seq_lens_cpu = seq_lens_cpu` in the
+# method's body, no return before it: 0.5.23 managers/schedule_batch.py:2879, 2888; 0.5.19
+# :2536, 2545), a mixed chunk under speculative decoding rebuilds it from the requests after
+# merge_batch, which would null it (`if merged_seq_lens_cpu is not None: self.seq_lens_cpu =
+# merged_seq_lens_cpu`: 0.5.23 :3349, 0.5.22 :3200, 0.5.21 :3200, 0.5.20 :3071, 0.5.19 :2941),
+# and ForwardBatch.init_new hands it on (0.5.23 model_executor/forward_batch_info.py:1013; 0.5.21
+# :950, 969). 0.5.18 and older have no such rebuild (0.5.17 :2681 merges only) and are not
+# named. The dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same
 # prepare_for_extend, its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND`
-# (0.5.23 schedule_batch.py:2850-2852, 0.5.19 :2507-2509) before the line that sets the copy; a
-# PREBUILT batch never runs a model forward (`if batch.forward_mode.is_prebuilt(): return
-# self._run_batch_prebuilt(batch)`, 0.5.23 scheduler.py:4645-4646, 0.5.19 :4035-4036; "PREBUILT
-# never enters a model forward", disaggregation/decode_schedule_batch_mixin.py:31)
-_OTHER_SEQ_LENS = (f"{_EXTEND_SEQ_LENS} after the DLLM_EXTEND arm :2852; PREBUILT runs no "
-                   "forward, sglang/srt/managers/scheduler.py:4645-4646")
-_OTHER_SEQ_LENS_19 = (f"{_EXTEND_SEQ_LENS_19} after the DLLM_EXTEND arm :2509; PREBUILT runs "
-                      "no forward, sglang/srt/managers/scheduler.py:4035-4036")
-# `extend_prefix_lens_cpu`, filled by the same branch of ForwardBatch.init_new (0.5.23
-# forward_batch_info.py:1240, 0.5.19 :907) from the scheduler's host lists on a target-extend
-# batch; the EAGLE draft extend's gpu-only path leaves it None (it sets extend_seq_lens_cpu
-# only: 0.5.23 eagle_worker_common.py:222), so draft-extend is not listed.
-_PREFIX_23 = "sglang/srt/model_executor/forward_batch_info.py:1240"
-_PREFIX_19 = "sglang/srt/model_executor/forward_batch_info.py:907"
-MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = {
-    ("0.5.23", "extend_prefix_lens_cpu"): {"target-extend": _PREFIX_23},
-    ("0.5.19", "extend_prefix_lens_cpu"): {"target-extend": _PREFIX_19},
-    ("0.5.23", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS, "other": _OTHER_SEQ_LENS},
-    ("0.5.19", "seq_lens_cpu"): {"target-extend": _EXTEND_SEQ_LENS_19,
-                                 "other": _OTHER_SEQ_LENS_19},
-    ("0.5.23", "extend_seq_lens_cpu"): {
-        "target-extend": _INIT_NEW, "other": _INIT_NEW,
-        "draft-extend": f"{_INIT_NEW}, sglang/srt/speculative/eagle_worker_common.py:222"},
-    ("0.5.19", "extend_seq_lens_cpu"): {
-        "target-extend": _INIT_NEW_19, "other": _INIT_NEW_19,
-        "draft-extend": f"{_INIT_NEW_19}, sglang/srt/speculative/eagle_worker_common.py:193"},
-}
+# before the line that sets the copy; a PREBUILT batch never runs a model forward (`if
+# batch.forward_mode.is_prebuilt(): return self._run_batch_prebuilt(batch)`; "PREBUILT never
+# enters a model forward", 0.5.23 disaggregation/decode_schedule_batch_mixin.py:31). The
+# decode-side phases are decided by the spec-v2 relay instead (probes.startup.host_lengths:
+# FutureMap.resolve_seq_lens_cpu nulls it where every backend opts out of the host lengths,
+# 0.5.23 managers/overlap_utils.py:615-619). Lines per release: (prepare_for_extend's `self.
+# seq_lens_cpu = seq_lens_cpu`, its DLLM_EXTEND arm, scheduler.py's `is_prebuilt()` test).
+_SEQ_LENS_LINES = {"0.5.19": (2545, 2509, 4035), "0.5.20": (2673, 2637, 4272),
+                   "0.5.21": (2769, 2733, 4369), "0.5.22": (2771, 2735, 4521),
+                   "0.5.23": (2888, 2852, 4645)}
+
+
+def _mirrors_set() -> dict[tuple[str, str], dict[str, str]]:
+    fbi = "sglang/srt/model_executor/forward_batch_info.py"
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for v, (prefix, lens, draft) in _INIT_NEW_LINES.items():
+        out[(v, "extend_prefix_lens_cpu")] = {"target-extend": f"{fbi}:{prefix}"}
+        out[(v, "extend_seq_lens_cpu")] = {
+            "target-extend": f"{fbi}:{lens}", "other": f"{fbi}:{lens}",
+            "draft-extend": f"{fbi}:{lens}, sglang/srt/speculative/eagle_worker_common.py:{draft}"}
+    for v, (at, dllm, prebuilt) in _SEQ_LENS_LINES.items():
+        where = f"sglang/srt/managers/schedule_batch.py:{at}"
+        out[(v, "seq_lens_cpu")] = {
+            "target-extend": where,
+            "other": f"{where} after the DLLM_EXTEND arm :{dllm}; PREBUILT runs no forward, "
+                     f"sglang/srt/managers/scheduler.py:{prebuilt}-{prebuilt + 1}"}
+    return out
+
+
+MIRRORS_SET: dict[tuple[str, str], dict[str, str]] = _mirrors_set()
 
 
 @dataclass(frozen=True)
