@@ -57,14 +57,19 @@ def _decided(sites: list, classes: set[str], mode: str, cfg: Any, version: str |
     """The live (`syncs`, per-step) sites of `classes` on `mode`, each decided for the
     configuration (probes.metadata_syncs.census_config): a site behind a test the configuration
     makes false is left out (`unreachable`, with the reason), one no input decides stays in
-    (`depends`, with the condition); `exact` when none is undecided and none cannot be told."""
+    (`depends`, with the condition); `exact` when none is undecided and none the configuration
+    leaves reachable cannot be told."""
     from diag.probes.metadata_syncs.census_config import decide
 
     mine = [s for s in sites if s.backend in classes and mode in s.paths]
     on_path = [s for s in mine if s.verdict == "syncs" and s.path_class == "per-step"]
     decided = [(s, decide(s, cfg, mode, version, platform, models, relay)) for s in on_path]
     live = [s for s, d in decided if d.status != "unreachable"]
-    unsure = [s for s in mine if s.verdict == "cannot-tell" or s.path_class == "cannot-tell"]
+    # a call the census cannot tell counts against exactness only where the configuration
+    # leaves it reachable (0.5.23 dcp/planner.py:166's host read behind `dcp_size > 1`)
+    unsure = [s for s in mine if (s.verdict == "cannot-tell" or s.path_class == "cannot-tell")
+              and decide(s, cfg, mode, version, platform, models, relay).status
+              != "unreachable"]
     depends = [{"at": f"{s.file}:{s.line}", "syncs": s.syncs, "condition": d.reason}
                for s, d in decided if d.status == "depends"]
     return {"syncs": sum(s.syncs for s in live), "sites": len(live), "cannot_tell": len(unsure),

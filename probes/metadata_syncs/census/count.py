@@ -21,7 +21,7 @@ from diag.probes.metadata_syncs.census.batch_fields import REL as BATCH_REL
 from diag.probes.metadata_syncs.census.guards import RAGGED_FACT
 from diag.probes.metadata_syncs.census.reach import _analyse
 from diag.probes.metadata_syncs.census.scopes import BUILDERS, SCOPES, Scope
-from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, Census, Site
+from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, HELPER_DIRS, Census, Site
 from diag.probes.metadata_syncs.census.wrapped import DRAFT_UTILS_REL
 from diag.probes.source import (
     Modules,
@@ -94,7 +94,10 @@ def census(target: Target, use_cache: bool = True, scope: str = "builders",
             # draft-extend preparation (batch_fields.prefix_on_draft_extend), and what makes an
             # IDLE batch (batch_fields.none_on_idle), and the arch tests and boolean switches
             # (census.switches), and the host-lengths relay (census.kept_lengths)
-            extra = [f for f in [batch] + [target.file(r) for r in (
+            # ... and the helper packages whose functions the builders' calls are followed into
+            helpers = [f for d in HELPER_DIRS if target.file(d).is_dir()
+                       for f in sorted(target.file(d).rglob("*.py"))]
+            extra = helpers + [f for f in [batch] + [target.file(r) for r in (
                 *VERIFY_RELS, SPEC_INFO_FILE, DRAFT_EXTEND_REL, SCHEDULE_REL, DRAFT_UTILS_REL,
                 *switches.UTILS_FILES, switches.ENVIRON_FILE, kept_lengths.RELAY)]
                 if f.is_file()] \

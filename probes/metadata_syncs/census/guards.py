@@ -30,12 +30,20 @@ from diag.probes.source import walk_all as _walk
 # test: the paths take it both ways. Each site keeps the guards on the way to it, so that a
 # configuration (probes.metadata_syncs.probe) can say which are live, unreachable or undecided.
 # Backend attributes and server arguments -> the SpecConfig field that fixes them.
+# `self.dcp_world_size` is the attention DCP size (`self.dcp_world_size =
+# get_parallel().attn_dcp_size`: 0.5.23 aiter_backend.py:387, flashmla_backend.py:118; 0.5.19
+# flashmla_backend.py:112).
 CONFIG_NAMES = {"dcp_size": "dcp_size", "attn_dcp_size": "dcp_size",
+                "dcp_world_size": "dcp_size",
                 "page_size": "page_size", "topk": "speculative_eagle_topk",
                 "speculative_eagle_topk": "speculative_eagle_topk",
                 "speculative_num_draft_tokens": "speculative_num_draft_tokens",
                 "num_draft_tokens": "speculative_num_draft_tokens",
                 "speculative_num_steps": "speculative_num_steps"}
+# Start-up switches that are a configuration test: `get_parallel().dcp_enabled` is `dcp_size >
+# 1` (0.5.23 runtime_context.py:169 `dcp_enabled=cfg.dcp_size > 1`; 0.5.19 :348-353 and 0.5.17
+# :242-248, the DCP group's world size above 1).
+CONFIG_FLAGS = {"dcp_enabled": ("dcp_size", ">", 1)}
 # What the served model decides (probes.metadata_syncs.model_facts): the backend's sliding
 # window, from the model runner (0.5.23 load_model_utils.py:144-157).
 MODEL_NAMES = {"sliding_window_size": "model:sliding_window_size"}
@@ -125,6 +133,8 @@ def _guard_atom(e: ast.AST, where: str, mirrors: MirrorParams = (), spec: SpecFa
         return ("platform", "==", PLATFORM_NAMES[_last_name(flag)], where, _src(e, 60))
     if isinstance(e, ast.Attribute) and e.attr in MODEL_FLAGS and _is_self(e.value):
         return (MODEL_FLAGS[e.attr], "==", True, where, _src(e, 60))
+    if isinstance(e, ast.Attribute) and e.attr in CONFIG_FLAGS:
+        return (*CONFIG_FLAGS[e.attr], where, _src(e, 60))
     if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _OPS):
         return None
     left, op, right = e.left, _OPS[type(e.ops[0])], e.comparators[0]

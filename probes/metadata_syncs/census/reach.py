@@ -48,7 +48,12 @@ from diag.probes.metadata_syncs.census.paths import (
 )
 from diag.probes.metadata_syncs.census.scan import _Edge, _Scan
 from diag.probes.metadata_syncs.census.scopes import BUILDERS, FORWARD, Scope
-from diag.probes.metadata_syncs.census.sites import _ATTENTION_PKG, ATTENTION_DIR
+from diag.probes.metadata_syncs.census.sites import (
+    _ATTENTION_PKG,
+    _HELPER_PKGS,
+    ATTENTION_DIR,
+    HELPER_DIRS,
+)
 from diag.probes.metadata_syncs.census.wrapped import is_held, wrapped
 from diag.probes.source import (
     ModuleIndex,
@@ -131,8 +136,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         """A function of another attention module that `name` is bound to (followed: its
         syncs count for the builder that calls it)."""
         dotted = mod.imports.get(name, "")
-        if modules is None or not dotted.startswith(_ATTENTION_PKG):
-            return None  # not an attention module: not parsed at all
+        if modules is None or not dotted.startswith((_ATTENTION_PKG, *_HELPER_PKGS)):
+            return None  # not an attention or helper module: not parsed at all
         key = (id(mod), name)
         if key not in bound:
             bound[key] = modules.resolve(mod, name)
@@ -140,8 +145,8 @@ def _builders(tree: ast.Module, modules: Modules | None = None, scope: Scope = B
         if b is None or not isinstance(b.node, ast.FunctionDef):
             return None
         rel = modules.relpath(b.path)  # type: ignore[union-attr]
-        if f"/{ATTENTION_DIR}/" not in f"/{rel}":
-            return None  # outside the scanned (and cached) tree
+        if not any(f"/{d}/" in f"/{rel}" for d in (ATTENTION_DIR, *HELPER_DIRS)):
+            return None  # outside the scanned (and cached) trees
         other = modules.module(b.dotted)  # type: ignore[union-attr]
         if other is not None:
             homes[id(b.node)] = (rel, other)

@@ -13,6 +13,12 @@ from diag.probes.source import unparse as _unparse
 
 ATTENTION_DIR = "srt/layers/attention"
 _ATTENTION_PKG = "sglang." + ATTENTION_DIR.replace("/", ".") + "."
+# Helper packages outside the attention tree whose functions a builder calls and the census
+# follows (their syncs count for the calling builder): decode-context parallelism's planner,
+# whose `plan_dcp_decode_metadata` reads the local lengths back when the caller has no host
+# copy (0.5.23 layers/dcp/planner.py:157-163; called from aiter_backend.py:2631-2657).
+HELPER_DIRS = ("srt/layers/dcp",)
+_HELPER_PKGS = tuple("sglang." + d.replace("/", ".") + "." for d in HELPER_DIRS)
 
 # ForwardBatch / metadata fields that hold device tensors (their host mirrors end in `_cpu`).
 _DEVICE_FIELDS = {"extend_seq_lens", "seq_lens", "req_pool_indices", "extend_prefix_lens",
