@@ -10,7 +10,7 @@ copy, so (:2651-2657) `plan_dcp_decode_metadata(..., init_metadata_replay=False,
 (:159) and `int(local_kv_lens.sum().item())` (:162) of `local_kv_lens = kv_lens.clone()` (:153),
 a device tensor: two syncs per build. The other arm's `.item()` (:166, :171) reads
 `kv_len_arr_cpu`, a host tensor every caller builds (`seq_lens_cpu[:bs]...clone()` :2640, or
-the static host lengths :2627-2637). `self.dcp_world_size = get_parallel().attn_dcp_size`
+the static host lengths :2627-2637): a host mirror. `self.dcp_world_size = get_parallel().attn_dcp_size`
 (:387). The fourth reader names the same call in 0.5.21 (aiter_backend.py:1836-1842, planner
 :157-163; tests/groundtruth/hand_census_amd_0_5_21.json `read_by`).
 """
@@ -43,8 +43,8 @@ def test_aiter_dcp_planner_reads_back_on_eager_target_verify(release, version):
         assert (s.kind, s.verdict, s.syncs, s.path_class) == ("item", "syncs", 1, "per-step")
         assert "target-verify" in s.paths
         assert s.callers and "_plan_dcp_decode_metadata" in s.callers[0]
-    # the host-copy arm is never counted as a sync
-    assert all(s.verdict != "syncs" for n in (166, 171) for s in at.get(n, []))
+    # the host-copy arm: a host value (its mapping's entry is named `kv_len_arr_cpu`)
+    assert [s.verdict for n in (166, 171) for s in at[n]] == ["host-mirror"] * 2
 
 
 def test_the_dcp_size_decides_the_planner_sites(release):

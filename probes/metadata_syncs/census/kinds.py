@@ -129,6 +129,12 @@ class _Kinds:
         if isinstance(e, ast.Subscript):
             if isinstance(e.value, ast.Attribute) and e.value.attr == "shape":
                 return "scalar"  # `t.shape[0]`: a Python int, read from the host metadata
+            if isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str) and \
+                    e.slice.value.endswith(("_cpu", "_np")):
+                # a mapping's entry named as a host mirror, as a name or a field is
+                # (0.5.23 dcp/planner.py:166 `fast_decode_kwargs["kv_len_arr_cpu"]`, which
+                # every caller fills with a host tensor: aiter_backend.py:2627-2646)
+                return "host"
             if isinstance(e.value, ast.Call) and isinstance(e.value.func, ast.Name) and \
                     e.value.func.id == "range":
                 return "scalar"  # `for i in range(n)`: i is a Python int (`range(n)[_]`)
