@@ -68,3 +68,24 @@ def test_flashinfer_mla_dcp_enabled_is_the_dcp_size(release):
         assert ("dcp_size", ">", 1) in {g[:3] for g in s.guards}, s.guards
         assert decide(s, SpecConfig(dcp_size=1), "decode", "0.5.23", "cuda").status == \
             "unreachable"
+
+
+def test_a_helper_two_backends_call_is_one_row_of_its_syncs(release):
+    """The TUI's Syncs row of the planner (tui.data.finding_sync_rows): the evidence lists its
+    two reads once per calling backend (aiter and flashinfer MLA), but a call does them once:
+    2 syncs per call (planner.py:159, :162), on the path under audit (aiter's)."""
+    from diag.context import Context
+    from diag.probes import get as get_probe
+    from diag.probes.base import run_probe
+    from diag.tui.data import finding_sync_rows
+
+    ctx = Context(target=release("0.5.23"), platform="hip", execute=False,
+                  config=SpecConfig(attention_backend="aiter", speculative_num_steps=3))
+    [f] = run_probe(get_probe("metadata-syncs"), ctx)
+    at = [e for e in f.evidence if e.kind == "location" and str(e.file) == PLANNER
+          and (e.data or {}).get("status") == "live"]
+    assert {(e.data["backend"], e.line) for e in at} >= {
+        ("aiter", 159), ("aiter", 162), ("FlashInferMLAAttnBackend", 159),
+        ("FlashInferMLAAttnBackend", 162)}
+    [row] = [r for r in finding_sync_rows([f]) if r.builder == "planner.plan_dcp_decode_metadata"]
+    assert (row.before, row.source) == (2, "static, DE path")

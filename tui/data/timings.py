@@ -176,6 +176,9 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
     measured: list[SyncRow] = []
     census: dict[str, SyncRow] = {}
     sites: dict[str, int] = {}
+    # a helper two backends call (0.5.23 dcp/planner.py's, from aiter and flashinfer MLA) is
+    # one site per line in its builder's row: a call does its syncs once, whoever calls it
+    seen: dict[tuple, Any] = {}  # (builder, file, line, call, why) -> the backend first seen
     for f in findings:  # any probe's sync evidence: the rows come from evidence fields alone
         for e in f.evidence:
             d = e.data or {}
@@ -193,6 +196,11 @@ def finding_sync_rows(findings: list[Finding]) -> list[SyncRow]:
                 n = d.get("syncs", NA) if d.get("status", "live") in ("live", "cannot-tell") \
                     else 0
                 where = "DE path" if d.get("reach") == "reaches" else str(d.get("reach", "other"))
+                key = (fn, str(e.file), e.line, d.get("call"), d.get("why"))
+                if seen.setdefault(key, d.get("backend")) != d.get("backend"):
+                    if where == "DE path":
+                        census[fn].source = "static, DE path"
+                    continue
                 row = census.get(fn)
                 if row is None:
                     loc = f"{e.file}:{e.line}" if e.line else str(e.file)
