@@ -30,7 +30,7 @@ _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.g
 #
 # `extend_seq_lens_cpu` / `extend_prefix_lens_cpu`: ForwardBatch.init_new binds
 # `extend_seq_lens = batch.extend_lens` for every batch that is not decode or idle (0.5.23
-# model_executor/forward_batch_info.py:1134 region; 0.5.21 :932-936) and, in the arm of `if
+# model_executor/forward_batch_info.py:998; 0.5.21 :932-935) and, in the arm of `if
 # ret.forward_mode.is_decode() or ret.forward_mode.is_target_verify():` that is neither, fills
 # both copies under `if isinstance(extend_seq_lens, list):` (0.5.23 :1226, 1230, 1240-1241;
 # 0.5.19 :893, 897, 907-908). Every writer of a ScheduleBatch's `extend_lens` gives a list
