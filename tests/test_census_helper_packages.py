@@ -89,3 +89,19 @@ def test_a_helper_two_backends_call_is_one_row_of_its_syncs(release):
         ("FlashInferMLAAttnBackend", 162)}
     [row] = [r for r in finding_sync_rows([f]) if r.builder == "planner.plan_dcp_decode_metadata"]
     assert (row.before, row.source) == (2, "static, DE path")
+
+
+def test_on_decode_aiter_hands_the_planner_its_host_copy(release):
+    """Decode's two calls pass the batch's copy: the eager build
+    `self._plan_dcp_decode_metadata(..., forward_batch.seq_lens_cpu, bs)` (aiter_backend.py:2084,
+    :2090) and the graph replay's `seq_lens_cpu` (:3008-3013), the parameter of
+    `_apply_cuda_graph_metadata` its callers bind to the copy. aiter keeps the host lengths
+    (no `needs_cpu_seq_lens` of its own: base_attn_backend.py:163's True), so the planner takes
+    its host arm: no read back on decode, even with DCP."""
+    [s] = _planner_sites(release, "0.5.23")[159]
+    d = decide(s, SpecConfig(dcp_size=2), "decode", "0.5.23", "hip")
+    assert d.status == "unreachable", d.reason
+    assert "AiterAttnBackend keeps the host lengths" in d.reason
+    # target-verify's eager build passes None (:2338): not decided by the copy
+    assert decide(s, SpecConfig(dcp_size=2), "target-verify", "0.5.23", "hip").status != \
+        "unreachable"

@@ -141,23 +141,39 @@ def test_without_the_overlap_fact_the_class_decides(version, overlap):
     assert decide(s, SpecConfig(), "target-verify", version).status == "unreachable"
 
 
+# READ BY HAND: `_replayssm_track_flush_mask(self, seq_lens_cpu, bs)` (0.5.23
+# hybrid_linear_attn_backend.py:595, 0.5.19 :424) has two calls: `_forward_metadata` passes
+# `forward_batch.seq_lens_cpu` (0.5.23 :245-246, 0.5.19 :179), and `_replay_metadata` passes its
+# own parameter `seq_lens_cpu` (0.5.23 :839, 0.5.19 :666), which both of its callers bind to
+# `forward_batch.seq_lens_cpu if not in_capture else None` (0.5.23 :378, :1095; 0.5.19 :288,
+# :897): the batch's copy on every per-step (replay) call. Both sit under `is_decode_or_idle()`.
+MAMBA_CALLS = {"0.5.23": (245, 839), "0.5.19": (179, 666)}
+
+
 @pytest.mark.parametrize("version", sorted(MAMBA_HAND))
-def test_a_caller_that_passes_something_else_leaves_a_data_guard(version):
+def test_a_caller_handing_on_its_mirror_parameter_binds_the_copy(version):
     h = MAMBA_HAND[version]
     # `mask.cpu()` copies a host tensor: `mask` is `seq_lens_cpu[:bs] ... == 0` (0.5.23 :605,
     # 0.5.19 :434), padded by `torch.cat` with a host `torch.zeros` (:608 / :437): no sync,
     # but the guards in front of it are the census's all the same
-    s = _site(version, MAMBA, h["site"], verdict="host-mirror")
+    s = _site(version, MAMBA, h["site"], backend="Mamba2AttnBackend", verdict="host-mirror")
     assert s.function == "MambaAttnBackendBase._replayssm_track_flush_mask"
-    mine = [g for g in s.guards if g[3] == f"{MAMBA}:{h['test']}"]
-    assert [g[:2] for g in mine] == [("data:seq_lens_cpu is None", "false")], s.guards
-    assert not any(g[0].startswith("mirror:") for g in mine)
-    # a relay that decides `mirror:seq_lens_cpu` decides nothing here
+    [g] = [g for g in s.guards if g[3] == f"{MAMBA}:{h['test']}"]
+    assert g[:2] == ("bind:seq_lens_cpu", "is not"), s.guards
+    eager, replay = MAMBA_CALLS[version]
+    for mode in ("decode", "idle"):
+        [(bound, at)] = [(b, at) for m, b, at in g[2] if m == mode]
+        assert (bound if isinstance(bound, str) else bound[0]) == "mirror:seq_lens_cpu"
+        # the replay call on both modes; the eager one is read on IDLE only: its test is on
+        # `forward_batch.logical_forward_mode` (0.5.23 :168), a property the census does not
+        # read as the batch's mode (both calls bind the copy, so the binding is the same)
+        assert f"{MAMBA}:{replay}" in at and (f"{MAMBA}:{eager}" in at) == (mode == "idle"), at
+    # with the relay's fact (the copy set on decode-side batches), the test is decided: what
+    # is left are the data tests in front of the call (`write_pos_buf`, `is_kda`)
     relay = _relay(version, disable_overlap_schedule=False)
     assert relay.holds is True
     d = decide(s, _cfg(disable_overlap_schedule=False), "decode", version, "hip", None, relay)
-    assert d.status == "depends"
-    assert f"`not (seq_lens_cpu is None)` ({MAMBA}:{h['test']})" in d.reason
+    assert d.status == "depends" and "seq_lens_cpu is None" not in d.reason, d.reason
 
 
 @pytest.mark.parametrize("version", sorted(MAMBA_HAND))

@@ -212,7 +212,10 @@ def _decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
         if got[0] == "none":
             return op == "is", f"release: every {mode} call passes {pname}=None ({got[1]}; " \
                                f"`{text}`, {where})"
-        return decide_guard((got[0], op, None, where, text), cfg, mode, version, platform,
+        bound, kept = got[0], None  # (census.kept_lengths: the copy's release fact with it)
+        if isinstance(bound, (tuple, list)):
+            bound, kept = bound
+        return decide_guard((bound, op, kept, where, text), cfg, mode, version, platform,
                             models, relay)
     if fact.startswith("mirror:"):  # also a helper's parameter its callers bind to one
         name = fact.split(":", 1)[1]  # (census.guards.param_mirrors)

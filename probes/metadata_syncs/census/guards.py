@@ -452,17 +452,24 @@ def spec_params(tree: ast.Module, cls: ast.ClassDef, fn: ast.FunctionDef) -> tup
 
 
 def argument_mirror(e: ast.AST | None, caller: ast.FunctionDef, line: int,
-                    depth: int = 0) -> str | None:
+                    depth: int = 0, mirrors: MirrorParams = ()) -> str | None:
     """The host mirror an argument is on the per-step (replay) path: `forward_batch.<x>_cpu`
     (`forward_batch` a parameter of the caller), a local the caller assigns once from one
-    before the call, or `A if in_capture else forward_batch.<x>_cpu` with `in_capture` a
-    capture flag the caller takes, default False (graph replays call without it; the census's
-    per-step phase has every capture flag false). None for anything else."""
+    before the call, a parameter of the caller its own callers bind to one (`mirrors`, from
+    `param_mirrors`) that it hands on unchanged (0.5.23 aiter_backend.py:3008 passes
+    `_apply_cuda_graph_metadata`'s `seq_lens_cpu`), or `A if in_capture else
+    forward_batch.<x>_cpu` with `in_capture` a capture flag the caller takes, default False
+    (graph replays call without it; the census's per-step phase has every capture flag
+    false). None for anything else."""
     if e is None or depth > 4:
         return None
     if isinstance(e, ast.Attribute) and e.attr.endswith("_cpu") and _is_batch(e.value, caller):
         return e.attr
     if isinstance(e, ast.Name):
+        m = dict(mirrors).get(e.id)
+        if isinstance(m, str) and not _name_binds(caller).get(e.id, (0, []))[0] and \
+                any(p.arg == e.id for p in _params(caller)[0]):
+            return m
         return argument_mirror(_assigned_once(caller, e.id, line), caller, line, depth + 1)
     if isinstance(e, ast.IfExp):
         test, replay = e.test, e.orelse

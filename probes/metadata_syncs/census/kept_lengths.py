@@ -88,14 +88,39 @@ def relay_skips_idle(target: Target, modules: Modules | None = None) -> str | No
     return None
 
 
+def _has_fact(g: tuple) -> bool:
+    """Whether the guard tests the batch's copy: itself, or a parameter every call of some
+    mode binds to it (`bind:`, census.reach.mode_binds: 0.5.23 aiter_backend.py:2090 and
+    :3008 hand the DCP planner's `seq_lens_cpu` the batch's on decode)."""
+    if FACT in guard_facts(g):
+        return True
+    if g[0] == "any":
+        return any(_has_fact(p) for p in g[2])
+    if g[0] == "on":
+        return _has_fact(g[2][1])
+    return g[0].startswith("bind:") and any(b == FACT for _, b, _ in g[2] or ())
+
+
+def _home(s: Any) -> str:
+    """The file the site's class is read in: the site's own, but for a helper of a module
+    outside the class's (the DCP planner, 0.5.23 layers/dcp/planner.py), the file of the first
+    caller that is a method of the class (`Site.callers`: "file:line Class.method")."""
+    for c in s.callers or ():
+        at, _, qual = c.partition(" ")
+        if qual.split(".")[0] == s.backend:
+            return at.rsplit(":", 1)[0]
+    return s.file
+
+
 def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
-    """Each `mirror:seq_lens_cpu` guard of a site whose class keeps the copy gets
+    """Each `mirror:seq_lens_cpu` guard (or a `bind:` guard's mode whose calls pass it) of a
+    site whose class keeps the copy gets
     `("kept", why, where an IDLE batch gets it or None)` as its value
     (census_config.decide_guard: set on the decode-side modes, and on IDLE where made); that
     of a site whose class does not, `("idle", why, where an IDLE batch gets it)` where the
     relay never drops an IDLE batch's copy (`relay_skips_idle`): set on IDLE only. `modules`:
     the census's own, whose reading of the IDLE makers is reused."""
-    if not any(FACT in guard_facts(g) for s in out.sites for g in s.guards):
+    if not any(_has_fact(g) for s in out.sites for g in s.guards):
         return out
     lines = relay_lines(target)
     if lines is None:
@@ -103,8 +128,8 @@ def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
     nulls, default = lines
     idle = idle_line(target)
     skips = relay_skips_idle(target, modules) if idle else None
-    pairs = sorted({(s.backend, s.file) for s in out.sites
-                    if any(FACT in guard_facts(g) for g in s.guards)})
+    pairs = sorted({(s.backend, _home(s)) for s in out.sites
+                    if any(_has_fact(g) for g in s.guards)})
     rows = class_attrs_of(target, pairs, ATTR)
     why: dict[tuple[str, str], str] = {}
     for key, row in rows.items():
@@ -129,16 +154,19 @@ def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
             return (g[0], g[1], tuple(one(p, value) for p in g[2]), *g[3:])
         if g[0] == "on":
             return (g[0], g[1], (g[2][0], one(g[2][1], value)), *g[3:])
+        if g[0].startswith("bind:"):  # a mode whose calls all pass the batch's copy
+            return (g[0], g[1], tuple((m, (b, value) if b == FACT else b, at)
+                                      for m, b, at in g[2] or ()), *g[3:])
         return (g[0], g[1], value, *g[3:]) if g[0] == FACT else g
 
     def value_of(s: Any) -> tuple | None:
-        if (s.backend, s.file) in why:
-            return ("kept", why[(s.backend, s.file)], idle)
+        if (s.backend, _home(s)) in why:
+            return ("kept", why[(s.backend, _home(s))], idle)
         return ("idle", idle_why, idle) if idle_why else None
 
     sites = []
     for s in out.sites:
-        value = value_of(s) if any(FACT in guard_facts(g) for g in s.guards) else None
+        value = value_of(s) if any(_has_fact(g) for g in s.guards) else None
         sites.append(replace(s, guards=tuple(one(g, value) for g in s.guards))
                      if value is not None else s)
     out.sites = sites

@@ -794,7 +794,7 @@ class _Scan:
                     c = Cond(got[0], got[1], c.unknown)
             truth[name] = (state & c.true, state & c.false)
             if name in given and name in none_tested and \
-                    (m := argument_mirror(value, self.fn, call.lineno)):
+                    (m := argument_mirror(value, self.fn, call.lineno, mirrors=self.mirrors)):
                 binds[name] = f"mirror:{m}"
             if isinstance(value, ast.Constant) and value.value is None:
                 out[name] = "none"
