@@ -200,10 +200,7 @@ def test_which_parameters_are_a_mirror(version):
 
 
 def _phases(version: str, *flags: str) -> dict:
-    # without DCP (`--dcp 1`, SGLang's default): 0.5.23 aiter's MLA builds call the DCP
-    # planner, whose reads back (layers/dcp/planner.py:159, :162) sit behind `dcp_size > 1`
-    # (aiter_backend.py:2084, :2336); not what this test is about
-    return phase_rows(version, "aiter", "SGLANG_USE_AITER=1", "--dcp", "1", *flags)
+    return phase_rows(version, "aiter", "SGLANG_USE_AITER=1", *flags)
 
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
