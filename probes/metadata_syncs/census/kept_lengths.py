@@ -35,7 +35,6 @@ from typing import Any
 
 from diag.probes.backends import class_attrs_of
 from diag.probes.metadata_syncs.census.batch_fields import fresh_idle_batches
-from diag.probes.metadata_syncs.census.switches import guard_facts
 from diag.probes.source import Modules
 from diag.probes.startup.resolve import find_line
 from diag.target import Target
@@ -92,13 +91,11 @@ def _has_fact(g: tuple) -> bool:
     """Whether the guard tests the batch's copy: itself, or a parameter every call of some
     mode binds to it (`bind:`, census.reach.mode_binds: 0.5.23 aiter_backend.py:2090 and
     :3008 hand the DCP planner's `seq_lens_cpu` the batch's on decode)."""
-    if FACT in guard_facts(g):
-        return True
     if g[0] == "any":
         return any(_has_fact(p) for p in g[2])
     if g[0] == "on":
         return _has_fact(g[2][1])
-    return g[0].startswith("bind:") and any(b == FACT for _, b, _ in g[2] or ())
+    return g[0] == FACT or (g[0].startswith("bind:") and any(b == FACT for _, b, _ in g[2] or ()))
 
 
 def _home(s: Any) -> str:
@@ -120,7 +117,8 @@ def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
     of a site whose class does not, `("idle", why, where an IDLE batch gets it)` where the
     relay never drops an IDLE batch's copy (`relay_skips_idle`): set on IDLE only. `modules`:
     the census's own, whose reading of the IDLE makers is reused."""
-    if not any(_has_fact(g) for s in out.sites for g in s.guards):
+    home = {id(s): _home(s) for s in out.sites if any(_has_fact(g) for g in s.guards)}
+    if not home:
         return out
     lines = relay_lines(target)
     if lines is None:
@@ -128,8 +126,7 @@ def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
     nulls, default = lines
     idle = idle_line(target)
     skips = relay_skips_idle(target, modules) if idle else None
-    pairs = sorted({(s.backend, _home(s)) for s in out.sites
-                    if any(_has_fact(g) for g in s.guards)})
+    pairs = sorted({(s.backend, home[id(s)]) for s in out.sites if id(s) in home})
     rows = class_attrs_of(target, pairs, ATTR)
     why: dict[tuple[str, str], str] = {}
     for key, row in rows.items():
@@ -160,13 +157,15 @@ def fill(target: Target, out: Any, modules: Modules | None = None) -> Any:
         return (g[0], g[1], value, *g[3:]) if g[0] == FACT else g
 
     def value_of(s: Any) -> tuple | None:
-        if (s.backend, _home(s)) in why:
-            return ("kept", why[(s.backend, _home(s))], idle)
+        if id(s) not in home:
+            return None
+        if (s.backend, home[id(s)]) in why:
+            return ("kept", why[(s.backend, home[id(s)])], idle)
         return ("idle", idle_why, idle) if idle_why else None
 
     sites = []
     for s in out.sites:
-        value = value_of(s) if any(_has_fact(g) for g in s.guards) else None
+        value = value_of(s)
         sites.append(replace(s, guards=tuple(one(g, value) for g in s.guards))
                      if value is not None else s)
     out.sites = sites
