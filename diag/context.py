@@ -55,6 +55,9 @@ class SpecConfig:
     # MQA path); a host fact like gpu_arch; None: not given and not this host's
     triton_version: str | None = None
     source: str = "options"  # "options" | "server"
+    # facts not given that the server starts with, filled in for the census's decisions
+    # (probes.startup.start_values): (fact, where its value comes from)
+    start_values: tuple[tuple[str, str], ...] = ()
 
     # the fields that describe a configuration (everything but the bookkeeping `source`)
     _FACTS = ("attention_backend", "draft_attention_backend", "speculative_num_steps",

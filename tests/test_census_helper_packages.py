@@ -73,14 +73,16 @@ def test_flashinfer_mla_dcp_enabled_is_the_dcp_size(release):
 def test_a_helper_two_backends_call_is_one_row_of_its_syncs(release):
     """The TUI's Syncs row of the planner (tui.data.finding_sync_rows): the evidence lists its
     two reads once per calling backend (aiter and flashinfer MLA), but a call does them once:
-    2 syncs per call (planner.py:159, :162), on the path under audit (aiter's)."""
+    2 syncs per call (planner.py:159, :162), on the path under audit (aiter's) with DCP on
+    (`--dcp 2`: at the default 1 they cannot run, test_start_values)."""
     from diag.context import Context
     from diag.probes import get as get_probe
     from diag.probes.base import run_probe
     from diag.tui.data import finding_sync_rows
 
     ctx = Context(target=release("0.5.23"), platform="hip", execute=False,
-                  config=SpecConfig(attention_backend="aiter", speculative_num_steps=3))
+                  config=SpecConfig(attention_backend="aiter", speculative_num_steps=3,
+                                    dcp_size=2))
     [f] = run_probe(get_probe("metadata-syncs"), ctx)
     at = [e for e in f.evidence if e.kind == "location" and str(e.file) == PLANNER
           and (e.data or {}).get("status") == "live"]

@@ -124,14 +124,6 @@ def test_dcp_two_makes_the_dcp_site_live(release, lane):
     assert phases["target-verify"]["exact"]
 
 
-def test_dcp_not_given_stays_an_upper_bound_with_its_condition(release, lane):
-    _, phases = _phases(release, **lane)  # dcp_size None: not given
-    de = phases["draft-extend"]
-    assert de["syncs_per_step"] == 1 and not de["exact"]
-    [dep] = de["depends"]
-    assert dep["at"] == f"{TRITON}:500" and "dcp_size not given" in dep["condition"]
-
-
 def test_without_the_models_the_sliding_window_sites_are_an_upper_bound(release):
     """No model given: the three window sites (2877, 2897, 2899) stay in every phase's count,
     `depends` on the model's sliding window (a configuration fact not given: a warning, not a

@@ -36,9 +36,10 @@ def test_phase_rows_read_evidence_fields(release):
 
 def test_phase_line_marks_upper_bounds_and_exact_counts(release, tmp_path):
     """The triton lane configuration on 0.5.23 with its models (tests/test_syncs_census_config.py):
-    every phase exact, 0; without the dcp size, the phases `_dcp_kv_indices`
-    (triton_backend.py:500) lies on are upper bounds (≤); draft decode never reaches it (the
-    multi-step backend sets the spec input's kv_indptr first, :2624)."""
+    every phase exact, 0, with the dcp size or without it (the server's default 1,
+    tests/test_start_values.py); without the models, the phases the sliding-window sites
+    (triton_backend.py:2877, 2897, 2899) lie on are upper bounds (≤); draft decode never
+    reaches them (the multi-step backend sets the spec input's kv_indptr first, :2624)."""
     import json
 
     models = {}
@@ -51,13 +52,15 @@ def test_phase_line_marks_upper_bounds_and_exact_counts(release, tmp_path):
 
     def line(**more):
         ctx = Context(target=release("0.5.23"), platform="cuda", execute=False,
-                      config=SpecConfig(**base, **more))
+                      config=SpecConfig(**{**base, **more}))
         return phase_line(finding_phase_rows(run_probe(get_probe("metadata-syncs"), ctx)))
 
-    assert line(dcp_size=1) == ("syncs per step (static): target-extend 0 · draft-extend 0 · "
-                                "target-verify 0 · draft-decode 0×1")
-    assert line() == ("syncs per step (static): target-extend ≤1 · draft-extend ≤1 · "
-                      "target-verify 0 · draft-decode 0×1")
+    exact = ("syncs per step (static): target-extend 0 · draft-extend 0 · target-verify 0 · "
+             "draft-decode 0×1")
+    assert line(dcp_size=1) == exact and line() == exact
+    assert line(model=None, draft_model=None) == (
+        "syncs per step (static): target-extend ≤3 · draft-extend ≤3 · target-verify ≤3 · "
+        "draft-decode 0×1")
 
 
 def test_syncs_tab_shows_the_phase_line(release):

@@ -15,7 +15,6 @@ objects of a GPU build). What no input decides is `depends`, with the condition 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 from diag.context import SpecConfig
@@ -51,12 +50,14 @@ from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     DSV4_OVERRIDES,
     FAMILIES,
     FAMILY_PARAMS,
+    IMPLIED_MODEL,
     MODEL_CONFIG,
     MODEL_HOOK,
     OVERRIDES,
     Model,
     PageSize,
     Where,
+    env_of,
     find_first,
     find_line,
     multi_layer,
@@ -88,11 +89,6 @@ OLD_VERIFY_RUNNER = "srt/model_executor/cuda_graph_runner.py"
 MULTI_EXTEND_RUNNER = "srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py"
 FROZEN_RUNNER = "srt/speculative/frozen_kv_mtp_cuda_graph_runner.py"
 
-# Backends that serve one model family only: without --model, that family is the model (the
-# backend DeepSeek-V4 picks, arg_groups/deepseek_v4_hook.py `_default_dsv4_attention_backend`;
-# the DSA backend DeepSeek-V3.2-style models get, arg_groups/model_overrides/deepseek_v2.py).
-IMPLIED_MODEL = {"dsv4": "DeepseekV4ForCausalLM", "compressed": "DeepseekV4ForCausalLM",
-                 "dsa": "DeepseekV32ForCausalLM", "nsa": "DeepseekV32ForCausalLM"}
 
 
 @dataclass
@@ -154,10 +150,6 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
 CHOICES_FILES = ("srt/arg_groups/fields/exec_.py", "srt/server_args.py")
 # where SGLang's argument handling lives: a refusal there comes before any worker is built
 ARGUMENT_FILES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
-
-
-def env_of(cfg: SpecConfig) -> dict[str, str]:
-    return dict(os.environ) if cfg.environ is None else dict(cfg.environ)
 
 
 def gate_for(target: Target, cfg: SpecConfig, server_args: dict | None = None

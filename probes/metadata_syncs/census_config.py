@@ -243,7 +243,9 @@ def _decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
     have = _value(cfg, fact)
     if have is None or op not in _CMP:
         return None, f"`{text}` ({where}): {fact} not given"
-    return bool(_CMP[op](have, value)), f"config: {fact}={have} (`{text}`, {where})"
+    how = dict(cfg.start_values).get(fact)  # filled in by probes.startup.start_values
+    return bool(_CMP[op](have, value)), f"config: {fact}={have}{f', {how}' if how else ''} " \
+                                        f"(`{text}`, {where})"
 
 
 def _arch(fn: str, op: str, value: Any, cfg: SpecConfig, platform: str | None, where: str,

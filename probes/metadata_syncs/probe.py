@@ -260,8 +260,8 @@ class MetadataSyncsProbe(Probe):
         return {_MEASURED: (str(target.root), {(path, mode): _measure(target, path, mode, True)
                                               for path in h.PATHS for mode in _modes()})}
 
-    def _forward(self, ctx: Context, roles: dict[str, set[str]], models: Any, relay: Any,
-                 fc: Any, ev: list) -> None:
+    def _forward(self, ctx: Context, cfg: Any, roles: dict[str, set[str]], models: Any,
+                 relay: Any, fc: Any, ev: list) -> None:
         """The attention forward's syncs per layer on an eager pass of each phase, for the
         backends the configuration runs (`forward_totals`)."""
         from diag.probes.metadata_syncs.census.reach import _MULTI_STEP
@@ -269,7 +269,7 @@ class MetadataSyncsProbe(Probe):
         if fc is None:
             return
         read = {q for names in fc.builders.values() for q in names}
-        for t in forward_totals(fc.sites, roles, ctx.config, ctx.target.version, ctx.platform,
+        for t in forward_totals(fc.sites, roles, cfg, ctx.target.version, ctx.platform,
                                 models, relay, read):
             readable = [c for c in t["backends"] if not _MULTI_STEP.search(c)]
             if readable and set(t["not_read"]) == set(readable):  # nothing read: no count
@@ -294,6 +294,7 @@ class MetadataSyncsProbe(Probe):
         from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, DRAFT_EXTEND_BACKENDS
         from diag.probes.metadata_syncs.census_config import decide_modes, release_paths
         from diag.probes.metadata_syncs.model_facts import windows
+        from diag.probes.startup.start_values import start_values
 
         target = ctx.target
         if not target.file(ATTENTION_DIR).is_dir():
@@ -307,6 +308,8 @@ class MetadataSyncsProbe(Probe):
         conf = early[1] if early and early[0] == (str(target.root), ctx.platform, cfg) \
             else configured(target, ctx.platform, cfg)
         name, ran, draft_name, relay = conf.name, conf.ran, conf.draft_name, conf.relay
+        if name:  # what the server starts with for the facts the configuration leaves out
+            cfg = start_values(target, ctx.platform, cfg, name)
         roles, paths = conf.roles, conf.paths
         if name:  # the configuration under audit: the target verifies, the draft extends/decodes
             target_classes = roles["target"]
@@ -331,7 +334,8 @@ class MetadataSyncsProbe(Probe):
         def decisions(s) -> dict:
             """The site on each audited mode it lies on (else on each of its paths), decided
             for the configuration, the platform and the release's host-mirror facts (a
-            configuration fact not given decides nothing: the census's upper bound stands)."""
+            configuration fact not given is what the server starts with where the release
+            fixes it, probes.startup.start_values; else it decides nothing)."""
             if id(s) not in decided:
                 modes = sorted(modes_of(s.backend) & set(s.paths)) or list(s.paths)
                 decided[id(s)] = decide_modes(s, cfg, modes, target.version, ctx.platform,
@@ -383,7 +387,7 @@ class MetadataSyncsProbe(Probe):
                                  f"configuration: {t['sites']} live sites{runs}; "
                                  f"{t['cannot_tell']} the census cannot tell{gone}{ifs}",
                                  data=t))
-            self._forward(ctx, roles, models, relay, conf.forward, ev)
+            self._forward(ctx, cfg, roles, models, relay, conf.forward, ev)
         disagreements = self._measured(ctx, c, ev) if ctx.execute else []
         ev.append(metric("builders scanned", sum(len(v) for v in c.builders.values()),
                          "functions"))

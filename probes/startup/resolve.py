@@ -48,6 +48,12 @@ DSV4_PAGE_FILES = (DSV4_OVERRIDES, OVERRIDES, DSV4_HOOK)
 # the files that route DeepSeek-V4 to its hook: model_hook.py (0.5.19+), server_args.py before
 DSV4_ROUTE_FILES = (MODEL_HOOK, SERVER_ARGS)
 
+# Backends that serve one model family only: without --model, that family is the model (the
+# backend DeepSeek-V4 picks, arg_groups/deepseek_v4_hook.py `_default_dsv4_attention_backend`;
+# the DSA backend DeepSeek-V3.2-style models get, arg_groups/model_overrides/deepseek_v2.py).
+IMPLIED_MODEL = {"dsv4": "DeepseekV4ForCausalLM", "compressed": "DeepseekV4ForCausalLM",
+                 "dsa": "DeepseekV32ForCausalLM", "nsa": "DeepseekV32ForCausalLM"}
+
 # Short family names accepted by --model besides a path or an HF architecture name.
 FAMILIES = {
     "llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
@@ -74,6 +80,11 @@ class Where:
 
 
 # --------------------------------------------------------------------------- source anchors
+
+
+def env_of(cfg: SpecConfig) -> dict[str, str]:
+    """The server's environment under audit (`--env`), else this process's."""
+    return dict(os.environ) if cfg.environ is None else dict(cfg.environ)
 
 
 def find_line(target: Target, rel: str, pattern: str, after: int = 0) -> Where | None:
