@@ -72,9 +72,10 @@ def test_host_mirrors_and_capture_only_are_told_apart(censuses):
     assert not c.errors
 
 
-def _ctx(target, execute=False, backend=None, steps=None):
+def _ctx(target, execute=False, backend=None, steps=None, **more):
     return Context(target=target, platform="hip", execute=execute,
-                   config=SpecConfig(attention_backend=backend, speculative_num_steps=steps))
+                   config=SpecConfig(attention_backend=backend, speculative_num_steps=steps,
+                                     **more))
 
 
 SITE_KEYS = {"builder", "backend", "call", "syncs", "paths", "call_paths", "reach", "source",
@@ -147,18 +148,28 @@ def test_probe_backend_option_narrows_the_highlight(release):
     assert f.status in (Status.WARN, Status.FAIL)
     assert "--attention-backend triton" in f.summary
     # triton_backend.py:500 (`_dcp_kv_indices`, reached under `if self.dcp_size > 1:` at
-    # 553/893/1064) lies on draft-extend, which is audited; no dcp size given: it depends
+    # 553/893/1064) lies on draft-extend, which is audited; no dcp size given: the server's
+    # default 1 (arg_groups/fields/parallel.py:52-58) leaves it out; with 2 it is live
     [s] = [e for e in f.evidence if e.kind == "location" and e.line == 500
            and e.file.endswith("/triton_backend.py")]
-    assert s.data["reach"] == "reaches" and "draft-extend" in s.data["paths"]
-    assert s.data["modes"]["draft-extend"]["status"] == "depends"
+    assert s.data["reach"] == "unreachable" and "draft-extend" in s.data["paths"]
+    assert s.data["modes"]["draft-extend"]["status"] == "unreachable"
+    assert "dcp_size=1, not given: SGLang's default 1" in \
+        s.data["modes"]["draft-extend"]["reason"]
+    [two] = run_probe(get_probe("metadata-syncs"), _ctx(release("0.5.23"), backend="triton",
+                                                        dcp_size=2))
+    [s2] = [e for e in two.evidence if e.kind == "location" and e.line == 500
+            and e.file.endswith("/triton_backend.py")]
+    assert s2.data["reach"] == "reaches"
+    assert s2.data["modes"]["draft-extend"]["status"] == "live"
+    assert two.status == Status.FAIL  # a sync the configuration proves on its path
     # 1126 is the `else` of `extend_seq_lens_cpu is not None` (1123), a mirror 0.5.23 sets on
     # every extend batch (forward_batch_info.py:1241): listed, not on the path
     [m] = [e for e in f.evidence if e.kind == "location" and e.line == 1126
            and e.file.endswith("/triton_backend.py")]
     assert m.data["reach"] == "unreachable" and "draft-extend" in m.data["call_paths"]
     assert m.data["paths"] == []  # the release rules out each path the call graph gives it
-    # no sync is proven on the path (each one depends on the dcp size): a warning, not a failure
+    # no sync is proven on the path (the rest depend on the model): a warning, not a failure
     assert f.status == Status.WARN
 
 

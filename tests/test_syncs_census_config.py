@@ -221,9 +221,15 @@ def test_decide_guard_values():
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.15")[0] is None  # not read
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.24")[0] is None
     s = ("mirror:seq_lens_cpu", "is", None, "f.py:5", "x.seq_lens_cpu is None")
-    # target-extend: 0.5.19+ rebuild it on a mixed chunk after merge_batch; 0.5.18 does not
+    # target-extend: 0.5.19+ rebuild it on a mixed chunk after merge_batch; 0.5.16 - 0.5.18
+    # refuse a mixed chunk under speculative decoding (0.5.18 server_args.py:9193-9196;
+    # prepare_for_extend sets the copy at schedule_batch.py:2410); 0.5.15 hands it on through
+    # `seq_lens_cpu_cache` (forward_batch_info.py:626-667): not read
     assert decide_guard(s, SpecConfig(), "target-extend", "0.5.21")[0] is False
-    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.18")[0] is None
+    held, why = decide_guard(s, SpecConfig(), "target-extend", "0.5.18")
+    assert held is False and "schedule_batch.py:2410" in why
+    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.16")[0] is False
+    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.15")[0] is None
     assert decide_guard(m, SpecConfig(), "decode", "0.5.23")[0] is None
     from diag.probes.metadata_syncs.model_facts import Window
 
@@ -393,3 +399,22 @@ def test_flashinfer_updaters_follow_the_models_wrapper_dispatch(release, tmp_pat
     assert "the draft model's sliding window" in cond[f"{FLASHINFER}:1962"]
     assert "whether the draft model is an encoder-decoder model" in cond[f"{FLASHINFER}:1962"]
     assert "WrapperDispatch.CROSS_ATTENTION" in cond[f"{FLASHINFER}:1962"]
+
+
+@pytest.mark.parametrize("version,line", [("0.5.16", 781), ("0.5.17", 794), ("0.5.18", 796)])
+def test_dsa_device_max_is_off_target_extend_before_the_rebuild(release, version, line):
+    """DSA's `int(forward_batch.seq_lens.max().item())` runs only in the `else` of `if
+    forward_batch.seq_lens_cpu is not None:` (0.5.18 dsa_backend.py:788-796). A target-extend
+    batch has the copy in 0.5.16 - 0.5.18 too: prepare_for_extend sets it (0.5.18
+    schedule_batch.py:2410, no return before it), a mixed chunk, the one merge that could null
+    it (merge_batch :3241-3242, `mix_with_running` makes MIXED :2750), is refused under
+    speculative decoding (server_args.py:9193-9196), and a DLLM_EXTEND or PREBUILT batch is
+    never merged. So the site lies on the draft and decode-side paths only."""
+    from diag.probes.metadata_syncs.census.count import census
+    from diag.probes.metadata_syncs.census_config import release_paths
+
+    t = release(version)
+    [s] = [s for s in census(t).sites if s.file.endswith("/dsa_backend.py") and s.line == line]
+    assert "seq_lens.max()" in s.call
+    assert {"target-extend", "other"} <= set(s.paths)  # the call graph's, before the facts
+    assert release_paths(s, version) == ("draft-extend", "target-verify", "decode")

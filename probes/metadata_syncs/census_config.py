@@ -55,8 +55,13 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # merge_batch, which would null it (`if merged_seq_lens_cpu is not None: self.seq_lens_cpu =
 # merged_seq_lens_cpu`: 0.5.23 :3349, 0.5.22 :3200, 0.5.21 :3200, 0.5.20 :3071, 0.5.19 :2941),
 # and ForwardBatch.init_new hands it on (0.5.23 model_executor/forward_batch_info.py:1013; 0.5.21
-# :950, 969). 0.5.18 and older have no such rebuild (0.5.17 :2681 merges only) and are not
-# named. The dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same
+# :950, 969). 0.5.16 - 0.5.18 have no such rebuild (0.5.17 :2681 merges only, and
+# merge_batch nulls the copy where either side lacks it, 0.5.18 :3241-3242), but they refuse a
+# mixed chunk under speculative decoding at start (`if self.speculative_algorithm is not None:
+# assert not self.enable_mixed_chunk`, 0.5.18 server_args.py:9193-9196, 0.5.17 :8751-8754,
+# 0.5.16 :7626-7629), so no merge reaches a target-extend batch there, and init_new hands the
+# copy on (`seq_lens_cpu = batch.seq_lens_cpu`, 0.5.18 forward_batch_info.py:750, 769; 0.5.16
+# :685, 704); 0.5.15 and older pass it through `seq_lens_cpu_cache` and are not named. The dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same
 # prepare_for_extend, its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND`
 # before the line that sets the copy; a PREBUILT batch never runs a model forward (`if
 # batch.forward_mode.is_prebuilt(): return self._run_batch_prebuilt(batch)`; "PREBUILT never
@@ -65,7 +70,8 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # FutureMap.resolve_seq_lens_cpu nulls it where every backend opts out of the host lengths,
 # 0.5.23 managers/overlap_utils.py:615-619). Lines per release: (prepare_for_extend's `self.
 # seq_lens_cpu = seq_lens_cpu`, its DLLM_EXTEND arm, scheduler.py's `is_prebuilt()` test).
-_SEQ_LENS_LINES = {"0.5.19": (2545, 2509, 4035), "0.5.20": (2673, 2637, 4272),
+_SEQ_LENS_LINES = {"0.5.16": (2190, 2154, 3309), "0.5.17": (2323, 2287, 3548),
+                   "0.5.18": (2410, 2374, 3648), "0.5.19": (2545, 2509, 4035), "0.5.20": (2673, 2637, 4272),
                    "0.5.21": (2769, 2733, 4369), "0.5.22": (2771, 2735, 4521),
                    "0.5.23": (2888, 2852, 4645)}
 
