@@ -173,7 +173,7 @@ def test_factory_none_is_eager_with_its_line(release):
 def test_alias_is_resolved_and_said(release):
     release("0.5.18")
     f = _doc(probe("--sglang", "0.5.18", "--attention-backend", "compressed",
-                   "--speculative-eagle-topk", "1", "--json"))
+                   "--speculative-eagle-topk", "1", "--speculative-num-steps", "3", "--json"))
     f = f["findings"][0]
     assert f["status"] == "ok" and "unknown" not in f["summary"]
     assert "'compressed' is rewritten to 'dsv4' (sglang/srt/server_args.py:4164)" in f["summary"]

@@ -261,8 +261,9 @@ def test_start_refusals_agree_with_sglangs(sglang_said):
 def test_own_choice_of_steps_topk_and_draft_tokens_is_sglangs(sglang_said):
     """None of --speculative-num-steps, -eagle-topk, -num-draft-tokens given: SGLang picks
     them by the architecture (`_auto_choose_speculative_params`); diag's reading of that
-    function gives the same three numbers wherever SGLang started."""
-    wrong, seen = [], 0
+    function gives the same three numbers wherever SGLang started, and the per-phase verdicts
+    of one backend read them, saying so."""
+    wrong, seen, checked = [], 0, 0
     for target, c, r, _ in _started(sglang_said):
         if c["args"]["speculative_num_steps"] is not None:
             continue
@@ -273,4 +274,14 @@ def test_own_choice_of_steps_topk_and_draft_tokens_is_sglangs(sglang_said):
                   r["speculative_num_draft_tokens"])
         if mine is None or mine[0] != theirs:
             wrong.append(f"{c['id']}: SGLang {theirs}, diag {mine}")
-    assert seen and not wrong, "\n".join(wrong)
+        # the per-phase verdicts read that choice, and say so (probes.startup.auto_steps),
+        # wherever they are one backend's (not SGLang's pick among candidates diag names)
+        audit = audited_verdicts(target, c["platform"], _cfg(c))
+        said = f"SGLang's own choice for {arch} is steps {theirs[0]}, topk {theirs[1]}"
+        mine_pvs = [pv for pv in audit.verdicts if pv.backend != "?" and "depends on which "
+                    "backend SGLang picks" not in pv.reason] if audit is not None else []
+        checked += len(mine_pvs)
+        if not all(said in pv.reason for pv in mine_pvs):
+            wrong.append(f"{c['id']}: SGLang ran {theirs}; diag's phases do not read it: "
+                         f"{[pv.reason[-160:] for pv in audit.verdicts][:1]}")
+    assert seen and checked and not wrong, "\n".join(wrong)

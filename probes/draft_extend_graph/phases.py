@@ -40,6 +40,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     refusal,
 )
 from diag.probes.startup import default_backend
+from diag.probes.startup.auto_steps import auto_steps
 from diag.probes.startup.draft_tokens import missing_draft_tokens
 from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
@@ -170,8 +171,24 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     not given is the only one SGLang starts with (`only_starting_topk`), the phases are that
     value's, the reason saying so."""
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
+    auto = auto_steps(target, cfg, model) if _multi is None else None
+    if auto is not None and auto.chosen is not None:  # the server runs SGLang's own choice
+        steps, topk, tokens = auto.chosen
+        out = phase_verdicts(target, platform, replace(
+            cfg, speculative_num_steps=steps, speculative_eagle_topk=topk,
+            speculative_num_draft_tokens=tokens), backend, None, config_label)
+        for pv in out:
+            pv.reason += f" [{auto.words}]"
+        return out
     only = only_starting_topk(target, cfg, model)
     notes: list[str] = [n for n in [missing_draft_tokens(target, cfg)] if n]
+    if auto is not None and auto.refused is not None:  # unless refused before (or anyway)
+        out = _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi,
+                              notes)
+        if all(pv.mode == REFUSED for pv in out):
+            return out
+        return [PhaseVerdict(p, backend, REFUSED, auto.words, auto.refused, config_label, [])
+                for p in PHASES]
     if only is None:
         out = _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi,
                               notes)

@@ -17,6 +17,7 @@ from diag.probes.base import Counter, Probe
 from diag.probes.draft_extend_graph.phases import (
     DEPENDS,
     HIP_BACKENDS,
+    IMPLIED_MODEL,
     NO_PASS,
     REFUSED,
     PhaseVerdict,
@@ -38,6 +39,7 @@ from diag.probes.gate import (
     parse_problem,
     verdict,
 )
+from diag.probes.startup.auto_steps import auto_steps
 from diag.target import Target
 
 FIX_ID = "draft-extend-allowlist"
@@ -132,9 +134,12 @@ class DraftExtendGraphProbe(Probe):
         audit = audited_verdicts(t, plat, cfg, gate)
         if audit is not None:
             name = audit.first
-            v = verdict(gate, bm.get(name), plat, cfg.speculative_num_steps, killed,
-                        cfg.disable_cuda_graph, multi, t.version)
             steps = cfg.speculative_num_steps
+            auto = auto_steps(t, cfg, read_model(t, cfg.model or IMPLIED_MODEL.get(name))) \
+                if steps is None else None  # not given: the steps SGLang picks, if it does
+            v = verdict(gate, bm.get(name), plat,
+                        auto.chosen[0] if auto is not None and auto.chosen else steps, killed,
+                        cfg.disable_cuda_graph, multi, t.version)
             how = {"forced": f" (forced by the model; {audit.why})",
                    "model default": f" ({audit.why})", "default": f" ({audit.why})"
                    }.get(audit.how, "")

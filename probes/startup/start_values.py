@@ -16,8 +16,10 @@ import re
 from dataclasses import replace
 
 from diag.context import SpecConfig
+from diag.probes.startup.auto_steps import auto_steps
 from diag.probes.startup.resolve import (
     IMPLIED_MODEL,
+    Model,
     PageSize,
     Where,
     env_of,
@@ -81,14 +83,13 @@ def _assigned(target: Target, name: str) -> Where | None:
     return None
 
 
-def _page(target: Target, platform: str, cfg: SpecConfig, backend: str | None
+def _page(target: Target, platform: str, cfg: SpecConfig, model: Model, backend: str | None
           ) -> PageSize | None:
     """The page size SGLang resolves where the model is known (given, or the one family the
     backend serves): a model or backend override wins over --page-size; with neither, the
     default, `_page_size_default` (0.5.23 arg_groups/overrides.py:1341-1363): 1, but 64 on HIP
     under SGLANG_AITER_KV_CACHE_LAYOUT=vectorized_5d, which on HIP is decided only where the
     server's environment is (`--env`, or this process sets the variable). None: not decided."""
-    model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend or ""))
     if model.arch is None:  # no model: an override it may bring is unknown
         return None
     page = resolve_page_size(target, platform, cfg, model, env_of(cfg), backend,
@@ -103,9 +104,11 @@ def _page(target: Target, platform: str, cfg: SpecConfig, backend: str | None
 
 def start_values(target: Target, platform: str, cfg: SpecConfig, backend: str | None
                  ) -> SpecConfig:
-    """`cfg` with the facts it leaves out that the release fixes at start filled in, and the
-    page size as SGLang resolves it for `backend` (`_page`), each fact's source in
-    `cfg.start_values`. A configuration not under audit is returned as it is."""
+    """`cfg` with the facts it leaves out that the release fixes at start filled in (the
+    default `dcp_size`; the steps, topk and draft tokens SGLang picks where no steps are given,
+    probes.startup.auto_steps), and the page size as SGLang resolves it for `backend`
+    (`_page`), each fact's source in `cfg.start_values`. A configuration not under audit is
+    returned as it is."""
     if not cfg.given:
         return cfg
     filled: dict[str, int] = {}
@@ -121,7 +124,15 @@ def start_values(target: Target, platform: str, cfg: SpecConfig, backend: str | 
             continue
         filled[name] = got[0]
         why.append((name, f"not given: SGLang's default {got[0]} ({got[1]})"))
-    page = _page(target, platform, cfg, backend)
+    model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend or ""))
+    auto = auto_steps(target, cfg, model)  # no steps given: SGLang's own choice, if it makes one
+    if auto is not None and auto.chosen is not None:
+        names = ("speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens")
+        filled.update(zip(names, auto.chosen))
+        why += [(n, auto.words) for n in names]
+        cfg = replace(cfg, **dict(zip(names, auto.chosen)))
+    page = _page(target, platform, cfg, model, backend)
     if page is not None and page.value != cfg.page_size:
         filled["page_size"] = page.value
         why.append(("page_size", f"as SGLang resolves it: {page.why}"))

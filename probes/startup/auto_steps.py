@@ -1,0 +1,74 @@
+"""The steps, topk and draft tokens of a server started without `--speculative-num-steps`.
+
+Why: SGLang's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE) picks all three itself when the
+steps are not given and adaptive speculation is off (0.5.23 arg_groups/speculative_hook.py:
+1159-1172, `_auto_choose_speculative_params` :1430-1461; 0.5.9 server_args.py:2422-2431), after
+asserting that topk and the draft-token count were not given either (0.5.23 :1160-1163): a
+server given topk without the steps does not start, and one given none of them runs steps 3
+or 5, never 1. Reading that as `depends` ("pass --speculative-num-steps") left draft decode and
+draft extend undecided for a command line SGLang decides. An IQuest Q1 target takes its steps
+from its MTP draft checkpoint first (0.5.21+ `_handle_iquest_q1_mtp_draft`, 0.5.23
+:1014-1059), so where the model is unknown on those releases, nothing is decided here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diag.context import SpecConfig
+from diag.probes.startup.resolve import (
+    SERVER_ARGS,
+    SPEC_HOOK_FILE,
+    Model,
+    Where,
+    auto_params,
+    find_first,
+    find_line,
+)
+from diag.target import Target
+
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+IQUEST = "IQuestQ1ForCausalLM"
+# the assert before the automatic choice, its last operand (one per release: 0.5.23
+# speculative_hook.py:1162, 0.5.14 :322, 0.5.12 server_args.py:3810)
+ASSERTED = r"and \w+\.speculative_num_draft_tokens is None\s*$"
+
+
+@dataclass(frozen=True)
+class AutoSteps:
+    words: str
+    refused: Where | None = None  # topk or draft tokens given without the steps: the assert
+    chosen: tuple[int, int, int] | None = None  # (steps, topk, draft tokens) SGLang picks
+    where: Where | None = None
+
+
+def auto_steps(target: Target, cfg: SpecConfig, model: Model) -> AutoSteps | None:
+    """What SGLang does with the steps not given (module docstring), or None where they are
+    given, adaptive speculation is on, the algorithm is not of the EAGLE family, the model may
+    bring its own steps, or the release's shape is not the one read."""
+    if cfg.speculative_num_steps is not None or cfg.speculative_adaptive:
+        return None
+    if (cfg.speculative_algorithm or "EAGLE").upper() not in EAGLE_FAMILY:
+        return None
+    if model.arch == IQUEST or (model.arch is None and find_line(
+            target, SPEC_HOOK_FILE, r"def _handle_iquest_q1_mtp_draft\b") is not None):
+        return None
+    w = find_first(target, (SPEC_HOOK_FILE, SERVER_ARGS), ASSERTED)
+    if w is None:
+        return None
+    given = [f for f, v in (("--speculative-eagle-topk", cfg.speculative_eagle_topk),
+                            ("--speculative-num-draft-tokens",
+                             cfg.speculative_num_draft_tokens)) if v is not None]
+    if given:
+        return AutoSteps(f"{' and '.join(given)} without --speculative-num-steps: SGLang "
+                         f"picks the steps only where neither topk nor the draft-token count "
+                         f"is given, and asserts so at start ({w})", refused=w)
+    if model.arch is None or model.dsv4:  # no model: steps 3 or 5, topk 1 or 4
+        return None
+    auto = auto_params(target, model.arch, cfg.speculative_algorithm)
+    if auto is None:
+        return None
+    (steps, topk, tokens), at = auto
+    return AutoSteps(f"--speculative-num-steps not given: SGLang's own choice for {model.arch} "
+                     f"is steps {steps}, topk {topk}, {tokens} draft tokens ({at})",
+                     chosen=(steps, topk, tokens), where=at)
