@@ -169,7 +169,8 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
     """target-verify, draft-decode and draft-extend for `backend` under `cfg` (`_multi`: the
     worker decided by the caller, when the algorithm left it open). Where one value of an input
     not given is the only one SGLang starts with (`only_starting_topk`), the phases are that
-    value's, the reason saying so."""
+    value's, the reason saying so; where the steps are not given, those SGLang picks or its
+    refusal to start (`auto_steps`)."""
     model = read_model(target, cfg.model or IMPLIED_MODEL.get(backend))
     auto = auto_steps(target, cfg, model) if _multi is None else None
     if auto is not None and auto.chosen is not None:  # the server runs SGLang's own choice

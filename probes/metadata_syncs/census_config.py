@@ -61,9 +61,10 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # assert not self.enable_mixed_chunk`, 0.5.18 server_args.py:9193-9196, 0.5.17 :8751-8754,
 # 0.5.16 :7626-7629), so no merge reaches a target-extend batch there, and init_new hands the
 # copy on (`seq_lens_cpu = batch.seq_lens_cpu`, 0.5.18 forward_batch_info.py:750, 769; 0.5.16
-# :685, 704); 0.5.15 and older pass it through `seq_lens_cpu_cache` and are not named. The dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same
-# prepare_for_extend, its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND`
-# before the line that sets the copy; a PREBUILT batch never runs a model forward (`if
+# :685, 704); 0.5.15 and older pass it through `seq_lens_cpu_cache` and are not named. The
+# dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same prepare_for_extend,
+# its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND` before the line that
+# sets the copy (a mixed chunk is MIXED, `mix_with_running`, 0.5.18 :2750); a PREBUILT batch never runs a model forward (`if
 # batch.forward_mode.is_prebuilt(): return self._run_batch_prebuilt(batch)`; "PREBUILT never
 # enters a model forward", 0.5.23 disaggregation/decode_schedule_batch_mixin.py:31). The
 # decode-side phases are decided by the spec-v2 relay instead (probes.startup.host_lengths:
@@ -71,9 +72,9 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # 0.5.23 managers/overlap_utils.py:615-619). Lines per release: (prepare_for_extend's `self.
 # seq_lens_cpu = seq_lens_cpu`, its DLLM_EXTEND arm, scheduler.py's `is_prebuilt()` test).
 _SEQ_LENS_LINES = {"0.5.16": (2190, 2154, 3309), "0.5.17": (2323, 2287, 3548),
-                   "0.5.18": (2410, 2374, 3648), "0.5.19": (2545, 2509, 4035), "0.5.20": (2673, 2637, 4272),
-                   "0.5.21": (2769, 2733, 4369), "0.5.22": (2771, 2735, 4521),
-                   "0.5.23": (2888, 2852, 4645)}
+                   "0.5.18": (2410, 2374, 3648), "0.5.19": (2545, 2509, 4035),
+                   "0.5.20": (2673, 2637, 4272), "0.5.21": (2769, 2733, 4369),
+                   "0.5.22": (2771, 2735, 4521), "0.5.23": (2888, 2852, 4645)}
 
 
 def _mirrors_set() -> dict[tuple[str, str], dict[str, str]]:
