@@ -109,7 +109,10 @@ def target_options(f: Callable) -> Callable:
         click.option("--attention-backend", metavar="NAME", callback=_name,
                      help="The --attention-backend the server runs (e.g. dsv4, dsa, aiter)."),
         click.option("--speculative-num-steps", type=click.IntRange(1, MAX_STEPS), metavar="N",
-                     help="The server's --speculative-num-steps."),
+                     help="The server's --speculative-num-steps. Default: not given, read as "
+                          "SGLang's own choice for the --model (with no --speculative-eagle-topk "
+                          "or --speculative-num-draft-tokens; with either, SGLang refuses to "
+                          "start)."),
         click.option("--speculative-algorithm", metavar="NAME", callback=_name,
                      help="The server's --speculative-algorithm (EAGLE, EAGLE3, NEXTN, ...)."),
         click.option("--server", "server_url", metavar="URL", callback=_server_url,
@@ -196,7 +199,9 @@ def config_options(f: Callable) -> Callable:
                      help="The server runs with --speculative-adaptive (or not): its runners "
                           "are swapped per step count. Default: not given."),
         click.option("--dp", "dp_size", type=pos, metavar="N", help="The server's --dp-size."),
-        click.option("--dcp", "dcp_size", type=pos, metavar="N", help="The server's --dcp-size."),
+        click.option("--dcp", "dcp_size", type=pos, metavar="N",
+                     help="The server's --dcp-size. Default: not given, read as SGLang's "
+                          "default (1) where the release has it."),
         click.option("--triton-version", metavar="X.Y.Z", callback=_triton_version,
                      help="The server's Triton (on ROCm the DSA page size follows it). Default: "
                           "this Python's, on a host with an AMD GPU."),
