@@ -150,6 +150,11 @@ def test_the_ragged_verify_layout_is_decided_by_the_algorithm(release, version):
                                 speculative_algorithm="DSPARK"))
     assert tv[RAGGED[version]].startswith("depends: ") and \
         "DSPARK's verify input may carry a ragged layout" in tv[RAGGED[version]]
+    # not given: EAGLE or NEXTN, as the per-phase verdicts read it; neither carries one
+    tv = _states(_target_extend(release, version, "llama", "target-verify",
+                                speculative_algorithm=None))
+    assert tv[RAGGED[version]].startswith("unreachable: release: only DSPARK") and \
+        "(speculative_algorithm not given: EAGLE or NEXTN)" in tv[RAGGED[version]]
 
 
 AITER = A + "aiter_backend.py"

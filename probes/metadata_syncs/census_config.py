@@ -171,16 +171,20 @@ def _decide_guard(g: tuple, cfg: SpecConfig, mode: str, version: str | None,
                                                 f"(`{text}`, {where})"
     if fact == RAGGED_FACT:  # the speculative input's ragged verify layout (census.guards)
         algo = (cfg.speculative_algorithm or "").upper()
-        if value is None or not algo:
+        # not given, under a configuration: EAGLE or NEXTN, as the per-phase verdicts read it
+        # (probes.draft_extend_graph.phases: "with --speculative-algorithm EAGLE ... with NEXTN")
+        cands = [algo] if algo else ["EAGLE", "NEXTN"] if cfg.given else []
+        if value is None or not cands:
             return None, f"`{text}` ({where}): " + (
                 "the speculative algorithm" if value is None or algo else
                 "speculative_algorithm not given")
         algos, at = value
-        if algo in algos:
-            return None, f"`{text}` ({where}): {algo}'s verify input may carry a ragged layout " \
-                         f"({at})"
+        if any(a in algos for a in cands):
+            return None, f"`{text}` ({where}): {algo or 'EAGLE'}'s verify input may carry a " \
+                         f"ragged layout ({at})"
+        read = "" if algo else " (speculative_algorithm not given: EAGLE or NEXTN)"
         return op == "!=", f"release: only {', '.join(algos)} verify inputs carry a ragged " \
-                           f"layout ({at} supports_ragged_verify; `{text}`, {where})"
+                           f"layout ({at} supports_ragged_verify{read}; `{text}`, {where})"
     if fact.startswith("data:"):
         return None, f"`{text}` ({where})" if fact != "data:loop" else f"{text} ({where})"
     if fact.startswith("arch:"):
