@@ -53,11 +53,15 @@ def test_none_given_is_sglang_s_own_choice(release, version, model, chosen, at):
     ("0.5.18", "sglang/srt/arg_groups/speculative_hook.py:612"),
 ])
 def test_topk_without_steps_is_refused_at_start(release, version, at):
+    """Every steps value left out fails the assert (SGLang's own argument handling raises
+    AssertionError for it: tests/test_startup_against_sglang.py's grid, shape `steps None
+    topk 1`): no server starts."""
     t = release(version)
     for v in _verdicts(t, "hip", attention_backend="aiter",
                        speculative_eagle_topk=1).values():
         assert v.mode == phases.REFUSED and str(v.where) == at, (v.phase, v.reason)
-        assert "--speculative-eagle-topk without --speculative-num-steps" in v.reason
+        assert v.reason.startswith("--speculative-eagle-topk without --speculative-num-steps: "
+                                   "SGLang refuses to start"), v.reason
     # the implied DeepSeek-V4 passes its own hook with topk 1, then meets the same assert
     if version == "0.5.18":
         de = _verdicts(t, "hip", attention_backend="compressed",

@@ -96,9 +96,9 @@ BACKENDS = {"hip": (None, "triton", "aiter", "dsa", "qsa"),
             "cuda": (None, "triton", "fa3", "flashinfer", "dsa", "qsa", "trtllm_mha",
                      "flashmla")}
 # steps, topk, draft tokens, --page-size (a page > 1 with topk > 1: the page-tree rule)
-# (none of the three given: SGLang's own choice, `auto_params`)
+# (none of the three given: SGLang's own choice, `auto_params`; topk alone: its assert)
 SHAPES = ((3, 1, 4, None), (3, 4, 8, None), (1, 1, 2, None), (3, 4, 8, 64),
-          (None, None, None, None))
+          (None, None, None, None), (None, 1, None, None))
 ENVS = {"hip": ({}, {"SGLANG_USE_AITER": "1"},
                 {"SGLANG_USE_AITER": "1", "SGLANG_AITER_KV_CACHE_LAYOUT": "vectorized_5d",
                  "SGLANG_USE_AITER_UNIFIED_ATTN": "1"}),

@@ -178,11 +178,18 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
         out = phase_verdicts(target, platform, replace(
             cfg, speculative_num_steps=steps, speculative_eagle_topk=topk,
             speculative_num_draft_tokens=tokens), backend, None, config_label)
-        for pv in out:
-            pv.reason += f" [{auto.words}]"
-        return out
+        if not all(pv.mode == REFUSED for pv in out):
+            for pv in out:
+                pv.reason += f" [{auto.words}]"
+            return out
+        # SGLang's own choice does not start: a server that runs was given the three (the
+        # topk rules below say `depends` on it)
+        refused_choice = f"{auto.words}, which does not start ({out[0].reason[:200]}): " \
+                         f"read as a server given them"
     only = only_starting_topk(target, cfg, model)
     notes: list[str] = [n for n in [missing_draft_tokens(target, cfg)] if n]
+    if auto is not None and auto.chosen is not None:
+        notes.append(refused_choice)
     if auto is not None and auto.refused is not None:  # unless refused before (or anyway)
         out = _phase_verdicts(target, platform, cfg, backend, gate, config_label, _multi,
                               notes)

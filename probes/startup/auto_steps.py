@@ -4,8 +4,10 @@ Why: SGLang's EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE) picks all three it
 steps are not given and adaptive speculation is off (0.5.23 arg_groups/speculative_hook.py:
 1159-1172, `_auto_choose_speculative_params` :1430-1461; 0.5.9 server_args.py:2422-2431), after
 asserting that topk and the draft-token count were not given either (0.5.23 :1160-1163): a
-server given topk without the steps does not start, and one given none of them runs steps 3
-or 5, never 1. Reading that as `depends` ("pass --speculative-num-steps") left draft decode and
+server given topk without the steps does not start, whatever the steps left out (`refused`),
+and one given none of them runs steps 3 or 5, never 1 (where that choice itself is refused,
+trtllm_mha's topk 4 for Llama, a server that runs was given them: the topk rules say
+`depends`, probes.draft_extend_graph.refusals). Reading that as `depends` ("pass --speculative-num-steps") left draft decode and
 draft extend undecided for a command line SGLang decides. An IQuest Q1 target takes its steps
 from its MTP draft checkpoint first (0.5.21+ `_handle_iquest_q1_mtp_draft`, 0.5.23
 :1014-1059), so where the model is unknown on those releases, nothing is decided here.
@@ -37,7 +39,9 @@ ASSERTED = r"and \w+\.speculative_num_draft_tokens is None\s*$"
 @dataclass(frozen=True)
 class AutoSteps:
     words: str
-    refused: Where | None = None  # topk or draft tokens given without the steps: the assert
+    # topk or draft tokens given without the steps: the assert (every steps value left out
+    # fails it: no server starts)
+    refused: Where | None = None
     chosen: tuple[int, int, int] | None = None  # (steps, topk, draft tokens) SGLang picks
     where: Where | None = None
 
@@ -61,8 +65,9 @@ def auto_steps(target: Target, cfg: SpecConfig, model: Model) -> AutoSteps | Non
                              cfg.speculative_num_draft_tokens)) if v is not None]
     if given:
         return AutoSteps(f"{' and '.join(given)} without --speculative-num-steps: SGLang "
-                         f"picks the steps only where neither topk nor the draft-token count "
-                         f"is given, and asserts so at start ({w})", refused=w)
+                         f"refuses to start (it picks the steps only where neither topk nor "
+                         f"the draft-token count is given, and asserts so, {w}); pass the "
+                         f"server's --speculative-num-steps", refused=w)
     if model.arch is None or model.dsv4:  # no model: steps 3 or 5, topk 1 or 4
         return None
     auto = auto_params(target, model.arch, cfg.speculative_algorithm)
