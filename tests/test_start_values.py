@@ -69,6 +69,9 @@ def test_no_dcp_argument_and_no_configuration_fill_nothing(release):
     assert start_values(release("0.5.23"), "cuda", bare, None) is bare
     given = SpecConfig(attention_backend="triton", dcp_size=2)
     assert start_values(release("0.5.23"), "cuda", given, "triton").dcp_size == 2
+    # a live server's arguments are what it resolved at start: taken as they are
+    served = SpecConfig(attention_backend="triton", source="server")
+    assert start_values(release("0.5.23"), "cuda", served, "triton") is served
 
 
 def test_a_hook_that_sets_dcp_leaves_it_undecided(release, tmp_path):

@@ -107,9 +107,9 @@ def start_values(target: Target, platform: str, cfg: SpecConfig, backend: str | 
     """`cfg` with the facts it leaves out that the release fixes at start filled in (the
     default `dcp_size`; the steps, topk and draft tokens SGLang picks where no steps are given,
     probes.startup.auto_steps), and the page size as SGLang resolves it for `backend`
-    (`_page`), each fact's source in `cfg.start_values`. A configuration not under audit is
-    returned as it is."""
-    if not cfg.given:
+    (`_page`), each fact's source in `cfg.start_values`. A configuration not under audit, or
+    a live server's (its /server_info holds what it resolved), is returned as it is."""
+    if not cfg.given or cfg.source == "server":  # a live server's arguments are resolved
         return cfg
     filled: dict[str, int] = {}
     why: list[tuple[str, str]] = []
