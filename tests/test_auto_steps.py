@@ -95,3 +95,26 @@ def test_the_census_runs_draft_decode_the_chosen_steps(release):
     [dd] = [e.data for e in f.evidence if e.kind == "metric" and e.data
             and e.data.get("phase") == "draft-decode"]
     assert dd["runs_per_step"] == 4
+
+
+@pytest.mark.parametrize("version,at", [
+    ("0.5.9", "sglang/srt/server_args.py:2453"),
+    ("0.5.13", "sglang/srt/arg_groups/speculative_hook.py:378"),
+    ("0.5.19", "sglang/srt/arg_groups/speculative_hook.py:810"),
+    ("0.5.23", "sglang/srt/arg_groups/speculative_hook.py:1274"),
+])
+def test_steps_without_topk_is_said_next_to_the_verdicts(release, version, at):
+    """Steps given, topk not: the page-tree rule's `speculative_eagle_topk > 1` (read by hand
+    at `at`, reached by every EAGLE-family start; SGLang's own argument handling raises the
+    TypeError there for 0.5.19 and 0.5.23, tests/test_startup_against_sglang.py's grid) fails
+    the start. A server that runs was given topk: the modes stay, the reasons say it."""
+    t = release(version)
+    vs = _verdicts(t, "hip", attention_backend="aiter", speculative_num_steps=3)
+    assert vs["draft-decode"].mode == phases.GRAPH
+    for v in vs.values():
+        assert f"compares the missing topk (`speculative_eagle_topk > 1`, {at}) and fails at " \
+               f"start with a TypeError" in v.reason, (v.phase, v.reason)
+    # with topk, or a DeepSeek-V4 (its own hook asserts topk first), nothing is said
+    given = _verdicts(t, "hip", attention_backend="aiter", speculative_num_steps=3,
+                      speculative_eagle_topk=1)
+    assert not any("missing topk" in v.reason for v in given.values())

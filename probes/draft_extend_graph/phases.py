@@ -40,7 +40,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     refusal,
 )
 from diag.probes.startup import default_backend
-from diag.probes.startup.auto_steps import auto_steps
+from diag.probes.startup.auto_steps import auto_steps, missing_topk
 from diag.probes.startup.draft_tokens import missing_draft_tokens
 from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
@@ -188,6 +188,8 @@ def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                          f"read as a server given them"
     only = only_starting_topk(target, cfg, model)
     notes: list[str] = [n for n in [missing_draft_tokens(target, cfg)] if n]
+    if frozen_kv_mtp(target, cfg)[0] is False and (m := missing_topk(target, cfg, model)):
+        notes.append(m)  # said next to the verdicts: a server that runs was given topk
     if auto is not None and auto.chosen is not None:
         notes.append(refused_choice)
     if auto is not None and auto.refused is not None:  # unless refused before (or anyway)

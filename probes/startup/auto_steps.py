@@ -15,6 +15,7 @@ from its MTP draft checkpoint first (0.5.21+ `_handle_iquest_q1_mtp_draft`, 0.5.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from diag.context import SpecConfig
@@ -34,6 +35,10 @@ IQUEST = "IQuestQ1ForCausalLM"
 # the assert before the automatic choice, its last operand (one per release: 0.5.23
 # speculative_hook.py:1162, 0.5.14 :322, 0.5.12 server_args.py:3810)
 ASSERTED = r"and \w+\.speculative_num_draft_tokens is None\s*$"
+# the page-tree rule's test, reached by every EAGLE-family start whatever the backend:
+# `<args>.speculative_eagle_topk > 1` then `and ... page_size > 1` (0.5.23
+# speculative_hook.py:1274-1275, 0.5.19 :810, 0.5.13 :378, 0.5.9 server_args.py:2453)
+COMPARED = re.compile(r"\.speculative_eagle_topk > 1\s*$")
 
 
 @dataclass(frozen=True)
@@ -77,3 +82,39 @@ def auto_steps(target: Target, cfg: SpecConfig, model: Model) -> AutoSteps | Non
     return AutoSteps(f"--speculative-num-steps not given: SGLang's own choice for {model.arch} "
                      f"is steps {steps}, topk {topk}, {tokens} draft tokens ({at})",
                      chosen=(steps, topk, tokens), where=at)
+
+
+def _topk_compared(target: Target) -> Where | None:
+    for rel in (SPEC_HOOK_FILE, SERVER_ARGS):
+        try:
+            lines = target.file(rel).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for i, text in enumerate(lines[:-1]):
+            if COMPARED.search(text) and "page_size > 1" in lines[i + 1]:
+                return Where(target.relpath(target.file(rel)), i + 1)
+    return None
+
+
+def missing_topk(target: Target, cfg: SpecConfig, model: Model) -> str | None:
+    """Words for the verdicts when the steps are given and topk is not: the EAGLE family's
+    argument handling compares the missing topk (`None > 1`) and fails at start with a
+    TypeError in every release read (0.5.9 - 0.5.23; SGLang's own argument handling raises it
+    at 0.5.23 speculative_hook.py:1274 and 0.5.19 :810, trtllm_mha's check first, :1177 / :740).
+    A server that runs was given topk, so this is said next to the verdicts, not in place of
+    them (as a missing draft-token count is, probes.startup.draft_tokens). None where the
+    release, the algorithm or the model sets topk first: adaptive speculation, an IQuest Q1
+    target (0.5.21+), DeepSeek-V4 (its hook's own assert)."""
+    if cfg.speculative_num_steps is None or cfg.speculative_eagle_topk is not None \
+            or cfg.speculative_adaptive or model.arch == IQUEST or model.dsv4:
+        return None
+    if (cfg.speculative_algorithm or "EAGLE").upper() not in EAGLE_FAMILY:
+        return None
+    w = _topk_compared(target)
+    if w is None:
+        return None
+    iq = " (an IQuest Q1 target sets topk 1 itself)" if model.arch is None and find_line(
+        target, SPEC_HOOK_FILE, r"def _handle_iquest_q1_mtp_draft\b") is not None else ""
+    return (f"--speculative-num-steps without --speculative-eagle-topk: SGLang's argument "
+            f"handling compares the missing topk (`speculative_eagle_topk > 1`, {w}) and fails "
+            f"at start with a TypeError{iq}; a server that runs was given topk: pass it")
