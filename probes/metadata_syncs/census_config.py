@@ -64,9 +64,9 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # :685, 704); 0.5.15 and older pass it through `seq_lens_cpu_cache` and are not named. The
 # dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same prepare_for_extend,
 # its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND` before the line that
-# sets the copy (a mixed chunk is MIXED, `mix_with_running`, 0.5.18 :2750); a PREBUILT batch never runs a model forward (`if
-# batch.forward_mode.is_prebuilt(): return self._run_batch_prebuilt(batch)`; "PREBUILT never
-# enters a model forward", 0.5.23 disaggregation/decode_schedule_batch_mixin.py:31). The
+# sets the copy (a mixed chunk is MIXED, `mix_with_running`, 0.5.18 :2750); a PREBUILT batch
+# never runs a model forward (`if batch.forward_mode.is_prebuilt(): return
+# self._run_batch_prebuilt(batch)`; "PREBUILT never enters a model forward", 0.5.23 disaggregation/decode_schedule_batch_mixin.py:31). The
 # decode-side phases are decided by the spec-v2 relay instead (probes.startup.host_lengths:
 # FutureMap.resolve_seq_lens_cpu nulls it where every backend opts out of the host lengths,
 # 0.5.23 managers/overlap_utils.py:615-619). Lines per release: (prepare_for_extend's `self.
