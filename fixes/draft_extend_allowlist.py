@@ -55,6 +55,7 @@ from diag.fixes.base import (
     Prediction,
 )
 from diag.fixes.capture_syncs import SyncSite, capture_sync_sites
+from diag.fixes.start_refusal import refused_at_start
 from diag.patcher import Patch, find_def, patched_by
 from diag.probes.gate import EXTEND_ATTR, HIP_VAR, env_bool, read_gate
 from diag.probes.source import classes_defined, parse_text
@@ -334,6 +335,8 @@ class DraftExtendAllowlistFix(Fix):
         admitted = {c.cls for c in checks if c.attr == EXTEND_ATTR}
         allow = self.allowlist(platform)
         present = class_locations(target, allow)
+        if (refused := refused_at_start(target, platform, config)) is not None:
+            return refused
         name = None
         if config:  # the backend SGLang runs (DeepSeek-V4: dsv4, whatever was given)
             from diag.probes.startup.default_backend import audited_backend
@@ -393,15 +396,23 @@ class DraftExtendAllowlistFix(Fix):
                                  "capture")
 
         from diag.probes.draft_extend_graph.phases import multi_layer
+        from diag.probes.startup.auto_steps import auto_steps
         from diag.probes.startup.resolve import read_model
 
         info = backend_map(target, platform).get(name)
+        steps = config.speculative_num_steps
         try:  # the worker SGLang runs, as the report judges it (MiMoV2 with EAGLE: multi-layer)
-            multi, multi_why = multi_layer(target, config, read_model(target, config.model))
+            model = read_model(target, config.model)
+            multi, multi_why = multi_layer(target, config, model)
+            auto = auto_steps(target, config, model)
         except ValueError:
-            multi, multi_why = False, ""
-        v = verdict(gate, info, platform, config.speculative_num_steps, False,
+            multi, multi_why, auto = False, "", None
+        if auto is not None and auto.chosen is not None:  # no steps given: SGLang's own choice
+            steps = auto.chosen[0]
+        v = verdict(gate, info, platform, steps, False,
                     config.disable_cuda_graph, bool(multi), target.version)
+        if steps != config.speculative_num_steps and auto is not None:
+            v = type(v)(v.mode, f"{v.reason} [{auto.words}]", v.cause)
         if multi and v.mode == GRAPH and v.cause == "multi_layer":
             return Applicability(NOT_NEEDED, f"{name}: {multi_why}; {v.reason}: the fix adds "
                                  "nothing")

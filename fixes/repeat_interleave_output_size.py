@@ -40,6 +40,7 @@ from diag.context import Context, SpecConfig
 from diag.errors import FixError
 from diag.findings import Finding
 from diag.fixes.base import APPLICABLE, NO_SGLANG, NOT_NEEDED, REFUSED, UPSTREAM, Applicability, Fix
+from diag.fixes.start_refusal import refused_at_start
 from diag.probes.source import parse_fresh, parse_text
 from diag.target import Target
 
@@ -308,6 +309,8 @@ class RepeatInterleaveOutputSizeFix(Fix):
             return Applicability(REFUSED, NO_SGLANG)
         if platform != "hip":
             return Applicability(NOT_NEEDED, f"{CLASS} is the HIP backend; not used on {platform}")
+        if (refused := refused_at_start(target, platform, config)) is not None:
+            return refused
         name, ran = (None, "")
         if config:  # the backend SGLang runs (DeepSeek-V4: dsv4, whatever was given)
             from diag.probes.startup.default_backend import audited_backend
