@@ -223,13 +223,16 @@ def test_decide_guard_values():
     s = ("mirror:seq_lens_cpu", "is", None, "f.py:5", "x.seq_lens_cpu is None")
     # target-extend: 0.5.19+ rebuild it on a mixed chunk after merge_batch; 0.5.16 - 0.5.18
     # refuse a mixed chunk under speculative decoding (0.5.18 server_args.py:9193-9196;
-    # prepare_for_extend sets the copy at schedule_batch.py:2410); 0.5.15 hands it on through
-    # `seq_lens_cpu_cache` (forward_batch_info.py:626-667): not read
+    # prepare_for_extend sets the copy at schedule_batch.py:2410); 0.5.15 too (server_args.py:
+    # 6602-6605; schedule_batch.py:2052), `seq_lens_cpu_cache` never set (forward_batch_info.py:
+    # 662-673 then takes the batch's copy); a release not named is not read
     assert decide_guard(s, SpecConfig(), "target-extend", "0.5.21")[0] is False
     held, why = decide_guard(s, SpecConfig(), "target-extend", "0.5.18")
     assert held is False and "schedule_batch.py:2410" in why
     assert decide_guard(s, SpecConfig(), "target-extend", "0.5.16")[0] is False
-    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.15")[0] is None
+    held, why = decide_guard(s, SpecConfig(), "target-extend", "0.5.15")
+    assert held is False and "schedule_batch.py:2052" in why
+    assert decide_guard(s, SpecConfig(), "target-extend", "0.5.24")[0] is None
     assert decide_guard(m, SpecConfig(), "decode", "0.5.23")[0] is None
     from diag.probes.metadata_syncs.model_facts import Window
 
@@ -401,7 +404,8 @@ def test_flashinfer_updaters_follow_the_models_wrapper_dispatch(release, tmp_pat
     assert "WrapperDispatch.CROSS_ATTENTION" in cond[f"{FLASHINFER}:1962"]
 
 
-@pytest.mark.parametrize("version,line", [("0.5.16", 781), ("0.5.17", 794), ("0.5.18", 796)])
+@pytest.mark.parametrize("version,line", [("0.5.15", 736), ("0.5.15.post1", 746),
+                                          ("0.5.16", 781), ("0.5.17", 794), ("0.5.18", 796)])
 def test_dsa_device_max_is_off_target_extend_before_the_rebuild(release, version, line):
     """DSA's `int(forward_batch.seq_lens.max().item())` runs only in the `else` of `if
     forward_batch.seq_lens_cpu is not None:` (0.5.18 dsa_backend.py:788-796). A target-extend
@@ -409,7 +413,12 @@ def test_dsa_device_max_is_off_target_extend_before_the_rebuild(release, version
     schedule_batch.py:2410, no return before it), a mixed chunk, the one merge that could null
     it (merge_batch :3241-3242, `mix_with_running` makes MIXED :2750), is refused under
     speculative decoding (server_args.py:9193-9196), and a DLLM_EXTEND or PREBUILT batch is
-    never merged. So the site lies on the draft and decode-side paths only."""
+    never merged. So the site lies on the draft and decode-side paths only.
+    0.5.15 / 0.5.15.post1 (the read at dsa_backend.py:736 / :746, in the `else` of :728 /
+    :738): prepare_for_extend sets the copy (0.5.15 schedule_batch.py:2052, no return since
+    :2011), a mixed chunk is refused (server_args.py:6602-6605), and init_new takes
+    `batch.seq_lens_cpu` (forward_batch_info.py:673) since `seq_lens_cpu_cache` is never set
+    (declared at schedule_batch.py:1841, assigned nowhere else)."""
     from diag.probes.metadata_syncs.census.count import census
     from diag.probes.metadata_syncs.census_config import release_paths
 
@@ -418,3 +427,23 @@ def test_dsa_device_max_is_off_target_extend_before_the_rebuild(release, version
     assert "seq_lens.max()" in s.call
     assert {"target-extend", "other"} <= set(s.paths)  # the call graph's, before the facts
     assert release_paths(s, version) == ("draft-extend", "target-verify", "decode")
+
+
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1"])
+def test_fa3_local_host_copy_is_off_target_extend_in_the_older_releases(release, version):
+    """FlashAttentionBackend.init_forward_metadata copies the device lengths to the host only
+    where the batch has no host copy (`forward_batch.seq_lens_cpu if forward_batch.seq_lens_cpu
+    is not None else seqlens_in_batch.cpu()`, 0.5.15 and 0.5.15.post1
+    flashattention_backend.py:581-585). A target-extend batch has it (prepare_for_extend,
+    schedule_batch.py:2052 / :2053, handed on by init_new, forward_batch_info.py:673): the copy
+    lies on the decode-side and draft paths only."""
+    from diag.probes.metadata_syncs.census.count import census
+    from diag.probes.metadata_syncs.census_config import release_paths
+
+    t = release(version)
+    [s] = [s for s in census(t).sites if s.file.endswith("/flashattention_backend.py")
+           and s.line == 584]
+    assert s.call == "seqlens_in_batch.cpu()"
+    assert "target-extend" in s.paths  # the call graph's, before the facts
+    assert "target-extend" not in release_paths(s, version)
+    assert {"draft-extend", "target-verify", "decode"} <= set(release_paths(s, version))

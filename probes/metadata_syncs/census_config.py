@@ -61,7 +61,15 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # assert not self.enable_mixed_chunk`, 0.5.18 server_args.py:9193-9196, 0.5.17 :8751-8754,
 # 0.5.16 :7626-7629), so no merge reaches a target-extend batch there, and init_new hands the
 # copy on (`seq_lens_cpu = batch.seq_lens_cpu`, 0.5.18 forward_batch_info.py:750, 769; 0.5.16
-# :685, 704); 0.5.15 and older pass it through `seq_lens_cpu_cache` and are not named. The
+# :685, 704). 0.5.9 - 0.5.15.post1 likewise: prepare_for_extend sets it with no return before
+# (0.5.15 schedule_batch.py:2043, 2052; 0.5.9 :1484, 1499), a mixed chunk is refused under
+# speculative decoding (0.5.15 server_args.py:6602-6605, 0.5.12 :7279-7282, 0.5.9 :5171-5174;
+# before that the EAGLE handler turns it off, 0.5.9 :2390-2391), and it reaches the forward:
+# 0.5.9 - 0.5.12.post1 through the ModelWorkerBatch (`seq_lens_cpu=self.seq_lens_cpu`, 0.5.9
+# :2259; init_new `seq_lens_cpu=batch.seq_lens_cpu`, forward_batch_info.py:398), 0.5.13 -
+# 0.5.15.post1 from the batch itself, `seq_lens_cpu_cache` being declared (0.5.15
+# schedule_batch.py:1841) and never set, so init_new takes `batch.seq_lens_cpu` (0.5.15
+# forward_batch_info.py:662-673). The
 # dLLM and prebuilt modes ("other"): a DLLM_EXTEND batch is made by the same prepare_for_extend,
 # its arm `if self.is_dllm(): self.forward_mode = ForwardMode.DLLM_EXTEND` before the line that
 # sets the copy (a mixed chunk is MIXED, `mix_with_running`, 0.5.18 :2750); a PREBUILT batch
@@ -71,7 +79,12 @@ _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
 # FutureMap.resolve_seq_lens_cpu nulls it where every backend opts out of the host lengths,
 # 0.5.23 managers/overlap_utils.py:615-619). Lines per release: (prepare_for_extend's `self.
 # seq_lens_cpu = seq_lens_cpu`, its DLLM_EXTEND arm, scheduler.py's `is_prebuilt()` test).
-_SEQ_LENS_LINES = {"0.5.16": (2190, 2154, 3309), "0.5.17": (2323, 2287, 3548),
+_SEQ_LENS_LINES = {"0.5.9": (1499, 1454, 2299), "0.5.10": (1611, 1565, 2655),
+                   "0.5.10.post1": (1611, 1565, 2655), "0.5.11": (1714, 1662, 2920),
+                   "0.5.12": (1751, 1699, 3012), "0.5.12.post1": (1751, 1699, 3012),
+                   "0.5.13": (1928, 1901, 3004), "0.5.13.post1": (1928, 1901, 3004),
+                   "0.5.14": (2040, 2013, 3164), "0.5.15": (2052, 2016, 3210),
+                   "0.5.15.post1": (2053, 2017, 3219), "0.5.16": (2190, 2154, 3309), "0.5.17": (2323, 2287, 3548),
                    "0.5.18": (2410, 2374, 3648), "0.5.19": (2545, 2509, 4035),
                    "0.5.20": (2673, 2637, 4272), "0.5.21": (2769, 2733, 4369),
                    "0.5.22": (2771, 2735, 4521), "0.5.23": (2888, 2852, 4645)}
