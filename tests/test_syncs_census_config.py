@@ -447,3 +447,22 @@ def test_fa3_local_host_copy_is_off_target_extend_in_the_older_releases(release,
     assert "target-extend" in s.paths  # the call graph's, before the facts
     assert "target-extend" not in release_paths(s, version)
     assert {"draft-extend", "target-verify", "decode"} <= set(release_paths(s, version))
+
+
+@pytest.mark.parametrize("version,line", [("0.5.13", 768), ("0.5.15", 883)])
+def test_triton_device_max_is_off_target_extend_in_the_older_releases(release, version, line):
+    """TritonAttnBackend's extend metadata reads `int(forward_batch.extend_seq_lens.max())`
+    only in the `else` of `if forward_batch.extend_seq_lens_cpu is not None:` (0.5.13
+    triton_backend.py:765-768, 0.5.15 :880-883). A target-extend batch has the host copy:
+    init_new sets it from the batch's list (0.5.13 forward_batch_info.py:769, 0.5.15 :825,
+    under `isinstance(extend_seq_lens, list)`; `batch.extend_lens`, :592 / :647, is the list
+    prepare_for_extend builds, schedule_batch.py:1910 / :2025). The other modes keep it."""
+    from diag.probes.metadata_syncs.census.count import census
+    from diag.probes.metadata_syncs.census_config import release_paths
+
+    [s] = [s for s in census(release(version)).sites
+           if s.file.endswith("/triton_backend.py") and s.line == line]
+    assert s.call == "int(forward_batch.extend_seq_lens.max())"
+    assert "target-extend" in s.paths
+    assert "target-extend" not in release_paths(s, version)
+    assert "other" in release_paths(s, version)

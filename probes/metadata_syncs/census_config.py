@@ -44,6 +44,18 @@ _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.g
 # release: (init_new's `ret.extend_prefix_lens_cpu =`, its `ret.extend_seq_lens_cpu =`,
 # eagle_worker_common's gpu-only `forward_batch.extend_seq_lens_cpu =`), each read in that
 # release; 0.5.15 and older build the draft extend elsewhere and are not named.
+# 0.5.9 - 0.5.15.post1, target-extend only (their draft extend is built elsewhere): init_new
+# sets both copies in the `else` of `is_decode() or is_target_verify()` from the batch's lists
+# (0.5.9 - 0.5.12.post1 assert them lists, 0.5.12 forward_batch_info.py:557-562, 578-579; 0.5.13
+# - 0.5.15.post1 under `isinstance(extend_seq_lens, list)`, 0.5.15 :805-825, the lists
+# `batch.extend_lens` / `batch.prefix_lens`, :647-648, that prepare_for_extend builds from the
+# requests, schedule_batch.py:2024-2025, 2049-2050). Lines: (prefix copy, lengths copy).
+_INIT_NEW_TARGET_LINES = {"0.5.9": (504, 505), "0.5.10": (566, 567),
+                          "0.5.10.post1": (566, 567), "0.5.11": (578, 579),
+                          "0.5.12": (578, 579), "0.5.12.post1": (578, 579),
+                          "0.5.13": (768, 769), "0.5.13.post1": (768, 769),
+                          "0.5.14": (814, 815), "0.5.15": (824, 825),
+                          "0.5.15.post1": (824, 825)}
 _INIT_NEW_LINES = {"0.5.16": (846, 847, 192), "0.5.17": (915, 916, 193),
                    "0.5.18": (883, 884, 193), "0.5.19": (907, 908, 193),
                    "0.5.20": (944, 945, 193), "0.5.21": (1117, 1118, 194),
@@ -98,6 +110,9 @@ def _mirrors_set() -> dict[tuple[str, str], dict[str, str]]:
         out[(v, "extend_seq_lens_cpu")] = {
             "target-extend": f"{fbi}:{lens}", "other": f"{fbi}:{lens}",
             "draft-extend": f"{fbi}:{lens}, sglang/srt/speculative/eagle_worker_common.py:{draft}"}
+    for v, (prefix, lens) in _INIT_NEW_TARGET_LINES.items():
+        out[(v, "extend_prefix_lens_cpu")] = {"target-extend": f"{fbi}:{prefix}"}
+        out[(v, "extend_seq_lens_cpu")] = {"target-extend": f"{fbi}:{lens}"}
     for v, (at, dllm, prebuilt) in _SEQ_LENS_LINES.items():
         where = f"sglang/srt/managers/schedule_batch.py:{at}"
         out[(v, "seq_lens_cpu")] = {
