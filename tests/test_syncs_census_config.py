@@ -216,9 +216,12 @@ def test_decide_guard_values():
     m = ("mirror:extend_seq_lens_cpu", "is", None, "f.py:2", "x.extend_seq_lens_cpu is None")
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.23")[0] is False
     # read in 0.5.17 too (eagle_worker_common.py:193 sets it on the gpu-only draft extend),
-    # not in 0.5.15 (its draft extend is built elsewhere) nor in a release not named
+    # and 0.5.15 (base_spec_worker.py:158), not in 0.5.12 (a v1 worker builds it too) nor in a
+    # release not named
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.17")[0] is False
-    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.15")[0] is None  # not read
+    held, why = decide_guard(m, SpecConfig(), "draft-extend", "0.5.15")
+    assert held is False and "base_spec_worker.py:158" in why
+    assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.12")[0] is None  # not read
     assert decide_guard(m, SpecConfig(), "draft-extend", "0.5.24")[0] is None
     s = ("mirror:seq_lens_cpu", "is", None, "f.py:5", "x.seq_lens_cpu is None")
     # target-extend: 0.5.19+ rebuild it on a mixed chunk after merge_batch; 0.5.16 - 0.5.18
@@ -449,14 +452,18 @@ def test_fa3_local_host_copy_is_off_target_extend_in_the_older_releases(release,
     assert {"draft-extend", "target-verify", "decode"} <= set(release_paths(s, version))
 
 
-@pytest.mark.parametrize("version,line", [("0.5.13", 768), ("0.5.15", 883)])
+@pytest.mark.parametrize("version,line", [("0.5.13", 768), ("0.5.14", 761), ("0.5.15", 883)])
 def test_triton_device_max_is_off_target_extend_in_the_older_releases(release, version, line):
     """TritonAttnBackend's extend metadata reads `int(forward_batch.extend_seq_lens.max())`
     only in the `else` of `if forward_batch.extend_seq_lens_cpu is not None:` (0.5.13
     triton_backend.py:765-768, 0.5.15 :880-883). A target-extend batch has the host copy:
     init_new sets it from the batch's list (0.5.13 forward_batch_info.py:769, 0.5.15 :825,
     under `isinstance(extend_seq_lens, list)`; `batch.extend_lens`, :592 / :647, is the list
-    prepare_for_extend builds, schedule_batch.py:1910 / :2025). The other modes keep it."""
+    prepare_for_extend builds, schedule_batch.py:1910 / :2025). A draft-extend batch has it
+    too: its one maker, `prepare_for_draft_extend` (0.5.15 speculative/base_spec_worker.py:
+    92-158, 0.5.14 the same lines, 0.5.13 eagle_info_v2.py:330-362), hands init_new lists
+    (:133-134) or, gpu-only, sets `forward_batch.extend_seq_lens_cpu = [num_draft_tokens] * bs`
+    (:158; 0.5.13 :362). The other modes (a DLLM extend, a mixed batch) keep the read."""
     from diag.probes.metadata_syncs.census.count import census
     from diag.probes.metadata_syncs.census_config import release_paths
 
@@ -464,5 +471,4 @@ def test_triton_device_max_is_off_target_extend_in_the_older_releases(release, v
            if s.file.endswith("/triton_backend.py") and s.line == line]
     assert s.call == "int(forward_batch.extend_seq_lens.max())"
     assert "target-extend" in s.paths
-    assert "target-extend" not in release_paths(s, version)
-    assert "other" in release_paths(s, version)
+    assert release_paths(s, version) == ("other",)

@@ -50,6 +50,14 @@ _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.g
 # - 0.5.15.post1 under `isinstance(extend_seq_lens, list)`, 0.5.15 :805-825, the lists
 # `batch.extend_lens` / `batch.prefix_lens`, :647-648, that prepare_for_extend builds from the
 # requests, schedule_batch.py:2024-2025, 2049-2050). Lines: (prefix copy, lengths copy).
+# 0.5.13 - 0.5.15.post1 draft extend: the one maker of a DRAFT_EXTEND_V2 batch
+# (`prepare_for_draft_extend`, 0.5.15 speculative/base_spec_worker.py:92-158, 0.5.13
+# eagle_info_v2.py:330-362) hands init_new lists (:133-134, which set the copy) or, gpu-only,
+# sets `forward_batch.extend_seq_lens_cpu = [num_draft_tokens] * bs` itself (:158; 0.5.13
+# :362): the lengths copy is set on every draft-extend batch, the prefix copy only off gpu-only.
+_DRAFT_EXTEND_SET = {"0.5.13": "eagle_info_v2.py:362", "0.5.13.post1": "eagle_info_v2.py:362",
+                     "0.5.14": "base_spec_worker.py:158", "0.5.15": "base_spec_worker.py:158",
+                     "0.5.15.post1": "base_spec_worker.py:158"}
 _INIT_NEW_TARGET_LINES = {"0.5.9": (504, 505), "0.5.10": (566, 567),
                           "0.5.10.post1": (566, 567), "0.5.11": (578, 579),
                           "0.5.12": (578, 579), "0.5.12.post1": (578, 579),
@@ -113,6 +121,9 @@ def _mirrors_set() -> dict[tuple[str, str], dict[str, str]]:
     for v, (prefix, lens) in _INIT_NEW_TARGET_LINES.items():
         out[(v, "extend_prefix_lens_cpu")] = {"target-extend": f"{fbi}:{prefix}"}
         out[(v, "extend_seq_lens_cpu")] = {"target-extend": f"{fbi}:{lens}"}
+        if v in _DRAFT_EXTEND_SET:
+            out[(v, "extend_seq_lens_cpu")]["draft-extend"] = \
+                f"{fbi}:{lens}, sglang/srt/speculative/{_DRAFT_EXTEND_SET[v]}"
     for v, (at, dllm, prebuilt) in _SEQ_LENS_LINES.items():
         where = f"sglang/srt/managers/schedule_batch.py:{at}"
         out[(v, "seq_lens_cpu")] = {
