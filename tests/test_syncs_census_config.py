@@ -463,7 +463,9 @@ def test_triton_device_max_is_off_target_extend_in_the_older_releases(release, v
     too: its one maker, `prepare_for_draft_extend` (0.5.15 speculative/base_spec_worker.py:
     92-158, 0.5.14 the same lines, 0.5.13 eagle_info_v2.py:330-362), hands init_new lists
     (:133-134) or, gpu-only, sets `forward_batch.extend_seq_lens_cpu = [num_draft_tokens] * bs`
-    (:158; 0.5.13 :362). The other modes (a DLLM extend, a mixed batch) keep the read."""
+    (:158; 0.5.13 :362). A DLLM extend is prepare_for_extend's batch too (its arm before the
+    lists, 0.5.15 schedule_batch.py:2016) and a PREBUILT one runs no forward (scheduler.py:
+    3210): no mode of the release reaches the read."""
     from diag.probes.metadata_syncs.census.count import census
     from diag.probes.metadata_syncs.census_config import release_paths
 
@@ -471,4 +473,4 @@ def test_triton_device_max_is_off_target_extend_in_the_older_releases(release, v
            if s.file.endswith("/triton_backend.py") and s.line == line]
     assert s.call == "int(forward_batch.extend_seq_lens.max())"
     assert "target-extend" in s.paths
-    assert release_paths(s, version) == ("other",)
+    assert release_paths(s, version) == ()

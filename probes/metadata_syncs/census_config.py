@@ -120,7 +120,10 @@ def _mirrors_set() -> dict[tuple[str, str], dict[str, str]]:
             "draft-extend": f"{fbi}:{lens}, sglang/srt/speculative/eagle_worker_common.py:{draft}"}
     for v, (prefix, lens) in _INIT_NEW_TARGET_LINES.items():
         out[(v, "extend_prefix_lens_cpu")] = {"target-extend": f"{fbi}:{prefix}"}
-        out[(v, "extend_seq_lens_cpu")] = {"target-extend": f"{fbi}:{lens}"}
+        # "other" as for 0.5.16+: a DLLM_EXTEND batch is prepare_for_extend's too (its arm,
+        # _SEQ_LENS_LINES), a PREBUILT one runs no forward
+        out[(v, "extend_seq_lens_cpu")] = {"target-extend": f"{fbi}:{lens}",
+                                           "other": f"{fbi}:{lens}"}
         if v in _DRAFT_EXTEND_SET:
             out[(v, "extend_seq_lens_cpu")]["draft-extend"] = \
                 f"{fbi}:{lens}, sglang/srt/speculative/{_DRAFT_EXTEND_SET[v]}"
