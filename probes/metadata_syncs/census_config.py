@@ -43,18 +43,19 @@ _CMP = {"==": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.g
 # stays None there, so draft-extend is not listed for `extend_prefix_lens_cpu`. Lines per
 # release: (init_new's `ret.extend_prefix_lens_cpu =`, its `ret.extend_seq_lens_cpu =`,
 # eagle_worker_common's gpu-only `forward_batch.extend_seq_lens_cpu =`), each read in that
-# release; 0.5.15 and older build the draft extend elsewhere and are not named.
-# 0.5.9 - 0.5.15.post1, target-extend only (their draft extend is built elsewhere): init_new
+# release. 0.5.9 - 0.5.15.post1 (`_INIT_NEW_TARGET_LINES`): init_new
 # sets both copies in the `else` of `is_decode() or is_target_verify()` from the batch's lists
 # (0.5.9 - 0.5.12.post1 assert them lists, 0.5.12 forward_batch_info.py:557-562, 578-579; 0.5.13
-# - 0.5.15.post1 under `isinstance(extend_seq_lens, list)`, 0.5.15 :805-825, the lists
+# - 0.5.15.post1 under `isinstance(extend_seq_lens, list)`, 0.5.15 :811-825, the lists
 # `batch.extend_lens` / `batch.prefix_lens`, :647-648, that prepare_for_extend builds from the
-# requests, schedule_batch.py:2024-2025, 2049-2050). Lines: (prefix copy, lengths copy).
-# 0.5.13 - 0.5.15.post1 draft extend: the one maker of a DRAFT_EXTEND_V2 batch
-# (`prepare_for_draft_extend`, 0.5.15 speculative/base_spec_worker.py:92-158, 0.5.13
-# eagle_info_v2.py:330-362) hands init_new lists (:133-134, which set the copy) or, gpu-only,
-# sets `forward_batch.extend_seq_lens_cpu = [num_draft_tokens] * bs` itself (:158; 0.5.13
-# :362): the lengths copy is set on every draft-extend batch, the prefix copy only off gpu-only.
+# requests, schedule_batch.py:2024-2025, 2049-2050), on target-extend and (the lengths) on the
+# dLLM mode. Lines: (prefix copy, lengths copy). The draft extend (`_DRAFT_EXTEND_SET`), 0.5.13
+# - 0.5.15.post1 only: the one maker of a DRAFT_EXTEND_V2 batch (`prepare_for_draft_extend`,
+# 0.5.15 speculative/base_spec_worker.py:92-158; 0.5.13 `prepare_for_extend_to_fill_draft_
+# kvcache`, eagle_info_v2.py:309-362) hands init_new lists (0.5.15 :134-135, 0.5.13 :338-339)
+# or, gpu-only, sets `forward_batch.extend_seq_lens_cpu = [num_draft_tokens] * bs` itself
+# (:158; 0.5.13 :362): the lengths copy is set on every draft-extend batch, the prefix copy only
+# off gpu-only. 0.5.9 - 0.5.12.post1 also run the v1 worker's draft extend: not named.
 _DRAFT_EXTEND_SET = {"0.5.13": "eagle_info_v2.py:362", "0.5.13.post1": "eagle_info_v2.py:362",
                      "0.5.14": "base_spec_worker.py:158", "0.5.15": "base_spec_worker.py:158",
                      "0.5.15.post1": "base_spec_worker.py:158"}
@@ -104,8 +105,8 @@ _SEQ_LENS_LINES = {"0.5.9": (1499, 1454, 2299), "0.5.10": (1611, 1565, 2655),
                    "0.5.12": (1751, 1699, 3012), "0.5.12.post1": (1751, 1699, 3012),
                    "0.5.13": (1928, 1901, 3004), "0.5.13.post1": (1928, 1901, 3004),
                    "0.5.14": (2040, 2013, 3164), "0.5.15": (2052, 2016, 3210),
-                   "0.5.15.post1": (2053, 2017, 3219), "0.5.16": (2190, 2154, 3309), "0.5.17": (2323, 2287, 3548),
-                   "0.5.18": (2410, 2374, 3648), "0.5.19": (2545, 2509, 4035),
+                   "0.5.15.post1": (2053, 2017, 3219), "0.5.16": (2190, 2154, 3309),
+                   "0.5.17": (2323, 2287, 3548), "0.5.18": (2410, 2374, 3648), "0.5.19": (2545, 2509, 4035),
                    "0.5.20": (2673, 2637, 4272), "0.5.21": (2769, 2733, 4369),
                    "0.5.22": (2771, 2735, 4521), "0.5.23": (2888, 2852, 4645)}
 
