@@ -314,6 +314,8 @@ class DraftExtendAllowlistFix(Fix):
             from diag.probes.draft_extend_graph.phases import gate_for
 
             default = gate_for(target, config)
+            if (refused := refused_at_start(target, platform, config, default)) is not None:
+                return refused
         else:
             default = read_gate(target)
         if default.worker == "v1" and (default.hip_policy if platform == "hip"
@@ -335,8 +337,6 @@ class DraftExtendAllowlistFix(Fix):
         admitted = {c.cls for c in checks if c.attr == EXTEND_ATTR}
         allow = self.allowlist(platform)
         present = class_locations(target, allow)
-        if (refused := refused_at_start(target, platform, config)) is not None:
-            return refused
         name = None
         if config:  # the backend SGLang runs (DeepSeek-V4: dsv4, whatever was given)
             from diag.probes.startup.default_backend import audited_backend

@@ -7,6 +7,9 @@ the allow-list fix's reason. Expected lines are read from the release sources by
   adaptive off), `assert (cfg.speculative_eagle_topk is None and
   cfg.speculative_num_draft_tokens is None)`: topk alone does not start;
 - 0.5.23 the same assert at :1159-1163;
+- 0.5.9 (the v1 worker by default, whose gate captures every class) server_args.py:2422-2426,
+  `if self.speculative_num_steps is None: assert (self.speculative_eagle_topk is None and
+  ...)`;
 - 0.5.23 `_auto_choose_speculative_params` :1439-1440: `LlamaForCausalLM` -> (5, 4, 8);
   eagle_worker_v2.py:561 admits AiterMultiStepDraftBackend on HIP, with steps > 1.
 """
@@ -28,7 +31,8 @@ from diag.fixes.repeat_interleave_output_size import RepeatInterleaveOutputSizeF
 
 pytestmark = pytest.mark.release
 
-ASSERT_LINE = {"0.5.19": "speculative_hook.py:725", "0.5.23": "speculative_hook.py:1162"}
+ASSERT_LINE = {"0.5.9": "server_args.py:2425", "0.5.19": "speculative_hook.py:725",
+               "0.5.23": "speculative_hook.py:1162"}
 
 
 @pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
@@ -90,3 +94,16 @@ def test_sglangs_own_steps_reach_the_allowlist_reason(release):
     assert "needs --speculative-num-steps" not in a.reason, a.reason
     assert "steps 5, topk 4, 8 draft tokens" in a.reason
     assert "speculative_hook.py:1440" in a.reason
+
+
+def test_a_refused_start_comes_before_the_v1_workers_any_class_gate(release):
+    """0.5.9 runs the v1 worker, whose gate captures draft-extend for every class (the fix is
+    otherwise `not-needed` there): a configuration that does not start is refused first."""
+    t = release("0.5.9")
+    a = DraftExtendAllowlistFix().applies_to(
+        t, "hip", SpecConfig(attention_backend="fa3", speculative_eagle_topk=1))
+    assert a.status == REFUSED and ASSERT_LINE["0.5.9"] in a.reason, a.reason
+    ok = DraftExtendAllowlistFix().applies_to(
+        t, "hip", SpecConfig(attention_backend="fa3", speculative_eagle_topk=1,
+                             speculative_num_steps=3))
+    assert ok.status != REFUSED and "v1 EAGLE worker" in ok.reason, ok.reason

@@ -15,6 +15,7 @@ objects of a GPU build). What no input decides is `depends`, with the condition 
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 
 from diag.context import SpecConfig
@@ -114,6 +115,11 @@ class PhaseVerdict:
 # --------------------------------------------------------------------------- runtime fallbacks
 
 
+# set by `start_refused_verdict`: the modes alone are asked for, so no runtime fallback is read (they
+# are most of a verdict's cost, and a refusal comes before any of them)
+_MODES_ONLY: ContextVar[bool] = ContextVar("modes_only", default=False)
+
+
 def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None,
               worker: tuple[str, str, bool] | None = None, frozen: bool = False,
               params: dict | None = None) -> list[Fallback]:
@@ -121,6 +127,8 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
     data-parallel vote only with DP attention (`require_mlp_sync()` is false without it); then,
     for `worker` (phase, "v1"|"v2", multi-layer), the worker's own (`dispatch`; `params`, the
     model's config parameters, drop an override a switch of the model's config rules out)."""
+    if _MODES_ONLY.get():
+        return []
     out = runner_fallbacks(target, rel, Facts(cfg.speculative_algorithm, arch))
     if cfg.enable_dp_attention is False:
         out = [f for f in out if not f.condition.startswith(DP_VOTE)]
@@ -482,6 +490,22 @@ def audited_verdicts(target: Target, platform: str, cfg: SpecConfig,
                                     "backend SGLang picks: " + "; ".join(
                                         f"{b} ({modes[b]}) when {when(b)}" for b in cands)))
     return Audit(label, next(iter(cands)), choice.how, choice.why, out)
+
+
+def start_refused_verdict(target: Target, platform: str, cfg: SpecConfig,
+                          gate: gate_mod.GateInfo | None = None) -> PhaseVerdict | None:
+    """The verdict of a configuration SGLang refuses at start (every phase `refused`), else
+    None: `audited_verdicts`' modes (`gate`: `gate_for(target, cfg)`, where the caller has it),
+    read without the runtime fallbacks, which no refusal reaches. The fixes read it
+    (fixes.start_refusal)."""
+    token = _MODES_ONLY.set(True)
+    try:
+        audit = audited_verdicts(target, platform, cfg, gate)
+    finally:
+        _MODES_ONLY.reset(token)
+    if audit is None or not audit.verdicts or any(pv.mode != REFUSED for pv in audit.verdicts):
+        return None
+    return audit.verdicts[-1]
 
 
 def default_hint(target: Target, platform: str) -> str:
