@@ -107,3 +107,28 @@ def test_a_refused_start_comes_before_the_v1_workers_any_class_gate(release):
         t, "hip", SpecConfig(attention_backend="fa3", speculative_eagle_topk=1,
                              speculative_num_steps=3))
     assert ok.status != REFUSED and "v1 EAGLE worker" in ok.reason, ok.reason
+
+
+@pytest.mark.parametrize("version", ["0.5.19", "0.5.23"])
+def test_the_sync_census_does_not_fail_a_configuration_that_does_not_start(release, version):
+    """dsv4 on HIP with topk 1: with the steps the census finds syncs on the audited path no
+    configuration fact rules out (FAIL); without them SGLang refuses to start (the assert,
+    ASSERT_LINE), so no server syncs: the finding says so, with SGLang's line, and warns."""
+    from diag.findings import Status
+    from diag.probes import get as get_probe
+    from diag.probes.base import run_probe
+
+    def finding(**kw):
+        ctx = Context(target=release(version), platform="hip", execute=False,
+                      config=SpecConfig(attention_backend="dsv4", speculative_eagle_topk=1, **kw))
+        [f] = run_probe(get_probe("metadata-syncs"), ctx)
+        return f
+
+    given = finding(speculative_num_steps=3)
+    assert given.status == Status.FAIL
+    assert not any("no server starts" in (e.detail or "") for e in given.evidence)
+    refused = finding()
+    assert refused.status == Status.WARN
+    [n] = [e for e in refused.evidence if "no server starts" in (e.detail or "")]
+    assert ASSERT_LINE[version] in n.detail
+    assert "refuses this configuration at start" in refused.summary

@@ -308,6 +308,7 @@ class MetadataSyncsProbe(Probe):
         conf = early[1] if early and early[0] == (str(target.root), ctx.platform, cfg) \
             else configured(target, ctx.platform, cfg)
         name, ran, draft_name, relay = conf.name, conf.ran, conf.draft_name, conf.relay
+        refused = _refused_steps(target, cfg, name) if name else None
         if name:  # what the server starts with for the facts the configuration leaves out
             cfg = start_values(target, ctx.platform, cfg, name)
         roles, paths = conf.roles, conf.paths
@@ -450,7 +451,10 @@ class MetadataSyncsProbe(Probe):
         proven = [s for s in hot if not s.guards or any(
             d.status == "live" or (d.status == "depends" and not d.on_config)
             for d in decisions(s).values())]
-        if proven and name:
+        if refused is not None:  # no server runs it: the counts are a server's given the steps
+            ev.append(note(f"{refused}: no server starts with this configuration; the counts "
+                           "are those of a server given --speculative-num-steps"))
+        if proven and name and refused is None:
             status = Status.FAIL
         elif hot or unsure_path or cold or disagreements:
             status = Status.WARN
@@ -474,6 +478,8 @@ class MetadataSyncsProbe(Probe):
             f", {len(unsure_path)} on a path it cannot tell" if unsure_path else "")
         if named:
             summary += ": " + ", ".join(named[:6]) + (" ..." if len(named) > 6 else "")
+        if refused is not None:
+            summary += " (SGLang refuses this configuration at start: see the notes)"
         hint = None
         if syncing:
             hint = ("run `diag fix list` for `repeat-interleave-output-size`; other sites need "
@@ -595,3 +601,17 @@ def _measured_data(ctx: Context, m: Any, static: list) -> dict[str, Any]:
             "source": "gpu-sync-debug" if m.mode == "gpu" else "cpu-counter",
             "release": ctx.target.version}
 
+
+def _refused_steps(target, cfg, backend: str) -> str | None:
+    """SGLang's words where it refuses the configuration at start for its steps (topk or the
+    draft tokens given without `--speculative-num-steps`: the assert before its own choice,
+    probes.startup.auto_steps); None otherwise, or for a live server's (it started). Why: a FAIL
+    for syncs of a server that never starts would send users after the wrong problem (the
+    draft-extend-graph finding names the refusal; the fixes are refused for it)."""
+    if cfg.source == "server":
+        return None
+    from diag.probes.startup.auto_steps import auto_steps
+    from diag.probes.startup.resolve import IMPLIED_MODEL, read_model
+
+    auto = auto_steps(target, cfg, read_model(target, cfg.model or IMPLIED_MODEL.get(backend)))
+    return auto.words if auto is not None and auto.refused is not None else None
