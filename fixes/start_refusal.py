@@ -4,8 +4,8 @@ Why: the per-phase verdicts say `refused`, with `file:line`, where SGLang's argu
 its draft worker's construction refuses a configuration (an unknown backend, topk given without
 the steps, a backend's topk guard, ...). A fix that only looked at the gate or the builder would
 call itself applicable to a server that never starts, in `fix list`, the findings' hints, the
-TUI's Fixes tab and `fix check` alike. The verdicts are the probes' (phases.start_refused_verdict, their
-modes without the runtime fallbacks), read here rather than judged again.
+TUI's Fixes tab and `fix check` alike. The verdicts are the probes' (phases.
+start_refused_verdict: their modes, without the runtime fallbacks), read here, not judged again.
 """
 
 from __future__ import annotations

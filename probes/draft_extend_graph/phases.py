@@ -115,8 +115,8 @@ class PhaseVerdict:
 # --------------------------------------------------------------------------- runtime fallbacks
 
 
-# set by `start_refused_verdict`: the modes alone are asked for, so no runtime fallback is read (they
-# are most of a verdict's cost, and a refusal comes before any of them)
+# set by `start_refused_verdict`: the modes alone are asked for, so no runtime fallback is read
+# (they are most of a verdict's cost, and a refusal comes before any of them)
 _MODES_ONLY: ContextVar[bool] = ContextVar("modes_only", default=False)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from diag.context import Context
+from diag.context import Context, SpecConfig
 from diag.findings import Finding, Status, location, metric, note, row
 from diag.probes.base import Counter, Probe
+from diag.target import Target
 
 TIMEOUT_S = 20.0
 
@@ -602,7 +603,7 @@ def _measured_data(ctx: Context, m: Any, static: list) -> dict[str, Any]:
             "release": ctx.target.version}
 
 
-def _refused_steps(target, cfg, backend: str) -> str | None:
+def _refused_steps(target: Target, cfg: SpecConfig, backend: str) -> str | None:
     """SGLang's words where it refuses the configuration at start for its steps (topk or the
     draft tokens given without `--speculative-num-steps`: the assert before its own choice,
     probes.startup.auto_steps); None otherwise, or for a live server's (it started). Why: a FAIL
