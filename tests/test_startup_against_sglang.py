@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 
 from diag.context import SpecConfig
-from diag.probes.draft_extend_graph.model_rules import DEPENDS, REFUSED
 from diag.probes.draft_extend_graph.phases import audited_verdicts
 from diag.probes.startup.default_backend import resolve_backend
+from diag.probes.startup.model_rules import DEPENDS, REFUSED
 from diag.probes.startup.resolve import auto_params, read_model, resolve_page_size
 
 REPO = Path(__file__).resolve().parents[1]

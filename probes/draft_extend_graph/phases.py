@@ -28,7 +28,11 @@ from diag.probes.draft_extend_graph.fallbacks import (  # noqa: F401  (re-export
     Fallback,
     runner_fallbacks,
 )
-from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exported)
+from diag.probes.startup import default_backend
+from diag.probes.startup.auto_steps import auto_steps, missing_topk
+from diag.probes.startup.draft_tokens import missing_draft_tokens
+from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
+from diag.probes.startup.refusals import (  # noqa: F401  (re-exported)
     BACKEND_TOPK_GUARD,
     DEPENDS,
     EAGER,
@@ -40,10 +44,7 @@ from diag.probes.draft_extend_graph.refusals import (  # noqa: F401  (re-exporte
     only_starting_topk,
     refusal,
 )
-from diag.probes.startup import default_backend
-from diag.probes.startup.auto_steps import auto_steps, missing_topk
-from diag.probes.startup.draft_tokens import missing_draft_tokens
-from diag.probes.startup.frozen_kv_mtp import V1_WORKER, frozen_kv_mtp, v1_seed, worker_facts
+from diag.probes.startup.refused_start import at_start, gate_for  # noqa: F401  (re-exported)
 from diag.probes.startup.resolve import (  # noqa: F401  (re-exported)
     BACKEND_PAGE,
     DSA_UTILS,
@@ -155,21 +156,6 @@ def fallbacks(target: Target, rel: str, cfg: SpecConfig, arch: str | None = None
 # --------------------------------------------------------------------------- the verdicts
 
 
-# where `--attention-backend` is declared with `choices=ATTENTION_BACKEND_CHOICES`, newest first
-CHOICES_FILES = ("srt/arg_groups/fields/exec_.py", "srt/server_args.py")
-# where SGLang's argument handling lives: a refusal there comes before any worker is built
-ARGUMENT_FILES = ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
-
-
-def gate_for(target: Target, cfg: SpecConfig, server_args: dict | None = None
-             ) -> gate_mod.GateInfo:
-    """The gate of the worker this configuration runs: the switch in its environment, its topk
-    and overlap setting as the release weighs them (`gate.select_worker`), or the server's."""
-    return gate_mod.read_gate(target, environ=env_of(cfg), server_args=server_args,
-                              topk=cfg.speculative_eagle_topk,
-                              overlap_off=cfg.disable_overlap_schedule)
-
-
 def phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str,
                    gate: gate_mod.GateInfo | None = None,
                    config_label: str = UNDER_AUDIT,
@@ -231,36 +217,16 @@ def _phase_verdicts(target: Target, platform: str, cfg: SpecConfig, backend: str
     page = resolve_page_size(target, platform, cfg, model, env, backend,
                              env_given=cfg.environ is not None)
     gate = gate or gate_for(target, cfg)
-    bm = backends.backend_map(target, platform, mla=model.mla)
-    info = bm.get(backend)
+    info = backends.backend_map(target, platform, mla=model.mla).get(backend)
 
     def out(phase: str, mode: str, reason: str, where: Where | None = None,
             fallbacks: list[Fallback] | None = None) -> PhaseVerdict:
         return PhaseVerdict(phase, backend, mode, reason, where, config_label,
                             fallbacks or [])
 
-    if gate.start_refused is not None:
-        why, line = gate.start_refused
-        w = Where(target.relpath(target.file(gate_mod.SERVER_ARGS_FILE)), line)
-        return [out(p, REFUSED, why + implied, w) for p in PHASES]
-    if info is None:  # not a name the release knows: its argument parser refuses it
-        w = next((hit for rel in CHOICES_FILES if (hit := find_line(
-            target, rel, r"choices=ATTENTION_BACKEND_CHOICES")) is not None), None)
-        why = (f"sglang {target.version} does not know --attention-backend {backend}: its "
-               f"argument parser refuses it ({w or 'ATTENTION_BACKEND_CHOICES'})")
-        return [out(p, REFUSED, why, w) for p in PHASES]
-    ref = refusal(target, backend, cfg, model, page, info, notes)
-    if not info.has_draft_factory_entry:
-        # the draft worker's factory raises while the worker is built: after the argument
-        # handling (server_args.py, arg_groups/), before any capture
-        if ref is not None and ref[0] == REFUSED and ref[2] is not None \
-                and ref[2].file.startswith(ARGUMENT_FILES):
-            return [out(p, REFUSED, ref[1] + implied, ref[2]) for p in PHASES]
-        w = (find_line(target, gate_mod.DRAFT_UTILS_FILE, r"raise ValueError\(error_template")
-             or find_line(target, gate_mod.DRAFT_UTILS_FILE, r"def create_decode_backend"))
-        why = (f"sglang {target.version} has no draft backend for {backend!r}: EAGLE refuses it "
-               f"at start ({w or gate_mod.DRAFT_UTILS_FILE})")
-        return [out(p, REFUSED, why, w) for p in PHASES]
+    # what the start does before any phase runs (probes.startup.refused_start, which the sync
+    # census reads too)
+    ref = at_start(target, platform, cfg, backend, model, page, gate, notes)
     if ref is not None:
         return [out(p, ref[0], ref[1] + implied, ref[2]) for p in PHASES]
     frozen, frozen_why = frozen_kv_mtp(target, cfg)

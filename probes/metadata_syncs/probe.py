@@ -309,7 +309,7 @@ class MetadataSyncsProbe(Probe):
         conf = early[1] if early and early[0] == (str(target.root), ctx.platform, cfg) \
             else configured(target, ctx.platform, cfg)
         name, ran, draft_name, relay = conf.name, conf.ran, conf.draft_name, conf.relay
-        refused = _refused_steps(target, cfg, name) if name else None
+        refused = _refused_start(target, ctx.platform, cfg, name) if name else None
         if name:  # what the server starts with for the facts the configuration leaves out
             cfg = start_values(target, ctx.platform, cfg, name)
         roles, paths = conf.roles, conf.paths
@@ -452,9 +452,9 @@ class MetadataSyncsProbe(Probe):
         proven = [s for s in hot if not s.guards or any(
             d.status == "live" or (d.status == "depends" and not d.on_config)
             for d in decisions(s).values())]
-        if refused is not None:  # no server runs it: the counts are a server's given the steps
+        if refused is not None:  # no server runs it: what its classes would do, had it started
             ev.append(note(f"{refused}: no server starts with this configuration; the counts "
-                           "are those of a server given --speculative-num-steps"))
+                           f"are what the {name} classes would do had it started"))
         if proven and name and refused is None:
             status = Status.FAIL
         elif hot or unsure_path or cold or disagreements:
@@ -603,16 +603,16 @@ def _measured_data(ctx: Context, m: Any, static: list) -> dict[str, Any]:
             "release": ctx.target.version}
 
 
-def _refused_steps(target: Target, cfg: SpecConfig, backend: str) -> str | None:
-    """SGLang's words where it refuses the configuration at start for its steps (topk or the
-    draft tokens given without `--speculative-num-steps`: the assert before its own choice,
-    probes.startup.auto_steps); None otherwise, or for a live server's (it started). Why: a FAIL
-    for syncs of a server that never starts would send users after the wrong problem (the
-    draft-extend-graph finding names the refusal; the fixes are refused for it)."""
-    if cfg.source == "server":
-        return None
-    from diag.probes.startup.auto_steps import auto_steps
-    from diag.probes.startup.resolve import IMPLIED_MODEL, read_model
+def _refused_start(target: Target, platform: str, cfg: SpecConfig, backend: str) -> str | None:
+    """SGLang's words and line where no server starts with the configuration under audit
+    (probes.startup.refused_start, the reading the per-phase verdicts make); None where one
+    starts, or for a live server's (it started). Why: a FAIL for syncs of a server that never
+    starts would send users after the wrong problem (the draft-extend-graph finding names the
+    refusal; the fixes are refused for it)."""
+    from diag.probes.startup.refused_start import refused_start
 
-    auto = auto_steps(target, cfg, read_model(target, cfg.model or IMPLIED_MODEL.get(backend)))
-    return auto.words if auto is not None and auto.refused is not None else None
+    found = refused_start(target, platform, cfg, backend)
+    if found is None:
+        return None
+    why, where = found
+    return why if where is None or str(where) in why else f"{why} ({where})"

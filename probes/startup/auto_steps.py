@@ -7,7 +7,7 @@ asserting that topk and the draft-token count were not given either (0.5.23 :116
 server given topk without the steps does not start, whatever the steps left out (`refused`),
 and one given none of them runs steps 3 or 5, never 1 (where that choice itself is refused,
 trtllm_mha's topk 4 for Llama, a server that runs was given them: the topk rules say
-`depends`, probes.draft_extend_graph.refusals). Reading that as `depends` ("pass
+`depends`, probes.startup.refusals). Reading that as `depends` ("pass
 --speculative-num-steps") left draft decode and draft extend undecided for a command line
 SGLang decides. An IQuest Q1 target takes its steps from its MTP draft checkpoint first
 (0.5.21+ `_handle_iquest_q1_mtp_draft`, 0.5.23 :1014-1059), so where the model is unknown on

@@ -7,7 +7,7 @@ Gemma4 assistant architecture, SGLang promotes the algorithm to FROZEN_KV_MTP
 has no draft-extend forward (seed-select only)", 0.5.15 speculative/frozen_kv_mtp_worker_v2.py:162,
 0.5.23 :180) and its own draft graph runner, captured when the device is "cuda" (ROCm's too;
 0.5.23 :384). Read as EAGLE, the HIP allow-list would call its draft-extend eager: a FAIL for a
-pass that never runs. EAGLE3 with such a draft is refused (probes.draft_extend_graph.model_rules).
+pass that never runs. EAGLE3 with such a draft is refused (probes.startup.model_rules).
 """
 
 from __future__ import annotations

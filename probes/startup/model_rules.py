@@ -21,9 +21,9 @@ import ast
 from dataclasses import dataclass, field
 
 from diag.context import SpecConfig
-from diag.probes.draft_extend_graph.model_backends import model_backend_assert
 from diag.probes.source import parse_file, walk_all
 from diag.probes.startup.frozen_kv_mtp import SPEC_HOOK_FILE, alias_file, gemma4_draft
+from diag.probes.startup.model_backends import model_backend_assert
 from diag.probes.startup.resolve import (
     DSV2_OVERRIDES,
     DSV4_HOOK,

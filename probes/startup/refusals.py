@@ -13,13 +13,13 @@ import ast
 
 from diag.context import SpecConfig
 from diag.probes import backends
-from diag.probes.draft_extend_graph.model_rules import (
+from diag.probes.source import parse_file, walk_all
+from diag.probes.startup.model_rules import (
     DEPENDS,
     REFUSED,
     Refusal,
     model_refusals,
 )
-from diag.probes.source import parse_file, walk_all
 from diag.probes.startup.resolve import (
     DSV4_HOOK,
     SERVER_ARGS,
