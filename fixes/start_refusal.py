@@ -19,8 +19,9 @@ from diag.target import Target
 def refused_at_start(target: Target, platform: str, config: SpecConfig | None,
                      gate: GateInfo | None = None) -> Applicability | None:
     """REFUSED, with SGLang's reason and line, when every phase of the configuration under audit
-    is refused at start; None otherwise (no configuration, a live server's, one that starts or
-    one the verdicts cannot read). `gate`: the configuration's (`phases.gate_for`), where the
+    is refused at start, or where the argument handling the verdicts read does not parse (a
+    damaged tree: whether it starts is not known); None otherwise (no configuration, a live
+    server's, one that starts or one the verdicts cannot read). `gate`: the configuration's (`phases.gate_for`), where the
     caller read it already."""
     if config is None or not config.given or config.source == "server":
         return None  # a live server started: its configuration was not refused
@@ -30,6 +31,14 @@ def refused_at_start(target: Target, platform: str, config: SpecConfig | None,
         pv = start_refused_verdict(target, platform, config, gate)
     except (ValueError, OSError):  # a model the report already names as unreadable
         return None
+    from diag.probes.startup.resolve import damaged_rules
+
+    damaged = damaged_rules(target)  # the verdict read them: a rule there is not known
+    if damaged:
+        file, why, _ = damaged[0]
+        return Applicability(REFUSED, f"{file} {why}: diag cannot read SGLang's start-up rules "
+                             "in this tree, so it cannot tell whether this configuration "
+                             "starts", "reinstall SGLang or pass a release (--sglang VERSION)")
     if pv is None:
         return None
     where = f" ({pv.where})" if pv.where and str(pv.where) not in pv.reason else ""

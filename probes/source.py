@@ -31,6 +31,7 @@ from diag.target import Target
 
 _BY_FILE: dict[tuple[str, int, int], ast.Module] = {}
 _BY_TEXT: dict[str, ast.Module] = {}
+_UNPARSED: dict[str, tuple[str, int, int]] = {}  # real path: its state when it failed to parse
 _PRUNED: dict[tuple, ast.Module] = {}  # `parse_pruned`: by (file state, words)
 _INDEX: dict[int, tuple[ast.Module, ModuleIndex]] = {}
 
@@ -113,9 +114,23 @@ def parse_file(path: Path) -> ast.Module | None:
         try:  # through the text cache: a reader that has the text shares this parse
             tree = parse_text(path.read_bytes().decode("utf-8"), str(path))
         except (SyntaxError, ValueError, OSError):
+            _UNPARSED[key[0]] = key
             return None
         _BY_FILE[key] = tree
     return tree
+
+
+def unparsed(under: Path) -> list[Path]:
+    """Files below `under` that a reader asked for and that did not parse, as they are now
+    (`parse_problem` says why). Why: a reader given None reads the file as holding nothing, so a
+    verdict read from a damaged file would look like one read from a release without the rule;
+    the caller says so instead."""
+    root = str(under.resolve())
+    out = []
+    for real, key in list(_UNPARSED.items()):
+        if real.startswith(root + "/") and _read_state(Path(real)) == key:
+            out.append(Path(real))
+    return sorted(out)
 
 
 def parse_pruned(path: Path, words: tuple[str, ...]) -> ast.Module | None:
@@ -274,7 +289,8 @@ def parse_problem(path: Path) -> tuple[str, int | None] | None:
     try:
         tree = ast.parse(data, filename=str(path))
     except SyntaxError as e:
-        return f"does not parse (SyntaxError at line {e.lineno}: {e.msg})", e.lineno
+        at = f" at line {e.lineno}" if e.lineno else ""
+        return f"does not parse (SyntaxError{at}: {e.msg})", e.lineno
     except ValueError as e:
         return f"does not parse ({e})", None
     return ("empty", None) if not tree.body else None

@@ -40,6 +40,7 @@ from diag.probes.gate import (
     verdict,
 )
 from diag.probes.startup.auto_steps import auto_steps
+from diag.probes.startup.resolve import damaged_rules
 from diag.target import Target
 
 FIX_ID = "draft-extend-allowlist"
@@ -89,6 +90,14 @@ class DraftExtendGraphProbe(Probe):
 
     def _static(self, ctx: Context) -> Finding:
         f = self._verdict(ctx)
+        damaged = damaged_rules(ctx.target)  # read while the verdict was made
+        if damaged and not f.target_error:
+            file, why, line = damaged[0]
+            return self._broken(
+                f"{file} {why}", file, line,
+                f"SGLang's argument handling in this tree: {why}; the start-up rules diag looked "
+                "for in it cannot be read, so no verdict is given",
+                [note(f"also {f2} {w2}") for f2, w2, _ in damaged[1:]])
         # source files the backend map skipped (they do not parse): said, never silently left out
         f.evidence += [note(x) for x in read_problems(ctx.target, ctx.platform)]
         return f

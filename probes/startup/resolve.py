@@ -98,7 +98,29 @@ def find_line(target: Target, rel: str, pattern: str, after: int = 0) -> Where |
     for i, text in enumerate(lines[after:], start=after + 1):
         if rx.search(text):
             return Where(target.relpath(path), i)
+    # not there: a rule this release lacks, or a damaged file; the parse (cached, and rare: an
+    # intact release has the lines the readers look for) notes a damaged one (damaged_rules)
+    parse_file(path)
     return None
+
+
+# where SGLang's argument handling lives (0.5.9 - 0.5.12.post1 server_args.py; arg_groups/ after)
+ARGUMENT_PARTS = ("srt/server_args.py", "srt/arg_groups/")
+
+
+def damaged_rules(target: Target) -> list[tuple[str, str, int | None]]:
+    """(file, why, line) for each file of SGLang's argument handling a start-up reader looked
+    in and could not parse. Why: a rule not found in a damaged file reads as a release without
+    the rule, so a configuration SGLang refuses would pass; the verdicts say the tree is broken
+    instead (probes.draft_extend_graph.probe)."""
+    from diag.probes.source import parse_problem, unparsed
+
+    out = []
+    for path in unparsed(target.package / "srt"):
+        rel = path.relative_to(target.package.resolve()).as_posix()
+        if rel.startswith(ARGUMENT_PARTS) and (why := parse_problem(path)) is not None:
+            out.append((f"sglang/{rel}", why[0], why[1]))
+    return out
 
 
 def find_first(target: Target, rels: tuple[str, ...], pattern: str) -> Where | None:

@@ -1,0 +1,82 @@
+"""A damaged file of SGLang's argument handling is a target error, not a configuration that starts.
+
+Before: the start-up readers look for SGLang's rules by their text and shape; in a file cut short
+(a partial write, an edit) the rule was simply not found, so a configuration the release refuses
+read as one that starts: `draft-extend-graph` said `ok`, the fixes `upstream`/`applicable`. Now a
+file of the argument handling a reader looked in and could not parse makes the verdict a target
+error (exit 3, as a broken worker file does), and both fixes judged from the verdicts refused,
+each naming the file.
+
+The tree is a real 0.5.23 with `srt/arg_groups/speculative_hook.py` cut in the middle of
+`_PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")` (0.5.23 :1271, read by hand; the
+`raise ValueError(` for topk > 1 with page_size > 1 outside it at :1278). The configuration:
+aiter on HIP, topk 4, page size 64: the intact tree refuses it at :1278.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_backends_skipped import _copy_with
+
+pytestmark = pytest.mark.release
+
+DIAG = [sys.executable, "-m", "diag"]
+HOOK = "sglang/srt/arg_groups/speculative_hook.py"
+CONFIG = ["--platform", "hip", "--attention-backend", "aiter", "--speculative-num-steps", "3",
+          "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
+          "--page-size", "64"]
+
+
+def _diag(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*DIAG, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "400"})
+
+
+@pytest.fixture(scope="module")
+def trees(release, tmp_path_factory):
+    real = release("0.5.23").root
+    text = (real / HOOK).read_text()
+    cut = text.index('_PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa')
+    damaged = text[:cut + len('_PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa')]
+    with pytest.raises(SyntaxError):  # the precondition: the cut file does not parse
+        ast.parse(damaged)
+    return real, _copy_with(real, tmp_path_factory.mktemp("cut") / "tree", HOOK, damaged)
+
+
+def test_the_intact_release_refuses_the_configuration_at_the_hand_read_line(trees):
+    real, _ = trees
+    r = _diag("probe", "draft-extend-graph", "--sglang", str(real), *CONFIG)
+    assert r.returncode == 1, r.stderr
+    assert "SGLang refuses to start with this configuration" in r.stdout
+    assert "speculative_hook.py:1278" in r.stdout
+
+
+def test_the_cut_file_is_a_target_error_in_text_and_json(trees):
+    _, cut = trees
+    r = _diag("probe", "draft-extend-graph", "--sglang", str(cut), *CONFIG)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert f"target error: {HOOK} does not parse (SyntaxError" in r.stdout
+    assert "Traceback" not in r.stderr
+    js = _diag("probe", "draft-extend-graph", "--sglang", str(cut), *CONFIG, "--json")
+    assert js.returncode == 3
+    [f] = [f for f in json.loads(js.stdout)["findings"] if f["probe"] == "draft-extend-graph"]
+    assert f["status"] == "error" and f["target_error"] is True
+    assert f["evidence"][0]["file"] == HOOK
+
+
+def test_the_fixes_judged_from_the_verdicts_are_refused_naming_the_file(trees):
+    _, cut = trees
+    r = _diag("fix", "list", "--sglang", str(cut), *CONFIG, "--json")
+    assert r.returncode == 0, r.stderr
+    got = {f["id"]: f for f in json.loads(r.stdout)["fixes"]}
+    for fid in ("draft-extend-allowlist", "repeat-interleave-output-size"):
+        assert got[fid]["status"] == "refused", got[fid]
+        assert f"{HOOK} does not parse" in got[fid]["reason"]
+        assert "cannot tell whether this configuration starts" in got[fid]["reason"]
