@@ -83,12 +83,13 @@ def _decided(sites: list, classes: set[str], mode: str, cfg: Any, version: str |
 
 def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
                  cfg: Any = None, version: str | None = None, platform: str | None = None,
-                 models: dict[str, Any] | None = None, relay: Any = None
-                 ) -> list[dict[str, Any]]:
+                 models: dict[str, Any] | None = None, relay: Any = None,
+                 unread: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Per phase: syncs per step counted from the per-step sites of the backend that runs it,
     each decided for the configuration `cfg` (`_decided`), so `syncs_per_step` is exact when
     `exact` and an upper bound otherwise. `steps` None is read as the default 3 (SGLang's
-    EAGLE)."""
+    EAGLE). A phase run by a class the census did not read (`unread`: class -> why,
+    unread_classes) is never exact: `not_read` names the class and why."""
     from diag.context import SpecConfig
 
     cfg = cfg if cfg is not None else SpecConfig()
@@ -98,6 +99,9 @@ def phase_totals(sites: list, roles: dict[str, set[str]], steps: int | None,
         d = _decided(sites, roles[side], mode, cfg, version, platform, models, relay)
         per_run = d.pop("syncs")
         runs = runs_decode if phase == "draft-decode" else 1
+        not_read = {c: why for c, why in sorted((unread or {}).items()) if c in roles[side]}
+        if not_read:
+            d["exact"], d["not_read"] = False, not_read
         out.append({"phase": phase, "syncs_per_step": per_run * runs, "syncs_per_run": per_run,
                     "runs_per_step": runs, **d})
     return out
@@ -295,6 +299,7 @@ class MetadataSyncsProbe(Probe):
         from diag.probes.metadata_syncs.census.sites import ATTENTION_DIR, DRAFT_EXTEND_BACKENDS
         from diag.probes.metadata_syncs.census_config import decide_modes, release_paths
         from diag.probes.metadata_syncs.model_facts import windows
+        from diag.probes.metadata_syncs.unread_classes import unread_classes
         from diag.probes.startup.start_values import start_values
 
         target = ctx.target
@@ -310,6 +315,8 @@ class MetadataSyncsProbe(Probe):
             else configured(target, ctx.platform, cfg)
         name, ran, draft_name, relay = conf.name, conf.ran, conf.draft_name, conf.relay
         refused = _refused_start(target, ctx.platform, cfg, name) if name else None
+        unread = unread_classes(target, set().union(*conf.roles.values()), c.builders,
+                                c.errors) if name and conf.roles else {}
         if name:  # what the server starts with for the facts the configuration leaves out
             cfg = start_values(target, ctx.platform, cfg, name)
         roles, paths = conf.roles, conf.paths
@@ -377,16 +384,21 @@ class MetadataSyncsProbe(Probe):
                      data={"source": "static", "paths": list(paths),
                            "configured": bool(name), "syncs": sum(s.syncs for s in hot)})]
         if name:  # per phase, for the configuration under audit (docs/probes/metadata-syncs.md)
+            for cls, why in unread.items():
+                ev.append(note(f"{cls} not read: {why}; the syncs of the phases it runs are "
+                               "not known"))
             for t in phase_totals(c.sites, roles, cfg.speculative_num_steps, cfg,
-                                  target.version, ctx.platform, models, relay):
+                                  target.version, ctx.platform, models, relay, unread):
                 runs = f" ({t['syncs_per_run']} per run x {t['runs_per_step']} runs)" \
                     if t["phase"] == "draft-decode" else ""
                 gone = grouped(t["unreachable"], "reason", "unreachable ({})")
+                known = (f"not known ({', '.join(t['not_read'])} not read); of what was read,"
+                         if t.get("not_read") else "exact" if t["exact"] else "upper bound")
                 ifs = grouped(t["depends"], "condition", "depends on {}")
                 ev.append(metric(f"syncs per {t['phase']} step (static)",
                                  t["syncs_per_step"], "syncs", 0,
-                                 f"{'exact' if t['exact'] else 'upper bound'} for the "
-                                 f"configuration: {t['sites']} live sites{runs}; "
+                                 f"{known} for the configuration: {t['sites']} live "
+                                 f"sites{runs}; "
                                  f"{t['cannot_tell']} the census cannot tell{gone}{ifs}",
                                  data=t))
             self._forward(ctx, cfg, roles, models, relay, conf.forward, ev)
@@ -457,7 +469,7 @@ class MetadataSyncsProbe(Probe):
                            f"are what the {name} classes would do had it started"))
         if proven and name and refused is None:
             status = Status.FAIL
-        elif hot or unsure_path or cold or disagreements:
+        elif hot or unsure_path or cold or disagreements or unread:
             status = Status.WARN
         else:
             status = Status.OK
@@ -481,6 +493,9 @@ class MetadataSyncsProbe(Probe):
             summary += ": " + ", ".join(named[:6]) + (" ..." if len(named) > 6 else "")
         if refused is not None:
             summary += " (SGLang refuses this configuration at start: see the notes)"
+        if unread:
+            summary += (f"; not read: {', '.join(unread)} (its syncs are not known: see the "
+                        "notes)")
         hint = None
         if syncing:
             hint = ("run `diag fix list` for `repeat-interleave-output-size`; other sites need "

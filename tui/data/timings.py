@@ -234,6 +234,7 @@ class PhaseRow:
     cannot_tell: Any = NA
     source: str = "static"
     exact: Any = NA  # True: every site decided for the configuration; False: an upper bound
+    not_read: tuple[str, ...] = ()  # classes running the phase the census could not read
 
 
 def finding_phase_rows(findings: list[Finding]) -> list[PhaseRow]:
@@ -247,7 +248,8 @@ def finding_phase_rows(findings: list[Finding]) -> list[PhaseRow]:
                 out.append(PhaseRow(str(d["phase"]), d["syncs_per_step"],
                                     d.get("syncs_per_run", NA), d.get("runs_per_step", NA),
                                     d.get("sites", NA), d.get("cannot_tell", NA),
-                                    str(d.get("source", "static")), d.get("exact", NA)))
+                                    str(d.get("source", "static")), d.get("exact", NA),
+                                    tuple(d.get("not_read") or ())))
     return out
 
 
@@ -261,6 +263,9 @@ def phase_line(rows: list[PhaseRow]) -> str:
         unsure = f" (+{r.cannot_tell}?)" if isinstance(r.cannot_tell, int) and r.cannot_tell \
             else ""
         bound = "≤" if r.exact is False else ""  # the probe's word: exact or an upper bound
+        if r.not_read:  # the probe's word: not known (a class it could not read runs it)
+            parts.append(f"{r.phase} ? ({', '.join(r.not_read)} not read)")
+            continue
         parts.append(f"{r.phase} {bound}{n}{unsure}")
     src = rows[0].source if rows else "static"
     return f"syncs per step ({src}): " + " · ".join(parts)
