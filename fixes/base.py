@@ -52,6 +52,20 @@ class Applicability:
         return {"status": self.status, "reason": self.reason}
 
 
+def crashed_check(target: Target | None, e: Exception) -> Applicability:
+    """REFUSED for an applicability check that raised: a file of the tree that does not parse
+    is named as such (the tree is broken, not diag: probes.source.broken_source); anything else
+    is a crash, said so."""
+    from diag.probes.source import broken_source
+
+    found = broken_source(target, e) if target is not None else None
+    if found is not None:
+        rel, why, _ = found
+        return Applicability(REFUSED, f"{rel} {why}: the SGLang tree is incomplete or edited",
+                             "reinstall SGLang or pass a release (--sglang VERSION)")
+    return Applicability(REFUSED, f"applicability check crashed: {type(e).__name__}: {e}")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """A fix's expected gain, computed once from live counters (every surface renders this).
@@ -170,8 +184,7 @@ class Fix:
             try:
                 a = self.applies_to(target, platform, config or SpecConfig())
             except Exception as e:
-                raise self._fail(REFUSED, f"applicability check crashed: {type(e).__name__}: "
-                                          f"{e}") from None
+                raise self._fail(REFUSED, crashed_check(target, e).reason) from None
             if a.status in (UPSTREAM, NOT_NEEDED):
                 self._last = FixState(a.status, a.reason)
                 return self._last

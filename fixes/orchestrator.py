@@ -30,6 +30,7 @@ from diag.fixes.base import (
     Applicability,
     FixState,
     NotApplied,
+    crashed_check,
     process_platform,
 )
 from diag.target import Target
@@ -105,7 +106,7 @@ def judge(fid: str, target: Target | None, platform: str, config: SpecConfig | N
     try:
         a = fix.applies_to(target, platform, config or SpecConfig())
     except Exception as e:  # a crashing check says so; the others go on
-        a = Applicability(REFUSED, f"applicability check crashed: {type(e).__name__}: {e}")
+        a = crashed_check(target, e)
     if a.status == APPLICABLE:
         for dep in fix.depends_on:
             d = judge(dep, target, platform, config, memo)

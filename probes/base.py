@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -96,13 +97,43 @@ def run_probe(probe: Probe, ctx: Context, verbose: bool = False) -> list[Finding
         return out if isinstance(out, list) else [out]
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # a crashed probe is reported as such; the run goes on
-        detail = traceback.format_exc() if verbose else None
-        summary = f"probe crashed: {type(e).__name__}: {e}"
-        f = Finding(probe=probe.id, status=Status.ERROR, title=probe.title, summary=summary,
-                    hint="re-run with -v for the traceback and report it")
-        if detail:
-            from diag.findings import note
+    except SyntaxError as e:
+        broken = _broken_source(probe, ctx, e)
+        if broken is None:
+            return _crashed(probe, verbose)
+        return [broken]
+    except Exception:  # a crashed probe is reported as such; the run goes on
+        return _crashed(probe, verbose)
 
-            f.evidence.append(note(detail))
-        return [f]
+
+def _broken_source(probe: Probe, ctx: Context, e: SyntaxError) -> Finding | None:
+    """A file of the SGLang tree that did not parse where a probe read it: a target error naming
+    the file (exit 3, as a broken worker file is), not a crash of diag (source.broken_source)."""
+    from diag.findings import location
+    from diag.probes.source import broken_source
+
+    target = getattr(ctx, "target", None)
+    found = broken_source(target, e) if target is not None else None
+    if found is None:
+        return None
+    rel, why, line = found
+    return Finding(probe=probe.id, status=Status.ERROR, title=probe.title,
+                   summary=f"target error: {rel} {why}",
+                   evidence=[location(rel, line, None, f"read by {probe.id}: {why}")],
+                   hint="the SGLang tree is incomplete or edited: reinstall it or pass a release "
+                        "(--sglang VERSION)", fixes=[], target_error=True)
+
+
+def _crashed(probe: Probe, verbose: bool) -> list[Finding]:
+    """The exception being handled, as an error finding: a crashed probe is reported as such;
+    the run goes on."""
+    e = sys.exc_info()[1]
+    detail = traceback.format_exc() if verbose else None
+    f = Finding(probe=probe.id, status=Status.ERROR, title=probe.title,
+                summary=f"probe crashed: {type(e).__name__}: {e}",
+                hint="re-run with -v for the traceback and report it")
+    if detail:
+        from diag.findings import note
+
+        f.evidence.append(note(detail))
+    return [f]

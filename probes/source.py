@@ -296,6 +296,22 @@ def parse_problem(path: Path) -> tuple[str, int | None] | None:
     return ("empty", None) if not tree.body else None
 
 
+def broken_source(target: Target, e: BaseException) -> tuple[str, str, int | None] | None:
+    """(file as users see it, why, line) where `e` is the parse of a file of `target` failing (a
+    partial write, an edit: the tree is broken, not diag); None for anything else, and for a file
+    that parses as it is now."""
+    file = getattr(e, "filename", None) if isinstance(e, SyntaxError) else None
+    if not file:
+        return None
+    path = Path(file)
+    try:
+        path.resolve().relative_to(target.root.resolve())
+    except (ValueError, OSError):
+        return None
+    why = parse_problem(path)
+    return None if why is None else (target.relpath(path), why[0], why[1])
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """No automatic cyclic GC while a whole tree is read. Why: parsing and indexing a release
