@@ -90,3 +90,28 @@ def test_a_syntax_error_from_outside_the_tree_is_not_blamed_on_it(release, tmp_p
         assert broken_source(t, e) is None
     inside = SyntaxError("invalid syntax", (str(Path(t.root) / PROFILE_UTILS), 1, 1, "x"))
     assert broken_source(t, inside) is None  # the intact file parses: not its problem
+
+
+RUNNER = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+
+
+def test_a_runner_the_fallbacks_are_read_from_is_named_when_it_does_not_parse(release, tmp_path):
+    """The run-time fallbacks of target-verify are read from the decode runner (0.5.23
+    decode_cuda_graph_runner.py:367 captures TARGET_VERIFY, read by hand): damaged, the verdict
+    is what the other files say (the capture line is found by its text), and a note names the
+    file, as the backend map does for its modules; before, nothing said it was skipped."""
+    real = release("0.5.23").root
+    text = (real / RUNNER).read_text()
+    damaged = text + ("" if text.endswith("\n") else "\n") + "def broken(:\n"
+    tree = _copy_with(real, tmp_path / "tree", RUNNER, damaged)
+    args = ("probe", "draft-extend-graph", "--platform", "hip", "--attention-backend", "aiter",
+            "--speculative-num-steps", "3", "--json")
+    good, bad = _diag(*args, "--sglang", str(real)), _diag(*args, "--sglang", str(tree))
+    assert (good.returncode, bad.returncode) == (0, 0), bad.stderr
+    [g], [b] = json.loads(good.stdout)["findings"], json.loads(bad.stdout)["findings"]
+    assert (b["status"], b["summary"]) == (g["status"], g["summary"])
+    said = (f"skipped {RUNNER}: does not parse (SyntaxError at line {damaged.count(chr(10))}: "
+            "invalid syntax)")
+    notes = [e["detail"] for e in b["evidence"] if e["kind"] == "note"]
+    assert said in notes, notes
+    assert not [e for e in g["evidence"] if e["kind"] == "note" and "skipped" in e["detail"]]

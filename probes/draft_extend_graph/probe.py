@@ -40,7 +40,7 @@ from diag.probes.gate import (
     verdict,
 )
 from diag.probes.startup.auto_steps import auto_steps
-from diag.probes.startup.resolve import damaged_rules
+from diag.probes.startup.resolve import damaged_rules, skipped_sources
 from diag.target import Target
 
 FIX_ID = "draft-extend-allowlist"
@@ -98,8 +98,12 @@ class DraftExtendGraphProbe(Probe):
                 f"SGLang's argument handling in this tree: {why}; the start-up rules diag looked "
                 "for in it cannot be read, so no verdict is given",
                 [note(f"also {f2} {w2}") for f2, w2, _ in damaged[1:]])
-        # source files the backend map skipped (they do not parse): said, never silently left out
-        f.evidence += [note(x) for x in read_problems(ctx.target, ctx.platform)]
+        # source files the backend map or the other readers skipped (they do not parse): said,
+        # never silently left out
+        skipped = read_problems(ctx.target, ctx.platform)
+        skipped += [line for line in skipped_sources(ctx.target)
+                    if line.split(":", 1)[0] not in {x.split(":", 1)[0] for x in skipped}]
+        f.evidence += [note(x) for x in skipped]
         return f
 
     def _verdict(self, ctx: Context) -> Finding:

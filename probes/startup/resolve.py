@@ -108,6 +108,20 @@ def find_line(target: Target, rel: str, pattern: str, after: int = 0) -> Where |
 ARGUMENT_PARTS = ("srt/server_args.py", "srt/arg_groups/")
 
 
+def skipped_sources(target: Target) -> list[str]:
+    """"skipped FILE: why" for each file under `srt/` outside the argument handling that a
+    reader asked for and could not parse (the runners the run-time fallbacks are read from,
+    ...): what was read without it is given, and the finding says what was not."""
+    from diag.probes.source import parse_problem, unparsed
+
+    out = []
+    for path in unparsed(target.package / "srt"):
+        rel = path.relative_to(target.package.resolve()).as_posix()
+        if not rel.startswith(ARGUMENT_PARTS) and (why := parse_problem(path)) is not None:
+            out.append(f"skipped sglang/{rel}: {why[0]}")
+    return out
+
+
 def damaged_rules(target: Target) -> list[tuple[str, str, int | None]]:
     """(file, why, line) for each file of SGLang's argument handling a start-up reader looked
     in and could not parse. Why: a rule not found in a damaged file reads as a release without
