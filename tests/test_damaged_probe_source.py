@@ -115,3 +115,24 @@ def test_a_runner_the_fallbacks_are_read_from_is_named_when_it_does_not_parse(re
     notes = [e["detail"] for e in b["evidence"] if e["kind"] == "note"]
     assert said in notes, notes
     assert not [e for e in g["evidence"] if e["kind"] == "note" and "skipped" in e["detail"]]
+
+
+RADIX = "sglang/srt/layers/attention/deepseek_v4_backend_hip_radix.py"
+
+
+def test_a_gate_class_in_a_damaged_module_is_a_target_error_not_a_new_shape(release, tmp_path):
+    """0.5.23's HIP gate lists `DeepseekV4HipRadixBackend` (eagle_worker_v2.py:562, read by hand),
+    imported from deepseek_v4_backend_hip_radix.py, whose class is at :874. That module cut
+    mid-line before the class (a partial write): the gate cannot be read, and the cause is the
+    damaged module, named as a target error; before, "gate not recognised ... which is not in
+    this tree" with the hint to report a new gate shape upstream."""
+    real = release("0.5.23").root
+    text = (real / RADIX).read_text()
+    at = text.index("\nclass DeepseekV4HipRadixBackend(")
+    damaged = text[:at] + "\ndef cut_here(\n"
+    tree = _copy_with(real, tmp_path / "tree", RADIX, damaged)
+    r = _diag("probe", "draft-extend-graph", "--sglang", str(tree), "--platform", "hip",
+              "--attention-backend", "dsv4", "--speculative-num-steps", "3")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert f"target error: {RADIX} does not parse (SyntaxError" in r.stdout
+    assert "report it" not in r.stdout and "changed the gate's shape" not in r.stdout

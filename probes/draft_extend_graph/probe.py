@@ -122,6 +122,13 @@ class DraftExtendGraphProbe(Probe):
             what, line = factory
             return self._broken(f"{rel} {'is ' + what if what in ('missing', 'empty') else what}",
                                 rel, line, f"the draft backend factory of this tree: {what}", [])
+        if not gate.recognised and (damaged := read_problems(t, plat) + skipped_sources(t)):
+            # a source the gate's reading needed does not parse: the tree is damaged, not a
+            # new shape of the gate (nothing to report upstream)
+            file, why = damaged[0].removeprefix("skipped ").split(": ", 1)
+            return self._broken(f"{file} {why}", file, None,
+                                f"the gate cannot be read without it: {gate.problem}",
+                                [note(x) for x in damaged[1:]])
         if not gate.recognised:
             return self.finding(
                 Status.WARN, f"gate not recognised in {gate.file}: {gate.problem}",
