@@ -80,3 +80,18 @@ def test_the_fixes_judged_from_the_verdicts_are_refused_naming_the_file(trees):
         assert got[fid]["status"] == "refused", got[fid]
         assert f"{HOOK} does not parse" in got[fid]["reason"]
         assert "cannot tell whether this configuration starts" in got[fid]["reason"]
+
+
+def test_a_ci_gate_on_the_phases_stops_with_exit_3(trees):
+    """`fix check --require-phase draft-extend=graph` read the phases of the cut tree as a
+    release without the page-tree rule: `ok`, exit 0, where the intact release refuses the
+    configuration at start. Now one line naming the file, exit 3 (text and JSON alike)."""
+    real, cut = trees
+    args = ("fix", "check", "--no-dry", "--require-phase", "draft-extend=graph", *CONFIG)
+    intact = _diag(*args, "--sglang", str(real))
+    assert intact.returncode == 1, intact.stdout  # refused at start: not graph
+    for extra in ((), ("--json",)):
+        r = _diag(*args, *extra, "--sglang", str(cut))
+        assert r.returncode == 3, (r.stdout, r.stderr)
+        assert r.stderr.startswith(f"diag: error: {HOOK} does not parse (SyntaxError")
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -26,13 +26,22 @@ DRY_TIMEOUT_S = 300.0
 def phase_requirements(ctx: Any, backend: str, required: dict[str, str]) -> list[dict]:
     """`--require-phase`: each required phase's verdict for the configuration under audit (the
     same `probes.draft_extend_graph.phases` verdicts the report shows), and whether it is in the required mode."""
+    from diag.errors import TargetError
     from diag.probes.draft_extend_graph.phases import audited_verdicts, phase_verdicts
+    from diag.probes.startup.resolve import damaged_rules
 
     # the backend SGLang runs (a model may force one: DeepSeek-V4 runs dsv4), as the report
     audit = audited_verdicts(ctx.target, ctx.platform, ctx.config)
+    verdicts = audit.verdicts if audit is not None else \
+        phase_verdicts(ctx.target, ctx.platform, ctx.config, backend)
+    damaged = damaged_rules(ctx.target)  # read for these verdicts: a rule there is not known
+    if damaged:
+        file, why, _ = damaged[0]
+        raise TargetError(f"{file} {why}: diag cannot read SGLang's start-up rules in this "
+                          "tree, so no phase is judged (reinstall SGLang or pass a release, "
+                          "--sglang VERSION)")
     out = []
-    for v in (audit.verdicts if audit is not None else
-              phase_verdicts(ctx.target, ctx.platform, ctx.config, backend)):
+    for v in verdicts:
         if v.phase in required:
             d = v.data()
             d.update(reason=v.reason, required_mode=required[v.phase],
