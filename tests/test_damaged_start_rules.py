@@ -95,3 +95,20 @@ def test_a_ci_gate_on_the_phases_stops_with_exit_3(trees):
         assert r.returncode == 3, (r.stdout, r.stderr)
         assert r.stderr.startswith(f"diag: error: {HOOK} does not parse (SyntaxError")
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_the_sync_census_says_whether_it_starts_is_not_known(trees):
+    """The census reads the same start refusal (probes.startup.refused_start): on the cut tree
+    it cannot tell whether a server starts, and says so rather than calling it refused or
+    judging it as one that starts."""
+    real, cut = trees
+    args = ("probe", "metadata-syncs", *CONFIG, "--json")
+    for tree, words in ((real, "no server starts with this configuration"),
+                        (cut, "whether a server starts with this configuration is not known")):
+        r = _diag(*args, "--sglang", str(tree))
+        [f] = json.loads(r.stdout)["findings"]
+        notes = [e["detail"] for e in f["evidence"] if e["kind"] == "note"]
+        assert any(words in n for n in notes), notes
+        assert f["status"] == "warn"
+    [n] = [n for n in notes if "is not known" in n]
+    assert n.startswith(f"{HOOK} does not parse (SyntaxError")

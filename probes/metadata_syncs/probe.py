@@ -300,6 +300,7 @@ class MetadataSyncsProbe(Probe):
         from diag.probes.metadata_syncs.census_config import decide_modes, release_paths
         from diag.probes.metadata_syncs.model_facts import windows
         from diag.probes.metadata_syncs.unread_classes import unread_classes
+        from diag.probes.startup.resolve import damaged_rules
         from diag.probes.startup.start_values import start_values
 
         target = ctx.target
@@ -315,6 +316,11 @@ class MetadataSyncsProbe(Probe):
             else configured(target, ctx.platform, cfg)
         name, ran, draft_name, relay = conf.name, conf.ran, conf.draft_name, conf.relay
         refused = _refused_start(target, ctx.platform, cfg, name) if name else None
+        # the start-up rules read from a file that does not parse: whether a server starts
+        # with this configuration is not known (draft-extend-graph: a target error)
+        damaged = damaged_rules(target) if name and refused is None else []
+        unknown_start = (f"{damaged[0][0]} {damaged[0][1]}: SGLang's start-up rules cannot be "
+                         "read in this tree") if damaged else None
         unread = unread_classes(target, set().union(*conf.roles.values()), c.builders,
                                 c.errors) if name and conf.roles else {}
         if name:  # what the server starts with for the facts the configuration leaves out
@@ -467,7 +473,11 @@ class MetadataSyncsProbe(Probe):
         if refused is not None:  # no server runs it: what its classes would do, had it started
             ev.append(note(f"{refused}: no server starts with this configuration; the counts "
                            f"are what the {name} classes would do had it started"))
-        if proven and name and refused is None:
+        if unknown_start is not None:
+            ev.append(note(f"{unknown_start}, so whether a server starts with this "
+                           f"configuration is not known; the counts are what the {name} "
+                           "classes would do if it does"))
+        if proven and name and refused is None and unknown_start is None:
             status = Status.FAIL
         elif hot or unsure_path or cold or disagreements or unread:
             status = Status.WARN
@@ -493,6 +503,9 @@ class MetadataSyncsProbe(Probe):
             summary += ": " + ", ".join(named[:6]) + (" ..." if len(named) > 6 else "")
         if refused is not None:
             summary += " (SGLang refuses this configuration at start: see the notes)"
+        if unknown_start is not None:
+            summary += (" (whether SGLang starts with this configuration is not known: see the "
+                        "notes)")
         if unread:
             summary += (f"; not read: {', '.join(unread)} (its syncs are not known: see the "
                         "notes)")
