@@ -21,8 +21,8 @@ def refused_at_start(target: Target, platform: str, config: SpecConfig | None,
     """REFUSED, with SGLang's reason and line, when every phase of the configuration under audit
     is refused at start, or where the argument handling the verdicts read does not parse (a
     damaged tree: whether it starts is not known); None otherwise (no configuration, a live
-    server's, one that starts or one the verdicts cannot read). `gate`: the configuration's (`phases.gate_for`), where the
-    caller read it already."""
+    server's, one that starts or one the verdicts cannot read). `gate`: the configuration's
+    (`phases.gate_for`), where the caller read it already."""
     if config is None or not config.given or config.source == "server":
         return None  # a live server started: its configuration was not refused
     from diag.probes.draft_extend_graph.phases import start_refused_verdict

@@ -3,8 +3,8 @@
 Why: the census counts the sites it scanned; a class whose module does not parse (a partial
 write, an edit) or that is not defined under `sglang/srt/layers/attention` at all (the NPU's
 `AscendAttnBackend` lives in `srt/hardware_backend/`) has no sites, so its phases would read "0
-syncs, exact" for code nobody read. The probe says such a class was not read and counts its
-phases as an upper bound instead.
+syncs, exact" for code nobody read. The probe says such a class was not read and its phases
+are "not known" instead.
 """
 
 from __future__ import annotations
