@@ -401,3 +401,31 @@ def test_a_device_scalar_becomes_a_python_int_wherever_python_needs_one():
         (15, 11, "bool()"), (15, 48, "bool()")]
     assert not [k for k, v in got.items() if k[0] in (17, 18) and v[0] == "syncs"]  # a dtype
     # view; host values
+
+
+STANDIN_CHOSEN_COPY = """\
+class StandInBackend:
+    def init_forward_metadata(self, forward_batch):
+        lens = forward_batch.seq_lens_cpu if forward_batch.seq_lens_cpu is not None else forward_batch.seq_lens
+        a = lens.tolist()
+        b = (forward_batch.seq_lens if forward_batch.seq_lens_cpu is None
+             else forward_batch.seq_lens_cpu).tolist()
+        c = forward_batch.seq_lens_cpu.tolist() if forward_batch.seq_lens_cpu is not None else None
+        return a, b, c
+"""
+
+
+def test_a_host_read_of_a_value_chosen_between_its_copy_and_the_device_tensor():
+    """`(x_cpu if x_cpu is not None else x).tolist()`, inline or through a local: a sync only
+    where the copy is absent, the test kept as a guard the host-mirror facts decide (was
+    "cannot tell", 0 syncs). No site of this shape in the 19 cached releases (0.5.9-0.5.23:
+    their censuses are unchanged by it)."""
+    _, sites, _ = scan_source(STANDIN_CHOSEN_COPY, Path("standin_backend.py"), REL)
+    got = {s.line: s for s in sites}
+    for line, holds in ((4, "not (forward_batch.seq_lens_cpu is not None)"),
+                        (5, "forward_batch.seq_lens_cpu is None")):
+        s = got[line]
+        assert (s.kind, s.verdict, s.syncs) == ("tolist", "syncs", 1), s
+        assert [g[:3] for g in s.guards] == [("mirror:seq_lens_cpu", "is", None)], s.guards
+        assert s.guards[0][4] == holds
+    assert got[7].verdict == "host-mirror"  # the copy's own read, under `is not None`

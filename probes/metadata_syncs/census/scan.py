@@ -871,6 +871,40 @@ class _Scan:
         self.add(call, bare, unknown or c.unknown, "repeat_interleave", verdict, why, 2)
         del self.stack[len(self.stack) - len(more):]
 
+    def conditional_device(self, call: ast.Call, value: ast.AST, kind: str, state: frozenset,
+                           unknown: bool) -> bool:
+        """`(a_cpu if c else a).tolist()`, or the read of a local bound once to such a choice:
+        a device tensor on one arm and a host value on the other syncs only where the device
+        arm is taken. Counted there, the arm's test kept as a guard (the configuration and the
+        release's host-mirror facts decide it, as a branch's); where no path takes the device
+        arm, a host read. True where the value is such a choice (the site is added), else
+        False (the caller reads the value's kind as ever)."""
+        x = value
+        if isinstance(x, ast.Name):
+            prior = self.kinds.prior(x.id, call.lineno)
+            x = prior[0][1] if len(prior) == 1 else None
+        if not isinstance(x, ast.IfExp):
+            return False
+        arms = (self.kinds.of(x.body, x.lineno), self.kinds.of(x.orelse, x.lineno))
+        if sorted(arms) not in (["host", "tensor"], ["scalar", "tensor"]):
+            return False
+        device_holds = arms[0] == "tensor"
+        c = self.cond(x.test)
+        taken = state & (c.true if device_holds else c.false)
+        what = f"`{_src(value, 40)}`"
+        if not taken:
+            self.add(call, state, unknown, kind, "host-mirror",
+                     f"{what} is a host value: `{_src(x.test, 40)}` never takes its device arm "
+                     "here", 1)
+            return True
+        more = self.guards_of(x.test, self._where(x), device_holds)
+        self.stack.extend(more)
+        self.add(call, taken, unknown or c.unknown, kind, "syncs",
+                 f"{what} is a device tensor where `{_src(x.test, 40)}` is "
+                 f"{'true' if device_holds else 'false'} (a host value on the other arm)", 1)
+        del self.stack[len(self.stack) - len(more):]
+        return True
+
     def check(self, call: ast.Call, state: frozenset, unknown: bool) -> None:
         kinds, rel, qual, backend = self.kinds, self.rel, self.qual, self.backend
         f = call.func
@@ -907,6 +941,8 @@ class _Scan:
                 why += "; no output_size: PyTorch reads the total back (2 syncs)"
             add(name, verdict, why, 2)
         elif isinstance(f, ast.Attribute) and name in _HOST_READ_METHODS and not call.args:
+            if self.conditional_device(call, f.value, name, state, unknown):
+                return None
             verdict, why = _classify(kinds.of(f.value, line), f"`{_src(f.value, 40)}`")
             add(name, verdict, why, 1)
         elif isinstance(f, ast.Attribute) and name == "to" and any(
