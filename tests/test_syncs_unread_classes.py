@@ -4,7 +4,8 @@ Before: the census counts the sites it scanned, so a class whose module did not 
 no module under `srt/layers/attention` defines, had no sites, and its phases read "0 syncs,
 exact for the configuration" — a check that did not run, reported as passing. Now the finding
 names the class and why (`unread_classes`), each phase it runs is `not known` (the text, the
-JSON data and the TUI's Syncs line alike), and the finding is at most a warning for it.
+JSON data and the TUI's Syncs line alike), and the finding is a warning diag cannot tell
+(`unrecognised`: exit 3 unless --allow-unrecognised, as an unreadable gate).
 
 Trees: a real 0.5.23, its `deepseek_v4_backend_hip_radix.py` (where `class
 DeepseekV4HipRadixBackend` is, :874, read by hand) damaged in a linked copy two ways: a line
@@ -77,6 +78,7 @@ def test_a_module_that_does_not_parse_leaves_its_class_unread(damaged):
     [n] = _notes(f)
     assert n.startswith(f"{CLS} not read: its module {RADIX} does not parse (SyntaxError")
     assert f"not read: {CLS}" in f.summary
+    assert f.unrecognised is True  # diag cannot tell: exit 3 unless --allow-unrecognised
     phases = _phases(f)
     assert set(phases) == {"target-extend", "draft-extend", "target-verify", "draft-decode"}
     for t in phases.values():  # dsv4 runs every phase on HIP: none is exact
@@ -97,6 +99,7 @@ def test_a_class_no_module_defines_is_unread(damaged):
     [n] = _notes(f)
     assert n.startswith(f"{CLS} not read: no module under sglang/srt/layers/attention defines it")
     assert all(t["exact"] is False for t in _phases(f).values())
+    assert f.unrecognised is True
 
 
 def test_a_class_outside_the_attention_modules_is_unread(release):
@@ -104,4 +107,4 @@ def test_a_class_outside_the_attention_modules_is_unread(release):
     notes = _notes(f)
     assert any(n.startswith("AscendAttnBackend not read: no module under "
                             "sglang/srt/layers/attention defines it") for n in notes), notes
-    assert f.status != Status.OK
+    assert f.status != Status.OK and f.unrecognised is True

@@ -513,7 +513,9 @@ class MetadataSyncsProbe(Probe):
         if syncing:
             hint = ("run `diag fix list` for `repeat-interleave-output-size`; other sites need "
                     "a host-side count in SGLang (docs/fixes/repeat-interleave-output-size.md)")
-        return self.finding(status, summary, evidence=ev, hint=hint)
+        # a configured class not read: diag cannot tell its syncs (exit 3 unless
+        # --allow-unrecognised, as an unreadable gate: a CI gate never passes on it)
+        return self.finding(status, summary, evidence=ev, hint=hint, unrecognised=bool(unread))
 
     def _measured(self, ctx: Context, c, ev: list) -> list[str]:
         """Run the real DSV4 HIP builder alone; append its counts; return disagreements."""
