@@ -11,31 +11,16 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from tests.damaged_tree import copy_with as _copy_with
 
 pytestmark = pytest.mark.release
 
 DIAG = [sys.executable, "-m", "diag"]
 DAMAGED = "sglang/srt/layers/attention/triton_backend.py"
 PROBE = ["probe", "draft-extend-graph", "--platform", "hip"]
-
-
-def _copy_with(real: Path, root: Path, rel: str, text: str) -> Path:
-    """`real` under `root`: every entry linked, but the folders on the way to `rel` made and
-    `rel` itself a new file with `text` (the cached release is never written)."""
-    parts = Path(rel).parts
-    src, dst = real, root
-    for i, name in enumerate(parts):
-        dst.mkdir(exist_ok=True)
-        for child in src.iterdir():
-            if child.name != name:
-                (dst / child.name).symlink_to(child)
-        src, dst = src / name, dst / name
-        if i == len(parts) - 1:
-            dst.write_text(text)
-    return root
 
 
 def _run(*args: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:

@@ -15,24 +15,17 @@ linked copy (the cached release is never written).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_backends_skipped import _copy_with
+from tests.damaged_tree import copy_with as _copy_with
+from tests.damaged_tree import diag as _diag
 
 pytestmark = pytest.mark.release
 
-DIAG = [sys.executable, "-m", "diag"]
 PROFILE_UTILS = "sglang/srt/utils/profile_utils.py"
 
-
-def _diag(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*DIAG, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "400"})
 
 
 @pytest.fixture(scope="module")

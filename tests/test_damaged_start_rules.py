@@ -17,26 +17,19 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.test_backends_skipped import _copy_with
+from tests.damaged_tree import copy_with as _copy_with
+from tests.damaged_tree import diag as _diag
 
 pytestmark = pytest.mark.release
 
-DIAG = [sys.executable, "-m", "diag"]
 HOOK = "sglang/srt/arg_groups/speculative_hook.py"
 CONFIG = ["--platform", "hip", "--attention-backend", "aiter", "--speculative-num-steps", "3",
           "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8",
           "--page-size", "64"]
 
-
-def _diag(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*DIAG, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "400"})
 
 
 @pytest.fixture(scope="module")

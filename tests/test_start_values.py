@@ -78,7 +78,7 @@ def test_a_hook_that_sets_dcp_leaves_it_undecided(release, tmp_path):
     """A release whose argument handling assigns `dcp_size` after parsing: its default is not
     what the server runs with, so the fact stays not given (a copy of 0.5.23 with one hook
     line added; the cached release is never written)."""
-    from tests.test_backends_skipped import _copy_with
+    from tests.damaged_tree import copy_with as _copy_with
 
     real = release("0.5.23").root
     rel = "sglang/srt/arg_groups/parallel_hook.py"

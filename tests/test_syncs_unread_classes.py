@@ -25,7 +25,7 @@ from diag.context import Context, SpecConfig
 from diag.findings import Status
 from diag.probes import get as get_probe
 from diag.probes.base import run_probe
-from tests.test_backends_skipped import _copy_with
+from tests.damaged_tree import copy_with as _copy_with
 
 pytestmark = pytest.mark.release
 

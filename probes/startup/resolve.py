@@ -108,18 +108,25 @@ def find_line(target: Target, rel: str, pattern: str, after: int = 0) -> Where |
 ARGUMENT_PARTS = ("srt/server_args.py", "srt/arg_groups/")
 
 
-def skipped_sources(target: Target) -> list[str]:
-    """"skipped FILE: why" for each file under `srt/` outside the argument handling that a
-    reader asked for and could not parse (the runners the run-time fallbacks are read from,
-    ...): what was read without it is given, and the finding says what was not."""
+def _unparsed_sources(target: Target) -> list[tuple[str, str, int | None]]:
+    """(file under the package, why, line) for each file under `srt/` a reader asked for and
+    could not parse, as it is now."""
     from diag.probes.source import parse_problem, unparsed
 
     out = []
     for path in unparsed(target.package / "srt"):
         rel = path.relative_to(target.package.resolve()).as_posix()
-        if not rel.startswith(ARGUMENT_PARTS) and (why := parse_problem(path)) is not None:
-            out.append(f"skipped sglang/{rel}: {why[0]}")
+        if (why := parse_problem(path)) is not None:
+            out.append((rel, why[0], why[1]))
     return out
+
+
+def skipped_sources(target: Target) -> list[str]:
+    """"skipped FILE: why" for each file under `srt/` outside the argument handling that a
+    reader asked for and could not parse (the runners the run-time fallbacks are read from,
+    ...): what was read without it is given, and the finding says what was not."""
+    return [f"skipped sglang/{rel}: {why}" for rel, why, _ in _unparsed_sources(target)
+            if not rel.startswith(ARGUMENT_PARTS)]
 
 
 def damaged_rules(target: Target) -> list[tuple[str, str, int | None]]:
@@ -127,14 +134,8 @@ def damaged_rules(target: Target) -> list[tuple[str, str, int | None]]:
     in and could not parse. Why: a rule not found in a damaged file reads as a release without
     the rule, so a configuration SGLang refuses would pass; the verdicts say the tree is broken
     instead (probes.draft_extend_graph.probe)."""
-    from diag.probes.source import parse_problem, unparsed
-
-    out = []
-    for path in unparsed(target.package / "srt"):
-        rel = path.relative_to(target.package.resolve()).as_posix()
-        if rel.startswith(ARGUMENT_PARTS) and (why := parse_problem(path)) is not None:
-            out.append((f"sglang/{rel}", why[0], why[1]))
-    return out
+    return [(f"sglang/{rel}", why, line) for rel, why, line in _unparsed_sources(target)
+            if rel.startswith(ARGUMENT_PARTS)]
 
 
 def find_first(target: Target, rels: tuple[str, ...], pattern: str) -> Where | None:
